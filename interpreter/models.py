@@ -1,0 +1,220 @@
+"""Wire models of HTTP API v1, shared by the server, the SDK and the OpenAPI document.
+
+Request models are strict: unknown fields, wrong types (a bool where a number is wanted)
+and non-finite numbers are refused. Response models are plain and permissive.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SessionStatus = Literal["starting", "idle", "busy", "dead", "closed"]
+ExecutionStatus = Literal[
+    "queued", "running", "ok", "error", "timeout", "interrupted", "kernel_died", "unknown"
+]
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {"ok", "error", "timeout", "interrupted", "kernel_died", "unknown"}
+)
+
+
+def _check_text(value: str) -> str:
+    """Refuse NUL bytes and lone surrogates (they cannot be stored or encoded)."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    return value
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+class Limits(_Request):
+    """Per-session resource limits; each is capped by the server's maxima."""
+
+    memory_mb: int | None = Field(None, ge=64, description="Memory (and memory+swap) in MiB.")
+    cpus: float | None = Field(None, gt=0, description="CPU quota in cores.")
+    pids: int | None = Field(None, ge=16, description="Processes and threads at most.")
+
+
+class CreateSessionRequest(_Request):
+    """Body of ``POST /v1/sessions`` (all optional)."""
+
+    idle_timeout_s: float | None = Field(
+        None, ge=0, le=7 * 86400, description="Cull after this idle time; 0 disables culling."
+    )
+    limits: Limits | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="Extra kernel environment.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form labels.")
+    from_session: str | None = Field(None, description="Rebuild from this session's notebook.")
+    from_notebook: dict[str, Any] | None = Field(
+        None, description="Rebuild from this nbformat v4 notebook (JSON)."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
+        if len(env) > 64:
+            raise ValueError("at most 64 variables")
+        for key, value in env.items():
+            _check_text(key)
+            _check_text(value)
+            if not key or "=" in key or not (key[0].isalpha() or key[0] == "_"):
+                raise ValueError(f"invalid variable name {key!r}")
+            if key.upper().startswith(("JPY_", "INTERP_")) or key in _RESERVED_ENV:
+                raise ValueError(f"variable {key!r} is reserved")
+        return env
+
+
+_RESERVED_ENV = frozenset(
+    {"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSTARTUP",
+     "IPYTHONDIR", "LD_PRELOAD", "LD_LIBRARY_PATH", "JUPYTER_RUNTIME_DIR", "MPLBACKEND"}
+)
+
+
+class ExecuteRequest(_Request):
+    """Body of ``POST /v1/sessions/{id}/execute``."""
+
+    code: str = Field(..., max_length=1_000_000, description="Python source to run.")
+    timeout_s: float | None = Field(
+        None, gt=0, le=86400, description="Wall-clock limit; on expiry interrupt, then restart."
+    )
+
+    @field_validator("code")
+    @classmethod
+    def _check_code(cls, code: str) -> str:
+        return _check_text(code)
+
+
+class RestartRequest(_Request):
+    """Body of ``POST /v1/sessions/{id}/restart`` (optional)."""
+
+    recover: bool = Field(
+        False, description="After the restart, rebuild state by replaying the good cells."
+    )
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class KernelInfo(BaseModel):
+    language: str = "python"
+    version: str = ""
+
+
+class RebuildReport(BaseModel):
+    """How a session's state was rebuilt from a notebook."""
+
+    source: str = Field(..., description="'session:<id>' or 'notebook'.")
+    cells_total: int = 0
+    cells_ran: int = 0
+    cells_skipped: int = 0
+    failed: list[int] = Field(default_factory=list, description="Indexes of cells that failed.")
+
+
+class Session(BaseModel):
+    id: str
+    status: SessionStatus
+    backend: str
+    created_at: datetime
+    last_activity_at: datetime
+    execution_count: int = 0
+    kernel: KernelInfo = Field(default_factory=KernelInfo)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    idle_timeout_s: float | None = None
+    limits: dict[str, Any] = Field(default_factory=dict)
+    rebuild: RebuildReport | None = None
+
+
+class SessionList(BaseModel):
+    sessions: list[Session]
+
+
+class ArtifactRef(BaseModel):
+    id: str
+    mime: str
+    size: int
+    url: str
+
+
+class Output(BaseModel):
+    type: Literal["execute_result", "display_data"]
+    data: dict[str, Any] = Field(default_factory=dict)
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
+    display_id: str | None = None
+
+
+class ErrorInfo(BaseModel):
+    ename: str
+    evalue: str
+    traceback: list[str] = Field(default_factory=list)
+
+
+class Execution(BaseModel):
+    id: str
+    session_id: str
+    execution_count: int | None = None
+    status: ExecutionStatus
+    code: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    outputs: list[Output] = Field(default_factory=list)
+    error: ErrorInfo | None = None
+    started_at: datetime | None = None
+    duration_ms: float | None = None
+    truncated: bool = False
+    state_lost: bool = False
+    reason: str | None = Field(
+        None, description="Why it ended abnormally: timeout, oom_killed, exit:<code>, ..."
+    )
+    artifacts: list[ArtifactRef] = Field(
+        default_factory=list, description="Full-text artifacts of cut stdout/stderr."
+    )
+
+
+class FileEntry(BaseModel):
+    name: str
+    path: str
+    type: Literal["file", "directory", "other"]
+    size: int
+    modified_at: datetime
+
+
+class FileList(BaseModel):
+    path: str
+    entries: list[FileEntry]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# ------------------------------------------------------------------------------ stream
+
+EventName = Literal["stdout", "stderr", "output", "clear", "error", "done"]
+
+
+class TextChunk(BaseModel):
+    """Data of the ``stdout`` and ``stderr`` events."""
+
+    text: str
+
+
+class ClearEvent(BaseModel):
+    """Data of the ``clear`` event: the outputs so far were cleared (``clear_output``)."""
+
+    wait: bool = False

@@ -1,0 +1,92 @@
+"""Service settings: one object, built once by the CLI or a test, then passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+BackendName = Literal["local", "docker", "auto"]
+
+
+class Settings(BaseSettings):
+    """Every knob of the broker. Environment variables use the ``INTERP_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="INTERP_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Address to bind.")
+    port: int = Field(8700, ge=0, le=65535, description="Port to bind; 0 picks a free one.")
+    data_dir: Path = Field(Path(".data"), description="Root of all state (db, notebooks, ...).")
+    backend: BackendName = Field(
+        "auto", description="Kernel backend; 'auto' is docker when an engine answers, else local."
+    )
+    api_keys: list[str] = Field(
+        default_factory=list,
+        description="Accepted bearer keys. Empty: no auth, and only loopback binds are allowed.",
+    )
+
+    # Capacity and queueing.
+    max_sessions: int = Field(64, ge=1, description="Live sessions across all keys.")
+    max_sessions_per_key: int = Field(32, ge=1, description="Live sessions per API key.")
+    queue_size: int = Field(8, ge=1, description="Executions waiting per session before 429.")
+
+    # Time.
+    idle_timeout_s: float = Field(1800.0, ge=0, description="Cull after this idle time; 0 = off.")
+    cull_interval_s: float = Field(30.0, gt=0, description="How often idle sessions are checked.")
+    default_timeout_s: float = Field(300.0, gt=0, description="Execution timeout when none given.")
+    max_timeout_s: float = Field(3600.0, gt=0, description="Largest timeout_s a request may ask.")
+    interrupt_grace_s: float = Field(
+        3.0, gt=0, description="After a timeout's interrupt, wait this long before restarting."
+    )
+    kernel_start_timeout_s: float = Field(60.0, gt=0, description="Kernel start deadline.")
+    iopub_grace_s: float = Field(
+        2.0, gt=0, description="After execute_reply, wait this long for the iopub idle."
+    )
+
+    # Sizes.
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="JSON request body limit.")
+    max_upload_bytes: int = Field(100 << 20, ge=1, description="File upload limit.")
+    max_output_bytes: int = Field(
+        100_000, ge=1000, description="Inline stdout+stderr per execution before head/tail cut."
+    )
+    max_output_hard_bytes: int = Field(
+        20 << 20, ge=1000, description="Text kept per execution at most (full-text artifact)."
+    )
+    inline_rich_bytes: int = Field(
+        64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
+    )
+
+    # Docker backend.
+    docker_image: str = Field("interp-kernel:latest", description="Kernel image for docker.")
+    docker_runtime: str | None = Field(None, description="Container runtime, e.g. 'runsc'.")
+    default_memory_mb: int = Field(1024, ge=64, description="Per-session memory by default.")
+    default_cpus: float = Field(1.0, gt=0, description="Per-session CPUs by default.")
+    default_pids: int = Field(256, ge=16, description="Per-session pids limit by default.")
+    max_memory_mb: int = Field(4096, ge=64, description="Largest memory_mb a session may ask.")
+    max_cpus: float = Field(2.0, gt=0, description="Largest cpus a session may ask.")
+    max_pids: int = Field(1024, ge=16, description="Largest pids a session may ask.")
+    tmp_size_mb: int = Field(256, ge=16, description="Size of the container's /tmp tmpfs.")
+    pool_size: int = Field(2, ge=0, description="Pre-started docker kernels kept warm.")
+    keep_containers_on_shutdown: bool = Field(
+        True, description="On shutdown, leave docker kernels running so a restart reattaches."
+    )
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "state.db"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions"
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.sessions_dir / session_id
