@@ -1,0 +1,81 @@
+"""Python SDK for the interpreter service: ``Client`` (blocking) and ``AsyncClient``.
+
+Needs only httpx and pydantic; never docker or tornado.
+
+Example:
+    >>> from interpreter.client import Client
+    >>> with Client("http://127.0.0.1:8700", api_key="...") as client:  # doctest: +SKIP
+    ...     with client.create_session() as session:
+    ...         session.run("import pandas as pd; df = pd.DataFrame({'x': [1, 2, 3]})")
+    ...         print(session.run("df.x.sum()").text)
+    6
+"""
+
+from interpreter.client._async import AsyncClient, AsyncSession, AsyncStreamEvent, PendingSession
+from interpreter.client._config import API_KEY_ENV, DEFAULT_URL, URL_ENV
+from interpreter.client._errors import (
+    APIError,
+    AuthenticationError,
+    BadRequestError,
+    BusyError,
+    ClientError,
+    ConflictError,
+    ConnectionFailed,
+    ExecutionError,
+    NotFoundError,
+    ServerError,
+)
+from interpreter.client._events import (
+    ClearOutputEvent,
+    DoneEvent,
+    ErrorEvent,
+    OutputEvent,
+    ProgressEvent,
+    StderrEvent,
+    StdoutEvent,
+)
+from interpreter.client._results import (
+    CHART_MIME,
+    DATAFRAME_MIME,
+    Artifact,
+    AsyncArtifact,
+    AsyncRunResult,
+    RunResult,
+)
+from interpreter.client._sync import Client, Session, StreamEvent
+
+__all__ = [
+    "API_KEY_ENV",
+    "CHART_MIME",
+    "DATAFRAME_MIME",
+    "DEFAULT_URL",
+    "URL_ENV",
+    "APIError",
+    "Artifact",
+    "AsyncArtifact",
+    "AsyncClient",
+    "AsyncRunResult",
+    "AsyncSession",
+    "AsyncStreamEvent",
+    "AuthenticationError",
+    "BadRequestError",
+    "BusyError",
+    "ClearOutputEvent",
+    "Client",
+    "ClientError",
+    "ConflictError",
+    "ConnectionFailed",
+    "DoneEvent",
+    "ErrorEvent",
+    "ExecutionError",
+    "NotFoundError",
+    "OutputEvent",
+    "PendingSession",
+    "ProgressEvent",
+    "RunResult",
+    "ServerError",
+    "Session",
+    "StderrEvent",
+    "StdoutEvent",
+    "StreamEvent",
+]

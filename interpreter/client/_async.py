@@ -1,0 +1,342 @@
+"""The async client: ``AsyncClient`` and its ``AsyncSession`` objects.
+
+Same method names and arguments as the blocking client; methods are coroutines and
+``stream`` is an async generator.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, TypeVar
+
+import anyio
+import httpx
+
+from interpreter.client import _protocol as proto
+from interpreter.client._config import client_settings, request_timeout
+from interpreter.client._errors import (
+    ConflictError,
+    ConnectionFailed,
+    ExecutionError,
+    NotFoundError,
+)
+from interpreter.client._events import DoneEvent, ProgressEvent
+from interpreter.client._results import AsyncArtifact, AsyncRunResult
+from interpreter.client._sse import SSEDecoder
+from interpreter.models import ArtifactRef, Execution, FileList
+from interpreter.models import Session as SessionInfo
+
+T = TypeVar("T")
+
+AsyncStreamEvent = ProgressEvent | DoneEvent[AsyncRunResult]
+
+
+class AsyncClient:
+    """Async client for the interpreter service (asyncio or trio, through httpx).
+
+    Args:
+        base_url: Service URL. Defaults to ``$INTERP_URL``, else ``http://127.0.0.1:8700``.
+        api_key: Bearer key. Defaults to ``$INTERP_API_KEY``; none is sent if unset.
+        timeout: Seconds to wait for the service on ordinary calls. Calls that wait for user
+            code (``run``, ``stream``, rebuilds) have no read timeout: give ``timeout_s``.
+        transport: A custom httpx transport (tests use ``httpx.MockTransport``).
+        headers: Extra headers sent with every request.
+
+    Example:
+        >>> async with AsyncClient() as client:  # doctest: +SKIP
+        ...     async with client.create_session() as session:
+        ...         result = await session.run("21 * 2")
+        ...         print(result.text)
+        42
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.base_url, all_headers = client_settings(base_url, api_key, headers)
+        self._timeout = httpx.Timeout(timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=all_headers, timeout=self._timeout,
+            transport=transport,
+        )
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        idle_timeout_s: float | None = None,
+        limits: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        from_session: str | None = None,
+        from_notebook: dict[str, Any] | None = None,
+    ) -> PendingSession:
+        """Start a session; see :meth:`Client.create_session` for the arguments.
+
+        The answer can be awaited (``s = await client.create_session()``) or entered
+        directly (``async with client.create_session() as s:``, deleted on exit).
+        """
+        call = proto.create_session(
+            idle_timeout_s=idle_timeout_s, limits=limits, env=env, metadata=metadata,
+            from_session=from_session, from_notebook=from_notebook,
+        )
+
+        async def start() -> AsyncSession:
+            return AsyncSession(self, await self._call(call))
+
+        return PendingSession(start)
+
+    async def get_session(self, session_id: str) -> AsyncSession:
+        """Attach to an existing session by id (raises NotFoundError if it is unknown)."""
+        return AsyncSession(self, await self._call(proto.get_session(session_id)))
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every session of this API key, including closed ones still on record."""
+        return await self._call(proto.list_sessions())
+
+    async def delete_session(self, session_id: str) -> None:
+        """Stop a session's kernel; its notebook and artifacts stay readable."""
+        await self._call(proto.delete_session(session_id))
+
+    async def health(self) -> dict[str, Any]:
+        """The service's liveness answer."""
+        return await self._call(proto.health())
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the connection pool. Sessions stay alive on the service."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncClient {self.base_url}>"
+
+    async def _call(self, call: proto.Call[T]) -> T:
+        """Send one call and parse its answer; errors become SDK exceptions."""
+        with self._mapped_errors():
+            resp = await self._http.request(
+                call.method, call.url, json=call.json, content=call.content,
+                params=call.params, timeout=request_timeout(self._timeout, call),
+            )
+        proto.check_response(resp)
+        return call.parse(resp)
+
+    @asynccontextmanager
+    async def _stream(self, call: proto.Call[Any]) -> AsyncIterator[AsyncIterator[str]]:
+        """Send a call asking for server-sent events; yield the response's lines."""
+        with self._mapped_errors():
+            async with self._http.stream(
+                call.method, call.url, json=call.json, params=call.params,
+                headers={"Accept": proto.SSE_MEDIA_TYPE},
+                timeout=request_timeout(self._timeout, call),
+            ) as resp:
+                if not resp.is_success:
+                    await resp.aread()
+                    proto.check_response(resp)
+                yield resp.aiter_lines()
+
+    @contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise ConnectionFailed(f"timed out talking to {self.base_url}: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise ConnectionFailed(f"cannot talk to {self.base_url}: {exc}") from exc
+
+
+class PendingSession:
+    """A session being created: await it, or use it as an async context manager."""
+
+    def __init__(self, start: Callable[[], Coroutine[Any, Any, AsyncSession]]) -> None:
+        self._start = start
+        self._session: AsyncSession | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        self._session = await self._start()
+        return self._session
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class AsyncSession:
+    """The async twin of :class:`~interpreter.client.Session`; methods are coroutines.
+
+    Used as an async context manager, the session is deleted on exit.
+
+    Example:
+        >>> async with client.create_session() as s:  # doctest: +SKIP
+        ...     await s.run("x = 2")
+        ...     print((await s.run("x ** 10")).text)
+        1024
+    """
+
+    def __init__(self, client: AsyncClient, info: SessionInfo) -> None:
+        self.client = client
+        self.id = info.id
+        self.info = info
+
+    # -- running code -------------------------------------------------------------------
+
+    async def run(
+        self, code: str, *, timeout_s: float | None = None, raise_on_error: bool = False
+    ) -> AsyncRunResult:
+        """Run code and wait for it; see :meth:`Session.run`."""
+        execution = await self.client._call(proto.execute(self.id, code, timeout_s))
+        result = self._wrap(execution)
+        if raise_on_error and not result.ok:
+            raise ExecutionError(execution)
+        return result
+
+    async def stream(
+        self, code: str, *, timeout_s: float | None = None
+    ) -> AsyncIterator[AsyncStreamEvent]:
+        """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
+
+        Example:
+            >>> async for event in session.stream("print('hi')"):  # doctest: +SKIP
+            ...     print(event)
+        """
+        call = proto.stream_request(self.id, code, timeout_s)
+        async with self.client._stream(call) as lines:
+            decoder = SSEDecoder()
+            with self.client._mapped_errors():
+                async for line in lines:
+                    sse = decoder.feed(line)
+                    if sse is None:
+                        continue
+                    event = proto.decode_event(sse)
+                    if isinstance(event, Execution):
+                        yield DoneEvent(event, self._wrap(event))
+                        return
+                    if event is not None:
+                        yield event
+            last = decoder.flush()
+            if last is not None:
+                event = proto.decode_event(last)
+                if isinstance(event, Execution):
+                    yield DoneEvent(event, self._wrap(event))
+                    return
+        raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+
+    async def execution(self, execution_id: str) -> AsyncRunResult:
+        """Fetch an execution of this session by id (also while it is still running)."""
+        return self._wrap(await self.client._call(proto.get_execution(self.id, execution_id)))
+
+    async def interrupt(self) -> SessionInfo:
+        """Interrupt the code that is running (like Ctrl-C); state is kept."""
+        self.info = await self.client._call(proto.interrupt(self.id))
+        return self.info
+
+    async def restart(self, *, recover: bool = False) -> SessionInfo:
+        """Restart the kernel; with ``recover=True`` rebuild state from the good cells."""
+        self.info = await self.client._call(proto.restart(self.id, recover=recover))
+        return self.info
+
+    async def fork(self, **options: Any) -> AsyncSession:
+        """A new session rebuilt from this one's notebook, with a copy of its files."""
+        return await self.client.create_session(from_session=self.id, **options)
+
+    # -- files --------------------------------------------------------------------------
+
+    async def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
+        """Write a file into the session's workspace (text is stored as UTF-8)."""
+        if isinstance(data, str):
+            payload = data.encode("utf-8")
+        elif isinstance(data, bytes):
+            payload = data
+        else:
+            payload = await anyio.to_thread.run_sync(data.read)
+        await self.client._call(proto.upload(self.id, path, payload))
+
+    async def upload_file(
+        self, local_path: str | os.PathLike[str], path: str | None = None
+    ) -> str:
+        """Upload a local file; returns its workspace path (its own name unless ``path``)."""
+        local = Path(local_path)
+        target = path or local.name
+        payload = await anyio.to_thread.run_sync(local.read_bytes)
+        await self.client._call(proto.upload(self.id, target, payload))
+        return target
+
+    async def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
+        """Read a workspace file; also write it to ``dest`` when given."""
+        data = await self.client._call(proto.download(self.id, path))
+        if dest is not None:
+            await anyio.to_thread.run_sync(Path(dest).write_bytes, data)
+        return data
+
+    async def list(self, path: str = "") -> FileList:
+        """List a workspace directory (the workspace root by default)."""
+        return await self.client._call(proto.list_files(self.id, path))
+
+    async def delete_file(self, path: str) -> None:
+        """Delete one workspace file."""
+        await self.client._call(proto.delete_file(self.id, path))
+
+    # -- records ------------------------------------------------------------------------
+
+    async def notebook(self) -> dict[str, Any]:
+        """The session as an nbformat v4 notebook (JSON dict), plots included."""
+        return await self.client._call(proto.notebook(self.id))
+
+    async def artifact(self, ref: ArtifactRef | str) -> bytes:
+        """The bytes of an artifact, given its reference or URL."""
+        url = ref.url if isinstance(ref, ArtifactRef) else ref
+        return await self.client._call(proto.artifact(url))
+
+    async def refresh(self) -> SessionInfo:
+        """Fetch the session's current record (status, counts)."""
+        self.info = await self.client._call(proto.get_session(self.id))
+        return self.info
+
+    async def close(self) -> None:
+        """Delete the session (stop its kernel); a session already gone is not an error."""
+        with suppress(NotFoundError, ConflictError):
+            await self.client.delete_session(self.id)
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncSession {self.id} {self.info.status}>"
+
+    def _wrap(self, execution: Execution) -> AsyncRunResult:
+        return AsyncRunResult(execution, self._artifact)
+
+    def _artifact(self, ref: ArtifactRef) -> AsyncArtifact:
+        return AsyncArtifact(ref, lambda: self.artifact(ref))

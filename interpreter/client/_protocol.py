@@ -1,0 +1,321 @@
+"""Sans-I/O half of the SDK: what each API call sends and how its answer is read.
+
+Every operation is a :class:`Call`: method, path, body and a ``parse`` function for the
+response. ``Client`` sends calls with blocking httpx, ``AsyncClient`` with async httpx; neither
+repeats the wire details, and tests can check a call without any network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import ValidationError
+
+from interpreter.client._errors import (
+    APIError,
+    AuthenticationError,
+    BadRequestError,
+    BusyError,
+    ConflictError,
+    ConnectionFailed,
+    NotFoundError,
+    ServerError,
+)
+from interpreter.client._events import (
+    ClearOutputEvent,
+    ErrorEvent,
+    OutputEvent,
+    ProgressEvent,
+    StderrEvent,
+    StdoutEvent,
+)
+from interpreter.client._sse import ServerSentEvent
+from interpreter.models import (
+    ClearEvent,
+    ErrorInfo,
+    Execution,
+    FileList,
+    Output,
+    Session,
+    SessionList,
+    TextChunk,
+)
+
+T = TypeVar("T")
+
+SSE_MEDIA_TYPE = "text/event-stream"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One HTTP request of the API and the function that reads its successful answer.
+
+    Attributes:
+        method: HTTP method.
+        url: Path relative to the service's base URL (or an absolute URL).
+        parse: Turns a successful response (body already read) into the result.
+        json: JSON body, if any.
+        content: Raw body, if any (uploads).
+        params: Query parameters.
+        unbounded: The answer waits for user code, so no read timeout applies.
+    """
+
+    method: str
+    url: str
+    parse: Callable[[httpx.Response], T]
+    json: Any = None
+    content: bytes | None = None
+    params: dict[str, str] | None = None
+    unbounded: bool = False
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+def session_url(session_id: str, *rest: str) -> str:
+    """Path of a session resource; every segment is percent-encoded."""
+    parts = [quote(session_id, safe="")] + [quote(p, safe="") for p in rest]
+    return "/v1/sessions/" + "/".join(parts)
+
+
+def file_url(session_id: str, path: str) -> str:
+    """Path of one workspace file; slashes separate directories, the rest is encoded."""
+    clean = path.lstrip("/")
+    if not clean:
+        raise ValueError("a file path is required")
+    return session_url(session_id) + "/files/" + quote(clean, safe="/")
+
+
+# ---------------------------------------------------------------------------- parsers
+
+
+def _model(model: type[Any]) -> Callable[[httpx.Response], Any]:
+    def parse(resp: httpx.Response) -> Any:
+        try:
+            return model.model_validate_json(resp.content)
+        except ValidationError as exc:
+            raise ConnectionFailed(
+                f"unexpected answer from {resp.request.method} {resp.request.url}: {exc}"
+            ) from exc
+
+    return parse
+
+
+def _parse_session(resp: httpx.Response) -> Session:
+    result: Session = _model(Session)(resp)
+    return result
+
+
+def _parse_execution(resp: httpx.Response) -> Execution:
+    result: Execution = _model(Execution)(resp)
+    return result
+
+
+def _parse_session_list(resp: httpx.Response) -> list[Session]:
+    result: SessionList = _model(SessionList)(resp)
+    return result.sessions
+
+
+def _parse_file_list(resp: httpx.Response) -> FileList:
+    result: FileList = _model(FileList)(resp)
+    return result
+
+
+def _parse_json_object(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        value = json.loads(resp.content)
+    except ValueError as exc:
+        raise ConnectionFailed(f"expected JSON from {resp.request.url}") from exc
+    if not isinstance(value, dict):
+        raise ConnectionFailed(f"expected a JSON object from {resp.request.url}")
+    return value
+
+
+def _parse_bytes(resp: httpx.Response) -> bytes:
+    return resp.content
+
+
+def _parse_nothing(resp: httpx.Response) -> None:
+    return None
+
+
+# ----------------------------------------------------------------------------- errors
+
+_STATUS_CLASSES: dict[int, type[APIError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: BadRequestError,
+    422: BadRequestError,
+    429: BusyError,
+}
+
+
+def error_from_response(resp: httpx.Response) -> APIError:
+    """The exception for an error answer (body already read), with the service's message."""
+    code, message = "http_error", ""
+    try:
+        detail = json.loads(resp.content)["error"]
+        code = str(detail.get("type") or code)
+        message = str(detail.get("message") or "")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # Not our error body (a proxy, or a crash before the handler): keep what there is.
+        message = resp.text.strip()[:500]
+    if not message:
+        message = resp.reason_phrase or f"HTTP {resp.status_code}"
+    retry_after: float | None = None
+    if "retry-after" in resp.headers:
+        try:
+            retry_after = float(resp.headers["retry-after"])
+        except ValueError:
+            retry_after = None
+    if resp.status_code >= 500:
+        cls: type[APIError] = ServerError
+    else:
+        cls = _STATUS_CLASSES.get(resp.status_code, BadRequestError)
+    return cls(message, status=resp.status_code, code=code, retry_after=retry_after)
+
+
+def check_response(resp: httpx.Response) -> None:
+    """Raise the matching :class:`APIError` unless the answer is a success."""
+    if not resp.is_success:
+        raise error_from_response(resp)
+
+
+# ------------------------------------------------------------------------------ calls
+
+
+def create_session(
+    *,
+    idle_timeout_s: float | None = None,
+    limits: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    from_session: str | None = None,
+    from_notebook: dict[str, Any] | None = None,
+) -> Call[Session]:
+    body: dict[str, Any] = {}
+    if idle_timeout_s is not None:
+        body["idle_timeout_s"] = idle_timeout_s
+    if limits:
+        body["limits"] = limits
+    if env:
+        body["env"] = env
+    if metadata:
+        body["metadata"] = metadata
+    if from_session is not None:
+        body["from_session"] = from_session
+    if from_notebook is not None:
+        body["from_notebook"] = from_notebook
+    # A rebuild replays cells, which takes as long as they take.
+    rebuild = from_session is not None or from_notebook is not None
+    return Call("POST", "/v1/sessions", _parse_session, json=body, unbounded=rebuild)
+
+
+def list_sessions() -> Call[list[Session]]:
+    return Call("GET", "/v1/sessions", _parse_session_list)
+
+
+def get_session(session_id: str) -> Call[Session]:
+    return Call("GET", session_url(session_id), _parse_session)
+
+
+def delete_session(session_id: str) -> Call[None]:
+    return Call("DELETE", session_url(session_id), _parse_nothing)
+
+
+def execute(session_id: str, code: str, timeout_s: float | None = None) -> Call[Execution]:
+    body: dict[str, Any] = {"code": code}
+    if timeout_s is not None:
+        body["timeout_s"] = timeout_s
+    return Call(
+        "POST", session_url(session_id, "execute"), _parse_execution, json=body, unbounded=True
+    )
+
+
+def get_execution(session_id: str, execution_id: str) -> Call[Execution]:
+    return Call("GET", session_url(session_id, "executions", execution_id), _parse_execution)
+
+
+def interrupt(session_id: str) -> Call[Session]:
+    return Call("POST", session_url(session_id, "interrupt"), _parse_session)
+
+
+def restart(session_id: str, *, recover: bool = False) -> Call[Session]:
+    body = {"recover": True} if recover else None
+    return Call(
+        "POST", session_url(session_id, "restart"), _parse_session, json=body, unbounded=recover
+    )
+
+
+def list_files(session_id: str, path: str = "") -> Call[FileList]:
+    params = {"path": path} if path else None
+    return Call("GET", session_url(session_id, "files"), _parse_file_list, params=params)
+
+
+def download(session_id: str, path: str) -> Call[bytes]:
+    return Call("GET", file_url(session_id, path), _parse_bytes)
+
+
+def upload(session_id: str, path: str, data: bytes) -> Call[None]:
+    return Call("PUT", file_url(session_id, path), _parse_nothing, content=data)
+
+
+def delete_file(session_id: str, path: str) -> Call[None]:
+    return Call("DELETE", file_url(session_id, path), _parse_nothing)
+
+
+def notebook(session_id: str) -> Call[dict[str, Any]]:
+    return Call("GET", session_url(session_id, "notebook"), _parse_json_object)
+
+
+def artifact(url: str) -> Call[bytes]:
+    """Bytes behind an ``ArtifactRef.url`` (relative to the base URL, or absolute)."""
+    return Call("GET", url, _parse_bytes)
+
+
+def health() -> Call[dict[str, Any]]:
+    return Call("GET", "/healthz", _parse_json_object)
+
+
+# ---------------------------------------------------------------------------- streams
+
+
+def stream_request(session_id: str, code: str, timeout_s: float | None) -> Call[None]:
+    """The streaming form of :func:`execute`; the body is read as events, not parsed."""
+    call = execute(session_id, code, timeout_s)
+    return Call(call.method, call.url, _parse_nothing, json=call.json, unbounded=True)
+
+
+def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
+    """Turn one server-sent event into a typed event, or the final Execution for ``done``.
+
+    Unknown event names give ``None``, so an older SDK keeps working with a newer service.
+    """
+    try:
+        data = json.loads(sse.data) if sse.data else {}
+        if sse.event == "stdout":
+            return StdoutEvent(TextChunk.model_validate(data).text)
+        if sse.event == "stderr":
+            return StderrEvent(TextChunk.model_validate(data).text)
+        if sse.event == "output":
+            return OutputEvent(Output.model_validate(data))
+        if sse.event == "clear":
+            return ClearOutputEvent(ClearEvent.model_validate(data).wait)
+        if sse.event == "error":
+            return ErrorEvent(ErrorInfo.model_validate(data))
+        if sse.event == "done":
+            return Execution.model_validate(data)
+    except (ValueError, ValidationError) as exc:
+        raise ConnectionFailed(f"malformed {sse.event!r} event in the stream: {exc}") from exc
+    return None
+
+
+STREAM_ENDED_EARLY = "the event stream ended before the execution finished"

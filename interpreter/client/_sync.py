@@ -1,0 +1,351 @@
+"""The blocking client: ``Client`` and its ``Session`` objects (no event loop involved)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, TypeVar
+
+import httpx
+
+from interpreter.client import _protocol as proto
+from interpreter.client._config import client_settings, request_timeout
+from interpreter.client._errors import (
+    ConflictError,
+    ConnectionFailed,
+    ExecutionError,
+    NotFoundError,
+)
+from interpreter.client._events import DoneEvent, ProgressEvent
+from interpreter.client._results import Artifact, RunResult
+from interpreter.client._sse import SSEDecoder
+from interpreter.models import ArtifactRef, Execution, FileList
+from interpreter.models import Session as SessionInfo
+
+T = TypeVar("T")
+
+StreamEvent = ProgressEvent | DoneEvent[RunResult]
+
+
+class Client:
+    """Blocking client for the interpreter service.
+
+    Args:
+        base_url: Service URL. Defaults to ``$INTERP_URL``, else ``http://127.0.0.1:8700``.
+        api_key: Bearer key. Defaults to ``$INTERP_API_KEY``; none is sent if unset.
+        timeout: Seconds to wait for the service on ordinary calls. Calls that wait for user
+            code (``run``, ``stream``, rebuilds) have no read timeout: give ``timeout_s``.
+        transport: A custom httpx transport (tests use ``httpx.MockTransport``).
+        headers: Extra headers sent with every request.
+
+    Example:
+        >>> from interpreter.client import Client
+        >>> with Client("http://127.0.0.1:8700") as client:  # doctest: +SKIP
+        ...     with client.create_session() as session:
+        ...         print(session.run("21 * 2").text)
+        42
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.base_url, all_headers = client_settings(base_url, api_key, headers)
+        self._timeout = httpx.Timeout(timeout)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=all_headers, timeout=self._timeout,
+            transport=transport,
+        )
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        idle_timeout_s: float | None = None,
+        limits: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        from_session: str | None = None,
+        from_notebook: dict[str, Any] | None = None,
+    ) -> Session:
+        """Start a session (a fresh kernel) and return it; use it as a context manager.
+
+        Args:
+            idle_timeout_s: Close the session after this many idle seconds; 0 never.
+            limits: Resource limits, e.g. ``{"memory_mb": 512, "cpus": 1, "pids": 128}``.
+            env: Extra environment variables for the kernel.
+            metadata: Free-form labels stored with the session.
+            from_session: Rebuild the state of this session by re-running its good cells
+                (a fork); its workspace files are copied.
+            from_notebook: Rebuild state from this nbformat v4 notebook (JSON dict).
+
+        Returns:
+            The session. ``session.info.rebuild`` reports a rebuild (cells run, failed).
+
+        Example:
+            >>> with client.create_session(metadata={"task": "eda"}) as s:  # doctest: +SKIP
+            ...     s.run("import pandas as pd")
+        """
+        info = self._call(proto.create_session(
+            idle_timeout_s=idle_timeout_s, limits=limits, env=env, metadata=metadata,
+            from_session=from_session, from_notebook=from_notebook,
+        ))
+        return Session(self, info)
+
+    def get_session(self, session_id: str) -> Session:
+        """Attach to an existing session by id (raises NotFoundError if it is unknown)."""
+        return Session(self, self._call(proto.get_session(session_id)))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session of this API key, including closed ones still on record."""
+        return self._call(proto.list_sessions())
+
+    def delete_session(self, session_id: str) -> None:
+        """Stop a session's kernel; its notebook and artifacts stay readable."""
+        self._call(proto.delete_session(session_id))
+
+    def health(self) -> dict[str, Any]:
+        """The service's liveness answer."""
+        return self._call(proto.health())
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool. Sessions stay alive on the service."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Client {self.base_url}>"
+
+    def _call(self, call: proto.Call[T]) -> T:
+        """Send one call and parse its answer; errors become SDK exceptions."""
+        with self._mapped_errors():
+            resp = self._http.request(
+                call.method, call.url, json=call.json, content=call.content,
+                params=call.params, timeout=request_timeout(self._timeout, call),
+            )
+        proto.check_response(resp)
+        return call.parse(resp)
+
+    @contextmanager
+    def _stream(self, call: proto.Call[Any]) -> Iterator[Iterator[str]]:
+        """Send a call asking for server-sent events; yield the response's lines."""
+        with self._mapped_errors(), self._http.stream(
+            call.method, call.url, json=call.json, params=call.params,
+            headers={"Accept": proto.SSE_MEDIA_TYPE}, timeout=request_timeout(self._timeout, call),
+        ) as resp:
+            if not resp.is_success:
+                resp.read()
+                proto.check_response(resp)
+            yield resp.iter_lines()
+
+    @contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise ConnectionFailed(f"timed out talking to {self.base_url}: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise ConnectionFailed(f"cannot talk to {self.base_url}: {exc}") from exc
+
+
+class Session:
+    """One interpreter session: a kernel whose state lasts from one ``run`` to the next.
+
+    Obtain it from :meth:`Client.create_session` or :meth:`Client.get_session`. Used as a
+    context manager, the session is deleted on exit.
+
+    Attributes:
+        id: Session id.
+        info: The session record as last seen (status, backend, counts, rebuild report).
+
+    Example:
+        >>> with client.create_session() as s:  # doctest: +SKIP
+        ...     s.run("import math")
+        ...     r = s.run("math.sqrt(16)")
+        ...     r.text
+        '4.0'
+    """
+
+    def __init__(self, client: Client, info: SessionInfo) -> None:
+        self.client = client
+        self.id = info.id
+        self.info = info
+
+    # -- running code -------------------------------------------------------------------
+
+    def run(
+        self, code: str, *, timeout_s: float | None = None, raise_on_error: bool = False
+    ) -> RunResult:
+        """Run code in the session and wait for it to finish.
+
+        Args:
+            code: Python source; the value of a last expression becomes ``result.text``.
+            timeout_s: Wall-clock limit. On expiry the kernel is interrupted (and restarted
+                if it does not stop); the status is then ``timeout``.
+            raise_on_error: Raise :class:`ExecutionError` unless the status is ``ok``.
+                Otherwise an exception in the code is data: ``result.error``.
+
+        Returns:
+            The run's outputs, status and error; artifacts can be fetched from it.
+
+        Example:
+            >>> r = session.run("1/0")  # doctest: +SKIP
+            >>> r.status, r.error.ename  # doctest: +SKIP
+            ('error', 'ZeroDivisionError')
+        """
+        result = self._wrap(self.client._call(proto.execute(self.id, code, timeout_s)))
+        if raise_on_error and not result.ok:
+            raise ExecutionError(result.execution)
+        return result
+
+    def stream(self, code: str, *, timeout_s: float | None = None) -> Iterator[StreamEvent]:
+        """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
+
+        Example:
+            >>> for event in session.stream("for i in range(3): print(i)"):  # doctest: +SKIP
+            ...     if isinstance(event, StdoutEvent):
+            ...         print(event.text, end="")
+            ...     elif isinstance(event, DoneEvent):
+            ...         print(event.result.status)
+        """
+        call = proto.stream_request(self.id, code, timeout_s)
+        with self.client._stream(call) as lines:
+            decoder = SSEDecoder()
+            with self.client._mapped_errors():
+                for line in lines:
+                    sse = decoder.feed(line)
+                    if sse is None:
+                        continue
+                    event = proto.decode_event(sse)
+                    if isinstance(event, Execution):
+                        yield DoneEvent(event, self._wrap(event))
+                        return
+                    if event is not None:
+                        yield event
+            last = decoder.flush()
+            if last is not None:
+                event = proto.decode_event(last)
+                if isinstance(event, Execution):
+                    yield DoneEvent(event, self._wrap(event))
+                    return
+        raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+
+    def execution(self, execution_id: str) -> RunResult:
+        """Fetch an execution of this session by id (also while it is still running)."""
+        return self._wrap(self.client._call(proto.get_execution(self.id, execution_id)))
+
+    def interrupt(self) -> SessionInfo:
+        """Interrupt the code that is running (like Ctrl-C); state is kept."""
+        self.info = self.client._call(proto.interrupt(self.id))
+        return self.info
+
+    def restart(self, *, recover: bool = False) -> SessionInfo:
+        """Restart the kernel: a clean state, the same session and notebook.
+
+        Args:
+            recover: Rebuild the state afterwards by re-running the session's good cells;
+                ``info.rebuild`` says how many ran and which failed.
+        """
+        self.info = self.client._call(proto.restart(self.id, recover=recover))
+        return self.info
+
+    def fork(self, **options: Any) -> Session:
+        """A new session rebuilt from this one's notebook, with a copy of its files."""
+        return self.client.create_session(from_session=self.id, **options)
+
+    # -- files --------------------------------------------------------------------------
+
+    def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
+        """Write a file into the session's workspace (text is stored as UTF-8).
+
+        Example:
+            >>> session.upload("data/sales.csv", open("sales.csv", "rb"))  # doctest: +SKIP
+            >>> session.run("import pandas as pd; pd.read_csv('data/sales.csv').shape")
+        """
+        if isinstance(data, str):
+            payload = data.encode("utf-8")
+        elif isinstance(data, bytes):
+            payload = data
+        else:
+            payload = data.read()
+        self.client._call(proto.upload(self.id, path, payload))
+
+    def upload_file(self, local_path: str | os.PathLike[str], path: str | None = None) -> str:
+        """Upload a local file; returns its workspace path (its own name unless ``path``)."""
+        local = Path(local_path)
+        target = path or local.name
+        self.client._call(proto.upload(self.id, target, local.read_bytes()))
+        return target
+
+    def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
+        """Read a workspace file; also write it to ``dest`` when given."""
+        data = self.client._call(proto.download(self.id, path))
+        if dest is not None:
+            Path(dest).write_bytes(data)
+        return data
+
+    def list(self, path: str = "") -> FileList:
+        """List a workspace directory (the workspace root by default)."""
+        return self.client._call(proto.list_files(self.id, path))
+
+    def delete_file(self, path: str) -> None:
+        """Delete one workspace file."""
+        self.client._call(proto.delete_file(self.id, path))
+
+    # -- records ------------------------------------------------------------------------
+
+    def notebook(self) -> dict[str, Any]:
+        """The session as an nbformat v4 notebook (JSON dict), plots included."""
+        return self.client._call(proto.notebook(self.id))
+
+    def artifact(self, ref: ArtifactRef | str) -> bytes:
+        """The bytes of an artifact, given its reference or URL."""
+        url = ref.url if isinstance(ref, ArtifactRef) else ref
+        return self.client._call(proto.artifact(url))
+
+    def refresh(self) -> SessionInfo:
+        """Fetch the session's current record (status, counts)."""
+        self.info = self.client._call(proto.get_session(self.id))
+        return self.info
+
+    def close(self) -> None:
+        """Delete the session (stop its kernel); a session already gone is not an error."""
+        with suppress(NotFoundError, ConflictError):
+            self.client.delete_session(self.id)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id} {self.info.status}>"
+
+    def _wrap(self, execution: Execution) -> RunResult:
+        return RunResult(execution, self._artifact)
+
+    def _artifact(self, ref: ArtifactRef) -> Artifact:
+        return Artifact(ref, lambda: self.artifact(ref))
