@@ -1,0 +1,1 @@
+"""The HTTP layer (tornado). Nothing outside this package imports it."""

@@ -1,0 +1,203 @@
+"""The handler base: auth before anything, strict bodies, and the one place errors become HTTP.
+
+Every handler streams its request body (``stream_request_body``) so a body over the limit
+is refused with 413 before it is buffered. Errors are ``{"error": {"type", "message"}}``;
+unexpected exceptions are logged with their traceback and answered with a generic 500
+that names no host path (security.md H-41, H-43, I-6).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any, TypeVar
+
+import tornado.web
+from pydantic import BaseModel, ValidationError
+
+from interpreter.broker import SessionBroker, owner_of
+from interpreter.errors import (
+    InterpreterError,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    ValidationFailed,
+)
+from interpreter.settings import Settings
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+MAX_JSON_DEPTH = 64
+
+
+def _json_depth_ok(raw: bytes) -> bool:
+    """Cheap nesting check before parsing (deep nesting exhausts parsers' recursion)."""
+    depth = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return False
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return True
+
+
+def describe_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field; remove it"
+        parts.append(f"{loc}: {msg}")
+    return "Invalid request: " + "; ".join(parts)
+
+
+@tornado.web.stream_request_body
+class BaseHandler(tornado.web.RequestHandler):
+    """Shared by every route; dependencies come in through ``initialize``."""
+
+    body_limit_attr = "max_body_bytes"
+
+    def initialize(self, broker: SessionBroker, settings: Settings) -> None:
+        self.broker = broker
+        self.conf = settings
+        self.owner = "anonymous"
+        self._chunks: list[bytes] = []
+        self._received = 0
+        self._too_large = False
+
+    # -- request plumbing -------------------------------------------------------------
+
+    @property
+    def body_limit(self) -> int:
+        return int(getattr(self.conf, self.body_limit_attr))
+
+    def set_default_headers(self) -> None:
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Cache-Control", "no-store")
+        self.clear_header("Server")
+
+    def check_auth(self) -> None:
+        keys = self.conf.api_keys
+        if not keys:
+            return
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+        for key in keys:
+            if hmac.compare_digest(token.encode(), key.encode()):
+                self.owner = owner_of(key)
+                return
+        raise Unauthorized("Invalid API key.")
+
+    def prepare(self) -> None:
+        self.check_auth()
+        length = self.request.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self.body_limit:
+            self._too_large = True
+            raise PayloadTooLarge(
+                f"Request body is {length} bytes; the limit here is {self.body_limit}."
+            )
+
+    def data_received(self, chunk: bytes) -> Any:
+        self._received += len(chunk)
+        if self._received > self.body_limit:
+            self._too_large = True
+            self._chunks.clear()
+            return None
+        self._chunks.append(chunk)
+        return None
+
+    def raw_body(self) -> bytes:
+        if self._too_large:
+            raise PayloadTooLarge(f"Request body exceeds the limit of {self.body_limit} bytes.")
+        return b"".join(self._chunks)
+
+    def parse(self, model: type[M], *, optional: bool = False) -> M:
+        """Validate the JSON body against ``model`` (422 on anything wrong)."""
+        raw = self.raw_body()
+        if not raw.strip():
+            if optional:
+                return model()
+            raise ValidationFailed("A JSON body is required.")
+        if not _json_depth_ok(raw):
+            raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+        try:
+            parsed = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ValidationFailed(f"Malformed JSON: {str(exc)[:200]}") from exc
+        if not isinstance(parsed, dict):
+            raise ValidationFailed("The JSON body must be an object.")
+        try:
+            return model.model_validate(parsed)
+        except ValidationError as exc:
+            raise ValidationFailed(describe_validation(exc)) from exc
+
+    # -- responses --------------------------------------------------------------------
+
+    def send_json(self, data: BaseModel | dict[str, Any], status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        if isinstance(data, BaseModel):
+            self.finish(data.model_dump_json())
+        else:
+            self.finish(json.dumps(data))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, InterpreterError):
+            code, message = exc.code, exc.message
+            if exc.retry_after is not None:
+                self.set_header("Retry-After", str(max(1, int(exc.retry_after))))
+        elif isinstance(exc, tornado.web.HTTPError):
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+            message = exc.log_message if exc.status_code in (404, 405) and exc.log_message else (
+                self._reason or "Request failed.")
+            if exc.status_code == 405:
+                message = f"Method {self.request.method} is not allowed on this path."
+        else:
+            code, message = "internal_error", "Internal error; the service logged the details."
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps({"error": {"type": code, "message": message}}))
+
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, InterpreterError):
+            status_code = exc.status
+            self._reason = exc.code
+        super().send_error(status_code, **kwargs)
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, InterpreterError):
+            log.info("%s %s -> %s: %s", self.request.method, self.request.path, value.status,
+                     value.code)
+            return
+        super().log_exception(typ, value, tb)
+
+    def on_finish(self) -> None:
+        if self._too_large and self.request.connection is not None:
+            # The rest of an oversize body was not read; don't reuse the connection.
+            self.request.connection.close()  # type: ignore[attr-defined]
+
+
+class NotFoundHandler(BaseHandler):
+    """Unknown paths: JSON 404 (after auth, so paths don't leak to the unauthenticated)."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        raise NotFound(f"No route {self.request.path}; see /v1/openapi.json.")

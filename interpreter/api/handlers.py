@@ -1,0 +1,228 @@
+"""Route handlers of HTTP API v1 (thin: parse, call the broker, answer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from tornado.iostream import StreamClosedError
+
+from interpreter.api.base import BaseHandler
+from interpreter.errors import FileNotFoundInWorkspace
+from interpreter.models import (
+    CreateSessionRequest,
+    ExecuteRequest,
+    RestartRequest,
+    SessionList,
+)
+from interpreter.openapi import openapi_document
+
+SSE_KEEPALIVE_S = 15.0
+DOWNLOAD_CHUNK = 256 << 10
+
+
+class SessionsHandler(BaseHandler):
+    async def post(self) -> None:
+        req = self.parse(CreateSessionRequest, optional=True)
+        session = await self.broker.create(self.owner, req)
+        self.set_header("Location", f"/v1/sessions/{session.id}")
+        self.send_json(session, 201)
+
+    async def get(self) -> None:
+        self.send_json(SessionList(sessions=await self.broker.list_for(self.owner)))
+
+
+class SessionHandler(BaseHandler):
+    async def get(self, session_id: str) -> None:
+        self.send_json(await self.broker.get(self.owner, session_id))
+
+    async def delete(self, session_id: str) -> None:
+        await self.broker.delete(self.owner, session_id)
+        self.set_status(204)
+        self.finish()
+
+
+class ExecuteHandler(BaseHandler):
+    async def post(self, session_id: str) -> None:
+        req = self.parse(ExecuteRequest)
+        stream = "text/event-stream" in self.request.headers.get("Accept", "")
+        handle = await self.broker.execute(
+            self.owner, session_id, req.code, req.timeout_s, stream=stream
+        )
+        self.set_header("X-Execution-Id", handle.execution.id)
+        if not stream:
+            await handle.finished.wait()
+            self.send_json(handle.execution)
+            return
+        queue = handle.stream or handle.subscribe()
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("X-Accel-Buffering", "no")
+        try:
+            await self.flush()
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), SSE_KEEPALIVE_S)
+                except TimeoutError:
+                    # A dead client is only noticed when a write fails.
+                    self.write(": keep-alive\n\n")
+                    await self.flush()
+                    continue
+                if item is None:
+                    break
+                name, data = item
+                # One JSON object per event: newlines in output cannot break framing (H-47).
+                self.write(f"event: {name}\ndata: {data}\n\n")
+                if queue.empty():
+                    await self.flush()
+        except StreamClosedError:
+            # Decision 1: the execution goes on; its result stays retrievable by id.
+            return
+        with contextlib.suppress(StreamClosedError):
+            self.finish()
+
+
+class ExecutionHandler(BaseHandler):
+    async def get(self, session_id: str, execution_id: str) -> None:
+        self.send_json(await self.broker.execution(self.owner, session_id, execution_id))
+
+
+class InterruptHandler(BaseHandler):
+    async def post(self, session_id: str) -> None:
+        self.raw_body()
+        self.send_json(await self.broker.interrupt(self.owner, session_id))
+
+
+class RestartHandler(BaseHandler):
+    async def post(self, session_id: str) -> None:
+        req = self.parse(RestartRequest, optional=True)
+        self.send_json(await self.broker.restart(self.owner, session_id, recover=req.recover))
+
+
+class FilesHandler(BaseHandler):
+    async def get(self, session_id: str) -> None:
+        workspace = await self.broker.workspace(self.owner, session_id)
+        path = self.get_query_argument("path", "")
+        self.send_json(await asyncio.to_thread(workspace.listing, path))
+
+
+class FileHandler(BaseHandler):
+    body_limit_attr = "max_upload_bytes"
+
+    async def get(self, session_id: str, path: str) -> None:
+        workspace = await self.broker.workspace(self.owner, session_id)
+        fh, size = await asyncio.to_thread(workspace.open_read, path)
+        try:
+            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header("Content-Length", str(size))
+            name = path.rsplit("/", 1)[-1]
+            self.set_header("Content-Disposition", _attachment(name))
+            while True:
+                chunk = await asyncio.to_thread(fh.read, DOWNLOAD_CHUNK)
+                if not chunk:
+                    break
+                self.write(chunk)
+                await self.flush()
+        except StreamClosedError:
+            return
+        finally:
+            fh.close()
+        self.finish()
+
+    async def put(self, session_id: str, path: str) -> None:
+        workspace = await self.broker.workspace(self.owner, session_id)
+        body = self.raw_body()
+        size = await asyncio.to_thread(workspace.write, path, [body])
+        listing_path = path.rsplit("/", 1)[0] if "/" in path else ""
+        entries = await asyncio.to_thread(workspace.listing, listing_path)
+        entry = next((e for e in entries.entries if e.path == path.strip("/")), None)
+        if entry is None:
+            raise FileNotFoundInWorkspace(f"'{path}' vanished after the upload.")
+        self.send_json({**json.loads(entry.model_dump_json()), "size": size}, 201)
+
+    async def delete(self, session_id: str, path: str) -> None:
+        workspace = await self.broker.workspace(self.owner, session_id)
+        await asyncio.to_thread(workspace.delete, path)
+        self.set_status(204)
+        self.finish()
+
+
+class NotebookHandler(BaseHandler):
+    async def get(self, session_id: str) -> None:
+        text = await self.broker.notebook_json(self.owner, session_id)
+        self.set_header("Content-Type", "application/x-ipynb+json; charset=utf-8")
+        self.finish(text)
+
+
+class ArtifactHandler(BaseHandler):
+    async def get(self, session_id: str, artifact_id: str) -> None:
+        path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
+        data = await asyncio.to_thread(path.read_bytes)
+        # Served inert: never rendered on the API origin (security.md H-53).
+        self.set_header("Content-Type", mime)
+        self.set_header("Content-Length", str(size))
+        self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
+        self.set_header("Content-Disposition", _attachment(artifact_id + _extension(mime)))
+        self.set_header("Cache-Control", "private, max-age=31536000, immutable")
+        self.finish(data)
+
+
+class HealthHandler(BaseHandler):
+    def check_auth(self) -> None:
+        """Liveness is public; it reveals nothing about sessions."""
+
+    async def get(self) -> None:
+        degraded = sum(1 for s in self.broker.live.values() if s.audit_degraded)
+        status = "degraded" if degraded else "ok"
+        self.send_json({"status": status, "backend": self.broker.backend,
+                        "audit_degraded_sessions": degraded})
+
+
+class MetricsHandler(BaseHandler):
+    async def get(self) -> None:
+        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.finish(self.broker.metrics.render())
+
+
+class OpenAPIHandler(BaseHandler):
+    def check_auth(self) -> None:
+        """The API description is public."""
+
+    async def get(self) -> None:
+        self.send_json(openapi_document())
+
+
+def _attachment(name: str) -> str:
+    from urllib.parse import quote
+
+    ascii_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100] or "file"
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+
+def _extension(mime: str) -> str:
+    return {
+        "image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/svg+xml": ".svg",
+        "application/pdf": ".pdf", "text/html": ".html", "text/plain": ".txt",
+        "application/json": ".json",
+    }.get(mime, "")
+
+
+def route_table(deps: dict[str, Any]) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
+    sid = r"(?P<session_id>[A-Za-z0-9_-]{1,100})"
+    return [
+        (r"/healthz", HealthHandler, deps),
+        (r"/metrics", MetricsHandler, deps),
+        (r"/v1/openapi\.json", OpenAPIHandler, deps),
+        (r"/v1/sessions/?", SessionsHandler, deps),
+        (rf"/v1/sessions/{sid}", SessionHandler, deps),
+        (rf"/v1/sessions/{sid}/execute", ExecuteHandler, deps),
+        (rf"/v1/sessions/{sid}/executions/(?P<execution_id>[A-Za-z0-9_-]{{1,100}})",
+         ExecutionHandler, deps),
+        (rf"/v1/sessions/{sid}/interrupt", InterruptHandler, deps),
+        (rf"/v1/sessions/{sid}/restart", RestartHandler, deps),
+        (rf"/v1/sessions/{sid}/files/?", FilesHandler, deps),
+        (rf"/v1/sessions/{sid}/files/(?P<path>.+)", FileHandler, deps),
+        (rf"/v1/sessions/{sid}/notebook", NotebookHandler, deps),
+        (rf"/v1/sessions/{sid}/artifacts/(?P<artifact_id>[^/]{{1,100}})", ArtifactHandler, deps),
+    ]

@@ -1,0 +1,98 @@
+"""The ``interp`` command: argparse subcommands that only call library code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from interpreter._version import __version__
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from interpreter.server import serve
+    from interpreter.settings import Settings
+
+    overrides: dict[str, object] = {}
+    for name in ("host", "port", "backend", "data_dir"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = value
+    if args.api_key:
+        overrides["api_keys"] = args.api_key
+    if args.pool_size is not None:
+        overrides["pool_size"] = args.pool_size
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    return serve(settings)
+
+
+def _images_build(args: argparse.Namespace) -> int:
+    from interpreter.images import build_image
+
+    image_id = build_image(args.image, force=args.force, progress=lambda line: print(line, flush=True))
+    print(f"built {args.image} ({image_id})")
+    return 0
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    from interpreter.openapi import openapi_document
+
+    text = json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="interp", description="A stateful code interpreter for AI agents."
+    )
+    parser.add_argument("--version", action="version", version=f"interp {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="Log debug messages.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="Run the HTTP service.")
+    serve.add_argument("--host", help="Address to bind (default 127.0.0.1).")
+    serve.add_argument("--port", type=int, help="Port (default 8700; 0 = any free port).")
+    serve.add_argument("--backend", choices=["local", "docker", "auto"],
+                       help="Kernel backend (default auto: docker when available).")
+    serve.add_argument("--data-dir", type=Path, help="State directory (default ./.data).")
+    serve.add_argument("--api-key", action="append", default=[],
+                       help="Accepted API key (repeatable; also INTERP_API_KEYS, comma-separated).")
+    serve.add_argument("--pool-size", type=int, help="Warm docker kernels kept ready.")
+    serve.set_defaults(func=_serve)
+
+    images = sub.add_parser("images", help="Kernel container images.")
+    images_sub = images.add_subparsers(dest="images_command", required=True)
+    build = images_sub.add_parser("build", help="Build the kernel image (works offline).")
+    build.add_argument("--image", default=os.environ.get("INTERP_DOCKER_IMAGE",
+                                                         "interp-kernel:latest"))
+    build.add_argument("--force", action="store_true", help="Rebuild even if up to date.")
+    build.set_defaults(func=_images_build)
+
+    openapi = sub.add_parser("openapi", help="Print (or write) the OpenAPI document.")
+    openapi.add_argument("-o", "--output", help="Write to this file.")
+    openapi.set_defaults(func=_openapi)
+
+    try:
+        from interpreter.cli_client import add_commands
+    except ImportError:  # the SDK's optional pieces are missing
+        pass
+    else:
+        add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    result = args.func(args)
+    return int(result or 0)

@@ -1,0 +1,389 @@
+"""Pure translation of one execution's Jupyter messages into outputs, with no I/O.
+
+An :class:`ExecutionRecorder` is fed the iopub messages and the ``execute_reply`` whose parent
+is its request. It keeps the outputs in notebook (nbformat v4) form, applies ``clear_output``
+(including the deferred ``wait=True`` form) and ``update_display_data``, and returns, for each
+message, the events to stream. Completion needs both the reply and the iopub ``idle``; the
+session decides how long to wait for an idle that a flood may have lost (security.md H-33).
+
+Kernel messages are attacker input (security.md §1.2): every field is read defensively, text
+is sanitised (lone surrogates, NUL) and sizes are bounded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+#: MIME types whose values are binary (base64 text in Jupyter messages).
+BINARY_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
+
+#: Largest single rich output value accepted; larger values are dropped with a notice.
+MAX_RICH_VALUE_CHARS = 16 << 20
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal colour and cursor codes."""
+    return ANSI_RE.sub("", text)
+
+
+def clean_text(value: object, limit: int | None = None) -> str:
+    """Coerce a kernel-supplied value to storable text (no NUL, no lone surrogates)."""
+    text = value if isinstance(value, str) else str(value)
+    if limit is not None and len(text) > limit:
+        text = text[:limit]
+    text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def clean_json(value: Any, depth: int = 0) -> Any:
+    """Make kernel-supplied JSON safe to store and send: finite numbers, clean strings."""
+    if depth > 64:
+        return None
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {clean_text(k): clean_json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v, depth + 1) for v in value]
+    return clean_text(value)
+
+
+# ------------------------------------------------------------------------------ events
+
+
+@dataclass
+class StreamEvent:
+    """New text on stdout or stderr."""
+
+    name: str
+    text: str
+
+
+@dataclass
+class RichEvent:
+    """A display_data / execute_result output was added (or updated in place)."""
+
+    index: int
+    updated: bool = False
+
+
+@dataclass
+class ClearEvent:
+    """All outputs so far were cleared."""
+
+    wait: bool
+
+
+@dataclass
+class ErrorEvent:
+    """The cell raised."""
+
+    ename: str
+    evalue: str
+    traceback: list[str]
+
+
+Event = StreamEvent | RichEvent | ClearEvent | ErrorEvent
+
+
+# ---------------------------------------------------------------------------- recorder
+
+
+@dataclass
+class _Stream:
+    name: str
+    chunks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamTotals:
+    """Bytes of stream text seen and kept for one execution."""
+
+    seen: int = 0
+    kept: int = 0
+    dropped: int = 0
+
+
+class ExecutionRecorder:
+    """Collects the outputs of one execute request, in order, in notebook form.
+
+    Args:
+        msg_id: the ``msg_id`` of the execute request; messages with another parent are refused.
+        hard_limit: stream characters kept at most; past it text is counted and dropped.
+        rich_limit: characters of rich output kept at most.
+    """
+
+    def __init__(self, msg_id: str, *, hard_limit: int = 20 << 20, rich_limit: int = 64 << 20):
+        self.msg_id = msg_id
+        self.hard_limit = hard_limit
+        self.rich_limit = rich_limit
+        # Each item is a _Stream or an nbformat-shaped dict for a rich/error output.
+        self.items: list[_Stream | dict[str, Any]] = []
+        self.streams = StreamTotals()
+        self.rich_chars = 0
+        self.rich_dropped = 0
+        self.reply: dict[str, Any] | None = None
+        self.idle = False
+        self.busy_seen = False
+        self.execution_count: int | None = None
+        self.error: ErrorEvent | None = None
+        self._clear_pending = False
+        self._display_index: dict[str, list[int]] = {}
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """Both the shell reply and the iopub idle have arrived."""
+        return self.reply is not None and self.idle
+
+    @property
+    def reply_status(self) -> str | None:
+        if self.reply is None:
+            return None
+        status = self.reply.get("status")
+        return status if isinstance(status, str) else "error"
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def feed_reply(self, msg: dict[str, Any]) -> list[Event]:
+        """Take the ``execute_reply`` of this request."""
+        content = msg.get("content") or {}
+        if not isinstance(content, dict):
+            content = {}
+        self.reply = content
+        count = content.get("execution_count")
+        if isinstance(count, int) and not isinstance(count, bool):
+            self.execution_count = count
+        if content.get("status") == "error" and self.error is None:
+            # An error reply without an iopub error message (e.g. lost in a flood).
+            return [self._set_error(content)]
+        return []
+
+    def feed_iopub(self, msg: dict[str, Any]) -> list[Event]:
+        """Take one iopub message of this request and return the events it causes."""
+        header = msg.get("header") or {}
+        msg_type = header.get("msg_type") if isinstance(header, dict) else None
+        content = msg.get("content")
+        if not isinstance(content, dict):
+            return []
+        if msg_type == "status":
+            state = content.get("execution_state")
+            if state == "busy":
+                self.busy_seen = True
+            elif state == "idle":
+                self.idle = True
+            return []
+        if msg_type == "execute_input":
+            count = content.get("execution_count")
+            if isinstance(count, int) and not isinstance(count, bool):
+                self.execution_count = count
+            return []
+        if msg_type == "stream":
+            return self._stream(content)
+        if msg_type in ("display_data", "execute_result"):
+            return self._rich(msg_type, content)
+        if msg_type == "update_display_data":
+            return self._update(content)
+        if msg_type == "clear_output":
+            if content.get("wait"):
+                self._clear_pending = True
+                return []
+            return [self._clear(False)]
+        if msg_type == "error":
+            return [*self._apply_pending_clear(), self._set_error(content)]
+        return []
+
+    # -- handlers ------------------------------------------------------------------------
+
+    def _apply_pending_clear(self) -> list[Event]:
+        if self._clear_pending:
+            self._clear_pending = False
+            return [self._clear(True)]
+        return []
+
+    def _clear(self, wait: bool) -> Event:
+        self.items.clear()
+        self._display_index.clear()
+        return ClearEvent(wait=wait)
+
+    def _stream(self, content: dict[str, Any]) -> list[Event]:
+        name = content.get("name")
+        if name not in ("stdout", "stderr"):
+            return []
+        text = clean_text(content.get("text", ""))
+        if not text:
+            return []
+        events = self._apply_pending_clear()
+        self.streams.seen += len(text)
+        room = self.hard_limit - self.streams.kept
+        if room <= 0:
+            self.streams.dropped += len(text)
+            return events
+        if len(text) > room:
+            self.streams.dropped += len(text) - room
+            text = text[:room]
+        self.streams.kept += len(text)
+        last = self.items[-1] if self.items else None
+        if isinstance(last, _Stream) and last.name == name:
+            last.chunks.append(text)
+        else:
+            self.items.append(_Stream(name, [text]))
+        events.append(StreamEvent(name, text))
+        return events
+
+    def _bundle(self, content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        data = content.get("data")
+        if not isinstance(data, dict):
+            return None
+        clean: dict[str, Any] = {}
+        size = 0
+        for mime, value in data.items():
+            if not isinstance(mime, str) or len(mime) > 200:
+                continue
+            value = clean_json(value)
+            if isinstance(value, list) and mime.startswith("text/"):
+                value = "".join(str(v) for v in value)
+            length = len(value) if isinstance(value, str) else len(str(value))
+            if length > MAX_RICH_VALUE_CHARS:
+                self.rich_dropped += length
+                continue
+            size += length
+            clean[clean_text(mime)] = value
+        if self.rich_chars + size > self.rich_limit:
+            self.rich_dropped += size
+            return None
+        self.rich_chars += size
+        metadata = content.get("metadata")
+        return clean, clean_json(metadata) if isinstance(metadata, dict) else {}
+
+    @staticmethod
+    def _display_id(content: dict[str, Any]) -> str | None:
+        # ``transient`` may be present and explicitly None, so don't chain .get() calls.
+        transient = content.get("transient")
+        if isinstance(transient, dict):
+            display_id = transient.get("display_id")
+            if isinstance(display_id, str) and display_id:
+                return display_id
+        return None
+
+    def _rich(self, msg_type: str, content: dict[str, Any]) -> list[Event]:
+        events = self._apply_pending_clear()
+        bundle = self._bundle(content)
+        if bundle is None:
+            return events
+        data, metadata = bundle
+        output: dict[str, Any] = {"output_type": msg_type, "data": data, "metadata": metadata}
+        if msg_type == "execute_result":
+            count = content.get("execution_count")
+            output["execution_count"] = count if isinstance(count, int) else self.execution_count
+        display_id = self._display_id(content)
+        if display_id:
+            output["_display_id"] = display_id
+            # A display with a known id also updates every earlier output with that id.
+            for idx in self._display_index.get(display_id, []):
+                self._replace(idx, data, metadata)
+                events.append(RichEvent(idx, updated=True))
+            self._display_index.setdefault(display_id, []).append(len(self.items))
+        self.items.append(output)
+        events.append(RichEvent(len(self.items) - 1))
+        return events
+
+    def _replace(self, idx: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        item = self.items[idx]
+        if isinstance(item, dict):
+            item["data"] = data
+            item["metadata"] = metadata
+
+    def _update(self, content: dict[str, Any]) -> list[Event]:
+        display_id = self._display_id(content)
+        if not display_id or display_id not in self._display_index:
+            return []
+        bundle = self._bundle(content)
+        if bundle is None:
+            return []
+        data, metadata = bundle
+        events: list[Event] = []
+        for idx in self._display_index[display_id]:
+            self._replace(idx, data, metadata)
+            events.append(RichEvent(idx, updated=True))
+        return events
+
+    def _set_error(self, content: dict[str, Any]) -> ErrorEvent:
+        traceback = content.get("traceback")
+        lines = traceback if isinstance(traceback, list) else []
+        self.error = ErrorEvent(
+            ename=clean_text(content.get("ename", "Error"), 1000),
+            evalue=clean_text(content.get("evalue", ""), 100_000),
+            traceback=[strip_ansi(clean_text(line, 100_000)) for line in lines[:500]],
+        )
+        return self.error
+
+    # -- results -------------------------------------------------------------------------
+
+    def output(self, index: int) -> dict[str, Any]:
+        """The rich output at ``index`` (nbformat shape, with a private ``_display_id``)."""
+        item = self.items[index]
+        assert isinstance(item, dict)
+        return item
+
+    def stream_text(self, name: str) -> str:
+        """All kept text of one stream, across the outputs not cleared."""
+        return "".join(
+            "".join(item.chunks)
+            for item in self.items
+            if isinstance(item, _Stream) and item.name == name
+        )
+
+    def rich_indexes(self) -> list[int]:
+        """Indexes of the display_data / execute_result outputs still present."""
+        return [
+            i
+            for i, item in enumerate(self.items)
+            if isinstance(item, dict) and item.get("output_type") != "error"
+        ]
+
+    def notebook_outputs(self, *, stream_limit: int | None = None) -> list[dict[str, Any]]:
+        """Outputs in nbformat v4 form; stream texts longer than ``stream_limit`` are cut."""
+        outputs: list[dict[str, Any]] = []
+        for item in self.items:
+            if isinstance(item, _Stream):
+                text = "".join(item.chunks)
+                if stream_limit is not None and len(text) > stream_limit:
+                    text = cut_middle(text, stream_limit)
+                outputs.append({"output_type": "stream", "name": item.name, "text": text})
+            else:
+                outputs.append({k: v for k, v in item.items() if not k.startswith("_")})
+        if self.error is not None:
+            outputs.append(
+                {
+                    "output_type": "error",
+                    "ename": self.error.ename,
+                    "evalue": self.error.evalue,
+                    "traceback": self.error.traceback,
+                }
+            )
+        return outputs
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text`` within about ``limit`` characters, with a notice."""
+    if len(text) <= limit:
+        return text
+    half = max(limit // 2, 1)
+    omitted = len(text) - 2 * half
+    head, tail = text[:half], text[-half:]
+    return f"{head}\n[... {omitted} characters omitted; full text in the artifact ...]\n{tail}"

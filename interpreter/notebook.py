@@ -1,0 +1,140 @@
+"""The live notebook of a session: every executed cell, written atomically after each one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat import v4
+
+NOTEBOOK_NAME = "notebook.ipynb"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class NotebookRecorder:
+    """Builds and saves the nbformat v4 notebook of one session.
+
+    Mutations happen on the event loop; ``save`` (serialise + atomic write) runs in a thread.
+    The session serialises the two with a lock, so a save never sees a half-made cell.
+    """
+
+    def __init__(self, path: Path, nb: nbformat.NotebookNode) -> None:
+        self.path = path
+        self.nb = nb
+
+    @classmethod
+    def create(
+        cls, path: Path, *, session_id: str, kernel_name: str, backend: str,
+        source: dict[str, Any] | None = None,
+    ) -> NotebookRecorder:
+        nb = v4.new_notebook()  # type: ignore[no-untyped-call]
+        nb.metadata["kernelspec"] = {
+            "name": "python3", "display_name": "Python 3", "language": "python"
+        }
+        nb.metadata["language_info"] = {"name": "python"}
+        nb.metadata["interp"] = {
+            "session_id": session_id,
+            "backend": backend,
+            "kernel_name": kernel_name,
+            "kernel_version": None,
+            "source": source,
+        }
+        return cls(path, nb)
+
+    @classmethod
+    def load(cls, path: Path) -> NotebookRecorder:
+        with open(path, encoding="utf-8") as fh:
+            nb = nbformat.read(fh, as_version=4)  # type: ignore[no-untyped-call]
+        return cls(path, nb)
+
+    def set_kernel_info(self, language_info: dict[str, Any], packages: dict[str, str]) -> None:
+        if language_info:
+            self.nb.metadata["language_info"] = {
+                k: v for k, v in language_info.items() if k in
+                ("name", "version", "mimetype", "file_extension", "pygments_lexer",
+                 "codemirror_mode", "nbconvert_exporter")
+            }
+        meta = self.nb.metadata["interp"]
+        meta["kernel_version"] = language_info.get("version")
+        if packages:
+            meta["packages"] = packages
+
+    def add_cell(
+        self, code: str, outputs: list[dict[str, Any]], *, execution_id: str,
+        execution_count: int | None, status: str, started_at: datetime | None,
+        duration_ms: float | None, state_lost: bool, reason: str | None,
+        extra: dict[str, Any] | None = None,
+    ) -> int:
+        """Append one executed cell; returns its index."""
+        cell = v4.new_code_cell(source=code)  # type: ignore[no-untyped-call]
+        cell.execution_count = execution_count
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
+        meta: dict[str, Any] = {
+            "execution_id": execution_id,
+            "status": status,
+            "started_at": started_at.isoformat() if started_at else None,
+            "duration_ms": duration_ms,
+            "state_lost": state_lost,
+        }
+        if reason:
+            meta["reason"] = reason
+        if extra:
+            meta.update(extra)
+        cell.metadata["interp"] = meta
+        self.nb.cells.append(cell)
+        return len(self.nb.cells) - 1
+
+    def to_json(self) -> str:
+        return json.dumps(self.nb, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+
+    def save(self) -> None:
+        """Validate and write atomically. Runs in a worker thread."""
+        nbformat.validate(self.nb)
+        atomic_write_text(self.path, self.to_json())
+
+
+def good_code_cells(nb: dict[str, Any]) -> tuple[list[str], int]:
+    """Code of the cells that ran successfully (or have no recorded status), in order.
+
+    Returns the sources and how many code cells were skipped (failed, timed out, died, or
+    replays of earlier cells, which the originals already cover).
+    """
+    sources: list[str] = []
+    skipped = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        code = "".join(src) if isinstance(src, list) else str(src)
+        meta = (cell.get("metadata") or {}).get("interp") or {}
+        if meta.get("replay_of") is not None or (meta.get("status", "ok") != "ok"):
+            skipped += 1
+            continue
+        if code.strip():
+            sources.append(code)
+    return sources, skipped

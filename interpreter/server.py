@@ -1,0 +1,208 @@
+"""Running the broker: pick the backend, bind, serve, and shut down cleanly on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+
+from interpreter.api.app import make_app
+from interpreter.broker import SessionBroker
+from interpreter.errors import BackendUnavailable
+from interpreter.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse to expose an unauthenticated service beyond this machine."""
+    if not settings.api_keys and not is_loopback(settings.host):
+        raise SystemExit(
+            f"Refusing to bind {settings.host} without an API key: pass --api-key KEY (or set "
+            "INTERP_API_KEYS), or bind 127.0.0.1."
+        )
+
+
+def resolve_backend(settings: Settings) -> str:
+    """``local`` or ``docker``; ``auto`` means docker when an engine and the image are there."""
+    if settings.backend == "local":
+        return "local"
+    from interpreter.backends import docker as docker_backend
+    from interpreter.images import image_status, missing_image_message
+
+    if not docker_backend.docker_available():
+        if settings.backend == "docker":
+            raise BackendUnavailable(
+                "No Docker engine answers. Start one (e.g. `sudo dockerd &`) or run with "
+                "--backend local (no isolation)."
+            )
+        log.warning("No Docker engine answers: using the LOCAL backend, which does NOT isolate "
+                    "kernels from this machine. Use it only for trusted code.")
+        return "local"
+    status = image_status(settings.docker_image)
+    if not status.exists:
+        message = missing_image_message(settings.docker_image)
+        if settings.backend == "docker":
+            raise BackendUnavailable(message)
+        log.warning("%s Using the LOCAL backend (no isolation) meanwhile.", message)
+        return "local"
+    return "docker"
+
+
+@dataclass
+class RunningServer:
+    """A started broker and HTTP server."""
+
+    broker: SessionBroker
+    http: HTTPServer
+    url: str
+
+    async def stop(self) -> None:
+        self.http.stop()
+        await self.broker.shutdown()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.http.close_all_connections(), 5)
+
+
+async def start(settings: Settings, backend: str | None = None) -> RunningServer:
+    """Start the broker and listen; returns once requests are accepted."""
+    check_bind(settings)
+    chosen = backend if backend else await asyncio.to_thread(resolve_backend, settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    broker = SessionBroker(settings, chosen)
+    await broker.open()
+    if chosen == "docker" and settings.pool_size > 0:
+        from interpreter.backends.pool_setup import install_pool
+
+        await install_pool(broker)
+    app = make_app(broker, settings)
+    http = HTTPServer(
+        app,
+        max_body_size=max(settings.max_upload_bytes, settings.max_body_bytes) + 1024,
+        max_buffer_size=max(settings.max_upload_bytes, settings.max_body_bytes) + (1 << 20),
+        idle_connection_timeout=300,
+        body_timeout=600,
+    )
+    sockets = bind_sockets(settings.port, settings.host)
+    http.add_sockets(sockets)
+    port = sockets[0].getsockname()[1]
+    host = settings.host if ":" not in settings.host else f"[{settings.host}]"
+    return RunningServer(broker=broker, http=http, url=f"http://{host}:{port}")
+
+
+def serve(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM; then stop kernels (or detach) and flush notebooks."""
+
+    async def main() -> int:
+        try:
+            running = await start(settings)
+        except BackendUnavailable as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if not settings.api_keys:
+            print("No API key configured: serving loopback only, without authentication.",
+                  flush=True)
+        print(f"interp ({running.broker.backend} backend) listening on {running.url}", flush=True)
+        await stop.wait()
+        print("Shutting down: stopping kernels and flushing notebooks...", flush=True)
+        await running.stop()
+        print("Stopped.", flush=True)
+        return 0
+
+    return asyncio.run(main())
+
+
+class ServerThread:
+    """The broker on its own event loop in a background thread (tests, embedding, MCP).
+
+    Example:
+        >>> with ServerThread(Settings(data_dir=tmp, port=0, backend="local")) as srv:
+        ...     httpx.get(srv.url + "/healthz")
+    """
+
+    def __init__(self, settings: Settings, backend: str | None = None) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running: RunningServer | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="interp-server", daemon=True)
+
+    @property
+    def broker(self) -> SessionBroker:
+        assert self._running is not None
+        return self._running.broker
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            self._running = loop.run_until_complete(start(self.settings, self.backend))
+            self.url = self._running.url
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        loop.run_forever()
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        self._ready.wait(120)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
+        """Run a coroutine on the server's loop and return its result."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def stop(self) -> None:
+        if self._loop is None or self._running is None:
+            return
+        running = self._running
+        self._running = None
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(running.stop(), self._loop).result(120)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,756 @@
+"""One live session: a kernel, its message readers and its FIFO execution queue.
+
+Per session there is exactly one kernel (an ``AsyncKernelManager`` whose provisioner is the
+backend), one ``AsyncKernelClient``, one task reading iopub and one reading shell replies,
+both routing by the ``msg_id`` the broker issued (messages with any other parent are
+ignored: security.md H-34), and one worker that runs queued executions one at a time.
+
+Completion of an execution needs the shell ``execute_reply`` *and* the iopub ``idle``; if
+the idle never comes (a flood may drop it, H-33) the reply plus a short grace ends it.
+Timeouts interrupt, then restart if the kernel stays busy; a dead kernel is reported as
+``kernel_died`` and replaced, so the next call works (R-02, R-05).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from jupyter_client.manager import AsyncKernelManager
+
+from interpreter.artifacts import ArtifactStore, decode_value
+from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
+from interpreter.errors import AuditDegraded, KernelStartFailed, SessionBusy, SessionClosed
+from interpreter.execution import (
+    BINARY_MIMES,
+    ClearEvent,
+    ErrorEvent,
+    ExecutionRecorder,
+    RichEvent,
+    StreamEvent,
+    cut_middle,
+)
+from interpreter.kernelspecs import kernel_spec_manager
+from interpreter.metrics import Metrics
+from interpreter.models import (
+    ArtifactRef,
+    ErrorInfo,
+    Execution,
+    KernelInfo,
+    Output,
+    SessionStatus,
+)
+from interpreter.models import Session as SessionModel
+from interpreter.notebook import NotebookRecorder
+from interpreter.settings import Settings
+from interpreter.store import Store, utcnow
+
+log = logging.getLogger(__name__)
+
+#: MIME types that always stay inline (text forms an agent reads without a second request).
+INLINE_MIMES = frozenset({"text/plain", "application/vnd.dataframe+json"})
+#: Largest single ZMQ message the broker accepts from a kernel (H-33).
+MAX_ZMQ_MESSAGE = 128 << 20
+
+Publisher = Callable[[str, str], None]
+
+
+def new_id(prefix: str) -> str:
+    """A 144-bit random identifier (security.md H-42)."""
+    return f"{prefix}_{secrets.token_urlsafe(18)}"
+
+
+@dataclass
+class ExecutionHandle:
+    """An execution while it is queued or running, and the streams that watch it."""
+
+    execution: Execution
+    seq: int
+    timeout_s: float
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+    subscribers: list[asyncio.Queue[tuple[str, str] | None]] = field(default_factory=list)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    recorder: ExecutionRecorder | None = None
+    api_outputs: dict[int, Output] = field(default_factory=dict)
+    interrupt_requested: bool = False
+    stream: asyncio.Queue[tuple[str, str] | None] | None = None
+
+    def subscribe(self) -> asyncio.Queue[tuple[str, str] | None]:
+        """A queue of ``(event name, JSON data)``; ``None`` after the ``done`` event."""
+        queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+        if self.finished.is_set():
+            queue.put_nowait(("done", self.execution.model_dump_json()))
+            queue.put_nowait(None)
+        else:
+            self.subscribers.append(queue)
+        return queue
+
+    def publish(self, name: str, data: str) -> None:
+        for queue in self.subscribers:
+            queue.put_nowait((name, data))
+
+    def finish(self) -> None:
+        self.publish("done", self.execution.model_dump_json())
+        for queue in self.subscribers:
+            queue.put_nowait(None)
+        self.subscribers.clear()
+        self.finished.set()
+
+
+class LiveSession:
+    """A session whose kernel is (or is being) run by this broker.
+
+    Args:
+        row: the session's fields as stored (id, owner, backend, times, metadata, limits).
+        settings: the broker settings.
+        store: the durable registry (written through its single writer thread).
+        options: launch options for the kernel provisioner.
+        kernel_name: ``python3`` (local) or ``python3-docker``.
+        notebook: the session's notebook recorder.
+        metrics: broker metrics.
+        writer: runs a blocking callable on the store's writer thread, in order.
+    """
+
+    def __init__(
+        self, *, row: dict[str, Any], settings: Settings, store: Store, options: LaunchOptions,
+        kernel_name: str, notebook: NotebookRecorder, metrics: Metrics,
+        writer: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> None:
+        self.id: str = row["id"]
+        self.owner: str = row["owner"]
+        self.backend: str = row["backend"]
+        self.created_at: datetime = datetime.fromisoformat(row["created_at"])
+        self.last_activity_at: datetime = datetime.fromisoformat(row["last_activity_at"])
+        self.execution_count: int = row.get("execution_count", 0)
+        self.metadata: dict[str, Any] = row.get("metadata") or {}
+        self.limits: dict[str, Any] = row.get("limits") or {}
+        self.idle_timeout_s: float | None = row.get("idle_timeout_s")
+        self.rebuild: dict[str, Any] | None = row.get("rebuild")
+        self.kernel = KernelInfo(**(row.get("kernel") or {}))
+        self.settings = settings
+        self.store = store
+        self.options = options
+        self.kernel_name = kernel_name
+        self.notebook = notebook
+        self.metrics = metrics
+        self._write = writer
+        self.status: SessionStatus = "starting"
+        self.artifacts = ArtifactStore(options.session_dir / "artifacts", self.id)
+        self.km: AsyncKernelManager | None = None
+        self.kc: Any = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._worker: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[ExecutionHandle] = asyncio.Queue(maxsize=settings.queue_size)
+        self._current: ExecutionHandle | None = None
+        self._handles: dict[str, ExecutionHandle] = {}
+        self._nb_lock = asyncio.Lock()
+        self._restart_lock = asyncio.Lock()
+        self._state_lost_pending = False
+        self.audit_degraded = False
+        self.restarts = 0
+        self._bad_messages = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the kernel and the session's tasks. Raises KernelStartFailed."""
+        self.km = self._new_manager()
+        try:
+            await asyncio.wait_for(
+                self.km.start_kernel(**{LAUNCH_KWARG: self.options}),
+                self.settings.kernel_start_timeout_s,
+            )
+            await self._connect()
+        except Exception as exc:
+            await self._kill_quietly()
+            self.status = "dead"
+            if isinstance(exc, KernelStartFailed):
+                raise
+            msg = str(exc) if isinstance(exc, KernelStartFailed | RuntimeError) else ""
+            raise KernelStartFailed(
+                "The kernel did not start" + (f": {msg}" if msg else "")
+                + ". Try again; if it keeps failing, check the service logs."
+            ) from exc
+        self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
+        self.status = "idle"
+        await self._persist_kernel()
+
+    async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
+        """Reconnect to a kernel that outlived a previous broker process (R-07)."""
+        from jupyter_client.provisioning.factory import KernelProvisionerFactory
+
+        km = self._new_manager()
+        conn = dict(connection)
+        if isinstance(conn.get("key"), str):
+            conn["key"] = conn["key"].encode()
+        km.load_connection_info(conn)  # type: ignore[arg-type]
+        km.kernel_id = provisioner.get("kernel_id") or self.id
+        km.provisioner = KernelProvisionerFactory.instance(parent=km.parent).create_provisioner_instance(
+            km.kernel_id, km.kernel_spec, parent=km
+        )
+        await km.provisioner.load_provisioner_info(provisioner)
+        # jupyter_client keeps the launch kwargs here and reuses them on restart.
+        km._launch_args = {LAUNCH_KWARG: self.options}  # type: ignore[dict-item]
+        self.km = km
+        if not await km.is_alive():
+            raise KernelStartFailed("The session's kernel is gone.")
+        await self._connect()
+        self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
+        self.status = "idle"
+
+    def _new_manager(self) -> AsyncKernelManager:
+        km = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=kernel_spec_manager())
+        km.connection_file = str(self.options.session_dir / "connection.json")
+        if self.backend == "local":
+            km.transport = "tcp"
+            km.ip = "127.0.0.1"
+        return km
+
+    async def _connect(self) -> None:
+        assert self.km is not None
+        if self._ctx is None:
+            ctx = zmq.asyncio.Context()
+            # Never drop iopub messages under floods (default HWM 1000 did; see issue 2).
+            ctx.setsockopt(zmq.RCVHWM, 0)
+            ctx.setsockopt(zmq.MAXMSGSIZE, MAX_ZMQ_MESSAGE)
+            ctx.setsockopt(zmq.LINGER, 0)
+            self._ctx = ctx
+        kc = self.km.client(context=self._ctx)
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=self.settings.kernel_start_timeout_s)
+            reply = await kc.kernel_info(reply=True, timeout=10)
+        except Exception:
+            kc.stop_channels()
+            raise
+        content = reply.get("content", {})
+        lang = content.get("language_info") or {}
+        self.kernel = KernelInfo(
+            language=str(lang.get("name", "python")), version=str(lang.get("version", ""))
+        )
+        self.notebook.set_kernel_info(lang, {})
+        self.kc = kc
+        self._readers = [
+            asyncio.create_task(self._read_iopub(kc), name=f"iopub-{self.id}"),
+            asyncio.create_task(self._read_shell(kc), name=f"shell-{self.id}"),
+        ]
+
+    async def _disconnect(self) -> None:
+        for task in self._readers:
+            task.cancel()
+        for task in self._readers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._readers = []
+        if self.kc is not None:
+            with contextlib.suppress(Exception):
+                self.kc.stop_channels()
+            self.kc = None
+
+    async def _persist_kernel(self) -> None:
+        assert self.km is not None
+        raw = self.km.get_connection_info()
+        conn = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in raw.items()}
+        info: dict[str, Any] = {}
+        if self.km.provisioner is not None:
+            info = dict(await self.km.provisioner.get_provisioner_info())
+        info["kernel_id"] = self.km.kernel_id
+        kernel = self.kernel.model_dump_json()
+        conn_json = json.dumps(conn)
+        prov_json = json.dumps(info, default=str)
+        await self._write(
+            lambda: self.store.update_session(
+                self.id, status=self.status, kernel_json=kernel, connection_json=conn_json,
+                provisioner_json=prov_json,
+            )
+        )
+
+    async def close(self, *, reason: str = "deleted", keep_kernel: bool = False) -> None:
+        """Stop the session: fail queued work, stop (or detach from) the kernel, flush."""
+        if self.status == "closed":
+            return
+        previous = self.status
+        self.status = "closed"
+        while not self._queue.empty():
+            handle = self._queue.get_nowait()
+            await self._abandon(handle, "interrupted", "session_closed")
+        current = self._current
+        if self._worker is not None:
+            if current is not None and not keep_kernel and self.km is not None:
+                with contextlib.suppress(Exception):
+                    await self.km.interrupt_kernel()
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._worker
+        if current is not None and not current.finished.is_set():
+            await self._abandon(current, "interrupted", "session_closed")
+        await self._disconnect()
+        if not keep_kernel:
+            await self._kill_quietly()
+        await self._save_notebook()
+        db_status = "closed" if not keep_kernel else previous
+        await self._write(
+            lambda: self.store.update_session(
+                self.id, status=db_status, closed_reason=reason if not keep_kernel else None,
+                last_activity_at=self.last_activity_at.isoformat(),
+            )
+        )
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+            self._ctx = None
+
+    async def _kill_quietly(self) -> None:
+        if self.km is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.km.shutdown_kernel(now=True), 30)
+
+    # ------------------------------------------------------------------ submit/queue
+
+    def info(self) -> SessionModel:
+        from interpreter.models import RebuildReport
+
+        return SessionModel(
+            id=self.id, status=self.status, backend=self.backend, created_at=self.created_at,
+            last_activity_at=self.last_activity_at, execution_count=self.execution_count,
+            kernel=self.kernel, metadata=self.metadata, idle_timeout_s=self.idle_timeout_s,
+            limits=self.limits,
+            rebuild=RebuildReport(**self.rebuild) if self.rebuild else None,
+        )
+
+    @property
+    def idle(self) -> bool:
+        return self._current is None and self._queue.empty() and self.status == "idle"
+
+    def touch(self) -> None:
+        self.last_activity_at = utcnow()
+
+    async def submit(
+        self, code: str, timeout_s: float, *, extra_meta: dict[str, Any] | None = None,
+        stream: bool = False,
+    ) -> ExecutionHandle:
+        """Queue one execution; raises SessionClosed, SessionBusy or AuditDegraded."""
+        if self.status in ("closed", "dead"):
+            raise SessionClosed(
+                f"Session '{self.id}' is {self.status}; create a new session to run code."
+            )
+        if self.audit_degraded:
+            raise AuditDegraded(
+                "The session's notebook cannot be written (disk full or unwritable), so no "
+                "new code runs until it can; free space and retry.", retry_after=30,
+            )
+        if self._queue.full():
+            raise SessionBusy(
+                f"Session '{self.id}' already has {self._queue.qsize()} executions queued "
+                "behind the running one; wait for them to finish or interrupt.",
+                retry_after=1,
+            )
+        self.touch()
+        execution = Execution(
+            id=new_id("ex"), session_id=self.id, status="queued", code=code
+        )
+        handle = ExecutionHandle(
+            execution=execution, seq=0, timeout_s=timeout_s, extra_meta=extra_meta or {}
+        )
+        if stream:
+            # Subscribe before queueing, so not even the first event can be missed.
+            handle.stream = handle.subscribe()
+        self._queue.put_nowait(handle)
+        self._handles[execution.id] = handle
+        await self._write(lambda: self._save_execution(handle))
+        return handle
+
+    def _save_execution(self, handle: ExecutionHandle) -> None:
+        if handle.seq == 0:
+            handle.seq = self.store.next_seq(self.id)
+        self.store.save_execution(handle.seq, handle.execution)
+
+    def handle(self, execution_id: str) -> ExecutionHandle | None:
+        return self._handles.get(execution_id)
+
+    async def _work(self) -> None:
+        while True:
+            handle = await self._queue.get()
+            self._current = handle
+            try:
+                await self._run(handle)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("execution %s failed inside the broker", handle.execution.id)
+                await self._abandon(handle, "error", "broker_error")
+            finally:
+                self._current = None
+                # Keep a bounded number of finished handles in memory; the store has all.
+                if len(self._handles) > 64:
+                    for key in list(self._handles)[:-64]:
+                        if self._handles[key].finished.is_set():
+                            del self._handles[key]
+
+    async def _abandon(self, handle: ExecutionHandle, status: str, reason: str) -> None:
+        ex = handle.execution
+        ex.status = status  # type: ignore[assignment]
+        ex.reason = reason
+        if ex.started_at is not None:
+            ex.duration_ms = (utcnow() - ex.started_at).total_seconds() * 1000
+        self.metrics.executions.labels(status).inc()
+        await self._write(lambda: self._save_execution(handle))
+        handle.finish()
+
+    # ------------------------------------------------------------------ running
+
+    async def _run(self, handle: ExecutionHandle) -> None:
+        assert self.km is not None
+        ex = handle.execution
+        loop = asyncio.get_running_loop()
+        if self.status == "dead" or not await self.km.is_alive():
+            # The kernel died while nobody was running anything: replace it first.
+            await self._restart("died_idle")
+            if self.status == "dead":
+                await self._abandon(handle, "kernel_died", "restart_failed")
+                return
+        state_lost_before = self._state_lost_pending
+        self._state_lost_pending = False
+        self.status = "busy"
+        ex.status = "running"
+        ex.started_at = utcnow()
+        started = loop.time()
+        await self._write(lambda: self._save_execution(handle))
+        msg_id = self.kc.execute(
+            ex.code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
+        )
+        rec = ExecutionRecorder(
+            msg_id, hard_limit=self.settings.max_output_hard_bytes,
+            rich_limit=self.settings.max_output_hard_bytes * 3,
+        )
+        handle.recorder = rec
+        outcome, reason = await self._wait(handle, rec, started + handle.timeout_s)
+        ex.duration_ms = round((loop.time() - started) * 1000, 3)
+        if outcome == "timeout":
+            state_lost = await self._settle_timeout(handle, rec)
+            ex.state_lost = state_lost
+            ex.reason = "timeout"
+            tail = "restarted: its state was lost" if state_lost else "interrupted: state kept"
+            self._set_error(ex, rec, "ExecutionTimeout",
+                            f"Execution exceeded timeout_s={handle.timeout_s:g}; the kernel was "
+                            f"{tail}.")
+            ex.status = "timeout"
+        elif outcome == "died":
+            ex.state_lost = True
+            ex.reason = reason
+            await self._restart(reason or "died")
+            self._set_error(ex, rec, "KernelDied",
+                            f"The kernel died ({reason}). A fresh kernel was started; the "
+                            "session's variables are gone, re-run the setup code.")
+            ex.status = "kernel_died"
+        else:
+            status = rec.reply_status or "error"
+            if status == "ok":
+                ex.status = "ok"
+            elif handle.interrupt_requested:
+                ex.status = "interrupted"
+                ex.reason = "interrupted"
+            else:
+                ex.status = "error"
+        if state_lost_before:
+            ex.state_lost = True
+        if rec.execution_count is not None:
+            ex.execution_count = rec.execution_count
+            self.execution_count = max(self.execution_count, rec.execution_count)
+        if self.status == "busy":
+            self.status = "idle"
+        await self._finalize(handle, rec)
+
+    async def _wait(
+        self, handle: ExecutionHandle, rec: ExecutionRecorder, deadline: float
+    ) -> tuple[str, str | None]:
+        """Wait for completion, the deadline or the kernel's death."""
+        assert self.km is not None
+        loop = asyncio.get_running_loop()
+        reply_seen_at: float | None = None
+        last_check = loop.time()
+        while True:
+            if rec.done:
+                return "done", None
+            now = loop.time()
+            if rec.reply is not None:
+                reply_seen_at = reply_seen_at or now
+                if now - reply_seen_at >= self.settings.iopub_grace_s:
+                    log.warning("session %s: no iopub idle after the reply; moving on", self.id)
+                    return "done", None
+            if now >= deadline:
+                return "timeout", None
+            step = min(deadline - now, 0.25 if reply_seen_at else 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(handle.changed.wait(), step)
+            handle.changed.clear()
+            if loop.time() - last_check >= 1.0 and not rec.done:
+                last_check = loop.time()
+                if not await self.km.is_alive():
+                    return "died", await self._exit_reason()
+
+    async def _exit_reason(self) -> str:
+        assert self.km is not None
+        prov = self.km.provisioner
+        exit_reason = getattr(prov, "exit_reason", None)
+        if exit_reason is not None:
+            with contextlib.suppress(Exception):
+                reason = await exit_reason()
+                if reason:
+                    return str(reason)
+        code = None
+        if prov is not None:
+            with contextlib.suppress(Exception):
+                code = await prov.poll()
+        if isinstance(code, int):
+            return f"signal:{-code}" if code < 0 else f"exit:{code}"
+        return "unresponsive"
+
+    async def _settle_timeout(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> bool:
+        """Interrupt; restart if still busy after the grace. Returns whether state was lost."""
+        assert self.km is not None
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(Exception):
+            await self.km.interrupt_kernel()
+        grace_end = loop.time() + self.settings.interrupt_grace_s
+        while rec.reply is None and loop.time() < grace_end:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(handle.changed.wait(), 0.1)
+            handle.changed.clear()
+        if rec.reply is not None:
+            # Give the idle (and the KeyboardInterrupt traceback) a moment to arrive.
+            end = loop.time() + 0.5
+            while not rec.idle and loop.time() < end:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(handle.changed.wait(), 0.1)
+                handle.changed.clear()
+            return False
+        await self._restart("timeout")
+        return True
+
+    @staticmethod
+    def _set_error(ex: Execution, rec: ExecutionRecorder, ename: str, evalue: str) -> None:
+        traceback = rec.error.traceback if rec.error else []
+        ex.error = ErrorInfo(ename=ename, evalue=evalue, traceback=traceback)
+
+    async def _restart(self, reason: str) -> None:
+        """Replace the kernel (a fresh process or container); the session keeps going."""
+        assert self.km is not None
+        async with self._restart_lock:
+            self.status = "starting"
+            self.restarts += 1
+            self.metrics.restarts.labels(reason.split(":")[0]).inc()
+            await self._disconnect()
+            try:
+                await asyncio.wait_for(
+                    self.km.restart_kernel(now=True), self.settings.kernel_start_timeout_s
+                )
+                await self._connect()
+            except Exception:
+                log.exception("session %s: kernel restart failed", self.id)
+                self.status = "dead"
+                await self._write(lambda: self.store.update_session(self.id, status="dead"))
+                return
+            self.status = "idle"
+            await self._persist_kernel()
+
+    async def interrupt(self) -> None:
+        """Interrupt the running execution (state is kept)."""
+        if self.status == "closed" or self.km is None:
+            raise SessionClosed(f"Session '{self.id}' is closed.")
+        if self._current is not None:
+            self._current.interrupt_requested = True
+        await self.km.interrupt_kernel()
+
+    async def restart(self) -> None:
+        """Restart on request: a fresh kernel, state cleared, same session and notebook."""
+        if self.status == "closed" or self.km is None:
+            raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
+        if self._current is not None:
+            self._current.interrupt_requested = True
+        await self._restart("requested")
+        if self.status == "dead":
+            raise KernelStartFailed("The kernel could not be restarted; delete the session.")
+        self._state_lost_pending = False
+
+    # ------------------------------------------------------------------ message readers
+
+    async def _read_iopub(self, kc: Any) -> None:
+        while True:
+            try:
+                msg = await kc.get_iopub_msg()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
+                self._note_bad_message(exc)
+                continue
+            handle = self._current
+            if handle is None or handle.recorder is None:
+                continue
+            parent = msg.get("parent_header") or {}
+            if not isinstance(parent, dict) or parent.get("msg_id") != handle.recorder.msg_id:
+                continue
+            try:
+                await self._apply(handle, handle.recorder.feed_iopub(msg))
+            except Exception:
+                log.exception("session %s: could not apply an iopub message", self.id)
+            handle.changed.set()
+
+    async def _read_shell(self, kc: Any) -> None:
+        while True:
+            try:
+                msg = await kc.get_shell_msg()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._note_bad_message(exc)
+                continue
+            handle = self._current
+            if handle is None or handle.recorder is None:
+                continue
+            parent = msg.get("parent_header") or {}
+            if not isinstance(parent, dict) or parent.get("msg_id") != handle.recorder.msg_id:
+                continue
+            if (msg.get("header") or {}).get("msg_type") != "execute_reply":
+                continue
+            await self._apply(handle, handle.recorder.feed_reply(msg))
+            handle.changed.set()
+
+    def _note_bad_message(self, exc: Exception) -> None:
+        self._bad_messages += 1
+        if self._bad_messages <= 5 or self._bad_messages % 1000 == 0:
+            log.warning("session %s: dropped a bad kernel message (%s, %d so far)",
+                        self.id, type(exc).__name__, self._bad_messages)
+
+    async def _apply(self, handle: ExecutionHandle, events: list[Any]) -> None:
+        for event in events:
+            if isinstance(event, StreamEvent):
+                handle.publish(event.name, json.dumps({"text": event.text}))
+            elif isinstance(event, RichEvent):
+                out = await self._capture(handle, event.index)
+                handle.publish("output", out.model_dump_json())
+            elif isinstance(event, ClearEvent):
+                handle.api_outputs.clear()
+                handle.publish("clear", json.dumps({"wait": event.wait}))
+            elif isinstance(event, ErrorEvent):
+                info = ErrorInfo(ename=event.ename, evalue=event.evalue,
+                                 traceback=event.traceback)
+                handle.publish("error", info.model_dump_json())
+
+    async def _capture(self, handle: ExecutionHandle, index: int) -> Output:
+        """The API form of a rich output: binaries and big values moved to artifacts."""
+        assert handle.recorder is not None
+        raw = handle.recorder.output(index)
+        data: dict[str, Any] = {}
+        refs: list[ArtifactRef] = []
+        for mime, value in raw["data"].items():
+            size = len(value) if isinstance(value, str) else len(json.dumps(value))
+            is_image = mime in BINARY_MIMES or mime.startswith("image/")
+            if is_image or (mime not in INLINE_MIMES and size > self.settings.inline_rich_bytes):
+                refs.append(await asyncio.to_thread(self._put_value, mime, value))
+            elif mime == "text/plain" and size > self.settings.inline_rich_bytes:
+                refs.append(await asyncio.to_thread(self._put_value, mime, value))
+                data[mime] = cut_middle(str(value), self.settings.inline_rich_bytes)
+            else:
+                data[mime] = value
+        out = Output(
+            type=raw["output_type"], data=data, artifacts=refs,
+            display_id=raw.get("_display_id"),
+        )
+        handle.api_outputs[index] = out
+        return out
+
+    def _put_value(self, mime: str, value: object) -> ArtifactRef:
+        return self.artifacts.put(decode_value(mime, value), mime)
+
+    # ------------------------------------------------------------------ finishing
+
+    async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
+        ex = handle.execution
+        limit = self.settings.max_output_bytes
+        stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
+        total = len(stdout) + len(stderr)
+        if total > limit or rec.streams.dropped:
+            ex.truncated = True
+            for _name, text in (("stdout", stdout), ("stderr", stderr)):
+                if text:
+                    ref = await asyncio.to_thread(
+                        self.artifacts.put, text.encode("utf-8"), "text/plain"
+                    )
+                    ex.artifacts.append(ref)
+            share_out = max(limit * len(stdout) // max(total, 1), 1000)
+            share_err = max(limit - share_out, 1000)
+            stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
+            if rec.streams.dropped:
+                stderr += (f"\n[output limit reached: {rec.streams.dropped} more characters "
+                           "were produced and not kept]\n")
+        if rec.rich_dropped:
+            ex.truncated = True
+        ex.stdout, ex.stderr = stdout, stderr
+        outputs = []
+        for idx in rec.rich_indexes():
+            out = handle.api_outputs.get(idx)
+            if out is None:
+                out = await self._capture(handle, idx)
+            outputs.append(out)
+        ex.outputs = outputs
+        if ex.error is None and rec.error is not None:
+            ex.error = ErrorInfo(ename=rec.error.ename, evalue=rec.error.evalue,
+                                 traceback=rec.error.traceback)
+        nb_outputs = rec.notebook_outputs(stream_limit=limit)
+        if ex.status in ("timeout", "kernel_died") and ex.error is not None:
+            nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]
+            nb_outputs.append({"output_type": "error", "ename": ex.error.ename,
+                               "evalue": ex.error.evalue, "traceback": ex.error.traceback})
+        self.touch()
+        async with self._nb_lock:
+            self.notebook.add_cell(
+                ex.code, nb_outputs, execution_id=ex.id, execution_count=ex.execution_count,
+                status=ex.status, started_at=ex.started_at, duration_ms=ex.duration_ms,
+                state_lost=ex.state_lost, reason=ex.reason, extra=handle.extra_meta,
+            )
+        await self._save_notebook()
+        self.metrics.executions.labels(ex.status).inc()
+        if ex.duration_ms is not None:
+            self.metrics.duration.observe(ex.duration_ms / 1000)
+        count, last = self.execution_count, self.last_activity_at.isoformat()
+        await self._write(lambda: self._save_execution(handle))
+        await self._write(
+            lambda: self.store.update_session(
+                self.id, execution_count=count, last_activity_at=last, status=self.status
+            )
+        )
+        handle.finish()
+
+    async def _save_notebook(self) -> bool:
+        """Write the notebook atomically off the loop; on failure, fail closed (R-12)."""
+        async with self._nb_lock:
+            try:
+                await asyncio.to_thread(self.notebook.save)
+            except Exception:
+                log.exception("session %s: notebook write failed; refusing new work", self.id)
+                self.audit_degraded = True
+                return False
+        self.audit_degraded = False
+        return True
+
+    async def retry_audit(self) -> None:
+        if self.audit_degraded:
+            await self._save_notebook()
+
+    @property
+    def notebook_path(self) -> Path:
+        return self.notebook.path
+

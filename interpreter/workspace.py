@@ -1,0 +1,252 @@
+"""Safe file access inside a session's workspace (security.md H-50, H-51, decision 8).
+
+Every path from a client is normalised (NFKC) *before* it is checked, must be relative, and
+may not contain ``..``, ``.``, empty components, NUL or backslashes. It is then walked one
+component at a time with ``O_NOFOLLOW`` opens relative to a directory descriptor, so a
+symlink planted by the kernel (to ``/etc``, to another session, anywhere) is refused rather
+than followed, and a rename race cannot lead outside. Only regular files are served.
+
+Everything here is synchronous; the API calls it through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import stat
+import unicodedata
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+from interpreter.errors import (
+    BadRequest,
+    FileNotFoundInWorkspace,
+    PathNotAllowed,
+    PayloadTooLarge,
+)
+from interpreter.models import FileEntry, FileList
+
+MAX_PATH_CHARS = 1024
+MAX_NAME_BYTES = 255
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def split_path(path: str, *, allow_root: bool = False) -> list[str]:
+    """Validate a client-supplied workspace path and return its components."""
+    if "\x00" in path:
+        raise PathNotAllowed("Path must not contain NUL characters.")
+    normal = unicodedata.normalize("NFKC", path)
+    if len(normal) > MAX_PATH_CHARS:
+        raise PathNotAllowed(f"Path is longer than {MAX_PATH_CHARS} characters.")
+    if "\\" in normal:
+        raise PathNotAllowed("Use '/' to separate path components, not '\\'.")
+    if normal.startswith("/"):
+        raise PathNotAllowed("Path must be relative to the workspace, not absolute.")
+    stripped = normal.strip("/")
+    if not stripped:
+        if allow_root:
+            return []
+        raise PathNotAllowed("Path is empty; name a file inside the workspace.")
+    parts = stripped.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise PathNotAllowed(
+                "Path must not contain '..', '.' or empty components; "
+                "give a plain path inside the workspace."
+            )
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise PathNotAllowed(f"A path component is longer than {MAX_NAME_BYTES} bytes.")
+        try:
+            part.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise PathNotAllowed("Path must be valid Unicode.") from exc
+    return parts
+
+
+def _os_error(exc: OSError, path: str) -> Exception:
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return PathNotAllowed(f"'{path}' goes through a symbolic link, which is not allowed.")
+    if exc.errno == errno.ENOTDIR:
+        return FileNotFoundInWorkspace(f"'{path}': a parent is not a directory.")
+    if exc.errno == errno.ENOENT:
+        return FileNotFoundInWorkspace(f"No file '{path}' in the workspace.")
+    if exc.errno == errno.EISDIR:
+        return BadRequest(f"'{path}' is a directory.")
+    if exc.errno == errno.ENOTEMPTY:
+        return BadRequest(f"Directory '{path}' is not empty.")
+    if exc.errno == errno.ENOSPC:
+        return PayloadTooLarge("No space left for this file.")
+    return BadRequest(f"Cannot access '{path}' ({errno.errorcode.get(exc.errno or 0, 'error')}).")
+
+
+class Workspace:
+    """The workspace directory of one session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @contextmanager
+    def _walk(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
+        """Yield a descriptor of the directory holding ``parts``' last component."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for part in parts:
+                try:
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    self._chown_like_root(part, fd)
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _chown_like_root(self, name: str, dir_fd: int) -> None:
+        """Give files the broker creates to the workspace's owner (the kernel's uid)."""
+        if os.geteuid() != 0:
+            return
+        st = os.stat(self.root)
+        os.chown(name, st.st_uid, st.st_gid, dir_fd=dir_fd, follow_symlinks=False)
+
+    # -- operations ------------------------------------------------------------------------
+
+    def listing(self, path: str = "") -> FileList:
+        parts = split_path(path, allow_root=True)
+        try:
+            with self._walk(parts) as fd:
+                entries = []
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        st = entry.stat(follow_symlinks=False)
+                        kind: Literal["file", "directory", "other"] = (
+                            "directory" if stat.S_ISDIR(st.st_mode)
+                            else "file" if stat.S_ISREG(st.st_mode) else "other"
+                        )
+                        rel = "/".join([*parts, entry.name])
+                        entries.append(
+                            FileEntry(
+                                name=entry.name, path=rel, type=kind, size=st.st_size,
+                                modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
+                            )
+                        )
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+        entries.sort(key=lambda e: (e.type != "directory", e.name))
+        return FileList(path="/".join(parts), entries=entries)
+
+    def open_read(self, path: str, max_bytes: int | None = None) -> tuple[BinaryIO, int]:
+        """Open a regular file for reading; the caller closes it."""
+        parts = split_path(path)
+        try:
+            with self._walk(parts[:-1]) as dfd:
+                fd = os.open(
+                    parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                    dir_fd=dfd,
+                )
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise BadRequest(f"'{path}' is a directory; list it with ?path= instead.")
+            raise PathNotAllowed(f"'{path}' is not a regular file.")
+        if max_bytes is not None and st.st_size > max_bytes:
+            os.close(fd)
+            raise PayloadTooLarge(f"'{path}' is larger than {max_bytes} bytes.")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+
+    def write(self, path: str, chunks: Iterable[bytes]) -> int:
+        """Create or replace a file atomically (parents created). Returns its size."""
+        parts = split_path(path)
+        name = parts[-1]
+        tmp = f".upload-{secrets.token_hex(8)}.tmp"
+        try:
+            with self._walk(parts[:-1], create=True) as dfd:
+                fd = os.open(
+                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644, dir_fd=dfd,
+                )
+                size = 0
+                try:
+                    with os.fdopen(fd, "wb") as fh:
+                        for chunk in chunks:
+                            fh.write(chunk)
+                            size += len(chunk)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    self._chown_like_root(tmp, dfd)
+                    try:
+                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                        if stat.S_ISDIR(st.st_mode):
+                            raise BadRequest(f"'{path}' is a directory.")
+                    except FileNotFoundError:
+                        pass
+                    # rename() replaces a symlink at ``name`` itself; it never follows it.
+                    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except BaseException:
+                    with suppress(OSError):
+                        os.unlink(tmp, dir_fd=dfd)
+                    raise
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+        return size
+
+    def delete(self, path: str) -> None:
+        """Delete a file, a symlink (not its target) or a directory tree."""
+        parts = split_path(path)
+        try:
+            with self._walk(parts[:-1]) as dfd:
+                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.rmtree(parts[-1], dir_fd=dfd)
+                else:
+                    os.unlink(parts[-1], dir_fd=dfd)
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+
+
+def copy_tree_safely(src: Path, dst: Path) -> int:
+    """Copy regular files and directories of a workspace; skip links and special files.
+
+    Used to fork a session: nothing a kernel planted (a symlink to a host file, a FIFO) is
+    followed or reproduced. Returns the number of files copied.
+    """
+    count = 0
+    src_fd = os.open(src, _DIR_FLAGS)
+    try:
+        count = _copy_dir(src_fd, dst)
+    finally:
+        os.close(src_fd)
+    return count
+
+
+def _copy_dir(src_fd: int, dst: Path) -> int:
+    dst.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with os.scandir(src_fd) as it:
+        entries = list(it)
+    for entry in entries:
+        st = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            fd = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
+            try:
+                count += _copy_dir(fd, dst / entry.name)
+            finally:
+                os.close(fd)
+        elif stat.S_ISREG(st.st_mode):
+            fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_fd)
+            with os.fdopen(fd, "rb") as fin, open(dst / entry.name, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+            count += 1
+    return count
