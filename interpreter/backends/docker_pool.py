@@ -1,0 +1,324 @@
+"""A warm pool of kernel containers, started before sessions ask for them.
+
+A cold kernel start costs a container start plus the kernel's own imports (seconds). The
+pool keeps ``size`` kernels started with the broker's default limits, each already answering
+``kernel_info``. A session whose options match those defaults claims one: the pool renames
+the kernel's workspace and runtime directories to the session's paths (bind mounts follow
+a renamed directory, so the kernel notices nothing) and refills in the background.
+
+Rules (security.md H-26): a container is handed out once and removed when its session
+ends; it is never returned to the pool. Its labels cannot change after creation, so a
+pooled container keeps ``org.interp.session=pool-<slot>`` and ``org.interp.pool=<slot>``;
+the session it went to is recorded in that session's provisioner info. The kernel's
+``INTERP_SESSION_ID`` is likewise ``pool-<slot>``.
+
+Layout: ``<root>/<slot>/ws`` (workspace) and ``<root>/<slot>/run`` (ipc directory), root
+``<data_dir>/pool`` by default. Claims need the session's directories on the same
+filesystem as the root (a rename); otherwise the session simply starts cold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from jupyter_client.asynchronous.client import AsyncKernelClient
+
+from interpreter.backends import docker_ipc as ipc
+from interpreter.backends.base import LaunchOptions
+from interpreter.backends.docker import (
+    DEFAULT_ARGV,
+    START_TIMEOUT_S,
+    KernelContainer,
+    absolute_options,
+    call_docker,
+    discard_container,
+    exit_reason_of,
+    inspect_state,
+    kernel_user,
+    list_broker_containers,
+    new_key,
+    remove_container,
+    start_kernel_container,
+)
+from interpreter.backends.docker_config import kernel_command
+from interpreter.errors import InterpreterError, KernelStartFailed
+
+log = logging.getLogger(__name__)
+
+#: Longest pause between attempts when starting pool kernels keeps failing.
+MAX_BACKOFF_S = 60.0
+
+
+class ContainerPool:
+    """Keeps ``size`` ready kernel containers for sessions with default options.
+
+    Install it with ``DockerProvisioner.pool = pool`` after ``await pool.start()``; remove it
+    (``DockerProvisioner.pool = None``) before ``await pool.close()``.
+
+    Args:
+        size: how many ready kernels to keep; 0 disables the pool.
+        template: the broker's default launch options. Used: ``memory_mb``, ``cpus``,
+            ``pids``, ``tmp_size_mb``, ``image``, ``runtime``, ``env`` and
+            ``extra["broker_id"]`` (containers are labelled with it). Its session id,
+            owner and paths are ignored.
+        data_dir: the broker's data directory; the pool lives in ``<data_dir>/pool``.
+        root: a different pool directory, e.g. on the filesystem of the runtime dirs.
+        argv: the kernelspec's argv (``{connection_file}`` is substituted).
+        start_timeout_s: how long one pool kernel may take to answer ``kernel_info``.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        template: LaunchOptions,
+        data_dir: Path,
+        *,
+        root: Path | None = None,
+        argv: Sequence[str] = DEFAULT_ARGV,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        self.size = size
+        self.template = template
+        self.root = (root or data_dir / "pool").absolute()
+        self.command = kernel_command(argv)
+        self.start_timeout_s = start_timeout_s
+        self.broker_id = str(template.extra.get("broker_id", ""))
+        self._user = kernel_user()
+        self._ready: collections.deque[KernelContainer] = collections.deque()
+        self._wanted = asyncio.Event()
+        self._filler: asyncio.Task[None] | None = None
+        self._closed = False
+        #: Counters for metrics and tests.
+        self.started = 0
+        self.claimed = 0
+        self.failures = 0
+
+    # -- public -------------------------------------------------------------------------
+
+    @property
+    def ready_count(self) -> int:
+        """Kernels ready to be claimed right now."""
+        return len(self._ready)
+
+    def matches(self, options: LaunchOptions) -> bool:
+        """Whether a session with these options may get a pooled kernel."""
+        t = self.template
+        return (
+            options.memory_mb == t.memory_mb
+            and options.cpus == t.cpus
+            and options.pids == t.pids
+            and options.tmp_size_mb == t.tmp_size_mb
+            and options.image == t.image
+            and options.runtime == t.runtime
+            and options.env == t.env
+            and str(options.extra.get("broker_id", "")) == self.broker_id
+        )
+
+    async def start(self) -> None:
+        """Remove what an earlier broker's pool left, then fill the pool in the background.
+
+        Call it after the broker's startup reconciliation. Returns at once; kernels become
+        claimable as they come up.
+
+        Raises:
+            KernelStartFailed: the pool directory is too deep for unix socket paths.
+            BackendUnavailable: the Docker engine cannot be reached.
+        """
+        ipc.check_path_length(self.root / "0123456789abcdef" / "run")
+        await asyncio.to_thread(self._remove_leftovers)
+        if self.size > 0:
+            self._wanted.set()
+            self._filler = asyncio.create_task(self._fill(), name="docker-pool-fill")
+
+    async def claim(
+        self, options: LaunchOptions, *, command: Sequence[str] | None = None
+    ) -> KernelContainer | None:
+        """Hand a ready kernel to a session, or None (the caller then starts one cold).
+
+        Called by ``DockerProvisioner.launch_kernel`` on a session's first launch. None
+        when the pool is closed or empty, the options differ from the template, the
+        session's workspace or runtime directory already holds something, or they are on
+        another filesystem.
+
+        Args:
+            options: the session's launch options.
+            command: the kernel command the caller would run; must equal the pool's.
+        """
+        if self._closed or not self.matches(options):
+            return None
+        if command is not None and list(command) != self.command:
+            return None
+        options = absolute_options(options)
+        targets = (options.workspace, options.runtime_dir)
+        if not await asyncio.to_thread(self._targets_usable, *targets):
+            return None
+        while self._ready:
+            kernel = self._ready.popleft()
+            self._wanted.set()
+            if not await self._still_running(kernel):
+                await discard_container(kernel.container_id, kernel.runtime_dir)
+                await asyncio.to_thread(ipc.remove_tree, kernel.workspace.parent)
+                continue
+            try:
+                await asyncio.to_thread(self._move, kernel, *targets)
+                await asyncio.to_thread(ipc.verify_sockets, options.runtime_dir, self._user)
+            except (OSError, InterpreterError):
+                log.warning("could not hand pooled kernel %s over", kernel.name, exc_info=True)
+                await discard_container(kernel.container_id, kernel.runtime_dir)
+                await asyncio.to_thread(ipc.remove_tree, options.runtime_dir)
+                await asyncio.to_thread(ipc.remove_tree, kernel.workspace.parent)
+                return None
+            self.claimed += 1
+            return dataclasses.replace(kernel, workspace=targets[0], runtime_dir=targets[1])
+        return None
+
+    async def close(self) -> None:
+        """Stop filling and remove every unclaimed container and its directories."""
+        self._closed = True
+        if self._filler is not None:
+            self._filler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._filler
+            self._filler = None
+        while self._ready:
+            kernel = self._ready.popleft()
+            await discard_container(kernel.container_id, kernel.runtime_dir)
+        await asyncio.to_thread(ipc.remove_tree, self.root)
+
+    # -- filling ------------------------------------------------------------------------
+
+    async def _fill(self) -> None:
+        backoff = 1.0
+        while not self._closed:
+            await self._wanted.wait()
+            self._wanted.clear()
+            while not self._closed and len(self._ready) < self.size:
+                try:
+                    kernel = await self._start_one()
+                except InterpreterError as exc:
+                    self.failures += 1
+                    log.warning("warm pool: could not start a kernel (%s); retry in %.0f s",
+                                exc, backoff)
+                    # A claim does not cut the pause short: a failing engine or a missing
+                    # image is not fixed by demand, and cold starts still work meanwhile.
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    continue
+                backoff = 1.0
+                self.started += 1
+                self._ready.append(kernel)
+
+    async def _start_one(self) -> KernelContainer:
+        slot = secrets.token_hex(8)
+        slot_dir = self.root / slot
+        options = dataclasses.replace(
+            absolute_options(self.template),
+            session_id=f"pool-{slot}",
+            owner="",
+            session_dir=slot_dir,
+            workspace=slot_dir / "ws",
+            runtime_dir=slot_dir / "run",
+        )
+        await asyncio.to_thread(self._make_slot_dir, slot_dir)
+        try:
+            kernel = await start_kernel_container(
+                options,
+                command=self.command,
+                user=self._user,
+                key=new_key(),
+                pool_slot=slot,
+                start_timeout_s=self.start_timeout_s,
+            )
+        except BaseException:
+            await asyncio.to_thread(ipc.remove_tree, slot_dir)
+            raise
+        try:
+            await self._wait_kernel_info(kernel)
+        except BaseException:
+            await asyncio.shield(discard_container(kernel.container_id, kernel.runtime_dir))
+            await asyncio.to_thread(ipc.remove_tree, slot_dir)
+            raise
+        return kernel
+
+    async def _wait_kernel_info(self, kernel: KernelContainer) -> None:
+        """Wait until the kernel answers ``kernel_info``, so a claim gets a ready kernel."""
+        client = AsyncKernelClient()
+        client.load_connection_info(
+            ipc.connection_info(ipc.host_prefix(kernel.runtime_dir), kernel.key)
+        )
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=self.start_timeout_s)
+        except RuntimeError as exc:
+            raise KernelStartFailed(f"pool kernel did not answer: {exc}") from exc
+        finally:
+            client.stop_channels()
+
+    async def _still_running(self, kernel: KernelContainer) -> bool:
+        if kernel.host_process is not None:
+            return kernel.host_process.alive()
+        try:
+            state = await call_docker(
+                "inspect a kernel container", inspect_state, kernel.container_id
+            )
+        except InterpreterError:
+            return False
+        return exit_reason_of(state) is None
+
+    # -- filesystem (worker threads) ---------------------------------------------------
+
+    def _make_slot_dir(self, slot_dir: Path) -> None:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        slot_dir.mkdir(mode=0o700)
+
+    def _targets_usable(self, workspace: Path, runtime_dir: Path) -> bool:
+        """Both targets absent or empty directories, on the pool's filesystem."""
+        try:
+            pool_dev = os.stat(self.root).st_dev
+        except FileNotFoundError:
+            return False
+        for target in (workspace, runtime_dir):
+            try:
+                st = os.lstat(target)
+            except FileNotFoundError:
+                parent = _nearest_existing(target.parent)
+                if os.stat(parent).st_dev != pool_dev:
+                    return False
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_dev != pool_dev or any(target.iterdir()):
+                return False
+        return True
+
+    @staticmethod
+    def _move(kernel: KernelContainer, workspace: Path, runtime_dir: Path) -> None:
+        for source, target in ((kernel.workspace, workspace), (kernel.runtime_dir, runtime_dir)):
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                target.rmdir()  # only ever an empty directory (checked before)
+            os.rename(source, target)
+        ipc.remove_tree(kernel.workspace.parent)  # the now empty slot directory
+
+    def _remove_leftovers(self) -> None:
+        """Remove pool containers and directories an earlier broker process left behind."""
+        if self.broker_id:
+            for summary in list_broker_containers(self.broker_id):
+                if summary.pooled:
+                    remove_container(summary.id)
+        ipc.remove_tree(self.root)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

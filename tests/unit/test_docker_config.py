@@ -1,0 +1,191 @@
+"""Golden tests of the kernel container configuration (security.md §2.B, §5.2 layer 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from interpreter.backends.base import BASE_KERNEL_ENV, LaunchOptions
+from interpreter.backends.docker_config import (
+    KernelUser,
+    build_container_config,
+    container_labels,
+    container_name,
+    kernel_command,
+)
+
+PACKAGE = Path(__file__).resolve().parents[2] / "interpreter"
+ARGV = ["python", "-m", "interpreter_kernel", "-f", "{connection_file}"]
+
+
+def _options(**changes: object) -> LaunchOptions:
+    options = LaunchOptions(
+        session_id="s-123",
+        owner="owner-hash",
+        session_dir=Path("/srv/interp/sessions/s-123"),
+        workspace=Path("/srv/interp/sessions/s-123/workspace"),
+        runtime_dir=Path("/srv/interp/run/s-123"),
+        memory_mb=512,
+        cpus=1.5,
+        pids=128,
+        tmp_size_mb=64,
+        extra={"broker_id": "b-1"},
+    )
+    return dataclasses.replace(options, **changes)  # type: ignore[arg-type]
+
+
+def _config(options: LaunchOptions | None = None) -> dict[str, object]:
+    options = options or _options()
+    return build_container_config(
+        options,
+        command=kernel_command(ARGV),
+        name="interp-s-123-abcd",
+        user=KernelUser(),
+        labels=container_labels(options),
+    )
+
+
+GOLDEN = {
+    "image": "interp-kernel:latest",
+    "command": ["python", "-m", "interpreter_kernel", "-f", "/run/interp/kernel.json"],
+    "name": "interp-s-123-abcd",
+    "labels": {
+        "org.interp.session": "s-123",
+        "org.interp.owner": "owner-hash",
+        "org.interp.broker": "b-1",
+    },
+    "environment": {**BASE_KERNEL_ENV, "HOME": "/tmp", "INTERP_SESSION_ID": "s-123"},
+    "user": "10001:10001",
+    "working_dir": "/workspace",
+    "detach": True,
+    "stdin_open": False,
+    "tty": False,
+    "network_mode": "none",
+    "ipc_mode": "private",
+    "privileged": False,
+    "devices": [],
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges:true"],
+    "read_only": True,
+    "tmpfs": {"/tmp": "rw,nosuid,nodev,noexec,size=64m,mode=1777"},
+    "shm_size": "64m",
+    "mounts": [
+        {
+            "Type": "bind",
+            "Source": "/srv/interp/sessions/s-123/workspace",
+            "Target": "/workspace",
+            "ReadOnly": False,
+            "BindOptions": {"Propagation": "rprivate"},
+        },
+        {
+            "Type": "bind",
+            "Source": "/srv/interp/run/s-123",
+            "Target": "/run/interp",
+            "ReadOnly": False,
+            "BindOptions": {"Propagation": "rprivate"},
+        },
+    ],
+    "init": True,
+    "mem_limit": "512m",
+    "memswap_limit": "512m",
+    "nano_cpus": 1_500_000_000,
+    "pids_limit": 128,
+    "ulimits": [
+        {"Name": "nofile", "Soft": 1024, "Hard": 1024},
+        {"Name": "core", "Soft": 0, "Hard": 0},
+    ],
+    "log_config": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}},
+    "auto_remove": False,
+    "restart_policy": {"Name": "no"},
+}
+
+
+def test_config_matches_golden() -> None:
+    assert _config() == GOLDEN
+
+
+def test_runtime_is_added_only_when_asked() -> None:
+    assert "runtime" not in _config()
+    assert _config(_options(runtime="runsc"))["runtime"] == "runsc"
+
+
+def test_memory_and_swap_are_always_equal() -> None:
+    config = _config(_options(memory_mb=300))
+    assert config["mem_limit"] == config["memswap_limit"] == "300m"
+
+
+def test_env_is_exactly_the_kernel_env() -> None:
+    options = _options(env={"MY_FLAG": "1"})
+    assert _config(options)["environment"] == options.kernel_env(home="/tmp")
+
+
+# Whatever the session asks for (limits, env, image, extra), these never change (H-04).
+FIXED = (
+    "user", "working_dir", "network_mode", "ipc_mode", "privileged", "devices", "cap_drop",
+    "security_opt", "read_only", "init", "ulimits", "log_config", "auto_remove",
+    "restart_policy", "stdin_open", "tty",
+)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"memory_mb": 4096, "cpus": 0.25, "pids": 16, "tmp_size_mb": 1},
+        {"env": {"PRIVILEGED": "true", "NETWORK": "host", "HOME": "/root"}},
+        {"extra": {"broker_id": "x", "privileged": True, "network_mode": "host", "user": "0"}},
+        {"image": "other:1", "runtime": "runsc"},
+        {"session_id": "../../etc", "owner": "root"},
+    ],
+)
+def test_hardening_does_not_depend_on_the_session(changes: dict[str, object]) -> None:
+    golden = {key: GOLDEN[key] for key in FIXED}
+    config = _config(_options(**changes))
+    assert {key: config[key] for key in FIXED} == golden
+    assert [m["Target"] for m in config["mounts"]] == ["/workspace", "/run/interp"]  # type: ignore[attr-defined,index]
+    forbidden = {"pid_mode", "userns_mode", "cap_add", "volumes", "volumes_from", "sysctls",
+                 "oom_kill_disable", "oom_score_adj", "cgroup_parent", "group_add", "dns"}
+    assert forbidden.isdisjoint(config)
+
+
+def test_security_opt_never_disables_seccomp() -> None:
+    assert not any("seccomp" in opt for opt in GOLDEN["security_opt"])  # type: ignore[attr-defined]
+
+
+def test_root_kernel_user_is_refused() -> None:
+    with pytest.raises(ValueError, match="root"):
+        KernelUser(0, 0)
+
+
+def test_relative_host_paths_are_refused() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        _config(_options(workspace=Path("relative/ws")))
+
+
+def test_container_names_are_docker_safe() -> None:
+    name = container_name("a/b c:d" + "x" * 80, "beef")
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", name)
+    assert name.endswith("-beef")
+    assert len(name) < 64
+
+
+def test_pool_label_only_for_pool_containers() -> None:
+    assert "org.interp.pool" not in container_labels(_options())
+    assert container_labels(_options(), pool_slot="ab12")["org.interp.pool"] == "ab12"
+
+
+def _package_sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("needle", ["exec_run", "exec_create", "put_archive", "get_archive",
+                                    "docker cp", "containers.run("])
+def test_package_never_execs_or_copies_into_containers(needle: str) -> None:
+    # H-03: no `docker exec`/`docker cp`/archive API on session containers, ever; and no
+    # containers.run, which would pull an image on a miss and bypass the create/start path.
+    sources = _package_sources()
+    assert sources, "package sources not found"
+    offenders = [str(p.relative_to(PACKAGE)) for p in sources if needle in p.read_text()]
+    assert offenders == []
