@@ -151,6 +151,14 @@ class ExecutionRecorder:
         return self.reply is not None and self.idle
 
     @property
+    def asked_exit(self) -> bool:
+        """The code called ``exit()``/``quit()``: the kernel ends itself after replying."""
+        payload = (self.reply or {}).get("payload")
+        return isinstance(payload, list) and any(
+            isinstance(p, dict) and p.get("source") == "ask_exit" for p in payload
+        )
+
+    @property
     def reply_status(self) -> str | None:
         if self.reply is None:
             return None

@@ -417,6 +417,7 @@ class LiveSession:
         loop = asyncio.get_running_loop()
         if self.status == "dead" or not await self.km.is_alive():
             # The kernel died while nobody was running anything: replace it first.
+            self._state_lost_pending = True
             await self._restart("died_idle")
             if self.status == "dead":
                 await self._abandon(handle, "kernel_died", "restart_failed")
@@ -455,6 +456,12 @@ class LiveSession:
                             f"The kernel died ({reason}). A fresh kernel was started; the "
                             "session's variables are gone, re-run the setup code.")
             ex.status = "kernel_died"
+        elif rec.asked_exit:
+            # Decision 5: exit() restarts the kernel and the execution says state was lost.
+            ex.status = "ok"
+            ex.state_lost = True
+            ex.reason = "exit"
+            await self._restart("exit")
         else:
             status = rec.reply_status or "error"
             if status == "ok":

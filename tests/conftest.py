@@ -1,0 +1,161 @@
+"""Shared fixtures: real brokers on free loopback ports, real kernels, real containers.
+
+``server`` is parametrised over the backends, so every API test that uses it runs against
+both the local and the Docker backend (one suite, not two copies). The Docker variant is
+skipped only when no engine or image is available, and ``INTERP_REQUIRE_DOCKER=1`` (set by
+CI) turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from interpreter.server import ServerThread
+from interpreter.settings import Settings
+
+KEY = "test-key-alpha"
+OTHER_KEY = "test-key-bravo"
+REPO = Path(__file__).resolve().parent.parent
+
+_docker_state: dict[str, Any] = {}
+
+
+def docker_ready() -> tuple[bool, str]:
+    """Whether the Docker backend can run here (engine answers and the image exists)."""
+    if "ready" not in _docker_state:
+        from interpreter.backends.docker import docker_available
+        from interpreter.images import image_status
+
+        if not docker_available():
+            _docker_state["ready"] = (False, "no Docker engine answers")
+        elif not image_status("interp-kernel:latest").exists:
+            _docker_state["ready"] = (False, "kernel image missing: run `interp images build`")
+        else:
+            _docker_state["ready"] = (True, "")
+    result: tuple[bool, str] = _docker_state["ready"]
+    return result
+
+
+def require_docker() -> None:
+    ok, why = docker_ready()
+    if ok:
+        return
+    if os.environ.get("INTERP_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"Docker tests must run here but cannot: {why}")
+    pytest.skip(why)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("server") == "docker":
+            item.add_marker(pytest.mark.docker)
+
+
+@dataclass
+class Server:
+    """A running broker: its URL, keys, backend and the thread that runs it."""
+
+    url: str
+    api_key: str
+    other_key: str
+    backend: str
+    data_dir: Path
+    thread: ServerThread
+    sessions: list[str] = field(default_factory=list)
+
+    def client(self, key: str | None = KEY, timeout: float = 120) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+
+def test_settings(data_dir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": data_dir, "port": 0, "api_keys": [KEY, OTHER_KEY],
+        "max_upload_bytes": 1 << 20, "queue_size": 4, "interrupt_grace_s": 2.0,
+        "pool_size": 1, "default_memory_mb": 512, "tmp_size_mb": 64,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def start_server(backend: str, data_dir: Path, **overrides: Any) -> Server:
+    settings = test_settings(data_dir, backend=backend, **overrides)
+    thread = ServerThread(settings, backend=backend).start()
+    return Server(url=thread.url, api_key=KEY, other_key=OTHER_KEY, backend=backend,
+                  data_dir=data_dir, thread=thread)
+
+
+@pytest.fixture(scope="session", params=["local", "docker"])
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A broker per backend, shared by the whole test session."""
+    backend = request.param
+    if backend == "docker":
+        require_docker()
+    data_dir = Path(tempfile.mkdtemp(prefix=f"interp-{backend}-"))
+    srv = start_server(backend, data_dir)
+    yield srv
+    srv.thread.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_server() -> Iterator[Server]:
+    """A local-backend broker, for tests of the surface above the backend (SDK, CLI)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-local-only-"))
+    srv = start_server("local", data_dir)
+    yield srv
+    srv.thread.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def api(server: Server) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client
+
+
+@pytest.fixture
+def new_session(server: Server) -> Iterator[Callable[..., str]]:
+    """Factory: create a session (deleted after the test) and return its id."""
+    created: list[tuple[str, str]] = []
+
+    def make(key: str = KEY, **body: Any) -> str:
+        with server.client(key) as client:
+            resp = client.post("/v1/sessions", json=body)
+            assert resp.status_code == 201, resp.text
+            sid: str = resp.json()["id"]
+        created.append((key, sid))
+        return sid
+
+    yield make
+    for key, sid in created:
+        with server.client(key) as client:
+            client.delete(f"/v1/sessions/{sid}")
+
+
+@pytest.fixture(scope="module")
+def shared_session(server: Server) -> Iterator[str]:
+    """One session per module and backend, for tests that don't disturb its state."""
+    with server.client() as client:
+        sid: str = client.post("/v1/sessions", json={}).json()["id"]
+    yield sid
+    with server.client() as client:
+        client.delete(f"/v1/sessions/{sid}")
+
+
+def run(client: httpx.Client, sid: str, code: str, **body: Any) -> dict[str, Any]:
+    """Execute and return the Execution JSON (asserting HTTP 200)."""
+    resp = client.post(f"/v1/sessions/{sid}/execute", json={"code": code, **body})
+    assert resp.status_code == 200, resp.text
+    data: dict[str, Any] = resp.json()
+    return data

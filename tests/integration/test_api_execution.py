@@ -1,0 +1,259 @@
+"""Execution semantics through the HTTP API, on real kernels (issue 2, item 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Server, run
+
+
+def sse_events(resp: httpx.Response) -> list[tuple[float, str, Any]]:
+    """Read a whole SSE response as (arrival time, event name, data)."""
+    events = []
+    name = None
+    for line in resp.iter_lines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: ") and name:
+            events.append((time.monotonic(), name, json.loads(line[6:])))
+            name = None
+    return events
+
+
+def test_state_persists_across_calls(api: httpx.Client, shared_session: str) -> None:
+    assert run(api, shared_session, "x = 41")["status"] == "ok"
+    result = run(api, shared_session, "x + 1")
+    assert result["status"] == "ok"
+    assert result["outputs"][0]["data"]["text/plain"] == "42"
+    assert result["outputs"][0]["type"] == "execute_result"
+
+
+def test_stdout_streams_while_running(api: httpx.Client, shared_session: str) -> None:
+    code = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"
+    with api.stream("POST", f"/v1/sessions/{shared_session}/execute", json={"code": code},
+                    headers={"Accept": "text/event-stream"}) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(resp)
+    texts = [(t, d["text"]) for t, n, d in events if n == "stdout"]
+    first = next(t for t, text in texts if "first" in text)
+    second = next(t for t, text in texts if "second" in text)
+    assert second - first >= 1.0, "the first line must arrive well before the second"
+    assert events[-1][1] == "done"
+    assert events[-1][2]["status"] == "ok"
+    assert events[-1][2]["stdout"] == "first\nsecond\n"
+
+
+def test_ten_thousand_lines_arrive_in_order(api: httpx.Client, shared_session: str) -> None:
+    result = run(api, shared_session, "for i in range(10000):\n    print(i, flush=True)")
+    assert result["status"] == "ok"
+    assert not result["truncated"]
+    assert result["stdout"].splitlines() == [str(i) for i in range(10000)]
+    nb = api.get(f"/v1/sessions/{shared_session}/notebook").json()
+    cell = next(c for c in nb["cells"] if c["metadata"]["interp"]["execution_id"] == result["id"])
+    text = "".join(o["text"] for o in cell["outputs"] if o["output_type"] == "stream")
+    assert text.splitlines() == [str(i) for i in range(10000)]
+
+
+def test_user_error_is_data_without_ansi(api: httpx.Client, shared_session: str) -> None:
+    result = run(api, shared_session, "def f():\n    return 1/0\nf()")
+    assert result["status"] == "error"
+    assert result["error"]["ename"] == "ZeroDivisionError"
+    assert result["error"]["evalue"] == "division by zero"
+    tb = "\n".join(result["error"]["traceback"])
+    assert "ZeroDivisionError" in tb and "\x1b[" not in tb
+
+
+def test_input_fails_immediately(api: httpx.Client, shared_session: str) -> None:
+    started = time.monotonic()
+    result = run(api, shared_session, "input('name? ')", timeout_s=30)
+    assert time.monotonic() - started < 10
+    assert result["status"] == "error"
+    assert "input" in (result["error"]["evalue"] + result["error"]["ename"]).lower()
+
+
+def test_output_is_bounded_with_full_text_artifact(api: httpx.Client, shared_session: str) -> None:
+    result = run(api, shared_session, "print('x' * 99 + '\\n', end='' ) \nprint('y' * 300_000)")
+    assert result["status"] == "ok"
+    assert result["truncated"] is True
+    assert len(result["stdout"]) < 110_000
+    assert "characters omitted" in result["stdout"]
+    assert result["stdout"].startswith("x" * 99)
+    full = api.get(result["artifacts"][0]["url"])
+    assert full.status_code == 200
+    assert full.text == "x" * 99 + "\n" + "y" * 300_000 + "\n"
+
+
+def test_clear_output_and_display_updates_keep_final_state(
+    api: httpx.Client, shared_session: str
+) -> None:
+    code = (
+        "from IPython.display import clear_output, display\n"
+        "for i in range(5):\n"
+        "    clear_output(wait=True)\n"
+        "    print('progress', i)\n"
+        "h = display('step 0', display_id=True)\n"
+        "for i in range(1, 4):\n"
+        "    h.update(f'step {i}')\n"
+    )
+    result = run(api, shared_session, code)
+    assert result["status"] == "ok"
+    assert result["stdout"] == "progress 4\n"
+    assert [o["data"]["text/plain"] for o in result["outputs"]] == ["'step 3'"]
+    nb = api.get(f"/v1/sessions/{shared_session}/notebook").json()
+    cell = next(c for c in nb["cells"] if c["metadata"]["interp"]["execution_id"] == result["id"])
+    assert [o["output_type"] for o in cell["outputs"]] == ["stream", "display_data"]
+    assert cell["outputs"][1]["data"]["text/plain"] == "'step 3'"
+
+
+def test_timeout_interrupts_and_keeps_state(api: httpx.Client, new_session: Callable[..., str]) -> None:
+    sid = new_session()
+    run(api, sid, "kept = 7")
+    started = time.monotonic()
+    result = run(api, sid, "import time\ntime.sleep(30)", timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert result["status"] == "timeout"
+    assert result["state_lost"] is False
+    assert result["error"]["ename"] == "ExecutionTimeout"
+    assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "7"
+
+
+def test_timeout_restarts_a_kernel_that_ignores_sigint(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    run(api, sid, "kept = 7")
+    started = time.monotonic()
+    result = run(api, sid, "import itertools\nsum(itertools.repeat(1, 10**13))", timeout_s=1)
+    assert time.monotonic() - started < 30
+    assert result["status"] == "timeout"
+    assert result["state_lost"] is True
+    after = run(api, sid, "1 + 1")
+    assert after["status"] == "ok" and after["outputs"][0]["data"]["text/plain"] == "2"
+    assert run(api, sid, "kept")["error"]["ename"] == "NameError"
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["import os\nos._exit(1)", "import ctypes\nctypes.string_at(0)"],
+    ids=["os_exit", "segfault"],
+)
+def test_kernel_death_is_reported_and_recovered(
+    api: httpx.Client, new_session: Callable[..., str], code: str
+) -> None:
+    sid = new_session()
+    run(api, sid, "kept = 1")
+    started = time.monotonic()
+    result = run(api, sid, code, timeout_s=60)
+    assert time.monotonic() - started < 20
+    assert result["status"] == "kernel_died"
+    assert result["state_lost"] is True
+    assert result["reason"]
+    after = run(api, sid, "2 * 21")
+    assert after["status"] == "ok" and after["outputs"][0]["data"]["text/plain"] == "42"
+    session = api.get(f"/v1/sessions/{sid}").json()
+    assert session["status"] == "idle"
+
+
+def test_queue_is_fifo_bounded_and_answers_each_request(
+    server: Server, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+
+    async def scenario() -> tuple[list[dict[str, Any]], int]:
+        headers = {"Authorization": f"Bearer {server.api_key}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
+            url = f"/v1/sessions/{sid}/execute"
+            first = asyncio.create_task(
+                client.post(url, json={"code": "import time\ntime.sleep(2)\norder = []"}))
+            await asyncio.sleep(0.5)
+            queued = []
+            for i in range(4):  # the test server's queue holds 4
+                queued.append(asyncio.create_task(
+                    client.post(url, json={"code": f"order.append({i}); {i}"})))
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            over = await client.post(url, json={"code": "'too many'"})
+            results = [await first] + [await t for t in queued]
+            return [r.json() for r in results], over.status_code, over
+
+    results, over_status, over = asyncio.run(scenario())  # type: ignore[misc]
+    assert over_status == 429
+    assert over.json()["error"]["type"] == "session_busy"
+    assert "Retry-After" in over.headers
+    assert [r["status"] for r in results] == ["ok"] * 5
+    counts = [r["execution_count"] for r in results]
+    assert counts == sorted(counts) and len(set(counts)) == 5
+    with server.client() as client:
+        assert run(client, sid, "order")["outputs"][0]["data"]["text/plain"] == "[0, 1, 2, 3]"
+
+
+def test_client_disconnect_does_not_block_the_session(
+    server: Server, api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    code = "import time\nprint('started', flush=True)\ntime.sleep(2)\nprint('finished')\n'done'"
+    with api.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": code},
+                    headers={"Accept": "text/event-stream"}) as resp:
+        execution_id = resp.headers["X-Execution-Id"]
+        for line in resp.iter_lines():
+            if "started" in line:
+                break  # hang up mid-stream
+    deadline = time.monotonic() + 30
+    while True:
+        ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
+        if ex["status"] not in ("queued", "running"):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert ex["status"] == "ok"
+    assert ex["stdout"] == "started\nfinished\n"
+    assert run(api, sid, "1")["status"] == "ok"
+
+
+def test_interrupt_endpoint(api: httpx.Client, new_session: Callable[..., str], server: Server) -> None:
+    sid = new_session()
+    run(api, sid, "kept = 3")
+
+    async def scenario() -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {server.api_key}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
+            task = asyncio.create_task(client.post(
+                f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}))
+            await asyncio.sleep(1.0)
+            resp = await client.post(f"/v1/sessions/{sid}/interrupt")
+            assert resp.status_code == 200
+            result: dict[str, Any] = (await task).json()
+            return result
+
+    result = asyncio.run(scenario())
+    assert result["status"] == "interrupted"
+    assert result["error"]["ename"] == "KeyboardInterrupt"
+    assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "3"
+
+
+def test_restart_clears_state_keeps_notebook(api: httpx.Client, new_session: Callable[..., str]) -> None:
+    sid = new_session()
+    run(api, sid, "gone = 1")
+    resp = api.post(f"/v1/sessions/{sid}/restart")
+    assert resp.status_code == 200 and resp.json()["status"] == "idle"
+    assert run(api, sid, "gone")["error"]["ename"] == "NameError"
+    nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+    assert [c["source"] for c in nb["cells"]] == ["gone = 1", "gone"]
+
+
+def test_exit_in_user_code_restarts_and_reports_state_lost(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    run(api, sid, "kept = 1")
+    result = run(api, sid, "exit()", timeout_s=30)
+    assert result["state_lost"] is True
+    assert run(api, sid, "1 + 1")["status"] == "ok"
