@@ -1,0 +1,430 @@
+"""Client-side ``interp`` commands: run, sessions, notebook, html, replay, tools, mcp.
+
+They only call the SDK (and nbconvert, the replay module or the MCP server); the service
+may run anywhere. Every command returns its exit status: 0 success, 1 the code or the
+replay failed, 2 the service refused or could not be reached, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from interpreter.client import (
+    API_KEY_ENV,
+    DEFAULT_URL,
+    URL_ENV,
+    Artifact,
+    Client,
+    ClientError,
+    DoneEvent,
+    ErrorEvent,
+    OutputEvent,
+    Session,
+    StderrEvent,
+    StdoutEvent,
+)
+from interpreter.client._render import bundle_text, strip_ansi
+
+EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class Progress:
+    """Status lines on stderr for people (silent with ``--quiet``)."""
+
+    def __init__(self, quiet: bool, stream: IO[str] | None = None) -> None:
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            elapsed = time.monotonic() - self.started
+            print(f"[{elapsed:6.1f}s] {message}", file=self.stream, flush=True)
+
+
+def _connection_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--url", default=None,
+        help=f"Service URL (default ${URL_ENV}, else {DEFAULT_URL}).",
+    )
+    parent.add_argument(
+        "--api-key", default=None, help=f"API key (default ${API_KEY_ENV}).",
+    )
+    parent.add_argument("-q", "--quiet", action="store_true", help="No progress messages.")
+    return parent
+
+
+def _client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
+    return Client(args.url, api_key=args.api_key, timeout=timeout)
+
+
+def _explicit_url(args: argparse.Namespace) -> str | None:
+    """The URL the user chose (flag or environment), or None to start an embedded service."""
+    return args.url or os.environ.get(URL_ENV) or None
+
+
+def _service_error(exc: ClientError) -> int:
+    print(f"interp: {exc}", file=sys.stderr)
+    return EXIT_SERVICE
+
+
+# --------------------------------------------------------------------------------- run
+
+
+def _print_output(event: OutputEvent, images_dir: Path | None, session: Session) -> None:
+    data = event.output.data
+    has_image = any(ref.mime.startswith("image/") for ref in event.output.artifacts)
+    # A figure's text form ("<Figure size 640x480 ...>") says nothing the image line doesn't.
+    if "text/plain" in data and not has_image:
+        sys.stdout.write(strip_ansi(bundle_text(data["text/plain"])).rstrip("\n") + "\n")
+    for ref in event.output.artifacts:
+        line = f"[{ref.mime}, {ref.size} bytes]"
+        if images_dir is not None and ref.mime.startswith("image/"):
+            path = Artifact(ref, functools.partial(session.artifact, ref)).save(images_dir)
+            line = f"[{ref.mime} saved to {path}]"
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def stream_to_terminal(
+    session: Session, code: str, *, timeout_s: float | None, images_dir: Path | None
+) -> int:
+    """Run code, echo its output as it comes; the exit status says whether it succeeded."""
+    for event in session.stream(code, timeout_s=timeout_s):
+        if isinstance(event, StdoutEvent):
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, StderrEvent):
+            sys.stderr.write(event.text)
+            sys.stderr.flush()
+        elif isinstance(event, OutputEvent):
+            _print_output(event, images_dir, session)
+        elif isinstance(event, ErrorEvent):
+            tb = "\n".join(event.error.traceback) or f"{event.error.ename}: {event.error.evalue}"
+            sys.stderr.write(strip_ansi(tb).rstrip("\n") + "\n")
+        elif isinstance(event, DoneEvent):
+            execution = event.execution
+            if execution.status not in ("ok", "error"):
+                reason = f" ({execution.reason})" if execution.reason else ""
+                print(f"interp: execution ended with status {execution.status}{reason}",
+                      file=sys.stderr)
+            if execution.state_lost:
+                print("interp: the kernel was restarted; the session's state is lost",
+                      file=sys.stderr)
+            return EXIT_OK if execution.status == "ok" else EXIT_FAILED
+    return EXIT_FAILED  # pragma: no cover - stream() always ends with DoneEvent or raises
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``interp run FILE.py`` / ``interp run -c CODE``."""
+    if args.code is not None:
+        code = args.code
+    elif args.file == "-":
+        code = sys.stdin.read()
+    elif args.file:
+        try:
+            code = Path(args.file).read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"interp: cannot read {args.file}: {exc}", file=sys.stderr)
+            return EXIT_SERVICE
+    else:
+        print("interp run: give a FILE or -c CODE", file=sys.stderr)
+        return EXIT_SERVICE
+    if args.images:
+        Path(args.images).mkdir(parents=True, exist_ok=True)
+    progress = Progress(args.quiet)
+    with _client(args) as client:
+        session: Session | None = None
+        created = False
+        try:
+            if args.session:
+                session = client.get_session(args.session)
+            else:
+                progress("starting a session...")
+                session = client.create_session()
+                created = True
+                progress(f"session {session.id} ready")
+            try:
+                status = stream_to_terminal(
+                    session, code, timeout_s=args.timeout,
+                    images_dir=Path(args.images) if args.images else None,
+                )
+            except KeyboardInterrupt:
+                progress("interrupting...")
+                session.interrupt()
+                return EXIT_INTERRUPTED
+            progress(f"done ({'ok' if status == EXIT_OK else 'failed'})")
+            return status
+        except ClientError as exc:
+            return _service_error(exc)
+        finally:
+            if session is not None and created:
+                if args.keep:
+                    print(f"session: {session.id}", file=sys.stderr)
+                else:
+                    try:
+                        session.close()
+                    except ClientError as exc:
+                        print(f"interp: could not delete session: {exc}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in [header, *rows]]
+    return "\n".join(lines)
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """``interp sessions``: a table of this key's sessions."""
+    try:
+        with _client(args) as client:
+            sessions = client.list_sessions()
+    except ClientError as exc:
+        return _service_error(exc)
+    if args.json:
+        print(json.dumps([json.loads(s.model_dump_json()) for s in sessions], indent=2))
+        return EXIT_OK
+    if not sessions:
+        print("no sessions")
+        return EXIT_OK
+    rows = [
+        [s.id, s.status, s.backend, str(s.execution_count),
+         s.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+         s.last_activity_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")]
+        for s in sessions
+    ]
+    print(format_table(rows, ["ID", "STATUS", "BACKEND", "EXECS", "CREATED", "LAST ACTIVE"]))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- notebook / html
+
+
+def _write_text(path: str | None, text: str) -> None:
+    if path in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def cmd_notebook(args: argparse.Namespace) -> int:
+    """``interp notebook SESSION -o out.ipynb``."""
+    progress = Progress(args.quiet)
+    try:
+        with _client(args) as client:
+            progress(f"fetching the notebook of {args.session}...")
+            nb = client.get_session(args.session).notebook()
+    except ClientError as exc:
+        return _service_error(exc)
+    _write_text(args.output, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    if args.output not in (None, "-"):
+        progress(f"wrote {args.output} ({len(nb.get('cells', []))} cells)")
+    return EXIT_OK
+
+
+def notebook_to_html(nb: dict[str, Any]) -> str:
+    """Render a notebook as one self-contained HTML page (images inlined as data URIs)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    node = nbformat.from_dict(nb)  # type: ignore[no-untyped-call]
+    exporter = HTMLExporter(embed_images=True)  # type: ignore[no-untyped-call]
+    # Its accessibility lint ("alternative text is missing") is noise for a generated page.
+    exporter.log.setLevel(logging.ERROR)
+    body, _ = exporter.from_notebook_node(node)
+    return str(body)
+
+
+def cmd_html(args: argparse.Namespace) -> int:
+    """``interp html SESSION -o out.html``."""
+    progress = Progress(args.quiet)
+    try:
+        import nbconvert  # noqa: F401
+    except ImportError:
+        print("interp html needs nbconvert: pip install 'interp[html]'", file=sys.stderr)
+        return EXIT_SERVICE
+    try:
+        with _client(args) as client:
+            progress(f"fetching the notebook of {args.session}...")
+            nb = client.get_session(args.session).notebook()
+    except ClientError as exc:
+        return _service_error(exc)
+    progress(f"rendering {len(nb.get('cells', []))} cells to HTML...")
+    html = notebook_to_html(nb)
+    _write_text(args.output, html)
+    if args.output not in (None, "-"):
+        progress(f"wrote {args.output} ({len(html) // 1024} KiB)")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ replay
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``interp replay NOTEBOOK``: re-run it in a fresh session and compare outputs."""
+    from interpreter.replay import print_cell, print_summary, replay_notebook
+
+    try:
+        nb = json.loads(Path(args.notebook).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"interp: cannot read notebook {args.notebook}: {exc}", file=sys.stderr)
+        return EXIT_SERVICE
+    progress = Progress(args.quiet or args.json)
+    url = _explicit_url(args)
+    try:
+        if url is None:
+            from interpreter.mcp_server import embedded_service
+
+            progress("starting an embedded service...")
+            with embedded_service() as target:
+                return _replay_against(args, nb, target.url, None, progress,
+                                       replay_notebook, print_cell, print_summary)
+        return _replay_against(args, nb, url, args.api_key, progress,
+                               replay_notebook, print_cell, print_summary)
+    except ClientError as exc:
+        return _service_error(exc)
+
+
+def _replay_against(
+    args: argparse.Namespace, nb: dict[str, Any], url: str, api_key: str | None,
+    progress: Progress, replay_notebook: Any, print_cell: Any, print_summary: Any,
+) -> int:
+    with Client(url, api_key=api_key, timeout=60) as client:
+        progress(f"replaying {args.notebook} against {url}...")
+        report = replay_notebook(
+            client, nb, stop_on_mismatch=args.stop_on_mismatch,
+            image_tolerance=args.image_tolerance,
+            on_cell=None if args.json else print_cell,
+            name=str(args.notebook),
+        )
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_summary(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+# ------------------------------------------------------------------------- tools / mcp
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    """``interp tools --format openai|anthropic``: print tool definitions as JSON."""
+    from interpreter.tools import tool_definitions
+
+    print(json.dumps(tool_definitions(args.format), indent=2))
+    return EXIT_OK
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``interp mcp [--http PORT]``: serve the tools over MCP."""
+    try:
+        from interpreter.mcp_server import Target, run
+    except ImportError:
+        print("interp mcp needs the mcp package: pip install 'interp[mcp]'", file=sys.stderr)
+        return EXIT_SERVICE
+    url = _explicit_url(args)
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    target = Target(url, key) if url else None
+    return run(target, http_port=args.http, host=args.host)
+
+
+# ------------------------------------------------------------------------ registration
+
+
+def _quiet_http_log(func: Callable[[argparse.Namespace], int]) -> Callable[
+        [argparse.Namespace], int]:
+    """Wrap a command so httpx's per-request log lines only show with ``interp -v``."""
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        if not getattr(args, "verbose", False):
+            logging.getLogger("httpx").setLevel(logging.WARNING)
+        return func(args)
+
+    return wrapper
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register the client commands on the ``interp`` parser's subparsers.
+
+    Each sets ``func``, a callable taking the parsed arguments and returning the exit
+    status.
+    """
+    parent = _connection_parent()
+
+    run = subparsers.add_parser(
+        "run", parents=[parent], help="Run a file or code in a session, streaming its output.",
+        description="Run Python code in a session (a new one unless --session) and stream "
+                    "its output. Exit status 1 if the code fails.",
+    )
+    run.add_argument("file", nargs="?", help="Python file to run ('-' for stdin).")
+    run.add_argument("-c", "--code", help="Code to run instead of a file.")
+    run.add_argument("--session", help="Run in this existing session (state is kept).")
+    run.add_argument("--timeout", type=float, default=None, help="Time limit in seconds.")
+    run.add_argument("--keep", action="store_true",
+                     help="Keep the new session afterwards and print its id.")
+    run.add_argument("--images", metavar="DIR", help="Save images the code shows into DIR.")
+    run.set_defaults(func=_quiet_http_log(cmd_run))
+
+    sessions = subparsers.add_parser("sessions", parents=[parent], help="List sessions.")
+    sessions.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    sessions.set_defaults(func=_quiet_http_log(cmd_sessions))
+
+    notebook = subparsers.add_parser(
+        "notebook", parents=[parent], help="Export a session's notebook (.ipynb).")
+    notebook.add_argument("session", help="Session id.")
+    notebook.add_argument("-o", "--output", help="Output file (default: stdout).")
+    notebook.set_defaults(func=_quiet_http_log(cmd_notebook))
+
+    html = subparsers.add_parser(
+        "html", parents=[parent], help="Render a session's notebook as HTML with its plots.")
+    html.add_argument("session", help="Session id.")
+    html.add_argument("-o", "--output", help="Output file (default: stdout).")
+    html.set_defaults(func=_quiet_http_log(cmd_html))
+
+    replay = subparsers.add_parser(
+        "replay", parents=[parent],
+        help="Re-run a notebook in a fresh session and check its outputs match.",
+        description="Run the notebook's code cells in a fresh session, in order, and report "
+                    "per cell whether the outputs match the recorded ones (addresses, times "
+                    "and ids masked; images compared perceptually). Exit status 0 only if "
+                    "all match. Without --server/--url/$INTERP_URL an embedded service is "
+                    "started.",
+    )
+    replay.add_argument("notebook", help="The .ipynb file.")
+    replay.add_argument("--server", dest="url", help="Service URL (same as --url).")
+    replay.add_argument("--stop-on-mismatch", action="store_true",
+                        help="Stop at the first cell that does not match.")
+    replay.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    replay.add_argument("--image-tolerance", type=float, default=0.02,
+                        help="Largest mean pixel difference (0..1) for images to match.")
+    replay.set_defaults(func=_quiet_http_log(cmd_replay))
+
+    tools = subparsers.add_parser("tools", help="Print tool definitions for function calling.")
+    tools.add_argument("--format", choices=["openai", "anthropic"], default="openai")
+    tools.set_defaults(func=_quiet_http_log(cmd_tools))
+
+    mcp = subparsers.add_parser(
+        "mcp", parents=[parent], help="Serve the tools over MCP (stdio, or HTTP with --http).",
+        description="Model Context Protocol server. Talks to the service at --url / "
+                    "$INTERP_URL, or starts an embedded one when neither is given.",
+    )
+    mcp.add_argument("--http", type=int, metavar="PORT",
+                     help="Serve streamable HTTP on this port instead of stdio.")
+    mcp.add_argument("--host", default="127.0.0.1", help="Address for --http (loopback).")
+    mcp.set_defaults(func=_quiet_http_log(cmd_mcp))

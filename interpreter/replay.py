@@ -1,0 +1,549 @@
+"""Replay a notebook in a fresh session and check, cell by cell, that its outputs match.
+
+Outputs are compared in a normal form, not byte for byte:
+
+* text has its colour codes, memory addresses (``0x7f...``), timestamps, durations, UUIDs,
+  long hex ids, ``id()``-sized integers, session ids and IPython's temporary cell file
+  names masked, and trailing whitespace dropped;
+* everything a cell printed to stdout (or stderr) is compared as one text, so the way
+  the stream happened to be chunked and interleaved with displays does not matter;
+* rich outputs are compared in order, MIME type by MIME type, for the types the recording
+  has (a newer kernel may add representations; it may not drop one);
+* JSON values are compared structurally, floats to 6 significant digits;
+* raster images by decoded size and a perceptual tolerance on downscaled pixels (Pillow),
+  SVG as text without its generated ids;
+* an error is compared by exception name and message, not by traceback.
+
+A recorded cell whose status was not ``ok`` (error, timeout, kernel_died, ...) is not
+re-run: it is reported as a recorded failure. Cells that a rebuild re-ran
+(``metadata.interp.replay_of``) are skipped, since the originals are in the notebook too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+import re
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from interpreter.client import Client, Session
+from interpreter.client._render import bundle_text
+from interpreter.models import ArtifactRef, Execution
+
+CellStatus = Literal["match", "mismatch", "recorded_failure", "skipped"]
+
+RASTER_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})
+
+# ---------------------------------------------------------------------- normalisation
+
+_MASKS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\x1b\[[0-9;?]*[A-Za-z]"), ""),
+    (re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
+     "<uuid>"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x<addr>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?"
+                r"(Z|[+-]\d{2}:?\d{2})?"), "<timestamp>"),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<time>"),
+    (re.compile(r"ipykernel_\d+[/\\]\d+\.py"), "ipykernel_<pid>/<cell>.py"),
+    (re.compile(r"\btmp[A-Za-z0-9_]{6,}"), "tmp<random>"),
+    (re.compile(r"\b[0-9a-fA-F]{16,}\b"), "<hex>"),
+    (re.compile(r"(?<![\w.])[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s?"
+                r"(ns|µs|μs|us|ms|s|sec|secs|seconds?|min|mins|minutes?)\b"), "<duration>"),
+    (re.compile(r"\b[\d,]+ loops?\b"), "<n> loops"),
+    (re.compile(r"\b\d{12,}\b"), "<id>"),
+]
+
+_SVG_IDS = re.compile(r'\s(id|clip-path|xlink:href|href)="[^"]*"|url\(#[^)]*\)')
+_SVG_METADATA = re.compile(r"<metadata>.*?</metadata>", re.DOTALL)
+
+
+def normalize_text(text: str, extra_ids: tuple[str, ...] = ()) -> str:
+    """Mask what legitimately changes between runs; see the module docstring."""
+    for ident in extra_ids:
+        if ident:
+            text = text.replace(ident, "<session>")
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    return "\n".join(lines).strip("\n")
+
+
+def normalize_svg(svg: str) -> str:
+    """SVG text without generated ids, references to them, and its metadata block."""
+    return normalize_text(_SVG_IDS.sub("", _SVG_METADATA.sub("", svg)))
+
+
+def _round_float(value: float) -> float | str:
+    if not math.isfinite(value):
+        return str(value)
+    return float(f"{value:.6g}")
+
+
+def normalize_json(value: Any, extra_ids: tuple[str, ...] = ()) -> Any:
+    """JSON with strings normalised as text and floats rounded to 6 significant digits."""
+    if isinstance(value, dict):
+        return {k: normalize_json(v, extra_ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalize_json(v, extra_ids) for v in value]
+    if isinstance(value, str):
+        return normalize_text(value, extra_ids)
+    if isinstance(value, float):
+        return _round_float(value)
+    return value
+
+
+# ------------------------------------------------------------------------ comparisons
+
+
+def first_difference(recorded: str, replayed: str) -> str:
+    """Where two texts first differ, as 'line N: recorded ... / replayed ...'."""
+    a, b = recorded.split("\n"), replayed.split("\n")
+    for n, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            return f"line {n}: recorded {x[:80]!r}, replayed {y[:80]!r}"
+    if len(a) != len(b):
+        return f"recorded {len(a)} lines, replayed {len(b)}"
+    return "texts differ"  # pragma: no cover - only reached for equal texts
+
+
+def compare_text(
+    what: str, recorded: str, replayed: str, extra_ids: tuple[str, ...] = ()
+) -> str | None:
+    """None if the texts match once normalised, else a description of the difference."""
+    a, b = normalize_text(recorded, extra_ids), normalize_text(replayed, extra_ids)
+    if a == b:
+        return None
+    return f"{what} differs: {first_difference(a, b)}"
+
+
+def _json_difference(a: Any, b: Any, path: str) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in b:
+                return f"{path}.{key} missing in replay"
+            if key not in a:
+                return f"{path}.{key} only in replay"
+            found = _json_difference(a[key], b[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items recorded, {len(b)} replayed"
+        for n, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = _json_difference(x, y, f"{path}[{n}]")
+            if found:
+                return found
+        return None
+    if a != b:
+        return f"{path}: recorded {json.dumps(a)[:60]}, replayed {json.dumps(b)[:60]}"
+    return None
+
+
+def compare_json(
+    what: str, recorded: Any, replayed: Any, extra_ids: tuple[str, ...] = ()
+) -> str | None:
+    """None if two JSON values match once normalised, else where they differ."""
+    found = _json_difference(normalize_json(recorded, extra_ids),
+                             normalize_json(replayed, extra_ids), "$")
+    return f"{what} differs at {found}" if found else None
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height read from a PNG, GIF or JPEG header (no Pillow needed)."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        width, height = struct.unpack(">II", data[16:24])
+        return int(width), int(height)
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        width, height = struct.unpack("<HH", data[6:10])
+        return int(width), int(height)
+    if data[:2] == b"\xff\xd8":
+        pos = 2
+        while pos + 9 < len(data):
+            if data[pos] != 0xFF:
+                return None
+            marker = data[pos + 1]
+            length = struct.unpack(">H", data[pos + 2:pos + 4])[0]
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
+                return int(width), int(height)
+            pos += 2 + length
+    return None
+
+
+def pixel_difference(a: bytes, b: bytes) -> tuple[float, float] | None:
+    """(mean difference, share of strongly changed pixels), both 0..1, of two images
+    scaled to 128x128 on a white background; None without Pillow."""
+    try:
+        from PIL import Image, ImageChops
+    except ImportError:
+        return None
+
+    def thumb(data: bytes) -> Any:
+        with Image.open(io.BytesIO(data)) as img:
+            rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("L").resize(
+            (128, 128), Image.Resampling.BILINEAR)
+
+    diff = ImageChops.difference(thumb(a), thumb(b))
+    histogram = diff.histogram()
+    total = sum(histogram)
+    mean = sum(level * count for level, count in enumerate(histogram)) / total / 255
+    strong = sum(histogram[64:]) / total
+    return mean, strong
+
+
+def compare_images(
+    what: str, recorded: bytes, replayed: bytes, tolerance: float = 0.02
+) -> str | None:
+    """None if two raster images look the same: equal decoded size and, pixel-wise, a mean
+    difference within ``tolerance`` with at most 1% of pixels strongly changed."""
+    if recorded == replayed:
+        return None
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(recorded)) as a, Image.open(io.BytesIO(replayed)) as b:
+            size_a: tuple[int, int] | None = a.size
+            size_b: tuple[int, int] | None = b.size
+    except ImportError:
+        size_a, size_b = image_size(recorded), image_size(replayed)
+    except OSError as exc:
+        return f"{what}: cannot decode ({exc})"
+    if size_a != size_b:
+        return f"{what} size differs: recorded {size_a}, replayed {size_b}"
+    measured = pixel_difference(recorded, replayed)
+    if measured is None:
+        return None  # same size, and pixels cannot be compared without Pillow
+    mean, strong = measured
+    if mean > tolerance or strong > 0.01:
+        return (f"{what} pixels differ: mean {mean:.2%} (tolerance {tolerance:.2%}), "
+                f"{strong:.2%} strongly changed")
+    return None
+
+
+def _decode_b64(value: Any) -> bytes | None:
+    try:
+        return base64.b64decode(bundle_text(value), validate=False)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def compare_value(
+    mime: str, recorded: Any, replayed: Any, *, image_tolerance: float = 0.02,
+    extra_ids: tuple[str, ...] = (),
+) -> str | None:
+    """Compare one MIME-bundle value of a recorded and a replayed output."""
+    if mime in RASTER_TYPES:
+        a, b = _decode_b64(recorded), _decode_b64(replayed)
+        if a is None or b is None:
+            return f"{mime}: not valid base64"
+        return compare_images(mime, a, b, image_tolerance)
+    if mime == "image/svg+xml":
+        a_svg, b_svg = normalize_svg(bundle_text(recorded)), normalize_svg(bundle_text(replayed))
+        return None if a_svg == b_svg else f"{mime} differs: {first_difference(a_svg, b_svg)}"
+    if mime.endswith("json") and not isinstance(recorded, str | list):
+        return compare_json(mime, recorded, replayed, extra_ids)
+    if isinstance(recorded, str | list) and isinstance(replayed, str | list):
+        return compare_text(mime, bundle_text(recorded), bundle_text(replayed), extra_ids)
+    return None if recorded == replayed else f"{mime} differs"
+
+
+# ------------------------------------------------------------------- canonical outputs
+
+
+@dataclass
+class CellOutputs:
+    """What a cell produced, in the form replay compares."""
+
+    stdout: str = ""
+    stderr: str = ""
+    rich: list[dict[str, Any]] = field(default_factory=list)
+    error: tuple[str, str] | None = None
+
+
+def outputs_from_cell(cell: dict[str, Any]) -> CellOutputs:
+    """The recorded outputs of an nbformat code cell."""
+    result = CellOutputs()
+    for output in cell.get("outputs") or []:
+        kind = output.get("output_type")
+        if kind == "stream":
+            text = bundle_text(output.get("text", ""))
+            if output.get("name") == "stderr":
+                result.stderr += text
+            else:
+                result.stdout += text
+        elif kind in ("display_data", "execute_result"):
+            result.rich.append(dict(output.get("data") or {}))
+        elif kind == "error":
+            result.error = (str(output.get("ename", "")), str(output.get("evalue", "")))
+    return result
+
+
+def outputs_from_execution(
+    execution: Execution, fetch: Callable[[ArtifactRef], bytes]
+) -> CellOutputs:
+    """The outputs of a replayed execution; values kept as artifacts are fetched."""
+    rich = []
+    for output in execution.outputs:
+        data = dict(output.data)
+        for ref in output.artifacts:
+            if ref.mime in data:
+                continue
+            raw = fetch(ref)
+            if ref.mime in RASTER_TYPES or ref.mime == "application/pdf":
+                data[ref.mime] = base64.b64encode(raw).decode("ascii")
+            elif ref.mime.endswith("json"):
+                data[ref.mime] = json.loads(raw)
+            else:
+                data[ref.mime] = raw.decode("utf-8", errors="replace")
+        rich.append(data)
+    error = (execution.error.ename, execution.error.evalue) if execution.error else None
+    return CellOutputs(execution.stdout, execution.stderr, rich, error)
+
+
+def compare_outputs(
+    recorded: CellOutputs, replayed: CellOutputs, *, image_tolerance: float = 0.02,
+    extra_ids: tuple[str, ...] = (),
+) -> list[str]:
+    """Every difference between a cell's recorded and replayed outputs (empty: match)."""
+    diffs: list[str] = []
+    rec_err, rep_err = recorded.error, replayed.error
+    if rec_err is not None and rep_err is None:
+        diffs.append(f"recorded error {rec_err[0]}: {rec_err[1]}, replay raised nothing")
+    elif rec_err is None and rep_err is not None:
+        diffs.append(f"replay raised {rep_err[0]}: {rep_err[1]}")
+    elif rec_err is not None and rep_err is not None and compare_text(
+        "error", ": ".join(rec_err), ": ".join(rep_err), extra_ids
+    ):
+        diffs.append(f"error differs: recorded {rec_err[0]}: {rec_err[1]}, "
+                     f"replayed {rep_err[0]}: {rep_err[1]}")
+    for what, a, b in (("stdout", recorded.stdout, replayed.stdout),
+                       ("stderr", recorded.stderr, replayed.stderr)):
+        found = compare_text(what, a, b, extra_ids)
+        if found:
+            diffs.append(found)
+    if len(recorded.rich) != len(replayed.rich):
+        diffs.append(f"{len(recorded.rich)} rich outputs recorded, {len(replayed.rich)} "
+                     "replayed")
+    for n, (a_data, b_data) in enumerate(zip(recorded.rich, replayed.rich, strict=False),
+                                         start=1):
+        for mime, value in a_data.items():
+            if mime not in b_data:
+                diffs.append(f"output {n}: {mime} missing in replay")
+                continue
+            found = compare_value(mime, value, b_data[mime], image_tolerance=image_tolerance,
+                                  extra_ids=extra_ids)
+            if found:
+                diffs.append(f"output {n}: {found}")
+    return diffs
+
+
+# ------------------------------------------------------------------------------ replay
+
+
+class CellReport(BaseModel):
+    """The verdict on one code cell."""
+
+    index: int
+    execution_count: int | None = None
+    status: CellStatus
+    recorded_status: str = "ok"
+    replay_status: str | None = None
+    note: str = ""
+    differences: list[str] = []
+    recorded_ms: float | None = None
+    replay_ms: float | None = None
+    source: str = ""
+
+
+class ReplayReport(BaseModel):
+    """The verdict on a whole notebook."""
+
+    notebook: str
+    session_id: str | None = None
+    cells: list[CellReport] = []
+    matched: int = 0
+    mismatched: int = 0
+    recorded_failures: int = 0
+    skipped: int = 0
+    stopped_early: bool = False
+    replay_s: float = 0.0
+    replay_cells_s: float = 0.0
+    recorded_cells_s: float | None = None
+    ok: bool = True
+
+
+def _recorded_ms(cell: dict[str, Any]) -> float | None:
+    meta = cell.get("metadata") or {}
+    duration = (meta.get("interp") or {}).get("duration_ms")
+    if isinstance(duration, int | float):
+        return float(duration)
+    timing = meta.get("execution") or {}
+    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if isinstance(start, str) and isinstance(end, str):
+        from datetime import datetime
+
+        try:
+            delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+        except ValueError:
+            return None
+        return delta.total_seconds() * 1000
+    return None
+
+
+def recorded_status(cell: dict[str, Any]) -> str:
+    """The status the recording gives a cell: its interp metadata, else 'error' when it
+    holds an error output, else 'ok'."""
+    meta = (cell.get("metadata") or {}).get("interp") or {}
+    status = meta.get("status")
+    if isinstance(status, str):
+        return status
+    if any(o.get("output_type") == "error" for o in cell.get("outputs") or []):
+        return "error"
+    return "ok"
+
+
+def replay_notebook(
+    client: Client,
+    nb: dict[str, Any],
+    *,
+    stop_on_mismatch: bool = False,
+    image_tolerance: float = 0.02,
+    timeout_s: float | None = None,
+    on_cell: Callable[[CellReport], None] | None = None,
+    name: str = "notebook",
+) -> ReplayReport:
+    """Run a notebook's code cells in a fresh session and compare outputs cell by cell.
+
+    Args:
+        client: Client of the service to replay on.
+        nb: The nbformat v4 notebook (JSON dict).
+        stop_on_mismatch: Stop at the first cell that does not match.
+        image_tolerance: Largest mean pixel difference (0..1) for images to match.
+        timeout_s: Time limit per cell (the service default if None).
+        on_cell: Called with each cell's report as soon as it is known.
+        name: How the report names the notebook.
+
+    Returns:
+        The report; ``report.ok`` is True when no replayed cell mismatched.
+    """
+    started = time.monotonic()
+    report = ReplayReport(notebook=name)
+    recorded_ids = tuple(
+        str(v) for v in [((nb.get("metadata") or {}).get("interp") or {}).get("session_id")]
+        if v
+    )
+    recorded_total = 0.0
+    recorded_known = False
+    with client.create_session(metadata={"replay_of": name}) as session:
+        report.session_id = session.id
+        ids = (*recorded_ids, session.id)
+        for index, cell in enumerate(nb.get("cells") or []):
+            if cell.get("cell_type") != "code":
+                continue
+            cell_report = _replay_cell(session, index, cell, report.stopped_early,
+                                       image_tolerance, timeout_s, ids)
+            if cell_report.recorded_ms is not None and cell_report.status != "skipped":
+                recorded_total += cell_report.recorded_ms
+                recorded_known = True
+            if cell_report.replay_ms is not None:
+                report.replay_cells_s += cell_report.replay_ms / 1000
+            report.cells.append(cell_report)
+            if cell_report.status == "match":
+                report.matched += 1
+            elif cell_report.status == "mismatch":
+                report.mismatched += 1
+                report.stopped_early = report.stopped_early or stop_on_mismatch
+            elif cell_report.status == "recorded_failure":
+                report.recorded_failures += 1
+            else:
+                report.skipped += 1
+            if on_cell is not None:
+                on_cell(cell_report)
+    report.recorded_cells_s = recorded_total / 1000 if recorded_known else None
+    report.replay_s = time.monotonic() - started
+    report.ok = report.mismatched == 0
+    return report
+
+
+def _replay_cell(
+    session: Session, index: int, cell: dict[str, Any], stopped: bool,
+    image_tolerance: float, timeout_s: float | None, ids: tuple[str, ...],
+) -> CellReport:
+    source = bundle_text(cell.get("source", ""))
+    meta = (cell.get("metadata") or {}).get("interp") or {}
+    base = CellReport(
+        index=index, execution_count=cell.get("execution_count"), status="skipped",
+        recorded_status=recorded_status(cell), recorded_ms=_recorded_ms(cell),
+        source=source.strip().split("\n", 1)[0][:60],
+    )
+    if stopped:
+        return base.model_copy(update={"note": "not reached (stopped at a mismatch)"})
+    if meta.get("replay_of") is not None:
+        return base.model_copy(update={"note": "re-run of an earlier cell during a rebuild"})
+    if not source.strip():
+        return base.model_copy(update={"note": "empty"})
+    if base.recorded_status != "ok":
+        return base.model_copy(update={
+            "status": "recorded_failure",
+            "note": f"recorded as {base.recorded_status}; not re-run",
+        })
+    execution = session.run(source, timeout_s=timeout_s).execution
+    replayed = outputs_from_execution(execution, session.artifact)
+    diffs = compare_outputs(outputs_from_cell(cell), replayed,
+                            image_tolerance=image_tolerance, extra_ids=ids)
+    if execution.status not in ("ok", "error"):
+        diffs.insert(0, f"replay ended with status {execution.status}")
+    return base.model_copy(update={
+        "status": "mismatch" if diffs else "match", "differences": diffs,
+        "replay_status": execution.status, "replay_ms": execution.duration_ms,
+    })
+
+
+# ------------------------------------------------------------------------------ output
+
+_LABELS = {"match": "match", "mismatch": "MISMATCH", "recorded_failure": "recorded failure",
+           "skipped": "skipped"}
+
+
+def _seconds(ms: float | None) -> str:
+    return "    -  " if ms is None else f"{ms / 1000:6.2f}s"
+
+
+def print_cell(cell: CellReport) -> None:
+    """One line per cell (and one per difference) on stdout."""
+    count = f"[{cell.execution_count}]" if cell.execution_count is not None else "[ ]"
+    line = (f"cell {cell.index:3d} {count:>6}  {_LABELS[cell.status]:<16} "
+            f"{_seconds(cell.replay_ms)} (recorded {_seconds(cell.recorded_ms).strip()})  "
+            f"{cell.source}")
+    print(line.rstrip())
+    if cell.note:
+        print(f"      {cell.note}")
+    for diff in cell.differences:
+        print(f"      - {diff}")
+    sys.stdout.flush()
+
+
+def print_summary(report: ReplayReport) -> None:
+    """The closing summary lines on stdout."""
+    total = len(report.cells)
+    print(f"\n{report.notebook}: {total} code cells: {report.matched} match, "
+          f"{report.mismatched} mismatch, {report.recorded_failures} recorded failure(s) "
+          f"not re-run, {report.skipped} skipped")
+    timing = f"replay took {report.replay_s:.1f}s (cells {report.replay_cells_s:.1f}s)"
+    if report.recorded_cells_s is not None:
+        timing += f"; the recorded run's cells took {report.recorded_cells_s:.1f}s"
+    print(timing)
+    print("ALL MATCH" if report.ok else "MISMATCH")
