@@ -18,6 +18,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from interpreter.api.app import make_app
+from interpreter.api.base import DRAIN_LIMIT
 from interpreter.broker import SessionBroker
 from interpreter.errors import BackendUnavailable
 from interpreter.settings import Settings
@@ -97,10 +98,13 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
 
         await install_pool(broker)
     app = make_app(broker, settings)
+    # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's own
+    # cap only has to cover them and the window in which rejected bodies are drained.
+    cap = max(settings.max_upload_bytes, settings.max_body_bytes, DRAIN_LIMIT) + 1024
     http = HTTPServer(
         app,
-        max_body_size=max(settings.max_upload_bytes, settings.max_body_bytes) + 1024,
-        max_buffer_size=max(settings.max_upload_bytes, settings.max_body_bytes) + (1 << 20),
+        max_body_size=cap,
+        max_buffer_size=cap + (1 << 20),
         idle_connection_timeout=300,
         body_timeout=600,
     )

@@ -98,6 +98,11 @@ class Workspace:
             for part in parts:
                 try:
                     nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except NotADirectoryError:
+                    # O_NOFOLLOW|O_DIRECTORY on a symlink fails with ENOTDIR: say why.
+                    if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise OSError(errno.ELOOP, "symbolic link") from None
+                    raise
                 except FileNotFoundError:
                     if not create:
                         raise

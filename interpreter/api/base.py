@@ -29,6 +29,8 @@ from interpreter.settings import Settings
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 MAX_JSON_DEPTH = 64
+#: Bodies up to this size are read and discarded before an early error is answered.
+DRAIN_LIMIT = 64 << 20
 
 
 def _json_depth_ok(raw: bytes) -> bool:
@@ -78,6 +80,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self._chunks: list[bytes] = []
         self._received = 0
         self._too_large = False
+        self._rejected: InterpreterError | None = None
 
     # -- request plumbing -------------------------------------------------------------
 
@@ -106,15 +109,37 @@ class BaseHandler(tornado.web.RequestHandler):
         raise Unauthorized("Invalid API key.")
 
     def prepare(self) -> None:
-        self.check_auth()
-        length = self.request.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > self.body_limit:
-            self._too_large = True
-            raise PayloadTooLarge(
-                f"Request body is {length} bytes; the limit here is {self.body_limit}."
-            )
+        try:
+            self.check_auth()
+            length = self.request.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) > self.body_limit:
+                self._too_large = True
+                raise PayloadTooLarge(
+                    f"Request body is {length} bytes; the limit here is {self.body_limit}."
+                )
+        except InterpreterError as exc:
+            self._reject_after_body(exc)
+
+    def _reject_after_body(self, exc: InterpreterError) -> None:
+        """Answer ``exc`` once the (discarded) body is in, or now if it is too big to drain.
+
+        Answering before the body is read makes tornado close the connection, which
+        clients still sending see as a reset instead of our error.
+        """
+        length = self.request.headers.get("Content-Length", "0")
+        if not length.isdigit() or int(length) > DRAIN_LIMIT:
+            raise exc
+        self._rejected = exc
+
+        async def answer(*args: Any, **kwargs: Any) -> None:
+            raise exc
+
+        # Tornado looks the method up after the body arrives: answer there instead.
+        setattr(self, (self.request.method or "get").lower(), answer)
 
     def data_received(self, chunk: bytes) -> Any:
+        if self._rejected is not None:
+            return None
         self._received += len(chunk)
         if self._received > self.body_limit:
             self._too_large = True
@@ -189,10 +214,6 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         super().log_exception(typ, value, tb)
 
-    def on_finish(self) -> None:
-        if self._too_large and self.request.connection is not None:
-            # The rest of an oversize body was not read; don't reuse the connection.
-            self.request.connection.close()  # type: ignore[attr-defined]
 
 
 class NotFoundHandler(BaseHandler):
@@ -200,4 +221,7 @@ class NotFoundHandler(BaseHandler):
 
     def prepare(self) -> None:
         super().prepare()
-        raise NotFound(f"No route {self.request.path}; see /v1/openapi.json.")
+        if self._rejected is None:
+            self._reject_after_body(
+                NotFound(f"No route {self.request.path}; see /v1/openapi.json.")
+            )

@@ -1,0 +1,75 @@
+"""Workspace files through the API (issue 2, item 7; security.md H-50, H-51)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.conftest import run
+
+
+def test_upload_list_download_delete(api: httpx.Client, new_session: Callable[..., str]) -> None:
+    sid = new_session()
+    body = b"city,n\na,1\nb,2\n"
+    up = api.put(f"/v1/sessions/{sid}/files/data/sales.csv", content=body)
+    assert up.status_code == 201, up.text
+    assert up.json()["size"] == len(body)
+    # The kernel sees it in its working directory.
+    result = run(api, sid, "import pandas as pd\nint(pd.read_csv('data/sales.csv')['n'].sum())")
+    assert result["outputs"][0]["data"]["text/plain"] == "3"
+    listing = api.get(f"/v1/sessions/{sid}/files").json()
+    assert [(e["name"], e["type"]) for e in listing["entries"]] == [("data", "directory")]
+    inner = api.get(f"/v1/sessions/{sid}/files", params={"path": "data"}).json()
+    assert [(e["path"], e["size"]) for e in inner["entries"]] == [("data/sales.csv", len(body))]
+    down = api.get(f"/v1/sessions/{sid}/files/data/sales.csv")
+    assert down.status_code == 200 and down.content == body
+    # Files the kernel writes can be downloaded.
+    run(api, sid, "open('out.txt', 'w').write('from kernel')")
+    assert api.get(f"/v1/sessions/{sid}/files/out.txt").content == b"from kernel"
+    assert api.delete(f"/v1/sessions/{sid}/files/data/sales.csv").status_code == 204
+    assert api.get(f"/v1/sessions/{sid}/files/data/sales.csv").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    # Percent-encoded, since HTTP clients remove literal dot segments before sending.
+    ["%2E%2E/secret", "a/%2E%2E/%2E%2E/b", "%2Fetc%2Fpasswd", "a%00b", "%EF%BC%8E%EF%BC%8E/x",
+     "a%5C..%5Cb"],
+    ids=["dotdot", "nested-dotdot", "absolute", "nul", "fullwidth-dots", "backslash"],
+)
+def test_paths_escaping_the_workspace_are_refused(
+    api: httpx.Client, shared_session: str, path: str
+) -> None:
+    for method in ("GET", "PUT", "DELETE"):
+        resp = api.request(method, f"/v1/sessions/{shared_session}/files/{path}", content=b"x")
+        assert resp.status_code == 400, (method, path, resp.status_code)
+        assert resp.json()["error"]["type"] == "path_not_allowed"
+        assert "error" in resp.json()
+
+
+def test_symlinks_out_of_the_workspace_are_not_followed(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    run(api, sid, "import os\nos.symlink('/etc', 'etc_link')\nos.symlink('/etc/hostname', 'host')")
+    for path in ("host", "etc_link/hostname"):
+        resp = api.get(f"/v1/sessions/{sid}/files/{path}")
+        assert resp.status_code == 400, (path, resp.text)
+        assert "symbolic link" in resp.json()["error"]["message"]
+    # Writing through a link must not touch its target either.
+    assert api.put(f"/v1/sessions/{sid}/files/etc_link/x", content=b"x").status_code == 400
+    # Replacing the link itself is fine and leaves the target alone.
+    assert api.put(f"/v1/sessions/{sid}/files/host", content=b"mine").status_code == 201
+    assert api.get(f"/v1/sessions/{sid}/files/host").content == b"mine"
+    listing = api.get(f"/v1/sessions/{sid}/files").json()
+    kinds = {e["name"]: e["type"] for e in listing["entries"]}
+    assert kinds == {"etc_link": "other", "host": "file"}
+
+
+def test_upload_size_limit(api: httpx.Client, shared_session: str) -> None:
+    resp = api.put(f"/v1/sessions/{shared_session}/files/big.bin", content=b"0" * (2 << 20))
+    assert resp.status_code == 413
+    assert resp.json()["error"]["type"] == "payload_too_large"
+    assert api.get(f"/v1/sessions/{shared_session}/files/big.bin").status_code == 404
