@@ -176,6 +176,7 @@ def inputs_hash(root: Path | None = None, *, machine: str | None = None) -> str:
     return digest.hexdigest()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 
 
@@ -429,7 +430,8 @@ def _docker_build(
             raise ImageBuildError(f"docker build failed: {str(detail).strip()}")
         text = chunk.get("stream")
         if isinstance(text, str):
-            for line in text.splitlines():
+            # The classic builder colours a step's stderr with ANSI codes; logs want text.
+            for line in _ANSI.sub("", text).splitlines():
                 if line.strip():
                     progress(line.rstrip())
         aux = chunk.get("aux")
