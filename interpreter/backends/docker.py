@@ -54,6 +54,7 @@ from interpreter.backends.docker_config import (
     kernel_command,
 )
 from interpreter.errors import BackendUnavailable, InterpreterError, KernelStartFailed
+from interpreter.images import DEFAULT_IMAGE, missing_image_message
 
 if TYPE_CHECKING:
     from interpreter.backends.docker_pool import ContainerPool
@@ -62,8 +63,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What to run when a session's kernel image is missing.
-IMAGE_BUILD_COMMAND = "interp images build"
 #: HTTP timeout of calls to the Docker engine, in seconds.
 DOCKER_TIMEOUT_S = 60.0
 #: Default deadline for a container to bind its sockets (``options.extra["start_timeout_s"]``).
@@ -102,10 +101,8 @@ def docker_errors(
     try:
         yield
     except docker.errors.ImageNotFound as exc:
-        name = image or "the kernel image"
-        raise KernelStartFailed(
-            f"kernel image {name!r} is not available; build it with `{IMAGE_BUILD_COMMAND}`"
-        ) from exc
+        # The image helper knows the exact build command (``interp images build``).
+        raise KernelStartFailed(missing_image_message(image or DEFAULT_IMAGE)) from exc
     except docker.errors.NotFound:
         raise
     except docker.errors.APIError as exc:
@@ -877,10 +874,10 @@ async def reattach(
     manager.kernel_id = provisioner_info["kernel_id"]
     manager.provisioner = provisioner
     manager.load_connection_info(provisioner.connection_info)
-    # jupyter_client has no public "adopt" API; restart_kernel replays these start kwargs,
-    # and interrupt/shutdown wait on the ready future of a start that never ran here.
+    # jupyter_client has no public "adopt" API. restart_kernel replays these start kwargs;
+    # and unless a start counts as attempted, its pending-state wrapper reuses the already
+    # resolved ready future of the shutdown half of a restart and fails with
+    # InvalidStateError.
     manager._launch_args = {LAUNCH_KWARG: options}
-    ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    ready.set_result(None)
-    manager._ready = ready
+    manager._attempted_start = True
     return provisioner

@@ -149,6 +149,7 @@ def build_container_config(
         # H-01 / H-22: no network at all (ZMQ runs over ipc sockets), no host namespaces.
         "network_mode": "none",
         "ipc_mode": "private",
+        "cgroupns": "private",
         "privileged": False,
         "devices": [],
         # H-10, H-11, H-12: no capabilities, no privilege gain through setuid binaries;

@@ -65,6 +65,7 @@ GOLDEN = {
     "tty": False,
     "network_mode": "none",
     "ipc_mode": "private",
+    "cgroupns": "private",
     "privileged": False,
     "devices": [],
     "cap_drop": ["ALL"],
@@ -124,7 +125,7 @@ def test_env_is_exactly_the_kernel_env() -> None:
 
 # Whatever the session asks for (limits, env, image, extra), these never change (H-04).
 FIXED = (
-    "user", "working_dir", "network_mode", "ipc_mode", "privileged", "devices", "cap_drop",
+    "user", "working_dir", "network_mode", "ipc_mode", "cgroupns", "privileged", "devices", "cap_drop",
     "security_opt", "read_only", "init", "ulimits", "log_config", "auto_remove",
     "restart_policy", "stdin_open", "tty",
 )

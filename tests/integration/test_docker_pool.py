@@ -1,0 +1,121 @@
+"""The warm pool for real: claims are fast, the pool refills, close leaves nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from interpreter.backends.docker import DockerProvisioner, docker_client, list_broker_containers
+from interpreter.backends.docker_pool import ContainerPool
+from tests.integration.docker_lab import Lab, lab, require_docker, run, short_base, wait_for
+
+pytestmark = [pytest.mark.docker]
+__all__ = ["lab", "short_base"]  # fixtures from docker_lab
+
+
+@pytest.fixture
+async def pool(lab: Lab) -> AsyncIterator[ContainerPool]:
+    require_docker()
+    template = lab.options()
+    pool = ContainerPool(1, template, lab.base, root=lab.base / "pool")
+    await pool.start()
+    DockerProvisioner.pool = pool
+    try:
+        yield pool
+    finally:
+        DockerProvisioner.pool = None
+        await pool.close()
+
+
+async def _ready(pool: ContainerPool) -> None:
+    async def ready() -> bool:
+        return pool.ready_count == pool.size
+
+    await wait_for(ready, 90, "the pool to fill")
+
+
+async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool) -> None:
+    await _ready(pool)
+    pooled_id = pool._ready[0].container_id
+
+    options = dataclasses.replace(pool.template, **_fresh_paths(lab))
+    t0 = time.perf_counter()
+    km = await lab.start(options)
+    kc = await lab.client(km)
+    claim_s = time.perf_counter() - t0
+    print(f"\nMEASURE claim from the pool (launch to kernel_info reply): {claim_s:.2f} s")
+
+    provisioner = km.provisioner
+    assert isinstance(provisioner, DockerProvisioner)
+    kernel = provisioner.container
+    assert kernel is not None
+    assert kernel.container_id == pooled_id and kernel.pool_slot is not None
+    assert kernel.runtime_dir == options.runtime_dir and kernel.workspace == options.workspace
+    assert claim_s < 2.0
+    assert (await run(kc, "1+1"))["result"] == "2"
+    # The workspace the kernel sees is the session's directory now.
+    await run(kc, "open('/workspace/hello.txt', 'w').write('hi')")
+    assert (options.workspace / "hello.txt").read_text() == "hi"
+    assert pool.claimed == 1
+
+    # The pool refills with a new container; the claimed one is never handed out again.
+    await _ready(pool)
+    assert pool._ready[0].container_id != pooled_id
+
+    # A session with other limits starts cold.
+    other = dataclasses.replace(pool.template, memory_mb=384, **_fresh_paths(lab))
+    km_cold = await lab.start(other)
+    cold = km_cold.provisioner
+    assert isinstance(cold, DockerProvisioner) and cold.container is not None
+    assert cold.container.pool_slot is None
+
+    # Shutting the session down removes its (pooled) container for good (H-26).
+    kc.stop_channels()
+    await km.shutdown_kernel(now=True)
+    with pytest.raises(docker.errors.NotFound):
+        await asyncio.to_thread(docker_client().api.inspect_container, pooled_id)
+    assert not options.runtime_dir.exists()
+    assert (options.workspace / "hello.txt").exists()
+
+
+async def test_restart_of_a_pooled_session_starts_cold(lab: Lab, pool: ContainerPool) -> None:
+    await _ready(pool)
+    options = dataclasses.replace(pool.template, **_fresh_paths(lab))
+    km = await lab.start(options)
+    provisioner = km.provisioner
+    assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
+    assert provisioner.container.pool_slot is not None
+    await km.restart_kernel(now=True)
+    assert provisioner.container.pool_slot is None
+    kc = await lab.client(km)
+    assert (await run(kc, "1+1"))["result"] == "2"
+
+
+async def test_close_removes_unclaimed_containers(lab: Lab) -> None:
+    require_docker()
+    pool = ContainerPool(2, lab.options(), lab.base, root=lab.base / "pool")
+    await pool.start()
+    try:
+        await _ready(pool)
+    finally:
+        await pool.close()
+    assert list_broker_containers(lab.broker_id) == []
+    assert not (lab.base / "pool").exists()
+    assert await pool.claim(lab.options()) is None
+
+
+def _fresh_paths(lab: Lab) -> dict[str, Path]:
+    fresh = lab.options()
+    return {
+        "session_id": fresh.session_id,  # type: ignore[dict-item]
+        "owner": fresh.owner,  # type: ignore[dict-item]
+        "session_dir": fresh.session_dir,
+        "workspace": fresh.workspace,
+        "runtime_dir": fresh.runtime_dir,
+    }
