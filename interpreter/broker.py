@@ -74,6 +74,7 @@ class SessionBroker:
         self._cull_task: asyncio.Task[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
         self.pool: Any = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def write(self, fn: Callable[[], T]) -> T:
         """Run a store write on the single writer thread (keeps writes in order)."""
@@ -105,6 +106,8 @@ class SessionBroker:
             self._cull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cull_task
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         keep = self.backend == "docker" and self.settings.keep_containers_on_shutdown
         await asyncio.gather(
             *(s.close(reason="broker_shutdown", keep_kernel=keep) for s in list(self.live.values())),
@@ -316,8 +319,16 @@ class SessionBroker:
         if live is None:
             await self._row(owner, session_id)  # 404 when unknown; closed: no-op
             return
-        self.live.pop(session_id, None)
-        await live.close(reason="deleted")
+        await self._close(live, "deleted")
+
+    async def _close(self, session: LiveSession, reason: str) -> None:
+        """Close a session in a task of the broker's own, so that neither a client going
+        away nor the broker shutting down can cut the close (and its records) short."""
+        self.live.pop(session.id, None)
+        task = asyncio.create_task(session.close(reason=reason), name=f"close-{session.id}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        await asyncio.shield(task)
 
     # ---------------------------------------------------------------- execution
 
@@ -422,8 +433,7 @@ class SessionBroker:
             if not timeout or not session.idle:
                 continue
             if (now - session.last_activity_at).total_seconds() >= timeout:
-                self.live.pop(session.id, None)
-                await session.close(reason="idle_timeout")
+                await self._close(session, "idle_timeout")
                 culled.append(session.id)
                 log.info("culled idle session %s", session.id)
         return culled

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import secrets
+from functools import partial
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -185,6 +186,7 @@ class LiveSession:
             ) from exc
         self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
         self.status = "idle"
+        self.touch()  # idle time counts from when the session became usable
         await self._persist_kernel()
 
     async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
@@ -266,16 +268,13 @@ class LiveSession:
         info: dict[str, Any] = {}
         if self.km.provisioner is not None:
             info = dict(await self.km.provisioner.get_provisioner_info())
+        info.pop("connection_info", None)  # kept (once) in connection_json
         info["kernel_id"] = self.km.kernel_id
-        kernel = self.kernel.model_dump_json()
-        conn_json = json.dumps(conn)
-        prov_json = json.dumps(info, default=str)
-        await self._write(
-            lambda: self.store.update_session(
-                self.id, status=self.status, kernel_json=kernel, connection_json=conn_json,
-                provisioner_json=prov_json,
-            )
-        )
+        await self._write(partial(
+            self.store.update_session, self.id, status=self.status,
+            kernel_json=self.kernel.model_dump_json(), connection_json=json.dumps(conn),
+            provisioner_json=json.dumps(info, default=str),
+        ))
 
     async def close(self, *, reason: str = "deleted", keep_kernel: bool = False) -> None:
         """Stop the session: fail queued work, stop (or detach from) the kernel, flush."""
@@ -300,13 +299,12 @@ class LiveSession:
         if not keep_kernel:
             await self._kill_quietly()
         await self._save_notebook()
-        db_status = "closed" if not keep_kernel else previous
-        await self._write(
-            lambda: self.store.update_session(
-                self.id, status=db_status, closed_reason=reason if not keep_kernel else None,
-                last_activity_at=self.last_activity_at.isoformat(),
-            )
-        )
+        await self._write(partial(
+            self.store.update_session, self.id,
+            status="closed" if not keep_kernel else previous,
+            closed_reason=reason if not keep_kernel else None,
+            last_activity_at=self.last_activity_at.isoformat(),
+        ))
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
             self._ctx = None
@@ -568,9 +566,10 @@ class LiveSession:
             except Exception:
                 log.exception("session %s: kernel restart failed", self.id)
                 self.status = "dead"
-                await self._write(lambda: self.store.update_session(self.id, status="dead"))
+                await self._write(partial(self.store.update_session, self.id, status="dead"))
                 return
             self.status = "idle"
+            self.touch()
             await self._persist_kernel()
 
     async def interrupt(self) -> None:
@@ -732,13 +731,11 @@ class LiveSession:
         self.metrics.executions.labels(ex.status).inc()
         if ex.duration_ms is not None:
             self.metrics.duration.observe(ex.duration_ms / 1000)
-        count, last = self.execution_count, self.last_activity_at.isoformat()
         await self._write(lambda: self._save_execution(handle))
-        await self._write(
-            lambda: self.store.update_session(
-                self.id, execution_count=count, last_activity_at=last, status=self.status
-            )
-        )
+        await self._write(partial(
+            self.store.update_session, self.id, execution_count=self.execution_count,
+            last_activity_at=self.last_activity_at.isoformat(), status=self.status,
+        ))
         handle.finish()
 
     async def _save_notebook(self) -> bool:

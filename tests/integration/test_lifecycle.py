@@ -1,0 +1,188 @@
+"""Service lifecycle: culling, broker restarts, signals, metrics, OpenAPI (issue 2, items 2, 3, 10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nbformat
+import pytest
+
+from interpreter.openapi import openapi_document
+from tests.conftest import KEY, REPO, Server, run, start_server
+
+
+def wait_for(predicate: Any, timeout: float = 20, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+def test_idle_sessions_are_culled_and_keep_their_notebook(data_dir: Path) -> None:
+    srv = start_server("local", data_dir, cull_interval_s=0.2)
+    try:
+        with srv.client() as api:
+            keeper = api.post("/v1/sessions", json={"idle_timeout_s": 0}).json()["id"]
+            sid = api.post("/v1/sessions", json={"idle_timeout_s": 2}).json()["id"]
+            run(api, sid, "print('before cull')")
+            wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "closed")
+            nb = nbformat.reads(api.get(f"/v1/sessions/{sid}/notebook").text, as_version=4)
+            assert nb.cells[0].outputs[0]["text"] == "before cull\n"
+            assert api.get(f"/v1/sessions/{keeper}").json()["status"] == "idle"
+    finally:
+        srv.thread.stop()
+    from interpreter.store import Store
+
+    store = Store(data_dir / "state.db")
+    row = store.get_session(sid)
+    assert row is not None and row["status"] == "closed" and row["closed_reason"] == "idle_timeout"
+    store.close()
+
+
+def test_broker_restart_lists_earlier_sessions_closed(data_dir: Path) -> None:
+    first = start_server("local", data_dir)
+    with first.client() as api:
+        sid = api.post("/v1/sessions", json={"metadata": {"task": "eda"}}).json()["id"]
+        executed = run(api, sid, "print('kept in the record')")
+    first.thread.stop()
+    second = start_server("local", data_dir)
+    try:
+        with second.client() as api:
+            [session] = api.get("/v1/sessions").json()["sessions"]
+            assert session["id"] == sid and session["status"] == "closed"
+            assert session["metadata"] == {"task": "eda"}
+            nb = nbformat.reads(api.get(f"/v1/sessions/{sid}/notebook").text, as_version=4)
+            assert nb.cells[0].outputs[0]["text"] == "kept in the record\n"
+            again = api.get(f"/v1/sessions/{sid}/executions/{executed['id']}").json()
+            assert again["status"] == "ok" and again["stdout"] == "kept in the record\n"
+    finally:
+        second.thread.stop()
+
+
+@pytest.fixture
+def serve_proc(data_dir: Path) -> Iterator[Any]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*extra: str) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "interpreter", "serve", "--backend", "local", "--port", "0",
+             "--data-dir", str(data_dir), "--api-key", KEY, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = re.search(r"listening on (http://\S+)", line)
+            if match:
+                # Keep draining output so the server never blocks on a full pipe.
+                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                return proc, match.group(1)
+        raise AssertionError(f"server did not start (exit {proc.wait()})")
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_dir: Path) -> None:
+    proc, url = serve_proc()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        run(api, sid, "open('runs.txt', 'a').write('x')")
+        with api.stream("POST", f"/v1/sessions/{sid}/execute", headers={"Accept": "text/event-stream"},
+                        json={"code": "open('runs.txt', 'a').write('y')\nprint('started', flush=True)"
+                                      "\nimport time\ntime.sleep(60)"}) as resp:
+            execution_id = resp.headers["X-Execution-Id"]
+            next(line for line in resp.iter_lines() if "started" in line)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    proc2, url2 = serve_proc()
+    with httpx.Client(base_url=url2, headers=headers, timeout=60) as api:
+        ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
+        assert ex["status"] == "unknown"
+        assert api.get(f"/v1/sessions/{sid}").json()["status"] == "closed"
+        # It ran once before the crash and was not run again after it.
+        assert api.get(f"/v1/sessions/{sid}/files/runs.txt").content == b"xy"
+
+
+def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path) -> None:
+    proc, url = serve_proc()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        run(api, sid, "import os\npid = os.getpid()")
+        kernel_pid = int(run(api, sid, "pid")["outputs"][0]["data"]["text/plain"])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    with pytest.raises(ProcessLookupError):
+        wait_for(lambda: _gone(kernel_pid), timeout=10)
+        os.kill(kernel_pid, 0)
+    nb = nbformat.read(data_dir / "sessions" / sid / "notebook.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert len(nb.cells) == 2
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0); it is gone for our purposes once it is not running.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def test_refuses_public_bind_without_key(data_dir: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "interpreter", "serve", "--backend", "local", "--host", "0.0.0.0",
+         "--port", "0", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k != "INTERP_API_KEYS"},
+    )
+    assert out.returncode != 0
+    assert "without an API key" in out.stderr + out.stdout
+
+
+def test_metrics_and_health(server: Server, api: httpx.Client, shared_session: str) -> None:
+    run(api, shared_session, "1")
+    assert httpx.get(f"{server.url}/healthz").json()["status"] == "ok"
+    text = api.get("/metrics").text
+    assert re.search(r'interp_sessions\{status="idle"\} [1-9]', text)
+    assert re.search(r'interp_executions_total\{status="ok"\} [1-9]', text)
+    assert "interp_execution_duration_seconds_bucket" in text
+    assert "interp_kernel_restarts" in text
+
+
+def test_openapi_document_is_current() -> None:
+    committed = json.loads((REPO / "docs" / "openapi.json").read_text())
+    assert committed == json.loads(json.dumps(openapi_document())), (
+        "docs/openapi.json is stale: run `interp openapi -o docs/openapi.json`"
+    )
+    schemas = committed["components"]["schemas"]
+    assert {"Execution", "Session", "ExecuteRequest", "Output"} <= set(schemas)
+    assert "/v1/sessions/{session_id}/execute" in committed["paths"]
