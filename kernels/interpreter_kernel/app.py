@@ -1,0 +1,148 @@
+"""The kernel launcher: ipykernel's ``IPKernelApp`` with the interpreter's setup applied.
+
+Run as ``python -m interpreter_kernel -f {connection_file}`` (both kernelspecs do). Compared
+with a stock ipykernel, the kernel:
+
+* never drops IOPub messages under a flood (send high-water mark 0, unlimited);
+* runs no IPython profile startup files, config files or ``PYTHONSTARTUP`` that user code
+  could have planted in the writable home or workspace: IPython gets a fresh, empty
+  ``IPYTHONDIR`` of its own each start, and startup files are skipped outright;
+* reads EOF from standard input, and ``input()``/``getpass()`` fail at once
+  (:class:`~interpreter_kernel.kernel.InterpreterKernel`);
+* prints no console banner, keeps no on-disk input history;
+* calls :func:`interpreter_kernel.configure.setup` on its shell before any user code runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import zmq
+from ipykernel.kernelapp import IPKernelApp
+from traitlets import Type
+from traitlets.config import Config
+
+from .configure import setup
+
+
+class InterpreterKernelApp(IPKernelApp):
+    """``IPKernelApp`` hardened and configured for the interpreter (see the module docs)."""
+
+    name = "interpreter-kernel"
+
+    kernel_class = Type(
+        "interpreter_kernel.kernel.InterpreterKernel",
+        klass="ipykernel.kernelbase.Kernel",
+        help="The kernel class; the default one refuses interactive input.",
+    ).tag(config=True)
+
+    def init_iopub(self, context: zmq.Context[Any]) -> None:
+        """Create the IOPub socket with no send high-water mark.
+
+        At the default mark (1000 messages) a PUB socket silently drops whatever a slow
+        subscriber has not taken yet, which would lose output lines and even the final
+        ``status: idle``. The option goes on the context as a default because it must be in
+        place before ``bind``: libzmq copies a socket's options into its listener when it
+        binds, so setting it on the socket afterwards would not reach the broker's
+        connection. Sockets created before this point (shell, stdin, control) keep the
+        default.
+        """
+        context.setsockopt(zmq.SNDHWM, 0)
+        super().init_iopub(context)  # type: ignore[no-untyped-call]
+
+    def log_connection_info(self) -> None:
+        """Record the ports without printing the console hints.
+
+        Without a parent handle ipykernel prints a Ctrl-C note and an ``--existing`` hint
+        straight to the process's stdout; under a broker that is only noise in the kernel
+        log. Raising the log level for the call suppresses both (the hints are info-level).
+        """
+        level = self.log_level
+        self.log_level = logging.CRITICAL
+        try:
+            super().log_connection_info()  # type: ignore[no-untyped-call]
+        finally:
+            self.log_level = level
+
+    def _run_startup_files(self) -> None:
+        """Run no startup files at all.
+
+        The home directory and the workspace are writable by user code, so a file in a
+        profile's ``startup/`` directory, or one named by ``PYTHONSTARTUP``, would run again
+        on every kernel restart. The fresh ``IPYTHONDIR`` (see :func:`main`) already holds
+        none; this also covers the system-wide startup directories and the environment.
+        """
+
+    def init_path(self) -> None:
+        """Make the working directory importable without letting it shadow installed code.
+
+        Under ``python -P`` (or ``PYTHONSAFEPATH``) IPython leaves the working directory off
+        ``sys.path`` entirely; put it at the end so the user's own modules still import but a
+        planted ``pandas.py`` cannot replace the real one. Otherwise IPython's behaviour is
+        kept.
+        """
+        if not sys.flags.safe_path:
+            super().init_path()  # type: ignore[no-untyped-call]
+            return
+        cwd = os.getcwd()
+        if cwd not in sys.path:
+            sys.path.append(cwd)
+
+    def init_code(self) -> None:
+        """Set the shell up, then run the configured ``exec_lines``/``exec_files`` (if any)."""
+        try:
+            if self.shell is not None:
+                setup(self.shell)
+        except Exception:
+            # A kernel without rich capture is still far more useful than no kernel.
+            self.log.exception("interpreter setup failed; continuing without it")
+        super().init_code()  # type: ignore[no-untyped-call]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start the kernel; blocks until it shuts down.
+
+    Args:
+        argv: command-line arguments without the program name (default ``sys.argv[1:]``),
+            normally ``["-f", connection_file]``.
+    """
+    _fresh_ipython_dir()
+    _stdin_from_devnull()
+    InterpreterKernelApp.launch_instance(argv, config=_config())
+
+
+def _config() -> Config:
+    config = Config()
+    # Input history would be an sqlite file written on every cell; nothing reads it back.
+    config.HistoryManager.enabled = False
+    config.InteractiveShellApp.exec_PYTHONSTARTUP = False
+    config.ZMQInteractiveShell.banner1 = f"Python {sys.version.split()[0]} (interp kernel)\n"
+    return config
+
+
+def _fresh_ipython_dir() -> None:
+    """Point IPython at a new empty directory, whatever the environment said."""
+    path = tempfile.mkdtemp(prefix="interp-ipython-")
+    os.environ["IPYTHONDIR"] = path
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+
+def _stdin_from_devnull() -> None:
+    """Give the process (and subprocesses it starts) an empty standard input.
+
+    The launcher's stdin is a pipe that nobody writes to, so a ``sys.stdin.read()`` or a
+    child reading its stdin would hang until the execution timeout; EOF ends it at once.
+    """
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(devnull, 0)
+    finally:
+        os.close(devnull)
+    if sys.stdin is None:
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives as long as the process

@@ -1,0 +1,104 @@
+"""``setup(shell)``: the display behaviour every interpreter kernel gets.
+
+Nothing here imports pandas or matplotlib: their settings are applied when (and if) the
+user's code imports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+
+from .formatters import register_formatters
+from .imports import when_imported
+
+log = logging.getLogger(__name__)
+
+#: The matplotlib backend that turns figures into display_data messages.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+#: Resolution of inline figures: a default-sized figure becomes a 640x480 PNG.
+FIGURE_DPI = 100
+
+#: How the inline backend renders and cleans up figures.
+INLINE_BACKEND_SETTINGS: dict[str, Any] = {
+    "figure_formats": {"png"},
+    "print_figure_kwargs": {"bbox_inches": "tight"},
+    # Each cell's figures are closed once displayed, so pyplot's registry (and memory)
+    # does not grow over a long session.
+    "close_figures": True,
+    "rc": {"figure.dpi": FIGURE_DPI},
+}
+
+#: pandas display options: enough to see the shape of the data, short enough for a model.
+PANDAS_OPTIONS: dict[str, Any] = {
+    "display.max_rows": 30,
+    "display.min_rows": 10,
+    "display.max_columns": 20,
+    "display.max_colwidth": 80,
+    # One line per row: wrapped column blocks are hard to read back as a table.
+    "display.expand_frame_repr": False,
+}
+
+
+def setup(shell: InteractiveShell) -> None:
+    """Configure an IPython shell for the interpreter.
+
+    Tracebacks lose their ANSI colours, DataFrames/Series and matplotlib Figures gain the
+    structured MIME types of :mod:`interpreter_kernel.mime`, the inline matplotlib backend
+    renders PNGs at :data:`FIGURE_DPI` and closes figures after each cell, and pandas gets
+    :data:`PANDAS_OPTIONS` once it is imported. Safe to call more than once.
+
+    Called from the kernel launcher once the shell exists, before any user code runs.
+
+    Args:
+        shell: the kernel's shell (``get_ipython()``).
+    """
+    shell.colors = "nocolor"
+    if shell.display_formatter is not None:
+        register_formatters(shell.display_formatter)
+    configure_matplotlib(shell)
+    when_imported("pandas", configure_pandas)
+
+
+def configure_matplotlib(shell: InteractiveShell) -> None:
+    """Select the inline backend and set how it renders figures.
+
+    The broker already sets ``MPLBACKEND``; this covers a kernel started any other way.
+    An explicit choice in the environment is kept.
+
+    Args:
+        shell: the shell whose inline backend is configured.
+    """
+    if not os.environ.get("MPLBACKEND"):
+        os.environ["MPLBACKEND"] = INLINE_BACKEND
+    config_module = sys.modules.get("matplotlib_inline.config")
+    backend_class = getattr(config_module, "InlineBackend", None)
+    if backend_class is not None and backend_class.initialized():
+        # Already active (matplotlib imported before setup): change the live object.
+        backend = backend_class.instance()
+        for name, value in INLINE_BACKEND_SETTINGS.items():
+            setattr(backend, name, value)
+        return
+    # The backend reads its configuration from the shell when pyplot first loads it.
+    section = shell.config.InlineBackend
+    for name, value in INLINE_BACKEND_SETTINGS.items():
+        section[name] = value
+
+
+def configure_pandas(pandas: ModuleType) -> None:
+    """Apply :data:`PANDAS_OPTIONS`; options this pandas version lacks are skipped.
+
+    Args:
+        pandas: the imported ``pandas`` module.
+    """
+    for key, value in PANDAS_OPTIONS.items():
+        try:
+            pandas.set_option(key, value)
+        except (KeyError, ValueError):
+            log.debug("pandas has no option %s", key, exc_info=True)

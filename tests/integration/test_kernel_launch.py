@@ -1,0 +1,317 @@
+"""The real interpreter kernel (``python -m interpreter_kernel``) under jupyter_client.
+
+The kernel is started from a copy of the repository's ``python3`` kernelspec without its
+provisioner metadata, so jupyter_client's plain local provisioner runs exactly the kernel
+command the broker's backends run. The environment is the broker's allowlisted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import zmq
+import zmq.asyncio
+from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
+from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+
+from interpreter.backends.base import BASE_KERNEL_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+#: Startup code a session could plant in its writable home or workspace; it must never run.
+PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran'); planted = True\n"
+
+
+@dataclass
+class Run:
+    """Everything one execute request produced."""
+
+    reply: dict[str, Any]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def of_type(self, *types: str) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m["msg_type"] in types]
+
+    @property
+    def stdout(self) -> str:
+        return "".join(
+            m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == "stdout"
+        )
+
+    @property
+    def error(self) -> dict[str, Any]:
+        [error] = self.of_type("error")
+        content: dict[str, Any] = error["content"]
+        return content
+
+
+@dataclass
+class Kernel:
+    manager: AsyncKernelManager
+    client: Any
+    home: Path
+    marker: Path
+
+    async def run(self, code: str, limit_s: float = 60) -> Run:
+        """Execute ``code``; return once both the reply and the final ``idle`` arrived."""
+        msg_id = self.client.execute(code, allow_stdin=False)
+        run = Run(reply={})
+        async with asyncio.timeout(limit_s):
+            while True:
+                msg = await self.client.get_iopub_msg()
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                run.messages.append(msg)
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+            while not run.reply:
+                reply = await self.client.get_shell_msg()
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    run.reply = reply
+        return run
+
+
+def kernelspec_without_provisioner(target: Path) -> Path:
+    """Copy ``kernels/python3`` to ``target`` for jupyter_client's own local provisioner."""
+    spec = json.loads((REPO / "kernels" / "python3" / "kernel.json").read_text())
+    spec["metadata"].pop("kernel_provisioner", None)
+    # The spec says "python"; this test must run the interpreter it runs under.
+    spec["argv"][0] = sys.executable
+    directory = target / "python3"
+    directory.mkdir(parents=True)
+    (directory / "kernel.json").write_text(json.dumps(spec))
+    return target
+
+
+def plant_startup_files(home: Path, marker: Path) -> dict[str, str]:
+    """Plant every startup hook IPython or Python could pick up; return env pointing at them."""
+    code = PLANTED.format(marker=str(marker))
+    profile = home / ".ipython" / "profile_default"
+    (profile / "startup").mkdir(parents=True)
+    (profile / "startup" / "00-planted.py").write_text(code)
+    for config in ("ipython_config.py", "ipython_kernel_config.py"):
+        text = f"{code}c.InteractiveShellApp.exec_lines = ['planted = True']\n"
+        (profile / config).write_text(text)
+        (home / config).write_text(text)
+    (home / "startup.py").write_text(code)
+    return {"IPYTHONDIR": str(home / ".ipython"), "PYTHONSTARTUP": str(home / "startup.py")}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def kernel(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Kernel]:
+    root = tmp_path_factory.mktemp("kernel")
+    home = root / "home"
+    home.mkdir()
+    marker = root / "planted-ran"
+    env = dict(BASE_KERNEL_ENV)
+    env.update(HOME=str(home), PATH=os.environ.get("PATH", ""))
+    env.update(plant_startup_files(home, marker))
+
+    specs = KernelSpecManager(kernel_dirs=[str(kernelspec_without_provisioner(root / "specs"))])
+    manager = AsyncKernelManager(kernel_spec_manager=specs, kernel_name="python3")
+    await manager.start_kernel(env=env, cwd=str(home))
+    # The broker reads IOPub with no receive high-water mark; so does this client.
+    context = zmq.asyncio.Context()
+    context.setsockopt(zmq.RCVHWM, 0)
+    client = manager.client(context=context)
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        yield Kernel(manager, client, home, marker)
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)
+        context.term()
+
+
+async def test_dataframe_result_carries_summary(kernel: Kernel) -> None:
+    code = (
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'city': ['Oslo', None], 'n': [1.5, float('nan')]})\n"
+        "df"
+    )
+    run = await kernel.run(code)
+    [result] = run.of_type("execute_result")
+    data = result["content"]["data"]
+    summary = data[DATAFRAME_MIME]
+    # pandas 3 calls a column of strings "str", older releases "object".
+    assert summary["columns"][0].pop("dtype") in ("str", "object")
+    assert summary == {
+        "version": 1,
+        "kind": "dataframe",
+        "shape": [2, 2],
+        "columns": [
+            {"name": "city", "nulls": 1},
+            {"name": "n", "dtype": "float64", "nulls": 1},
+        ],
+        "index": {"type": "RangeIndex", "dtype": "int64", "names": [None], "values": [0, 1]},
+        "rows": [["Oslo", 1.5], [None, None]],
+        "truncated": False,
+    }
+    # pandas' own representations are still there.
+    assert "Oslo" in data["text/plain"] and "<table" in data["text/html"]
+
+
+async def test_pandas_display_options_apply_in_the_importing_cell(kernel: Kernel) -> None:
+    run = await kernel.run("import pandas as pd\nprint(pd.get_option('display.max_rows'))")
+    assert run.stdout.strip() == "30"
+
+
+async def test_plot_sends_png_and_chart_in_one_message(kernel: Kernel) -> None:
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "fig, ax = plt.subplots()\n"
+        "ax.bar(['north', 'south'], [3, 5], label='units')\n"
+        "ax.set_title('Units by region')\n"
+        "ax.set_ylabel('units')\n"
+        "plt.show()\n"
+    )
+    run = await kernel.run(code)
+    [display] = run.of_type("display_data")
+    data = display["content"]["data"]
+    assert data["image/png"].startswith("iVBORw0KGgo")  # base64 of the PNG signature
+    assert data[CHART_MIME] == {
+        "version": 1,
+        "suptitle": None,
+        "axes": [
+            {
+                "kind": "bar",
+                "title": "Units by region",
+                "xlabel": None,
+                "ylabel": "units",
+                "series": [
+                    {
+                        "type": "bar",
+                        "label": "units",
+                        "categories": ["north", "south"],
+                        "values": [3, 5],
+                        "points": 2,
+                        "truncated": False,
+                    }
+                ],
+            }
+        ],
+        "truncated": False,
+    }
+    # Figures are closed once shown, so a long session does not accumulate them.
+    after = await kernel.run("print(len(plt.get_fignums()))")
+    assert after.stdout.strip() == "0"
+
+
+async def test_implicit_figure_at_cell_end_is_captured(kernel: Kernel) -> None:
+    run = await kernel.run("import matplotlib.pyplot as plt\nplt.hist([1, 2, 2, 3, 3, 3], bins=3)")
+    [display] = run.of_type("display_data")
+    chart = display["content"]["data"][CHART_MIME]
+    [axes] = chart["axes"]
+    assert axes["kind"] == "hist"
+    assert axes["series"][0]["counts"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "code", ["input('name? ')", "import getpass\ngetpass.getpass()"], ids=["input", "getpass"]
+)
+async def test_interactive_input_fails_at_once(kernel: Kernel, code: str) -> None:
+    started = time.monotonic()
+    run = await kernel.run(code, limit_s=10)
+    assert time.monotonic() - started < 5
+    assert run.reply["content"]["status"] == "error"
+    assert run.error["ename"] == "StdinNotImplementedError"
+    assert run.error["evalue"] == INPUT_NOT_SUPPORTED
+
+
+async def test_stdin_reads_are_empty_not_blocking(kernel: Kernel) -> None:
+    code = (
+        "import sys, subprocess\n"
+        "print(repr(sys.stdin.read()))\n"
+        "print(subprocess.run(['cat'], capture_output=True, timeout=5).returncode)\n"
+    )
+    run = await kernel.run(code, limit_s=15)
+    assert run.stdout.split() == ["''", "0"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["1 / 0", "def f(:\n    pass", "import json\njson.loads('{bad')"],
+    ids=["runtime", "syntax", "library"],
+)
+async def test_tracebacks_have_no_ansi_codes(kernel: Kernel, code: str) -> None:
+    run = await kernel.run(code)
+    error = run.error
+    assert error["traceback"], error
+    for text in [*error["traceback"], error["evalue"]]:
+        assert "\x1b[" not in text
+
+
+async def test_planted_startup_files_never_run(kernel: Kernel) -> None:
+    run = await kernel.run(
+        "import os\nprint('planted' in globals())\nprint(os.environ['IPYTHONDIR'])"
+    )
+    planted, ipython_dir = run.stdout.split()
+    assert planted == "False"
+    assert not kernel.marker.exists()
+    # IPython works from a directory of its own, not the one the environment named.
+    assert Path(ipython_dir) != kernel.home / ".ipython"
+    assert not Path(ipython_dir).is_relative_to(kernel.home)
+
+
+async def test_iopub_flood_arrives_complete_and_in_order(kernel: Kernel) -> None:
+    run = await kernel.run("for i in range(10_000):\n    print(i, flush=True)", limit_s=120)
+    assert run.reply["content"]["status"] == "ok"
+    assert run.stdout.split() == [str(i) for i in range(10_000)]
+    assert run.messages[-1]["content"]["execution_state"] == "idle"
+
+
+async def test_iopub_send_high_water_mark_is_unlimited(kernel: Kernel) -> None:
+    run = await kernel.run(
+        "import zmq\nprint(get_ipython().kernel.iopub_thread.socket.getsockopt(zmq.SNDHWM))"
+    )
+    assert run.stdout.strip() == "0"
+
+
+async def test_slow_reader_loses_nothing(kernel: Kernel) -> None:
+    """A subscriber that stops reading during a flood still gets every message.
+
+    The client keeps the default receive high-water mark here and reads IOPub only after the
+    kernel has finished: everything then waits in the kernel's send queue. A stock ipykernel
+    (send mark 1000) drops part of it, usually including the final ``idle``.
+    """
+    context = zmq.asyncio.Context()
+    context.setsockopt(zmq.RCVHWM, 10)
+    client = kernel.manager.client(context=context)
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=30)
+        lines = 2000
+        msg_id = client.execute(
+            f"for i in range({lines}):\n    print(str(i).ljust(4000, '.'), flush=True)"
+        )
+        async with asyncio.timeout(60):
+            while (await client.get_shell_msg())["parent_header"].get("msg_id") != msg_id:
+                pass
+            received: list[str] = []
+            while True:
+                msg = await client.get_iopub_msg()
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    received += [line.rstrip(".") for line in msg["content"]["text"].split()]
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+        assert received == [str(i) for i in range(lines)]
+    finally:
+        client.stop_channels()
+        context.term()
