@@ -1,0 +1,75 @@
+"""Record real kernel message sequences for the translator's unit tests.
+
+Run from the repository root: ``python -m tests.messages.record``. Each scenario's code runs
+in a fresh kernel (the project's kernelspec); the iopub messages and the execute_reply whose
+parent is that request are written to ``tests/messages/<scenario>.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+
+from interpreter.kernelspecs import kernel_spec_manager
+
+HERE = Path(__file__).parent
+
+SCENARIOS = {
+    "stream_interleaved": "import sys\nprint('a')\nprint('b', file=sys.stderr)\nprint('c')",
+    "execute_result": "40 + 2",
+    "error": "def f():\n    raise ValueError('bad value')\nf()",
+    "clear_output_wait": (
+        "from IPython.display import clear_output\n"
+        "for i in range(3):\n    clear_output(wait=True)\n    print('tick', i)"
+    ),
+    "clear_output_now": "from IPython.display import clear_output\nprint('gone')\nclear_output()\nprint('kept')",
+    "update_display": (
+        "from IPython.display import display\n"
+        "h = display('v1', display_id=True)\nh.update('v2')\ndisplay('other')"
+    ),
+    "plot": "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()",
+}
+
+
+def _plain(msg: dict[str, Any]) -> dict[str, Any]:
+    keep = {k: msg[k] for k in ("header", "parent_header", "metadata", "content")}
+    return json.loads(json.dumps(keep, default=lambda o: o.isoformat() if isinstance(o, datetime) else str(o)))
+
+
+async def record(name: str, code: str) -> None:
+    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    await km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        msg_id = kc.execute(code, allow_stdin=False)
+        iopub = []
+        while True:
+            msg = await kc.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            iopub.append(_plain(msg))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        reply = await kc.get_shell_msg(timeout=30)
+        data = {"code": code, "msg_id": msg_id, "iopub": iopub, "reply": _plain(reply)}
+        (HERE / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+
+async def main() -> None:
+    for name, code in SCENARIOS.items():
+        await record(name, code)
+        print("recorded", name)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
