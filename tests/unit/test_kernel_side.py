@@ -488,3 +488,30 @@ def test_pandas_options() -> None:
 def test_input_error_message_says_what_to_do() -> None:
     assert "not supported" in INPUT_NOT_SUPPORTED
     assert "in code" in INPUT_NOT_SUPPORTED and "file" in INPUT_NOT_SUPPORTED
+
+
+# --- the example notebook ---------------------------------------------------------------
+
+
+def test_example_notebook_is_a_complete_recorded_run() -> None:
+    import nbformat
+
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "eda_example.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert 8 <= len(code) <= 12
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    outputs = [output for cell in code for output in cell.outputs]
+    assert all(cell.outputs for cell in code), "every cell was recorded with its output"
+    assert not [o for o in outputs if o.output_type == "error" or o.get("name") == "stderr"]
+    kinds = [
+        axes["kind"]
+        for output in outputs
+        for axes in output.get("data", {}).get(CHART_MIME, {}).get("axes", [])
+    ]
+    assert {"line", "bar", "hist"} <= set(kinds)
+    assert all("image/png" in o.data for o in outputs if CHART_MIME in o.get("data", {}))
+    assert any(DATAFRAME_MIME in o.get("data", {}) for o in outputs)
+    # It writes its own data, into the working directory.
+    assert 'to_csv("sales.csv"' in code[0].source
