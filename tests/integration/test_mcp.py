@@ -1,0 +1,158 @@
+"""``interp mcp`` end to end: the official MCP client drives our server against a real broker."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client as MCPClient
+from mcp import StdioServerParameters
+
+from interpreter.mcp_server import mcp_tools, to_call_result
+from interpreter.tools import TOOL_NAMES, ImagePart, TextPart, ToolResult
+from tests.conftest import REPO, Server
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _env(server: Server) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"INTERP_URL": server.url, "INTERP_API_KEY": server.api_key})
+    return env
+
+
+def _texts(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def _images(result: types.CallToolResult) -> list[types.ImageContent]:
+    return [c for c in result.content if isinstance(c, types.ImageContent)]
+
+
+async def _session_walk(client: MCPClient) -> None:
+    """List tools, share state across two calls, get an image, read a file back."""
+    listed = await client.list_tools()
+    assert [t.name for t in listed.tools] == list(TOOL_NAMES)
+    run_code = next(t for t in listed.tools if t.name == "run_code")
+    assert run_code.input_schema["required"] == ["code"]
+    assert "persistent" in (run_code.description or "")
+
+    first = await client.call_tool("run_code", {"code": "total = sum(range(10))"})
+    assert not first.is_error and "status: ok" in _texts(first)
+    second = await client.call_tool("run_code", {"code": "print('total is', total)\ntotal * 2"})
+    assert "total is 45" in _texts(second) and "90" in _texts(second)
+
+    plot = await client.call_tool("run_code", {"code": (
+        "import matplotlib.pyplot as plt\nimport pandas as pd\n"
+        "df = pd.DataFrame({'x': [1, 2, 3], 'y': [2.0, 4.0, 8.0]})\n"
+        "display(df)\nplt.plot(df.x, df.y)\nplt.title('growth')\nplt.show()")})
+    images = _images(plot)
+    assert len(images) == 1 and images[0].mime_type == "image/png"
+    assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
+    assert "DataFrame: 3 rows x 2 columns" in _texts(plot)
+    assert "x (int64), y (float64)" in _texts(plot)
+
+    failed = await client.call_tool("run_code", {"code": "undefined_name + 1"})
+    assert not failed.is_error and "NameError" in _texts(failed)
+
+    await client.call_tool("upload_file", {"path": "in/data.csv", "content": "a\n1\n"})
+    listing = await client.call_tool("list_files", {"path": "in"})
+    assert "in/data.csv" in _texts(listing)
+    read = await client.call_tool("read_file", {"path": "in/data.csv"})
+    assert _texts(read) == "a\n1\n"
+    notebook = await client.call_tool("get_notebook", {})
+    assert "total = sum(range(10))" in _texts(notebook)
+
+    bad = await client.call_tool("run_code", {"cod": "1"})
+    assert bad.is_error and "missing required argument 'code'" in _texts(bad)
+
+
+def _session_ids(server: Server) -> dict[str, str]:
+    with server.client() as api:
+        return {s["id"]: s["status"] for s in api.get("/v1/sessions").json()["sessions"]}
+
+
+def test_mcp_over_stdio(local_server: Server) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "interpreter", "mcp"], env=_env(local_server),
+        cwd=str(REPO),
+    )
+    before = _session_ids(local_server)
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with MCPClient(params) as client:
+                await _session_walk(client)
+
+    anyio.run(main)
+    # The MCP server made one session, and deleted it when the host disconnected.
+    made = {sid: status for sid, status in _session_ids(local_server).items()
+            if sid not in before}
+    assert list(made.values()) == ["closed"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def mcp_http(local_server: Server) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "mcp", "--http", str(port)],
+        env=_env(local_server), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "the MCP HTTP server did not come up"
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(20)
+    if proc.stderr:
+        proc.stderr.close()
+
+
+def test_mcp_over_streamable_http(mcp_http: str) -> None:
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names == list(TOOL_NAMES)
+                await client.call_tool("run_code", {"code": "word = 'over http'"})
+                result = await client.call_tool("run_code", {"code": "word.upper()"})
+                assert "'OVER HTTP'" in _texts(result)
+
+    anyio.run(main)
+
+
+def test_tool_list_and_result_conversion() -> None:
+    tools = {t.name: t for t in mcp_tools()}
+    assert tools["read_file"].annotations is not None
+    assert tools["read_file"].annotations.read_only_hint is True
+    converted = to_call_result(ToolResult([TextPart("a"), ImagePart("image/png", b"xy")],
+                                          is_error=True))
+    kinds: list[Any] = [type(c) for c in converted.content]
+    assert kinds == [types.TextContent, types.ImageContent]
+    assert converted.is_error
+    image = converted.content[1]
+    assert isinstance(image, types.ImageContent) and base64.b64decode(image.data) == b"xy"
