@@ -8,6 +8,7 @@ command the broker's backends run. The environment is the broker's allowlisted o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -111,15 +112,14 @@ def plant_startup_files(home: Path, marker: Path) -> dict[str, str]:
     return {"IPYTHONDIR": str(home / ".ipython"), "PYTHONSTARTUP": str(home / "startup.py")}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def kernel(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Kernel]:
-    root = tmp_path_factory.mktemp("kernel")
+@contextlib.asynccontextmanager
+async def start_kernel(root: Path, extra_env: dict[str, str]) -> AsyncIterator[Kernel]:
+    """Start a kernel whose home and working directory is ``root / "home"``."""
     home = root / "home"
-    home.mkdir()
-    marker = root / "planted-ran"
+    home.mkdir(exist_ok=True)
     env = dict(BASE_KERNEL_ENV)
     env.update(HOME=str(home), PATH=os.environ.get("PATH", ""))
-    env.update(plant_startup_files(home, marker))
+    env.update(extra_env)
 
     specs = KernelSpecManager(kernel_dirs=[str(kernelspec_without_provisioner(root / "specs"))])
     manager = AsyncKernelManager(kernel_spec_manager=specs, kernel_name="python3")
@@ -131,11 +131,19 @@ async def kernel(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Kern
     client.start_channels()
     try:
         await client.wait_for_ready(timeout=60)
-        yield Kernel(manager, client, home, marker)
+        yield Kernel(manager, client, home, root / "planted-ran")
     finally:
         client.stop_channels()
         await manager.shutdown_kernel(now=True)
         context.term()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def kernel(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Kernel]:
+    root = tmp_path_factory.mktemp("kernel")
+    (root / "home").mkdir()
+    async with start_kernel(root, plant_startup_files(root / "home", root / "planted-ran")) as k:
+        yield k
 
 
 async def test_dataframe_result_carries_summary(kernel: Kernel) -> None:
@@ -315,3 +323,23 @@ async def test_slow_reader_loses_nothing(kernel: Kernel) -> None:
     finally:
         client.stop_channels()
         context.term()
+
+
+async def test_safe_path_keeps_workspace_modules_importable_but_not_shadowing(
+    tmp_path: Path,
+) -> None:
+    """Under ``python -P`` the workspace goes last on ``sys.path``.
+
+    Its own modules import, while a planted ``pandas.py`` cannot replace the real pandas
+    (nor, with ``-m``, the kernel's own packages).
+    """
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "helpers.py").write_text("ANSWER = 42\n")
+    (home / "pandas.py").write_text("raise SystemExit('planted pandas imported')\n")
+    async with start_kernel(tmp_path, {"PYTHONSAFEPATH": "1"}) as safe_kernel:
+        run = await safe_kernel.run(
+            "import sys, os, helpers, pandas\n"
+            "print(helpers.ANSWER, hasattr(pandas, 'DataFrame'), sys.path[-1] == os.getcwd())"
+        )
+    assert run.stdout.split() == ["42", "True", "True"]
