@@ -160,9 +160,9 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
     """
     blocks = [execution_header(execution)]
     if execution.stdout:
-        blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout), limit))
+        blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout).rstrip("\n"), limit))
     if execution.stderr:
-        blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr), limit))
+        blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
     if execution.truncated:
         blocks.append("(output was cut; the full text is kept as an artifact)")
     for output in execution.outputs:

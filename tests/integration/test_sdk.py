@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +27,7 @@ from interpreter.client import (
     Session,
     StdoutEvent,
 )
-from tests.conftest import Server
+from tests.conftest import REPO, Server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -231,3 +234,19 @@ def test_both_backends_run_code(server: Server) -> None:
         result = s.run("import sys\nprint(sys.version_info[0])\n2 ** 10")
         assert (result.stdout, result.text) == ("3\n", "1024")
         assert s.info.backend == server.backend
+
+
+def test_agent_loop_example_self_corrects(local_server: Server) -> None:
+    """examples/agent_loop.py runs as written: the first code fails, the fix succeeds."""
+    env = dict(os.environ, INTERP_URL=local_server.url, INTERP_API_KEY=local_server.api_key)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "agent_loop.py")],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    first_error = out.index("KeyError: 'Column not found: revenue'")
+    fixed = out.index("tool result + 1 image(s):")
+    assert first_error < fixed
+    assert "final answer: The north region sold more: 405 (north) vs 285 (south), " \
+           "a difference of 120." in out
