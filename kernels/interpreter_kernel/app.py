@@ -6,7 +6,8 @@ with a stock ipykernel, the kernel:
 * never drops IOPub messages under a flood (send high-water mark 0, unlimited);
 * runs no IPython profile startup files, config files or ``PYTHONSTARTUP`` that user code
   could have planted in the writable home or workspace: IPython gets a fresh, empty
-  ``IPYTHONDIR`` of its own each start, and startup files are skipped outright;
+  ``IPYTHONDIR`` of its own each start (:mod:`interpreter_kernel.ipythondir`), whatever
+  the environment says, and startup files are skipped outright;
 * reads EOF from standard input, and ``input()``/``getpass()`` fail at once
   (:class:`~interpreter_kernel.kernel.InterpreterKernel`);
 * prints no console banner, keeps no on-disk input history;
@@ -15,12 +16,9 @@ with a stock ipykernel, the kernel:
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import shutil
 import sys
-import tempfile
 from typing import Any
 
 import zmq
@@ -29,6 +27,7 @@ from traitlets import Type
 from traitlets.config import Config
 
 from .configure import setup
+from .ipythondir import private_ipython_dir
 
 
 class InterpreterKernelApp(IPKernelApp):
@@ -75,7 +74,7 @@ class InterpreterKernelApp(IPKernelApp):
 
         The home directory and the workspace are writable by user code, so a file in a
         profile's ``startup/`` directory, or one named by ``PYTHONSTARTUP``, would run again
-        on every kernel restart. The fresh ``IPYTHONDIR`` (see :func:`main`) already holds
+        on every kernel restart. The private ``IPYTHONDIR`` (see :func:`main`) already holds
         none; this also covers the system-wide startup directories and the environment.
         """
 
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         argv: command-line arguments without the program name (default ``sys.argv[1:]``),
             normally ``["-f", connection_file]``.
     """
-    _fresh_ipython_dir()
+    private_ipython_dir()
     _stdin_from_devnull()
     InterpreterKernelApp.launch_instance(argv, config=_config())
 
@@ -124,13 +123,6 @@ def _config() -> Config:
     config.InteractiveShellApp.exec_PYTHONSTARTUP = False
     config.ZMQInteractiveShell.banner1 = f"Python {sys.version.split()[0]} (interp kernel)\n"
     return config
-
-
-def _fresh_ipython_dir() -> None:
-    """Point IPython at a new empty directory, whatever the environment said."""
-    path = tempfile.mkdtemp(prefix="interp-ipython-")
-    os.environ["IPYTHONDIR"] = path
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
 def _stdin_from_devnull() -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ import pytest
 import pytest_asyncio
 import zmq
 import zmq.asyncio
+from interpreter_kernel.ipythondir import PREFIX, remove_stale
 from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
 from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
 from jupyter_client.kernelspec import KernelSpecManager
@@ -116,7 +118,7 @@ def plant_startup_files(home: Path, marker: Path) -> dict[str, str]:
 async def start_kernel(root: Path, extra_env: dict[str, str]) -> AsyncIterator[Kernel]:
     """Start a kernel whose home and working directory is ``root / "home"``."""
     home = root / "home"
-    home.mkdir(exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
     env = dict(BASE_KERNEL_ENV)
     env.update(HOME=str(home), PATH=os.environ.get("PATH", ""))
     env.update(extra_env)
@@ -343,3 +345,41 @@ async def test_safe_path_keeps_workspace_modules_importable_but_not_shadowing(
             "print(helpers.ANSWER, hasattr(pandas, 'DataFrame'), sys.path[-1] == os.getcwd())"
         )
     assert run.stdout.split() == ["42", "True", "True"]
+
+
+async def ipython_dir_and_pid(kernel: Kernel) -> tuple[Path, int]:
+    run = await kernel.run("import os\nprint(os.environ['IPYTHONDIR'], os.getpid())")
+    path, pid = run.stdout.split()
+    return Path(path), int(pid)
+
+
+async def wait_until_dead(kernel: Kernel) -> int:
+    """Wait for the kernel process to end; return its Popen return code."""
+    code: int = await asyncio.to_thread(kernel.manager.provisioner.process.wait, 20)
+    return code
+
+
+async def test_private_ipython_dir_removed_on_shutdown_and_sigterm(tmp_path: Path) -> None:
+    async with start_kernel(tmp_path / "a", {}) as graceful:
+        path, pid = await ipython_dir_and_pid(graceful)
+        assert path.name.startswith(f"{PREFIX}{pid}-") and path.is_dir()
+        await graceful.manager.shutdown_kernel(now=False)
+        assert not path.exists()
+
+    async with start_kernel(tmp_path / "b", {}) as terminated:
+        path, pid = await ipython_dir_and_pid(terminated)
+        os.kill(pid, signal.SIGTERM)
+        # Still reported as death by SIGTERM: the handler only cleans up first.
+        assert await wait_until_dead(terminated) == -signal.SIGTERM
+        assert not path.exists()
+
+
+async def test_killed_kernels_directory_is_swept_later(tmp_path: Path) -> None:
+    async with start_kernel(tmp_path, {}) as killed:
+        path, pid = await ipython_dir_and_pid(killed)
+        os.kill(pid, signal.SIGKILL)
+        assert await wait_until_dead(killed) == -signal.SIGKILL
+        assert path.is_dir()  # nobody could clean up
+        # What the next kernel does when it starts.
+        assert path in remove_stale(path.parent)
+        assert not path.exists()

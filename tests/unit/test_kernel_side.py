@@ -515,3 +515,32 @@ def test_example_notebook_is_a_complete_recorded_run() -> None:
     assert any(DATAFRAME_MIME in o.get("data", {}) for o in outputs)
     # It writes its own data, into the working directory.
     assert 'to_csv("sales.csv"' in code[0].source
+
+
+def test_remove_stale_ipython_dirs(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from interpreter_kernel.ipythondir import PREFIX, remove_stale
+
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(finished.stdout)
+    stale = tmp_path / f"{PREFIX}{dead}-abc"
+    (stale / "profile_default").mkdir(parents=True)
+    mine = tmp_path / f"{PREFIX}{os.getpid()}-def"
+    mine.mkdir()
+    unrelated = tmp_path / f"{PREFIX}notapid"
+    unrelated.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / f"{PREFIX}{dead}-link"
+    link.symlink_to(target, target_is_directory=True)
+
+    assert remove_stale(tmp_path) == [stale]
+    assert not stale.exists()
+    assert mine.is_dir() and unrelated.is_dir() and target.is_dir() and link.is_symlink()
