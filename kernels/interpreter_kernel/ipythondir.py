@@ -107,6 +107,10 @@ def _remove_on_sigterm(path: Path, owner: int) -> None:
     The broker tells kernel exits apart by exit code and signal, so the handler only cleans
     up: it restores the default action and sends the signal again.
     """
+    if owner == 1:
+        # PID 1 of a container: the kernel ignores SIGTERM it has no handler for, and re-sending
+        # it would not end the process. The container's tmpfs goes away with it anyway.
+        return
     previous = signal.getsignal(signal.SIGTERM)
     if previous not in (signal.SIG_DFL, None):
         return  # someone else handles SIGTERM; do not take it over
