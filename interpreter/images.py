@@ -371,6 +371,10 @@ def build_image(
         with tempfile.TemporaryDirectory(prefix="context-", dir=cache_dir()) as tmp:
             context = Path(tmp)
             stage_context(context, wheels)
+            if inputs_hash() != expected or read_pins(requirements) != pins:
+                # Someone edited the kernel package (or a pin) while this build ran: the
+                # labels would describe other files than the ones staged.
+                raise ImageBuildError("build inputs changed during the build; run it again")
             progress(f"==> [4/4] docker build {image} FROM {base}")
             labels = {
                 LABEL_INPUTS_HASH: expected,
