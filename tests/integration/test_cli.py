@@ -1,0 +1,167 @@
+"""The client-side ``interp`` commands as a person runs them: real processes, real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from interpreter.cli_client import format_table
+from interpreter.client import Client, Session
+from tests.conftest import REPO, Server
+
+
+def interp(
+    server: Server | None, *args: str, stdin: str | None = None, timeout: float = 120,
+    env_extra: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    if server is not None:
+        env.update({"INTERP_URL": server.url, "INTERP_API_KEY": server.api_key})
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "interpreter", *args], input=stdin, env=env, cwd=REPO,
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def kept_session(local_server: Server) -> Iterator[Session]:
+    with Client(local_server.url, api_key=local_server.api_key) as client, \
+            client.create_session() as session:
+        yield session
+
+
+def test_run_code_streams_output_and_exit_status(local_server: Server) -> None:
+    ok = interp(local_server, "run", "-c", "print('hello from a kernel')\n6 * 7")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "hello from a kernel\n42\n"
+    assert "starting a session" in ok.stderr and "done (ok)" in ok.stderr
+    failed = interp(local_server, "run", "-q", "-c", "x = 1\nraise RuntimeError('broken')")
+    assert failed.returncode == 1
+    assert "RuntimeError: broken" in failed.stderr
+    assert "starting a session" not in failed.stderr  # --quiet
+
+
+def test_run_file_in_an_existing_session_keeps_state(
+    local_server: Server, kept_session: Session, tmp_path: Path
+) -> None:
+    script = tmp_path / "analysis.py"
+    script.write_text("import matplotlib.pyplot as plt\nvalue = 99\n"
+                      "plt.plot([1, 2]); plt.show()\nprint('value set')\n")
+    images = tmp_path / "images"
+    first = interp(local_server, "run", str(script), "--session", kept_session.id,
+                   "--images", str(images))
+    assert first.returncode == 0, first.stderr
+    assert "value set" in first.stdout
+    saved = list(images.glob("*.png"))
+    assert len(saved) == 1 and f"saved to {saved[0]}" in first.stdout
+    second = interp(local_server, "run", "-", "--session", kept_session.id, stdin="value + 1")
+    assert second.stdout == "100\n"
+    assert kept_session.refresh().status == "idle"  # an existing session is not deleted
+
+
+def test_run_keep_prints_the_new_session(local_server: Server) -> None:
+    result = interp(local_server, "run", "-q", "--keep", "-c", "kept = True")
+    assert result.returncode == 0
+    session_id = result.stderr.strip().split("session: ")[-1]
+    with Client(local_server.url, api_key=local_server.api_key) as client:
+        session = client.get_session(session_id)
+        assert session.run("kept").text == "True"
+        session.close()
+
+
+def test_timeout_is_a_failure(local_server: Server) -> None:
+    result = interp(local_server, "run", "-q", "--timeout", "1", "-c",
+                    "import time\ntime.sleep(20)")
+    assert result.returncode == 1
+    assert "status timeout" in result.stderr
+
+
+def test_service_errors_exit_2(local_server: Server) -> None:
+    bad_key = interp(local_server, "sessions", env_extra={"INTERP_API_KEY": "nope"})
+    assert bad_key.returncode == 2 and "unauthorized" in bad_key.stderr
+    missing = interp(local_server, "run", "-c", "1", "--session", "no-such-session")
+    assert missing.returncode == 2 and "session_not_found" in missing.stderr
+    nowhere = interp(None, "sessions", "--url", "http://127.0.0.1:9")
+    assert nowhere.returncode == 2 and "cannot talk to" in nowhere.stderr
+
+
+def test_sessions_table_and_json(local_server: Server, kept_session: Session) -> None:
+    table = interp(local_server, "sessions")
+    assert table.returncode == 0
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["ID", "STATUS", "BACKEND", "EXECS", "CREATED", "LAST", "ACTIVE"]
+    assert any(row.startswith(kept_session.id) and " idle " in row for row in rows)
+    listed = json.loads(interp(local_server, "sessions", "--json").stdout)
+    assert kept_session.id in [s["id"] for s in listed]
+
+
+def test_notebook_and_html_export(
+    local_server: Server, kept_session: Session, tmp_path: Path
+) -> None:
+    kept_session.run("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5]); plt.show()")
+    out = tmp_path / "session.ipynb"
+    result = interp(local_server, "notebook", kept_session.id, "-o", str(out))
+    assert result.returncode == 0 and "wrote" in result.stderr
+    nb = json.loads(out.read_text())
+    assert nb["nbformat"] == 4 and nb["cells"]
+    to_stdout = interp(local_server, "notebook", kept_session.id, "-q")
+    assert json.loads(to_stdout.stdout) == nb
+    page = tmp_path / "session.html"
+    html = interp(local_server, "html", kept_session.id, "-o", str(page))
+    assert html.returncode == 0, html.stderr
+    text = page.read_text()
+    assert "<html" in text and "data:image/png;base64," in text
+    assert "rendering" in html.stderr
+
+
+def test_replay_command(local_server: Server, tmp_path: Path) -> None:
+    with Client(local_server.url, api_key=local_server.api_key) as client, \
+            client.create_session() as session:
+        session.run("numbers = [3, 1, 2]\nprint(sorted(numbers))")
+        session.run("sum(numbers)")
+        nb = session.notebook()
+    good = tmp_path / "good.ipynb"
+    good.write_text(json.dumps(nb))
+    result = interp(local_server, "replay", str(good))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 match, 0 mismatch" in result.stdout and "ALL MATCH" in result.stdout
+    nb["cells"][1]["outputs"][0]["data"]["text/plain"] = "7"
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps(nb))
+    report = interp(local_server, "replay", str(bad), "--json")
+    assert report.returncode == 1
+    data = json.loads(report.stdout)
+    assert [c["status"] for c in data["cells"]] == ["match", "mismatch"]
+    assert "recorded '7', replayed '6'" in data["cells"][1]["differences"][0]
+
+
+def test_replay_with_an_embedded_service(tmp_path: Path) -> None:
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": "print(2 + 2)",
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "4\n"}]}]}
+    path = tmp_path / "tiny.ipynb"
+    path.write_text(json.dumps(nb))
+    result = interp(None, "replay", str(path),
+                    env_extra={"INTERP_DATA_DIR": str(tmp_path / "data"),
+                               "INTERP_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    assert "embedded service" in result.stderr and "ALL MATCH" in result.stdout
+
+
+@pytest.mark.parametrize(("fmt", "key"), [("openai", "function"), ("anthropic", "input_schema")])
+def test_tools_command(fmt: str, key: str) -> None:
+    result = interp(None, "tools", "--format", fmt)
+    assert result.returncode == 0
+    tools = json.loads(result.stdout)
+    assert len(tools) == 8 and all(key in t for t in tools)
+
+
+def test_format_table() -> None:
+    assert format_table([["a", "bbb"]], ["X", "Y"]) == "X  Y\na  bbb"
