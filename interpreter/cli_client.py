@@ -348,12 +348,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def _quiet_http_log(func: Callable[[argparse.Namespace], int]) -> Callable[
         [argparse.Namespace], int]:
-    """Wrap a command so httpx's per-request log lines only show with ``interp -v``."""
+    """Wrap a command so per-request log lines (the SDK's, and an embedded service's access
+    log) only show with ``interp -v``."""
 
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
         if not getattr(args, "verbose", False):
-            logging.getLogger("httpx").setLevel(logging.WARNING)
+            for name in ("httpx", "tornado.access"):
+                logging.getLogger(name).setLevel(logging.WARNING)
         return func(args)
 
     return wrapper

@@ -489,3 +489,17 @@ async def test_async_awaitable_session_files_and_errors(aclient: AsyncClient) ->
         await session.close()
         with pytest.raises(NotFoundError):
             await aclient.get_session("missing")
+
+
+def test_sdk_imports_neither_server_nor_docker_code() -> None:
+    """The SDK (and the tools, replay and CLI client on top) must install without them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, interpreter.client, interpreter.tools, interpreter.replay, "
+            "interpreter.cli_client\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'tornado', 'docker', 'jupyter_client', 'zmq', 'nbformat', 'mcp'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
