@@ -292,7 +292,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
             progress("starting an embedded service...")
             with embedded_service() as target:
-                return _replay_against(args, nb, target.url, None, progress,
+                return _replay_against(args, nb, target.url, target.api_key, progress,
                                        replay_notebook, print_cell, print_summary)
         return _replay_against(args, nb, url, args.api_key, progress,
                                replay_notebook, print_cell, print_summary)

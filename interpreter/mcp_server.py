@@ -153,7 +153,8 @@ def embedded_service() -> Iterator[Target]:
     overrides: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "api_keys": []}
     with ServerThread(Settings(**overrides)) as thread:
         print(f"interp: embedded service on {thread.url}", file=sys.stderr, flush=True)
-        yield Target(thread.url)
+        # No key: the embedded service has none, and one from the environment is not for it.
+        yield Target(thread.url, api_key="")
 
 
 def run(target: Target | None, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
