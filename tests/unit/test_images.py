@@ -159,6 +159,16 @@ def test_dockerfile_agrees_with_the_library() -> None:
     assert "-perm /6000" in text
 
 
+def test_image_user_is_the_user_the_docker_backend_runs() -> None:
+    from interpreter.backends import docker_config
+
+    assert (images.KERNEL_UID, images.KERNEL_GID) == (
+        docker_config.KERNEL_UID,
+        docker_config.KERNEL_GID,
+    )
+    assert KERNEL_UID != 0
+
+
 def test_wheel_platforms_cover_older_glibc_and_reject_unknown_machines() -> None:
     tags = wheel_platforms("x86_64")
     assert tags[0] == f"manylinux_2_{images.GLIBC_MINOR}_x86_64"
