@@ -14,7 +14,7 @@ import json
 import logging
 import shutil
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,6 +75,11 @@ class SessionBroker:
         self.reconcile_report: dict[str, list[str]] = {}
         self.pool: Any = None
         self._closing: set[asyncio.Task[None]] = set()
+
+    def write_nowait(self, fn: Callable[[], object]) -> None:
+        """Queue a store write behind the earlier ones without waiting for it."""
+        future = self._writer.submit(fn)
+        future.add_done_callback(_log_write_failure)
 
     async def write(self, fn: Callable[[], T]) -> T:
         """Run a store write on the single writer thread (keeps writes in order)."""
@@ -207,7 +212,7 @@ class SessionBroker:
         session = LiveSession(
             row={**row, "metadata": req.metadata, "limits": limits}, settings=self.settings,
             store=self.store, options=options, kernel_name=self.kernel_name, notebook=notebook,
-            metrics=self.metrics, writer=self.write,
+            metrics=self.metrics, writer=self.write, writer_nowait=self.write_nowait,
         )
         self.live[session_id] = session
         try:
@@ -217,7 +222,7 @@ class SessionBroker:
             await self.write(lambda: self.store.update_session(
                 session_id, status="closed", closed_reason="start_failed"))
             raise
-        await session._save_notebook()
+        await session.flush()
         return session
 
     @staticmethod
@@ -239,7 +244,7 @@ class SessionBroker:
             path = self.settings.session_dir(row["id"]) / NOTEBOOK_NAME
             live = self.live.get(row["id"])
             if live is not None:
-                await live._save_notebook()
+                await live.flush()
             nb = await asyncio.to_thread(_read_json, path)
             return nb, f"session:{row['id']}", self.settings.session_dir(row["id"]) / "workspace"
         if req.from_notebook is not None:
@@ -437,6 +442,12 @@ class SessionBroker:
                 culled.append(session.id)
                 log.info("culled idle session %s", session.id)
         return culled
+
+
+def _log_write_failure(future: Future[object]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.error("a store write failed: %r", exc)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -46,6 +46,7 @@ class NotebookRecorder:
     def __init__(self, path: Path, nb: nbformat.NotebookNode) -> None:
         self.path = path
         self.nb = nb
+        self._validated = 0
 
     @classmethod
     def create(
@@ -113,9 +114,15 @@ class NotebookRecorder:
         return json.dumps(self.nb, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
 
     def save(self) -> None:
-        """Validate and write atomically. Runs in a worker thread."""
-        nbformat.validate(self.nb)
+        """Validate what is new and write atomically. Runs in a worker thread (under the
+        session's notebook lock, so the loop does not mutate the notebook meanwhile)."""
+        cells = len(self.nb.cells)
+        # Validating the whole notebook each time grows with its size; cells don't change
+        # once added, so check the metadata and the new cells only.
+        probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated:]})  # type: ignore[no-untyped-call]
+        nbformat.validate(probe)
         atomic_write_text(self.path, self.to_json())
+        self._validated = cells
 
 
 def good_code_cells(nb: dict[str, Any]) -> tuple[list[str], int]:

@@ -18,10 +18,10 @@ import contextlib
 import json
 import logging
 import secrets
-from functools import partial
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,8 @@ INLINE_MIMES = frozenset({"text/plain", "application/vnd.dataframe+json"})
 #: Largest single ZMQ message the broker accepts from a kernel (H-33).
 MAX_ZMQ_MESSAGE = 128 << 20
 
-Publisher = Callable[[str, str], None]
+#: AF_UNIX socket paths are limited to 108 bytes, the terminating NUL included (unix(7)).
+UNIX_PATH_MAX = 107
 
 
 def new_id(prefix: str) -> str:
@@ -85,6 +86,7 @@ class ExecutionHandle:
     recorder: ExecutionRecorder | None = None
     api_outputs: dict[int, Output] = field(default_factory=dict)
     interrupt_requested: bool = False
+    last_iopub_at: float = 0.0
     stream: asyncio.Queue[tuple[str, str] | None] | None = None
 
     def subscribe(self) -> asyncio.Queue[tuple[str, str] | None]:
@@ -127,6 +129,7 @@ class LiveSession:
         self, *, row: dict[str, Any], settings: Settings, store: Store, options: LaunchOptions,
         kernel_name: str, notebook: NotebookRecorder, metrics: Metrics,
         writer: Callable[[Callable[[], Any]], Awaitable[Any]],
+        writer_nowait: Callable[[Callable[[], Any]], None],
     ) -> None:
         self.id: str = row["id"]
         self.owner: str = row["owner"]
@@ -146,6 +149,10 @@ class LiveSession:
         self.notebook = notebook
         self.metrics = metrics
         self._write = writer
+        # Queued behind earlier writes on the same ordered writer thread, not awaited.
+        self._write_later = writer_nowait
+        self._save_task: asyncio.Task[None] | None = None
+        self._save_again = False
         self.status: SessionStatus = "starting"
         self.artifacts = ArtifactStore(options.session_dir / "artifacts", self.id)
         self.km: AsyncKernelManager | None = None
@@ -216,8 +223,15 @@ class LiveSession:
         km = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=kernel_spec_manager())
         km.connection_file = str(self.options.session_dir / "connection.json")
         if self.backend == "local":
-            km.transport = "tcp"
-            km.ip = "127.0.0.1"
+            # ipc sockets in the session's runtime dir: no ports to race for, nothing on the
+            # network; tcp on loopback only when the path would not fit AF_UNIX's limit.
+            prefix = self.options.runtime_dir / "kernel"
+            if len(str(prefix)) + 8 < UNIX_PATH_MAX:
+                km.transport = "ipc"
+                km.ip = str(prefix)
+            else:
+                km.transport = "tcp"
+                km.ip = "127.0.0.1"
         return km
 
     async def _connect(self) -> None:
@@ -298,7 +312,7 @@ class LiveSession:
         await self._disconnect()
         if not keep_kernel:
             await self._kill_quietly()
-        await self._save_notebook()
+        await self.flush()
         await self._write(partial(
             self.store.update_session, self.id,
             status="closed" if not keep_kernel else previous,
@@ -367,7 +381,7 @@ class LiveSession:
             handle.stream = handle.subscribe()
         self._queue.put_nowait(handle)
         self._handles[execution.id] = handle
-        await self._write(lambda: self._save_execution(handle))
+        self._write_later(partial(self._save_execution, handle))
         return handle
 
     def _save_execution(self, handle: ExecutionHandle) -> None:
@@ -426,7 +440,7 @@ class LiveSession:
         ex.status = "running"
         ex.started_at = utcnow()
         started = loop.time()
-        await self._write(lambda: self._save_execution(handle))
+        self._write_later(partial(self._save_execution, handle))
         msg_id = self.kc.execute(
             ex.code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
         )
@@ -492,7 +506,10 @@ class LiveSession:
             now = loop.time()
             if rec.reply is not None:
                 reply_seen_at = reply_seen_at or now
-                if now - reply_seen_at >= self.settings.iopub_grace_s:
+                # The idle may have been dropped (H-33), but output can also still be in
+                # flight behind the reply: give up only once iopub has been quiet a while.
+                quiet_since = max(reply_seen_at, handle.last_iopub_at)
+                if now - quiet_since >= self.settings.iopub_grace_s:
                     log.warning("session %s: no iopub idle after the reply; moving on", self.id)
                     return "done", None
             if now >= deadline:
@@ -608,6 +625,7 @@ class LiveSession:
             parent = msg.get("parent_header") or {}
             if not isinstance(parent, dict) or parent.get("msg_id") != handle.recorder.msg_id:
                 continue
+            handle.last_iopub_at = asyncio.get_running_loop().time()
             try:
                 await self._apply(handle, handle.recorder.feed_iopub(msg))
             except Exception:
@@ -727,16 +745,39 @@ class LiveSession:
                 status=ex.status, started_at=ex.started_at, duration_ms=ex.duration_ms,
                 state_lost=ex.state_lost, reason=ex.reason, extra=handle.extra_meta,
             )
-        await self._save_notebook()
         self.metrics.executions.labels(ex.status).inc()
         if ex.duration_ms is not None:
             self.metrics.duration.observe(ex.duration_ms / 1000)
-        await self._write(lambda: self._save_execution(handle))
-        await self._write(partial(
+        self._write_later(partial(self._save_execution, handle))
+        self._write_later(partial(
             self.store.update_session, self.id, execution_count=self.execution_count,
             last_activity_at=self.last_activity_at.isoformat(), status=self.status,
         ))
+        # The cell is in the in-memory notebook (which the API serves); the file follows
+        # in the background, coalescing saves when cells finish quickly.
         handle.finish()
+        self.request_save()
+
+    def request_save(self) -> None:
+        """Save the notebook soon (one save in flight at a time, the latest state wins)."""
+        if self._save_task is not None and not self._save_task.done():
+            self._save_again = True
+            return
+        self._save_task = asyncio.create_task(self._save_loop(), name=f"save-{self.id}")
+
+    async def _save_loop(self) -> None:
+        while True:
+            self._save_again = False
+            await self._save_notebook()
+            if not self._save_again:
+                return
+
+    async def flush(self) -> bool:
+        """Wait until the notebook on disk holds every recorded cell."""
+        if self._save_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._save_task)
+        return await self._save_notebook()
 
     async def _save_notebook(self) -> bool:
         """Write the notebook atomically off the loop; on failure, fail closed (R-12)."""

@@ -12,6 +12,9 @@ LAUNCH_KWARG = "interp"
 #: Environment every kernel gets; nothing of the broker's own environment leaks in (H-24).
 BASE_KERNEL_ENV: dict[str, str] = {
     "PYTHONNOUSERSITE": "1",
+    # `python -m` would put the workspace first on sys.path, so a planted `ipykernel/`
+    # there could take over every kernel start; the launcher appends it at the end instead.
+    "PYTHONSAFEPATH": "1",
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",

@@ -89,7 +89,7 @@ async def _reattach(broker: SessionBroker, row: dict[str, Any]) -> bool:
     session = LiveSession(
         row=row, settings=broker.settings, store=broker.store, options=options,
         kernel_name=broker.kernel_name, notebook=notebook, metrics=broker.metrics,
-        writer=broker.write,
+        writer=broker.write, writer_nowait=broker.write_nowait,
     )
     try:
         await session.attach(row["connection"], row["provisioner"])

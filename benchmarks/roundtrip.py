@@ -1,0 +1,140 @@
+"""Round-trip latency and output throughput: interp's HTTP API vs raw jupyter_client.
+
+Both are measured in the same run, on the same machine, with the same kernel package:
+
+* ``raw``: an ``AsyncKernelClient`` talking straight to a local kernel (the floor);
+* ``api-<backend>``: ``POST /v1/sessions/{id}/execute`` through a real broker (JSON mode).
+
+Usage: ``python -m benchmarks.roundtrip [--n 200] [--backends local,docker]``.
+Prints a table of median / p90 / p99 milliseconds for ``1+1`` and the time to deliver
+10,000 flushed lines (checking that every line arrived).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import zmq
+import zmq.asyncio
+from jupyter_client.manager import AsyncKernelManager
+
+from interpreter.kernelspecs import kernel_spec_manager
+from interpreter.server import ServerThread
+from interpreter.settings import Settings
+
+FLOOD = "for i in range(10000):\n    print(i, flush=True)"
+
+
+def summary(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return (f"median {statistics.median(ordered):7.2f} ms   p90 {pick(0.9):7.2f} ms   "
+            f"p99 {pick(0.99):7.2f} ms")
+
+
+async def raw_jupyter_client(n: int) -> tuple[list[float], float]:
+    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    await km.start_kernel()
+    ctx = zmq.asyncio.Context()
+    ctx.setsockopt(zmq.RCVHWM, 0)
+    kc = km.client(context=ctx)
+    kc.start_channels()
+    await kc.wait_for_ready(timeout=60)
+
+    async def wait_reply(msg_id: str) -> None:
+        while (await kc.get_shell_msg())["parent_header"].get("msg_id") != msg_id:
+            pass
+
+    async def execute(code: str) -> int:
+        msg_id = kc.execute(code, allow_stdin=False)
+        reply = asyncio.create_task(wait_reply(msg_id))
+        lines = 0
+        while True:
+            msg = await kc.get_iopub_msg()
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                lines += msg["content"]["text"].count("\n")
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        await reply
+        return lines
+
+    samples = []
+    for _ in range(10):
+        await execute("1+1")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await execute("1+1")
+        samples.append((time.perf_counter() - t0) * 1000)
+    t0 = time.perf_counter()
+    lines = await execute(FLOOD)
+    flood = time.perf_counter() - t0
+    assert lines == 10000, lines
+    kc.stop_channels()
+    await km.shutdown_kernel(now=True)
+    return samples, flood
+
+
+def through_api(backend: str, n: int) -> tuple[list[float], float]:
+    data = Path(tempfile.mkdtemp(prefix="interp-bench-"))
+    settings = Settings(data_dir=data, port=0, backend=backend, pool_size=0)  # type: ignore[arg-type]
+    try:
+        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm
+        # and the server's delayed ACK add tens of milliseconds to every small request.
+        transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        with ServerThread(settings, backend=backend) as srv, httpx.Client(
+            base_url=srv.url, timeout=120, transport=transport
+        ) as api:
+            sid = api.post("/v1/sessions").json()["id"]
+            url = f"/v1/sessions/{sid}/execute"
+            for _ in range(10):
+                api.post(url, json={"code": "1+1"})
+            samples = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                resp = api.post(url, json={"code": "1+1"})
+                samples.append((time.perf_counter() - t0) * 1000)
+                assert resp.json()["outputs"][0]["data"]["text/plain"] == "2"
+            t0 = time.perf_counter()
+            out = api.post(url, json={"code": FLOOD}).json()
+            flood = time.perf_counter() - t0
+            assert len(out["stdout"].splitlines()) == 10000
+            api.delete(f"/v1/sessions/{sid}")
+        return samples, flood
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=200, help="round trips per variant")
+    parser.add_argument("--backends", default="local,docker")
+    args = parser.parse_args()
+    rows: list[tuple[str, list[float], float]] = []
+    raw, raw_flood = asyncio.run(raw_jupyter_client(args.n))
+    rows.append(("raw jupyter_client (local kernel)", raw, raw_flood))
+    for backend in args.backends.split(","):
+        if backend == "docker":
+            from interpreter.backends.docker import docker_available
+
+            if not docker_available():
+                print("docker: no engine answers; skipped")
+                continue
+        samples, flood = through_api(backend, args.n)
+        rows.append((f"interp HTTP API, {backend} backend", samples, flood))
+    print(f"\n1+1 round trip, n={args.n} each; then 10,000 flushed lines (all delivered):")
+    for name, samples, flood in rows:
+        print(f"  {name:36s} {summary(samples)}   10k lines {flood:6.2f} s")
+
+
+if __name__ == "__main__":
+    main()
