@@ -177,6 +177,8 @@ def inputs_hash(root: Path | None = None, *, machine: str | None = None) -> str:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Classic-builder bookkeeping lines that say nothing about the build itself.
+_BUILD_NOISE = ("Removing intermediate container", "---> Running in")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 
 
@@ -436,7 +438,7 @@ def _docker_build(
         if isinstance(text, str):
             # The classic builder colours a step's stderr with ANSI codes; logs want text.
             for line in _ANSI.sub("", text).splitlines():
-                if line.strip():
+                if line.strip() and not line.lstrip().startswith(_BUILD_NOISE):
                     progress(line.rstrip())
         aux = chunk.get("aux")
         if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
