@@ -27,7 +27,7 @@ from interpreter.client._errors import (
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import AsyncArtifact, AsyncRunResult
 from interpreter.client._sse import SSEDecoder
-from interpreter.models import ArtifactRef, Execution, FileList
+from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
 
 T = TypeVar("T")
@@ -142,8 +142,10 @@ class AsyncClient:
         return call.parse(resp)
 
     @asynccontextmanager
-    async def _stream(self, call: proto.Call[Any]) -> AsyncIterator[AsyncIterator[str]]:
-        """Send a call asking for server-sent events; yield the response's lines."""
+    async def _stream(
+        self, call: proto.Call[Any]
+    ) -> AsyncIterator[tuple[AsyncIterator[str], str | None]]:
+        """Send a call asking for server-sent events; yield its lines and execution id."""
         with self._mapped_errors():
             async with self._http.stream(
                 call.method, call.url, json=call.json, params=call.params,
@@ -153,7 +155,7 @@ class AsyncClient:
                 if not resp.is_success:
                     await resp.aread()
                     proto.check_response(resp)
-                yield resp.aiter_lines()
+                yield resp.aiter_lines(), resp.headers.get(proto.EXECUTION_ID_HEADER)
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:
@@ -226,26 +228,43 @@ class AsyncSession:
             ...     print(event)
         """
         call = proto.stream_request(self.id, code, timeout_s)
-        async with self.client._stream(call) as lines:
-            decoder = SSEDecoder()
-            with self.client._mapped_errors():
-                async for line in lines:
-                    sse = decoder.feed(line)
-                    if sse is None:
-                        continue
-                    event = proto.decode_event(sse)
+        execution_id: str | None = None
+        try:
+            async with self.client._stream(call) as (lines, execution_id):
+                decoder = SSEDecoder()
+                with self.client._mapped_errors():
+                    async for line in lines:
+                        for event in proto.decode_line(decoder, line):
+                            if isinstance(event, Execution):
+                                yield DoneEvent(event, self._wrap(event))
+                                return
+                            yield event
+                for event in proto.decode_last(decoder):
                     if isinstance(event, Execution):
                         yield DoneEvent(event, self._wrap(event))
                         return
-                    if event is not None:
-                        yield event
-            last = decoder.flush()
-            if last is not None:
-                event = proto.decode_event(last)
-                if isinstance(event, Execution):
-                    yield DoneEvent(event, self._wrap(event))
-                    return
-        raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+        except ConnectionFailed:
+            if execution_id is None:
+                raise
+        if execution_id is None:
+            raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+        # The stream broke but the run goes on server-side: wait for it by id.
+        execution = await self._await_execution(execution_id)
+        yield DoneEvent(execution, self._wrap(execution))
+
+    async def _await_execution(self, execution_id: str) -> Execution:
+        polls = proto.Backoff()
+        while True:
+            try:
+                execution = await self.client._call(proto.get_execution(self.id, execution_id))
+            except ConnectionFailed:
+                if polls.failures_exhausted():
+                    raise
+            else:
+                polls.reset_failures()
+                if execution.status in TERMINAL_STATUSES:
+                    return execution
+            await anyio.sleep(polls.next_delay())
 
     async def execution(self, execution_id: str) -> AsyncRunResult:
         """Fetch an execution of this session by id (also while it is still running)."""

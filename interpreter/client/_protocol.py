@@ -34,7 +34,7 @@ from interpreter.client._events import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.client._sse import ServerSentEvent
+from interpreter.client._sse import ServerSentEvent, SSEDecoder
 from interpreter.models import (
     ClearEvent,
     ErrorInfo,
@@ -318,4 +318,44 @@ def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
     return None
 
 
+def decode_line(decoder: SSEDecoder, line: str) -> list[ProgressEvent | Execution]:
+    """Feed one line; the typed events it completes (none, or one)."""
+    sse = decoder.feed(line)
+    event = decode_event(sse) if sse is not None else None
+    return [event] if event is not None else []
+
+
+def decode_last(decoder: SSEDecoder) -> list[ProgressEvent | Execution]:
+    """At the end of the stream: an event left without its closing blank line."""
+    sse = decoder.flush()
+    event = decode_event(sse) if sse is not None else None
+    return [event] if event is not None else []
+
+
 STREAM_ENDED_EARLY = "the event stream ended before the execution finished"
+
+#: Response header naming the execution a request started (so a broken stream can resume).
+EXECUTION_ID_HEADER = "X-Execution-Id"
+
+
+class Backoff:
+    """Delays for polling an execution after its stream broke: 0.1 s doubling to 2 s;
+    gives up after a few consecutive connection failures."""
+
+    def __init__(self, *, first: float = 0.1, cap: float = 2.0, max_failures: int = 5) -> None:
+        self._delay = first
+        self._cap = cap
+        self._failures = 0
+        self._max_failures = max_failures
+
+    def next_delay(self) -> float:
+        delay = self._delay
+        self._delay = min(self._delay * 2, self._cap)
+        return delay
+
+    def failures_exhausted(self) -> bool:
+        self._failures += 1
+        return self._failures >= self._max_failures
+
+    def reset_failures(self) -> None:
+        self._failures = 0

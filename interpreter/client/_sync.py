@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -22,7 +23,7 @@ from interpreter.client._errors import (
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import Artifact, RunResult
 from interpreter.client._sse import SSEDecoder
-from interpreter.models import ArtifactRef, Execution, FileList
+from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
 
 T = TypeVar("T")
@@ -146,8 +147,8 @@ class Client:
         return call.parse(resp)
 
     @contextmanager
-    def _stream(self, call: proto.Call[Any]) -> Iterator[Iterator[str]]:
-        """Send a call asking for server-sent events; yield the response's lines."""
+    def _stream(self, call: proto.Call[Any]) -> Iterator[tuple[Iterator[str], str | None]]:
+        """Send a call asking for server-sent events; yield its lines and execution id."""
         with self._mapped_errors(), self._http.stream(
             call.method, call.url, json=call.json, params=call.params,
             headers={"Accept": proto.SSE_MEDIA_TYPE}, timeout=request_timeout(self._timeout, call),
@@ -155,7 +156,7 @@ class Client:
             if not resp.is_success:
                 resp.read()
                 proto.check_response(resp)
-            yield resp.iter_lines()
+            yield resp.iter_lines(), resp.headers.get(proto.EXECUTION_ID_HEADER)
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:
@@ -228,26 +229,43 @@ class Session:
             ...         print(event.result.status)
         """
         call = proto.stream_request(self.id, code, timeout_s)
-        with self.client._stream(call) as lines:
-            decoder = SSEDecoder()
-            with self.client._mapped_errors():
-                for line in lines:
-                    sse = decoder.feed(line)
-                    if sse is None:
-                        continue
-                    event = proto.decode_event(sse)
+        execution_id: str | None = None
+        try:
+            with self.client._stream(call) as (lines, execution_id):
+                decoder = SSEDecoder()
+                with self.client._mapped_errors():
+                    for line in lines:
+                        for event in proto.decode_line(decoder, line):
+                            if isinstance(event, Execution):
+                                yield DoneEvent(event, self._wrap(event))
+                                return
+                            yield event
+                for event in proto.decode_last(decoder):
                     if isinstance(event, Execution):
                         yield DoneEvent(event, self._wrap(event))
                         return
-                    if event is not None:
-                        yield event
-            last = decoder.flush()
-            if last is not None:
-                event = proto.decode_event(last)
-                if isinstance(event, Execution):
-                    yield DoneEvent(event, self._wrap(event))
-                    return
-        raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+        except ConnectionFailed:
+            if execution_id is None:
+                raise
+        if execution_id is None:
+            raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+        # The stream broke but the run goes on server-side: wait for it by id.
+        execution = self._await_execution(execution_id)
+        yield DoneEvent(execution, self._wrap(execution))
+
+    def _await_execution(self, execution_id: str) -> Execution:
+        polls = proto.Backoff()
+        while True:
+            try:
+                execution = self.client._call(proto.get_execution(self.id, execution_id))
+            except ConnectionFailed:
+                if polls.failures_exhausted():
+                    raise
+            else:
+                polls.reset_failures()
+                if execution.status in TERMINAL_STATUSES:
+                    return execution
+            time.sleep(polls.next_delay())
 
     def execution(self, execution_id: str) -> RunResult:
         """Fetch an execution of this session by id (also while it is still running)."""

@@ -6,6 +6,7 @@ import base64
 import json
 import pickle
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -149,12 +150,31 @@ class FakeService:
                 return httpx.Response(502, text="<html>Bad Gateway</html>")
             execution = self.execution(sid, code)
             if request.headers.get("accept") == "text/event-stream":
+                if code in ("resume", "broken"):
+                    state["pending"] = execution
+                    state["polls"] = 0
+                    first = b"event: stdout\ndata: {\"text\":\"x\"}\n\n"
+
+                    def body() -> Iterator[bytes]:
+                        yield first
+                        if code == "broken":
+                            raise httpx.ReadError("connection reset", request=request)
+
+                    return httpx.Response(200, content=body() if code == "broken" else first,
+                                          headers={"content-type": "text/event-stream",
+                                                   "X-Execution-Id": execution["id"]})
                 if code == "cut":
                     return httpx.Response(200, content=b"event: stdout\ndata: {\"text\":\"x\"}\n\n",
                                           headers={"content-type": "text/event-stream"})
                 return httpx.Response(200, content=self.sse(execution),
                                       headers={"content-type": "text/event-stream"})
             return httpx.Response(200, json=execution)
+        if rest.startswith("executions/"):
+            state["polls"] += 1
+            pending = dict(state["pending"])
+            if state["polls"] < 3:  # still running for the first two polls
+                pending["status"] = "running"
+            return httpx.Response(200, json=pending)
         if rest in ("interrupt", "restart"):
             if rest == "restart" and request.content:
                 assert json.loads(request.content) == {"recover": True}
@@ -374,6 +394,20 @@ def test_stream_cut_short_raises_connection_failed(client: Client) -> None:
     assert seen == [StdoutEvent("x")]
 
 
+@pytest.mark.parametrize("code", ["resume", "broken"])
+def test_broken_stream_resumes_by_polling_the_execution(
+    client: Client, fake: FakeService, code: str
+) -> None:
+    session = client.create_session()
+    events = list(session.stream(code))
+    assert events[0] == StdoutEvent("x")
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.execution.status == "ok"
+    assert done.result.text == "42"
+    polls = [r for r in fake.requests if "/executions/" in r.url.path]
+    assert len(polls) == 3
+
+
 def test_files_upload_download_list_delete(client: Client, tmp_path: Path) -> None:
     session = client.create_session()
     session.upload("data/my file é.csv", "a,b\n1,2\n")
@@ -482,6 +516,8 @@ async def test_async_awaitable_session_files_and_errors(aclient: AsyncClient) ->
         with pytest.raises(ConnectionFailed):
             async for _ in session.stream("cut"):
                 pass
+        resumed = [e async for e in session.stream("resume")]
+        assert isinstance(resumed[-1], DoneEvent) and resumed[-1].result.text == "42"
         info = await session.restart(recover=True)
         assert info.rebuild is not None
         assert (await session.notebook())["nbformat"] == 4
