@@ -404,9 +404,10 @@ def add_commands(subparsers: Any) -> None:
         help="Re-run a notebook in a fresh session and check its outputs match.",
         description="Run the notebook's code cells in a fresh session, in order, and report "
                     "per cell whether the outputs match the recorded ones (addresses, times "
-                    "and ids masked; images compared perceptually). Exit status 0 only if "
-                    "all match. Without --server/--url/$INTERP_URL an embedded service is "
-                    "started.",
+                    "and ids masked; images compared perceptually). Cells recorded as "
+                    "failed (error, timeout, kernel_died) are reported as such and not re-run. "
+                    "Exit status 0 only if every re-run cell matches. Without "
+                    "--server/--url/$INTERP_URL an embedded service is started.",
     )
     replay.add_argument("notebook", help="The .ipynb file.")
     replay.add_argument("--server", dest="url", help="Service URL (same as --url).")

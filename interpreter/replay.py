@@ -15,8 +15,10 @@ Outputs are compared in a normal form, not byte for byte:
 * an error is compared by exception name and message, not by traceback.
 
 A recorded cell whose status was not ``ok`` (error, timeout, kernel_died, ...) is not
-re-run: it is reported as a recorded failure. Cells that a rebuild re-ran
-(``metadata.interp.replay_of``) are skipped, since the originals are in the notebook too.
+re-run: it is reported as a recorded failure, and does not make the replay fail (the
+verdict is about whether what succeeded still produces the same outputs). Cells that a
+rebuild re-ran (``metadata.interp.replay_of``) are skipped, since the originals are in the
+notebook too.
 """
 
 from __future__ import annotations
