@@ -16,9 +16,10 @@ Outputs are compared in a normal form, not byte for byte:
 
 A recorded cell whose status was not ``ok`` (error, timeout, kernel_died, ...) is not
 re-run: it is reported as a recorded failure, and does not make the replay fail (the
-verdict is about whether what succeeded still produces the same outputs). Cells that a
-rebuild re-ran (``metadata.interp.replay_of``) are skipped, since the originals are in the
-notebook too.
+verdict is about whether what succeeded still produces the same outputs). Cells that an
+in-place recovery re-ran (``metadata.interp.replay_of`` with this notebook's own session as
+``replay_source``) are skipped, since their originals are in the notebook too; the re-run
+cells at the top of a fork's notebook are run, as they build the state it inherited.
 """
 
 from __future__ import annotations
@@ -449,6 +450,7 @@ def replay_notebook(
     )
     recorded_total = 0.0
     recorded_known = False
+    own_source = f"session:{recorded_ids[0]}" if recorded_ids else None
     with client.create_session(metadata={"replay_of": name}) as session:
         report.session_id = session.id
         ids = (*recorded_ids, session.id)
@@ -456,7 +458,7 @@ def replay_notebook(
             if cell.get("cell_type") != "code":
                 continue
             cell_report = _replay_cell(session, index, cell, report.stopped_early,
-                                       image_tolerance, timeout_s, ids)
+                                       image_tolerance, timeout_s, ids, own_source)
             if cell_report.recorded_ms is not None and cell_report.status != "skipped":
                 recorded_total += cell_report.recorded_ms
                 recorded_known = True
@@ -483,6 +485,7 @@ def replay_notebook(
 def _replay_cell(
     session: Session, index: int, cell: dict[str, Any], stopped: bool,
     image_tolerance: float, timeout_s: float | None, ids: tuple[str, ...],
+    own_source: str | None,
 ) -> CellReport:
     source = bundle_text(cell.get("source", ""))
     meta = (cell.get("metadata") or {}).get("interp") or {}
@@ -493,8 +496,8 @@ def _replay_cell(
     )
     if stopped:
         return base.model_copy(update={"note": "not reached (stopped at a mismatch)"})
-    if meta.get("replay_of") is not None:
-        return base.model_copy(update={"note": "re-run of an earlier cell during a rebuild"})
+    if meta.get("replay_of") is not None and meta.get("replay_source") == own_source:
+        return base.model_copy(update={"note": "re-run of an earlier cell by a recovery"})
     if not source.strip():
         return base.model_copy(update={"note": "empty"})
     if base.recorded_status != "ok":

@@ -117,3 +117,21 @@ def test_example_notebook_replays_with_all_cells_matching(client: Client, path: 
     recorded = f"{report.recorded_cells_s:.1f}s" if report.recorded_cells_s else "unknown"
     print(f"{path.name}: replayed {report.matched} cells in {report.replay_s:.1f}s "
           f"(cells {report.replay_cells_s:.1f}s); recorded run: {recorded}")
+
+
+def test_fork_and_recovered_notebooks_replay(client: Client) -> None:
+    with client.create_session() as source:
+        source.run("base = 20", raise_on_error=True)
+        with source.fork() as fork:
+            fork.run("print(base + 1)", raise_on_error=True)
+            fork_nb = fork.notebook()
+        source.restart(recover=True)  # re-runs `base = 20` into the same notebook
+        source.run("print(base * 2)", raise_on_error=True)
+        recovered_nb = source.notebook()
+    # A fork's notebook starts with the inherited cells: they are run, so later cells work.
+    fork_report = replay_notebook(client, fork_nb)
+    assert [c.status for c in fork_report.cells] == ["match", "match"]
+    # A recovery's re-runs duplicate cells already in the notebook: they are skipped.
+    report = replay_notebook(client, recovered_nb)
+    assert [c.status for c in report.cells] == ["match", "skipped", "match"]
+    assert "recovery" in report.cells[1].note
