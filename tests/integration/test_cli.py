@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -165,3 +166,19 @@ def test_tools_command(fmt: str, key: str) -> None:
 
 def test_format_table() -> None:
     assert format_table([["a", "bbb"]], ["X", "Y"]) == "X  Y\na  bbb"
+
+
+def test_ctrl_c_interrupts_the_code_and_exits_130(local_server: Server) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "run", "-c",
+         "print('go', flush=True)\nimport time\ntime.sleep(60)"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "go\n"  # the code is running
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupting" in err
