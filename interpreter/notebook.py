@@ -128,9 +128,12 @@ class NotebookRecorder:
 def good_code_cells(nb: dict[str, Any]) -> tuple[list[str], int]:
     """Code of the cells that ran successfully (or have no recorded status), in order.
 
-    Returns the sources and how many code cells were skipped (failed, timed out, died, or
-    replays of earlier cells, which the originals already cover).
+    Returns the sources and how many code cells were skipped: failed, timed out or died,
+    and a session's replays of *its own* earlier cells (after ``recover``), which the
+    originals already cover. Cells a fork inherited from another session are its state
+    and are kept.
     """
+    own = f"session:{(nb.get('metadata') or {}).get('interp', {}).get('session_id')}"
     sources: list[str] = []
     skipped = 0
     for cell in nb.get("cells", []):
@@ -139,7 +142,7 @@ def good_code_cells(nb: dict[str, Any]) -> tuple[list[str], int]:
         src = cell.get("source", "")
         code = "".join(src) if isinstance(src, list) else str(src)
         meta = (cell.get("metadata") or {}).get("interp") or {}
-        if meta.get("replay_of") is not None or (meta.get("status", "ok") != "ok"):
+        if meta.get("replay_source") == own or meta.get("status", "ok") != "ok":
             skipped += 1
             continue
         if code.strip():

@@ -593,8 +593,21 @@ class LiveSession:
         """Interrupt the running execution (state is kept)."""
         if self.status == "closed" or self.km is None:
             raise SessionClosed(f"Session '{self.id}' is closed.")
-        if self._current is not None:
-            self._current.interrupt_requested = True
+        handle = self._current
+        if handle is not None:
+            handle.interrupt_requested = True
+            rec = handle.recorder
+            # A SIGINT that lands before the kernel starts the cell is lost: wait (briefly)
+            # until the kernel has announced the cell (execute_input) before sending it.
+            deadline = asyncio.get_running_loop().time() + 5
+            while (rec is None or rec.execution_count is None) and not handle.finished.is_set():
+                if asyncio.get_running_loop().time() > deadline:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(handle.changed.wait(), 0.05)
+                rec = handle.recorder
+            if handle.finished.is_set():
+                return
         await self.km.interrupt_kernel()
 
     async def restart(self) -> None:

@@ -227,17 +227,21 @@ def copy_tree_safely(src: Path, dst: Path) -> int:
     Used to fork a session: nothing a kernel planted (a symlink to a host file, a FIFO) is
     followed or reproduced. Returns the number of files copied.
     """
-    count = 0
+    dst.mkdir(parents=True, exist_ok=True)
+    st = os.stat(dst)
+    # Copies belong to whoever owns the destination workspace (the kernel's uid).
+    owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 else None
     src_fd = os.open(src, _DIR_FLAGS)
     try:
-        count = _copy_dir(src_fd, dst)
+        return _copy_dir(src_fd, dst, owner)
     finally:
         os.close(src_fd)
-    return count
 
 
-def _copy_dir(src_fd: int, dst: Path) -> int:
+def _copy_dir(src_fd: int, dst: Path, owner: tuple[int, int] | None) -> int:
     dst.mkdir(parents=True, exist_ok=True)
+    if owner is not None:
+        os.chown(dst, *owner)
     count = 0
     with os.scandir(src_fd) as it:
         entries = list(it)
@@ -246,12 +250,14 @@ def _copy_dir(src_fd: int, dst: Path) -> int:
         if stat.S_ISDIR(st.st_mode):
             fd = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
             try:
-                count += _copy_dir(fd, dst / entry.name)
+                count += _copy_dir(fd, dst / entry.name, owner)
             finally:
                 os.close(fd)
         elif stat.S_ISREG(st.st_mode):
             fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_fd)
             with os.fdopen(fd, "rb") as fin, open(dst / entry.name, "wb") as fout:
                 shutil.copyfileobj(fin, fout)
+                if owner is not None:
+                    os.fchown(fout.fileno(), *owner)
             count += 1
     return count

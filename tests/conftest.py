@@ -83,6 +83,7 @@ def test_settings(data_dir: Path, **overrides: Any) -> Settings:
         "data_dir": data_dir, "port": 0, "api_keys": [KEY, OTHER_KEY],
         "max_upload_bytes": 1 << 20, "queue_size": 4, "interrupt_grace_s": 2.0,
         "pool_size": 1, "default_memory_mb": 512, "tmp_size_mb": 64,
+        "keep_containers_on_shutdown": False,
     }
     values.update(overrides)
     return Settings(**values)
@@ -103,8 +104,14 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
         require_docker()
     data_dir = Path(tempfile.mkdtemp(prefix=f"interp-{backend}-"))
     srv = start_server(backend, data_dir)
+    broker_id = srv.thread.broker.broker_id
     yield srv
     srv.thread.stop()
+    if backend == "docker":
+        from interpreter.backends.docker import list_broker_containers
+
+        leaked = list_broker_containers(broker_id)
+        assert not leaked, f"containers left behind: {[c.name for c in leaked]}"
     shutil.rmtree(data_dir, ignore_errors=True)
 
 

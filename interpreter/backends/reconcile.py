@@ -48,7 +48,8 @@ async def reconcile(broker: SessionBroker) -> dict[str, list[str]]:
         from interpreter.backends import docker as docker_backend
 
         for container in containers:
-            if container.id not in claimed and not getattr(container, "pooled", False):
+            # Before this broker's pool starts, every unclaimed container is a leftover.
+            if container.id not in claimed:
                 await asyncio.to_thread(docker_backend.remove_container, container.id)
                 report["removed_containers"].append(container.id)
     for key, items in report.items():
