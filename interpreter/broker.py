@@ -74,6 +74,8 @@ class SessionBroker:
         self._cull_task: asyncio.Task[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
         self.pool: Any = None
+        #: Exact package versions of the kernel environment (from the image), for notebooks.
+        self.kernel_packages: dict[str, str] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def write_nowait(self, fn: Callable[[], object]) -> None:
@@ -209,6 +211,9 @@ class SessionBroker:
             kernel_name=self.kernel_name, backend=self.backend,
             source={"from": source_desc} if source_desc else None,
         )
+        if self.kernel_packages:
+            notebook.nb.metadata["interp"]["packages"] = self.kernel_packages
+            notebook.nb.metadata["interp"]["image"] = self.settings.docker_image
         session = LiveSession(
             row={**row, "metadata": req.metadata, "limits": limits}, settings=self.settings,
             store=self.store, options=options, kernel_name=self.kernel_name, notebook=notebook,

@@ -30,10 +30,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _images_build(args: argparse.Namespace) -> int:
-    from interpreter.images import build_image
+    from interpreter.errors import BackendUnavailable
+    from interpreter.images import ImageBuildError, build_image
 
-    image_id = build_image(args.image, force=args.force, progress=lambda line: print(line, flush=True))
-    print(f"built {args.image} ({image_id})")
+    try:
+        image_id = build_image(
+            args.image, force=args.force, progress=lambda line: print(line, flush=True)
+        )
+    except (ImageBuildError, BackendUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"image {args.image} is ready ({image_id})")
     return 0
 
 

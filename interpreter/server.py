@@ -68,6 +68,9 @@ def resolve_backend(settings: Settings) -> str:
             raise BackendUnavailable(message)
         log.warning("%s Using the LOCAL backend (no isolation) meanwhile.", message)
         return "local"
+    problem = status.problem()
+    if problem:
+        log.warning("%s", problem)
     return "docker"
 
 
@@ -92,6 +95,11 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     chosen = backend if backend else await asyncio.to_thread(resolve_backend, settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     broker = SessionBroker(settings, chosen)
+    if chosen == "docker":
+        from interpreter.images import image_status
+
+        status = await asyncio.to_thread(image_status, settings.docker_image)
+        broker.kernel_packages = dict(status.packages)
     await broker.open()
     if chosen == "docker" and settings.pool_size > 0:
         from interpreter.backends.pool_setup import install_pool
