@@ -209,7 +209,8 @@ class LiveSession:
         km.provisioner = KernelProvisionerFactory.instance(parent=km.parent).create_provisioner_instance(
             km.kernel_id, km.kernel_spec, parent=km
         )
-        await km.provisioner.load_provisioner_info(provisioner)
+        # The connection info is stored once, in its own column; the provisioner wants it too.
+        await km.provisioner.load_provisioner_info({**provisioner, "connection_info": conn})
         # jupyter_client keeps the launch kwargs here and reuses them on restart.
         km._launch_args = {LAUNCH_KWARG: self.options}  # type: ignore[dict-item]
         self.km = km

@@ -8,6 +8,7 @@ their broker, so for the local backend every open record is closed.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -59,12 +60,10 @@ async def reconcile(broker: SessionBroker) -> dict[str, list[str]]:
 
 
 def _container_for(row: dict[str, Any], containers: list[Any]) -> Any:
-    prov = row.get("provisioner") or {}
-    known = {str(v) for v in prov.values() if isinstance(v, str)}
+    # Pooled containers keep their pool labels, so match by the id the record holds.
+    recorded = json.dumps(row.get("provisioner") or {})
     for container in containers:
-        if container.id in known or getattr(container, "name", None) in known:
-            return container
-        if getattr(container, "session_id", None) == row["id"]:
+        if container.id in recorded or getattr(container, "session_id", None) == row["id"]:
             return container
     return None
 
