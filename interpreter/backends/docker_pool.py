@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import stat
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from interpreter.backends.base import LaunchOptions
 from interpreter.backends.docker import (
     DEFAULT_ARGV,
     START_TIMEOUT_S,
+    DockerProvisioner,
     KernelContainer,
     absolute_options,
     call_docker,
@@ -56,13 +58,15 @@ log = logging.getLogger(__name__)
 
 #: Longest pause between attempts when starting pool kernels keeps failing.
 MAX_BACKOFF_S = 60.0
+#: What a slot name looks like (it becomes a path component).
+_SLOT = re.compile(r"[0-9a-f]{16}")
 
 
 class ContainerPool:
     """Keeps ``size`` ready kernel containers for sessions with default options.
 
-    Install it with ``DockerProvisioner.pool = pool`` after ``await pool.start()``; remove it
-    (``DockerProvisioner.pool = None``) before ``await pool.close()``.
+    ``await pool.start()``, then ``pool.install()`` makes ``DockerProvisioner`` claim from
+    it; ``await pool.close()`` uninstalls it and removes what was not claimed.
 
     Args:
         size: how many ready kernels to keep; 0 disables the pool.
@@ -128,7 +132,8 @@ class ContainerPool:
     async def start(self) -> None:
         """Remove what an earlier broker's pool left, then fill the pool in the background.
 
-        Call it after the broker's startup reconciliation. Returns at once; kernels become
+        Call it after the broker's startup reconciliation (which removes claimed pool
+        containers whose session did not come back). Returns at once; kernels become
         claimable as they come up.
 
         Raises:
@@ -140,6 +145,10 @@ class ContainerPool:
         if self.size > 0:
             self._wanted.set()
             self._filler = asyncio.create_task(self._fill(), name="docker-pool-fill")
+
+    def install(self) -> None:
+        """Make this the pool ``DockerProvisioner`` claims from (one per broker process)."""
+        DockerProvisioner.pool = self
 
     async def claim(
         self, options: LaunchOptions, *, command: Sequence[str] | None = None
@@ -184,8 +193,10 @@ class ContainerPool:
         return None
 
     async def close(self) -> None:
-        """Stop filling and remove every unclaimed container and its directories."""
+        """Uninstall, stop filling and remove every unclaimed container and its directories."""
         self._closed = True
+        if DockerProvisioner.pool is self:
+            DockerProvisioner.pool = None
         if self._filler is not None:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -310,10 +321,17 @@ class ContainerPool:
         ipc.remove_tree(kernel.workspace.parent)  # the now empty slot directory
 
     def _remove_leftovers(self) -> None:
-        """Remove pool containers and directories an earlier broker process left behind."""
+        """Remove the unclaimed containers and directories an earlier broker process left.
+
+        A pooled container keeps its pool labels after a claim, so the labels cannot tell
+        claimed from unclaimed ones; the slot directory can: a claim moves its contents
+        away and removes it. Containers whose slot directory is gone belong to sessions
+        (or to sessions that ended): the broker's reconciliation decides about those.
+        """
         if self.broker_id:
             for summary in list_broker_containers(self.broker_id):
-                if summary.pooled:
+                slot = summary.pool_slot
+                if slot is not None and _SLOT.fullmatch(slot) and (self.root / slot).exists():
                     remove_container(summary.id)
         ipc.remove_tree(self.root)
 

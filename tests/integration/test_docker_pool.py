@@ -25,12 +25,12 @@ async def pool(lab: Lab) -> AsyncIterator[ContainerPool]:
     template = lab.options()
     pool = ContainerPool(1, template, lab.base, root=lab.base / "pool")
     await pool.start()
-    DockerProvisioner.pool = pool
+    pool.install()
     try:
         yield pool
     finally:
-        DockerProvisioner.pool = None
         await pool.close()
+        assert DockerProvisioner.pool is None
 
 
 async def _ready(pool: ContainerPool) -> None:
@@ -108,6 +108,25 @@ async def test_close_removes_unclaimed_containers(lab: Lab) -> None:
     assert list_broker_containers(lab.broker_id) == []
     assert not (lab.base / "pool").exists()
     assert await pool.claim(lab.options()) is None
+
+
+async def test_a_new_pool_keeps_claimed_containers(lab: Lab, pool: ContainerPool) -> None:
+    # A broker restart: the new broker's pool removes what was never claimed, and leaves
+    # the containers sessions took (the broker reattaches or removes those itself).
+    await _ready(pool)
+    km = await lab.start(dataclasses.replace(pool.template, **_fresh_paths(lab)))
+    provisioner = km.provisioner
+    assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
+    claimed_id = provisioner.container.container_id
+    await _ready(pool)
+    unclaimed_id = pool._ready[0].container_id
+
+    successor = ContainerPool(0, pool.template, lab.base, root=pool.root)
+    await successor.start()
+    await successor.close()
+    ids = {c.id for c in list_broker_containers(lab.broker_id)}
+    assert claimed_id in ids and unclaimed_id not in ids
+    assert await km.is_alive()
 
 
 def _fresh_paths(lab: Lab) -> dict[str, Path]:

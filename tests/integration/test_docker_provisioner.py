@@ -132,8 +132,9 @@ async def test_lifecycle(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
 
     # Interrupt a sleeping cell; the kernel survives with its state.
     await run(kc, "x = 42")
-    msg_id = kc.execute("import time; time.sleep(30)")
-    await wait_for_iopub(kc, msg_id, "execute_input")
+    msg_id = kc.execute("import time; print('sleeping', flush=True); time.sleep(30)")
+    # Wait for output of the cell itself: SIGINT that lands before the cell runs is lost.
+    await wait_for_iopub(kc, msg_id, "stream")
     t0 = time.perf_counter()
     await km.interrupt_kernel()
     reply = await kc.get_shell_msg(timeout=10)
@@ -156,6 +157,9 @@ async def test_lifecycle(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     lab.managers.remove(km)  # km2 manages the container from now on
 
     # Restart: a fresh container (tmpfs and processes gone), same session directories.
+    # Clients of one manager share a ZMQ identity (its session id): the old client must be
+    # stopped, or its reconnect may take the identity and the new client's requests vanish.
+    kc2.stop_channels()
     await km2.restart_kernel(now=True)
     assert attached.container is not None
     second_id = attached.container.container_id
