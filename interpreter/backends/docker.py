@@ -486,9 +486,15 @@ async def start_kernel_container(
 def _prepare_dirs(
     options: LaunchOptions, user: KernelUser, kernel_info: KernelConnectionInfo
 ) -> None:
-    ipc.prepare_workspace(options.workspace, user)
-    ipc.prepare_runtime_dir(options.runtime_dir, user)
-    ipc.write_connection_file(options.runtime_dir, kernel_info, user)
+    try:
+        ipc.prepare_workspace(options.workspace, user)
+        ipc.prepare_runtime_dir(options.runtime_dir, user)
+        ipc.write_connection_file(options.runtime_dir, kernel_info, user)
+    except OSError as exc:
+        log.error("cannot prepare kernel directories of %s: %s", options.session_id, exc)
+        raise KernelStartFailed(
+            "the session's kernel directories could not be prepared; see the broker log"
+        ) from exc
 
 
 def _verify_and_lock(runtime_dir: Path, user: KernelUser) -> None:
@@ -783,6 +789,9 @@ class DockerProvisioner(KernelProvisionerBase):
         info["connection_info"] = connection
         kernel = self._kernel
         options = self._options
+        # Top-level copies so a reconciler can match containers without knowing the layout.
+        info["container_id"] = kernel.container_id if kernel else None
+        info["container_name"] = kernel.name if kernel else None
         info["docker"] = {
             "container_id": kernel.container_id if kernel else None,
             "container_name": kernel.name if kernel else None,

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import Any
 
 import docker.errors
 import pytest
@@ -90,9 +90,9 @@ async def test_restart_of_a_pooled_session_starts_cold(lab: Lab, pool: Container
     km = await lab.start(options)
     provisioner = km.provisioner
     assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
-    assert provisioner.container.pool_slot is not None
+    assert _slot(provisioner) is not None
     await km.restart_kernel(now=True)
-    assert provisioner.container.pool_slot is None
+    assert _slot(provisioner) is None
     kc = await lab.client(km)
     assert (await run(kc, "1+1"))["result"] == "2"
 
@@ -129,11 +129,17 @@ async def test_a_new_pool_keeps_claimed_containers(lab: Lab, pool: ContainerPool
     assert await km.is_alive()
 
 
-def _fresh_paths(lab: Lab) -> dict[str, Path]:
+def _slot(provisioner: DockerProvisioner) -> str | None:
+    assert provisioner.container is not None
+    return provisioner.container.pool_slot
+
+
+def _fresh_paths(lab: Lab) -> dict[str, Any]:
+    """Session id, owner and directories of a new session (to combine with a template)."""
     fresh = lab.options()
     return {
-        "session_id": fresh.session_id,  # type: ignore[dict-item]
-        "owner": fresh.owner,  # type: ignore[dict-item]
+        "session_id": fresh.session_id,
+        "owner": fresh.owner,
         "session_dir": fresh.session_dir,
         "workspace": fresh.workspace,
         "runtime_dir": fresh.runtime_dir,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def _options(**changes: object) -> LaunchOptions:
     return dataclasses.replace(options, **changes)  # type: ignore[arg-type]
 
 
-def _config(options: LaunchOptions | None = None) -> dict[str, object]:
+def _config(options: LaunchOptions | None = None) -> dict[str, Any]:
     options = options or _options()
     return build_container_config(
         options,
@@ -48,7 +49,7 @@ def _config(options: LaunchOptions | None = None) -> dict[str, object]:
     )
 
 
-GOLDEN = {
+GOLDEN: dict[str, Any] = {
     "image": "interp-kernel:latest",
     "command": ["python", "-m", "interpreter_kernel", "-f", "/run/interp/kernel.json"],
     "name": "interp-s-123-abcd",
@@ -125,8 +126,8 @@ def test_env_is_exactly_the_kernel_env() -> None:
 
 # Whatever the session asks for (limits, env, image, extra), these never change (H-04).
 FIXED = (
-    "user", "working_dir", "network_mode", "ipc_mode", "cgroupns", "privileged", "devices", "cap_drop",
-    "security_opt", "read_only", "init", "ulimits", "log_config", "auto_remove",
+    "user", "working_dir", "network_mode", "ipc_mode", "cgroupns", "privileged", "devices",
+    "cap_drop", "security_opt", "read_only", "init", "ulimits", "log_config", "auto_remove",
     "restart_policy", "stdin_open", "tty",
 )
 
@@ -145,14 +146,14 @@ def test_hardening_does_not_depend_on_the_session(changes: dict[str, object]) ->
     golden = {key: GOLDEN[key] for key in FIXED}
     config = _config(_options(**changes))
     assert {key: config[key] for key in FIXED} == golden
-    assert [m["Target"] for m in config["mounts"]] == ["/workspace", "/run/interp"]  # type: ignore[attr-defined,index]
+    assert [m["Target"] for m in config["mounts"]] == ["/workspace", "/run/interp"]
     forbidden = {"pid_mode", "userns_mode", "cap_add", "volumes", "volumes_from", "sysctls",
                  "oom_kill_disable", "oom_score_adj", "cgroup_parent", "group_add", "dns"}
     assert forbidden.isdisjoint(config)
 
 
 def test_security_opt_never_disables_seccomp() -> None:
-    assert not any("seccomp" in opt for opt in GOLDEN["security_opt"])  # type: ignore[attr-defined]
+    assert not any("seccomp" in opt for opt in GOLDEN["security_opt"])
 
 
 def test_root_kernel_user_is_refused() -> None:

@@ -8,6 +8,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,8 +53,8 @@ def test_too_long_runtime_dir_is_refused_clearly() -> None:
 
 
 def test_connection_info_keeps_key_bytes() -> None:
-    info = ipc.connection_info("/x/k", b"secret")
-    assert info["key"] == b"secret"  # type: ignore[comparison-overlap]
+    info: dict[str, Any] = dict(ipc.connection_info("/x/k", b"secret"))
+    assert info["key"] == b"secret"
     assert info["transport"] == "ipc"
     assert info["signature_scheme"] == "hmac-sha256"
 
