@@ -182,12 +182,20 @@ def _package_sources() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
-@pytest.mark.parametrize("needle", ["exec_run", "exec_create", "put_archive", "get_archive",
-                                    "docker cp", "containers.run("])
+@pytest.mark.parametrize(
+    "needle", ["exec_run", "exec_create", "exec_start", "put_archive", "get_archive", "docker cp"]
+)
 def test_package_never_execs_or_copies_into_containers(needle: str) -> None:
-    # H-03: no `docker exec`/`docker cp`/archive API on session containers, ever; and no
-    # containers.run, which would pull an image on a miss and bypass the create/start path.
+    # H-03: no `docker exec`, `docker cp` or archive API on session containers, ever.
     sources = _package_sources()
     assert sources, "package sources not found"
     offenders = [str(p.relative_to(PACKAGE)) for p in sources if needle in p.read_text()]
     assert offenders == []
+
+
+def test_backends_create_containers_only_through_the_config_builder() -> None:
+    # containers.run would pull a missing image and skip the create/start/cleanup path.
+    sources = sorted((PACKAGE / "backends").glob("*.py"))
+    assert [p.name for p in sources if "containers.run(" in p.read_text()] == []
+    creators = [p.name for p in sources if "containers.create(" in p.read_text()]
+    assert creators == ["docker.py"]
