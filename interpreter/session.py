@@ -197,25 +197,16 @@ class LiveSession:
         await self._persist_kernel()
 
     async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
-        """Reconnect to a kernel that outlived a previous broker process (R-07)."""
-        from jupyter_client.provisioning.factory import KernelProvisionerFactory
+        """Reconnect to a kernel container that outlived a previous broker process (R-07)."""
+        from interpreter.backends.docker import reattach
 
         km = self._new_manager()
         conn = dict(connection)
         if isinstance(conn.get("key"), str):
             conn["key"] = conn["key"].encode()
-        km.load_connection_info(conn)  # type: ignore[arg-type]
-        km.kernel_id = provisioner.get("kernel_id") or self.id
-        km.provisioner = KernelProvisionerFactory.instance(parent=km.parent).create_provisioner_instance(
-            km.kernel_id, km.kernel_spec, parent=km
-        )
         # The connection info is stored once, in its own column; the provisioner wants it too.
-        await km.provisioner.load_provisioner_info({**provisioner, "connection_info": conn})
-        # jupyter_client keeps the launch kwargs here and reuses them on restart.
-        km._launch_args = {LAUNCH_KWARG: self.options}  # type: ignore[dict-item]
+        await reattach(km, {**provisioner, "connection_info": conn}, self.options)
         self.km = km
-        if not await km.is_alive():
-            raise KernelStartFailed("The session's kernel is gone.")
         await self._connect()
         self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
         self.status = "idle"

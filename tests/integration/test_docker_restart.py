@@ -79,6 +79,9 @@ def test_sigterm_then_restart_keeps_variables(broker: Start) -> None:
     with client(url) as api:
         assert api.get(f"/v1/sessions/{sid}").json()["status"] == "idle"
         assert run(api, sid, "x")["outputs"][0]["data"]["text/plain"] == "'still here'"
+        # A reattached kernel can be restarted like any other.
+        assert api.post(f"/v1/sessions/{sid}/restart").status_code == 200
+        assert run(api, sid, "x")["error"]["ename"] == "NameError"
         assert api.delete(f"/v1/sessions/{sid}").status_code == 204
 
 
