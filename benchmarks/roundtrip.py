@@ -36,8 +36,10 @@ FLOOD = "for i in range(10000):\n    print(i, flush=True)"
 def summary(samples: list[float]) -> str:
     ordered = sorted(samples)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return (f"median {statistics.median(ordered):7.2f} ms   p90 {pick(0.9):7.2f} ms   "
-            f"p99 {pick(0.99):7.2f} ms")
+    return (
+        f"median {statistics.median(ordered):7.2f} ms   p90 {pick(0.9):7.2f} ms   "
+        f"p99 {pick(0.99):7.2f} ms"
+    )
 
 
 async def raw_jupyter_client(n: int) -> tuple[list[float], float]:
@@ -90,10 +92,13 @@ def through_api(backend: str, n: int) -> tuple[list[float], float]:
     try:
         # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm
         # and the server's delayed ACK add tens of milliseconds to every small request.
-        transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-        with ServerThread(settings, backend=backend) as srv, httpx.Client(
-            base_url=srv.url, timeout=120, transport=transport
-        ) as api:
+        transport = httpx.HTTPTransport(
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        )
+        with (
+            ServerThread(settings, backend=backend) as srv,
+            httpx.Client(base_url=srv.url, timeout=120, transport=transport) as api,
+        ):
             sid = api.post("/v1/sessions").json()["id"]
             url = f"/v1/sessions/{sid}/execute"
             for _ in range(10):

@@ -33,14 +33,20 @@ def wait_pool_full(srv: ServerThread, size: int, timeout: float = 120) -> None:
 
 def measure(backend: str, pool: int, n: int) -> tuple[list[float], list[float]]:
     data = Path(tempfile.mkdtemp(prefix="interp-bench-"))
-    settings = Settings(data_dir=data, port=0, backend=backend, pool_size=pool,  # type: ignore[arg-type]
-                        keep_containers_on_shutdown=False)
+    settings = Settings(
+        data_dir=data,
+        port=0,
+        backend=backend,
+        pool_size=pool,  # type: ignore[arg-type]
+        keep_containers_on_shutdown=False,
+    )
     creates: list[float] = []
     memory: list[float] = []
     try:
-        with ServerThread(settings, backend=backend) as srv, httpx.Client(
-            base_url=srv.url, timeout=120
-        ) as api:
+        with (
+            ServerThread(settings, backend=backend) as srv,
+            httpx.Client(base_url=srv.url, timeout=120) as api,
+        ):
             ids = []
             for _ in range(n):
                 if pool:
@@ -79,13 +85,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=8)
     args = parser.parse_args()
-    rows = [("local backend", "local", 0), ("docker, cold (no pool)", "docker", 0),
-            ("docker, warm pool (size 2)", "docker", 2)]
+    rows = [
+        ("local backend", "local", 0),
+        ("docker, cold (no pool)", "docker", 0),
+        ("docker, warm pool (size 2)", "docker", 2),
+    ]
     print(f"session create, n={args.n} each:")
     for name, backend, pool in rows:
         creates, memory = measure(backend, pool, args.n)
-        line = (f"  {name:28s} median {statistics.median(creates):7.0f} ms   "
-                f"max {max(creates):7.0f} ms")
+        line = (
+            f"  {name:28s} median {statistics.median(creates):7.0f} ms   max {max(creates):7.0f} ms"
+        )
         if memory:
             line += f"   idle memory/container {statistics.mean(memory):5.1f} MiB"
         print(line)

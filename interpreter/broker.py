@@ -95,8 +95,11 @@ class SessionBroker:
         self.settings.sessions_dir.mkdir(parents=True, exist_ok=True)
         unknown = await self.write(self.store.mark_unfinished_unknown)
         if unknown:
-            log.warning("%d executions were in flight when the broker stopped: outcome "
-                        "unknown (not re-run)", len(unknown))
+            log.warning(
+                "%d executions were in flight when the broker stopped: outcome "
+                "unknown (not re-run)",
+                len(unknown),
+            )
         self.reconcile_report = await self._reconcile()
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")
 
@@ -117,7 +120,10 @@ class SessionBroker:
             await asyncio.gather(*self._closing, return_exceptions=True)
         keep = self.backend == "docker" and self.settings.keep_containers_on_shutdown
         await asyncio.gather(
-            *(s.close(reason="broker_shutdown", keep_kernel=keep) for s in list(self.live.values())),
+            *(
+                s.close(reason="broker_shutdown", keep_kernel=keep)
+                for s in list(self.live.values())
+            ),
             return_exceptions=True,
         )
         self.live.clear()
@@ -135,15 +141,21 @@ class SessionBroker:
 
     # ---------------------------------------------------------------- sessions
 
-    def launch_options(self, session_id: str, owner: str, req: CreateSessionRequest) -> LaunchOptions:
+    def launch_options(
+        self, session_id: str, owner: str, req: CreateSessionRequest
+    ) -> LaunchOptions:
         s = self.settings
         limits = req.limits
-        memory = limits.memory_mb if limits and limits.memory_mb is not None else s.default_memory_mb
+        memory = (
+            limits.memory_mb if limits and limits.memory_mb is not None else s.default_memory_mb
+        )
         cpus = limits.cpus if limits and limits.cpus is not None else s.default_cpus
         pids = limits.pids if limits and limits.pids is not None else s.default_pids
         problems = []
         if memory > s.max_memory_mb:
-            problems.append(f"limits.memory_mb {memory} exceeds the server maximum {s.max_memory_mb}")
+            problems.append(
+                f"limits.memory_mb {memory} exceeds the server maximum {s.max_memory_mb}"
+            )
         if cpus > s.max_cpus:
             problems.append(f"limits.cpus {cpus:g} exceeds the server maximum {s.max_cpus:g}")
         if pids > s.max_pids:
@@ -152,10 +164,18 @@ class SessionBroker:
             raise ValidationFailed("; ".join(problems) + ".")
         session_dir = s.session_dir(session_id)
         return LaunchOptions(
-            session_id=session_id, owner=owner, session_dir=session_dir,
-            workspace=session_dir / "workspace", runtime_dir=s.data_dir / "run" / session_id[-12:],
-            env=dict(req.env), memory_mb=memory, cpus=cpus, pids=pids,
-            tmp_size_mb=s.tmp_size_mb, image=s.docker_image, runtime=s.docker_runtime,
+            session_id=session_id,
+            owner=owner,
+            session_dir=session_dir,
+            workspace=session_dir / "workspace",
+            runtime_dir=s.data_dir / "run" / session_id[-12:],
+            env=dict(req.env),
+            memory_mb=memory,
+            cpus=cpus,
+            pids=pids,
+            tmp_size_mb=s.tmp_size_mb,
+            image=s.docker_image,
+            runtime=s.docker_runtime,
             extra={"broker_id": self.broker_id},
         )
 
@@ -167,7 +187,8 @@ class SessionBroker:
         if live_count >= self.settings.max_sessions:
             raise TooManySessions(
                 f"The service runs its maximum of {self.settings.max_sessions} sessions; "
-                "delete idle sessions or retry later.", retry_after=10,
+                "delete idle sessions or retry later.",
+                retry_after=10,
             )
         mine = sum(1 for s in self.live.values() if s.owner == owner)
         if mine >= self.settings.max_sessions_per_key:
@@ -189,43 +210,67 @@ class SessionBroker:
             report = await self._replay_into(session, source_nb, source_desc or "notebook")
             session.rebuild = report.model_dump()
             rebuild_json = json.dumps(session.rebuild)
-            await self.write(lambda: self.store.update_session(session_id, rebuild_json=rebuild_json))
+            await self.write(
+                lambda: self.store.update_session(session_id, rebuild_json=rebuild_json)
+            )
         return session.info()
 
     async def _start_session(
-        self, session_id: str, owner: str, req: CreateSessionRequest, options: LaunchOptions,
+        self,
+        session_id: str,
+        owner: str,
+        req: CreateSessionRequest,
+        options: LaunchOptions,
         source_desc: str | None,
     ) -> LiveSession:
         now = utcnow().isoformat()
         limits = {"memory_mb": options.memory_mb, "cpus": options.cpus, "pids": options.pids}
         row: dict[str, Any] = {
-            "id": session_id, "owner": owner, "status": "starting", "backend": self.backend,
-            "created_at": now, "last_activity_at": now, "execution_count": 0,
-            "metadata_json": json.dumps(req.metadata), "limits_json": json.dumps(limits),
-            "env_json": json.dumps(req.env), "idle_timeout_s": req.idle_timeout_s,
+            "id": session_id,
+            "owner": owner,
+            "status": "starting",
+            "backend": self.backend,
+            "created_at": now,
+            "last_activity_at": now,
+            "execution_count": 0,
+            "metadata_json": json.dumps(req.metadata),
+            "limits_json": json.dumps(limits),
+            "env_json": json.dumps(req.env),
+            "idle_timeout_s": req.idle_timeout_s,
         }
         await asyncio.to_thread(self._make_dirs, options)
         await self.write(lambda: self.store.insert_session(row))
         notebook = NotebookRecorder.create(
-            options.session_dir / NOTEBOOK_NAME, session_id=session_id,
-            kernel_name=self.kernel_name, backend=self.backend,
+            options.session_dir / NOTEBOOK_NAME,
+            session_id=session_id,
+            kernel_name=self.kernel_name,
+            backend=self.backend,
             source={"from": source_desc} if source_desc else None,
         )
         if self.kernel_packages:
             notebook.nb.metadata["interp"]["packages"] = self.kernel_packages
             notebook.nb.metadata["interp"]["image"] = self.settings.docker_image
         session = LiveSession(
-            row={**row, "metadata": req.metadata, "limits": limits}, settings=self.settings,
-            store=self.store, options=options, kernel_name=self.kernel_name, notebook=notebook,
-            metrics=self.metrics, writer=self.write, writer_nowait=self.write_nowait,
+            row={**row, "metadata": req.metadata, "limits": limits},
+            settings=self.settings,
+            store=self.store,
+            options=options,
+            kernel_name=self.kernel_name,
+            notebook=notebook,
+            metrics=self.metrics,
+            writer=self.write,
+            writer_nowait=self.write_nowait,
         )
         self.live[session_id] = session
         try:
             await session.start()
         except KernelStartFailed:
             self.live.pop(session_id, None)
-            await self.write(lambda: self.store.update_session(
-                session_id, status="closed", closed_reason="start_failed"))
+            await self.write(
+                lambda: self.store.update_session(
+                    session_id, status="closed", closed_reason="start_failed"
+                )
+            )
             raise
         await session.flush()
         return session
@@ -269,11 +314,13 @@ class SessionBroker:
     ) -> RebuildReport:
         """Re-run the good code cells of ``nb`` in ``session``, in order."""
         sources, skipped = good_code_cells(nb)
-        report = RebuildReport(source=source, cells_total=len(sources) + skipped,
-                               cells_skipped=skipped)
+        report = RebuildReport(
+            source=source, cells_total=len(sources) + skipped, cells_skipped=skipped
+        )
         for index, code in enumerate(sources):
             handle = await session.submit(
-                code, self.settings.default_timeout_s,
+                code,
+                self.settings.default_timeout_s,
                 extra_meta={"replay_of": index, "replay_source": source},
             )
             await handle.finished.wait()
@@ -343,8 +390,13 @@ class SessionBroker:
     # ---------------------------------------------------------------- execution
 
     async def execute(
-        self, owner: str, session_id: str, code: str, timeout_s: float | None,
-        *, stream: bool = False,
+        self,
+        owner: str,
+        session_id: str,
+        code: str,
+        timeout_s: float | None,
+        *,
+        stream: bool = False,
     ) -> ExecutionHandle:
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
@@ -385,7 +437,9 @@ class SessionBroker:
             report = await self._replay_into(session, snapshot, f"session:{session_id}")
             session.rebuild = report.model_dump()
             rebuild_json = json.dumps(session.rebuild)
-            await self.write(lambda: self.store.update_session(session_id, rebuild_json=rebuild_json))
+            await self.write(
+                lambda: self.store.update_session(session_id, rebuild_json=rebuild_json)
+            )
         return session.info()
 
     # ---------------------------------------------------------------- files, notebook
@@ -416,7 +470,9 @@ class SessionBroker:
         path = self.settings.session_dir(session_id) / NOTEBOOK_NAME
         return await asyncio.to_thread(path.read_text, encoding="utf-8")
 
-    async def artifact(self, owner: str, session_id: str, artifact_id: str) -> tuple[Path, str, int]:
+    async def artifact(
+        self, owner: str, session_id: str, artifact_id: str
+    ) -> tuple[Path, str, int]:
         directory = await self.session_dir(owner, session_id)
         store = ArtifactStore(directory / "artifacts", session_id)
         return await asyncio.to_thread(store.open, artifact_id)
@@ -464,11 +520,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _closed_model(row: SessionRow) -> SessionModel:
     return SessionModel(
-        id=row["id"], status="closed", backend=row["backend"],
+        id=row["id"],
+        status="closed",
+        backend=row["backend"],
         created_at=datetime.fromisoformat(row["created_at"]),
         last_activity_at=datetime.fromisoformat(row["last_activity_at"]),
-        execution_count=row["execution_count"], kernel=KernelInfo(**(row.get("kernel") or {})),
-        metadata=row.get("metadata") or {}, idle_timeout_s=row.get("idle_timeout_s"),
+        execution_count=row["execution_count"],
+        kernel=KernelInfo(**(row.get("kernel") or {})),
+        metadata=row.get("metadata") or {},
+        idle_timeout_s=row.get("idle_timeout_s"),
         limits=row.get("limits") or {},
         rebuild=RebuildReport(**row["rebuild"]) if row.get("rebuild") else None,
     )

@@ -66,19 +66,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="Run the HTTP service.")
     serve.add_argument("--host", help="Address to bind (default 127.0.0.1).")
     serve.add_argument("--port", type=int, help="Port (default 8700; 0 = any free port).")
-    serve.add_argument("--backend", choices=["local", "docker", "auto"],
-                       help="Kernel backend (default auto: docker when available).")
+    serve.add_argument(
+        "--backend",
+        choices=["local", "docker", "auto"],
+        help="Kernel backend (default auto: docker when available).",
+    )
     serve.add_argument("--data-dir", type=Path, help="State directory (default ./.data).")
-    serve.add_argument("--api-key", action="append", default=[],
-                       help="Accepted API key (repeatable; also INTERP_API_KEYS, comma-separated).")
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        help="Accepted API key (repeatable; also INTERP_API_KEYS, comma-separated).",
+    )
     serve.add_argument("--pool-size", type=int, help="Warm docker kernels kept ready.")
     serve.set_defaults(func=_serve)
 
     images = sub.add_parser("images", help="Kernel container images.")
     images_sub = images.add_subparsers(dest="images_command", required=True)
     build = images_sub.add_parser("build", help="Build the kernel image (works offline).")
-    build.add_argument("--image", default=os.environ.get("INTERP_DOCKER_IMAGE",
-                                                         "interp-kernel:latest"))
+    build.add_argument(
+        "--image", default=os.environ.get("INTERP_DOCKER_IMAGE", "interp-kernel:latest")
+    )
     build.add_argument("--force", action="store_true", help="Rebuild even if up to date.")
     build.set_defaults(func=_images_build)
 

@@ -31,16 +31,21 @@ class Metrics:
     def __init__(self, session_counts: Callable[[], dict[str, int]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.executions = Counter(
-            "interp_executions", "Finished executions, by status.", ["status"],
+            "interp_executions",
+            "Finished executions, by status.",
+            ["status"],
             registry=self.registry,
         )
         self.duration = Histogram(
-            "interp_execution_duration_seconds", "Wall time of executions.",
+            "interp_execution_duration_seconds",
+            "Wall time of executions.",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=self.registry,
         )
         self.restarts = Counter(
-            "interp_kernel_restarts", "Kernel restarts, by reason.", ["reason"],
+            "interp_kernel_restarts",
+            "Kernel restarts, by reason.",
+            ["reason"],
             registry=self.registry,
         )
         self.registry.register(_SessionCollector(session_counts))

@@ -76,8 +76,19 @@ class CreateSessionRequest(_Request):
 
 
 _RESERVED_ENV = frozenset(
-    {"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSTARTUP",
-     "IPYTHONDIR", "LD_PRELOAD", "LD_LIBRARY_PATH", "JUPYTER_RUNTIME_DIR", "MPLBACKEND"}
+    {
+        "PATH",
+        "HOME",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONNOUSERSITE",
+        "PYTHONSTARTUP",
+        "IPYTHONDIR",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "JUPYTER_RUNTIME_DIR",
+        "MPLBACKEND",
+    }
 )
 
 

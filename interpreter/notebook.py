@@ -50,12 +50,19 @@ class NotebookRecorder:
 
     @classmethod
     def create(
-        cls, path: Path, *, session_id: str, kernel_name: str, backend: str,
+        cls,
+        path: Path,
+        *,
+        session_id: str,
+        kernel_name: str,
+        backend: str,
         source: dict[str, Any] | None = None,
     ) -> NotebookRecorder:
         nb = v4.new_notebook()  # type: ignore[no-untyped-call]
         nb.metadata["kernelspec"] = {
-            "name": "python3", "display_name": "Python 3", "language": "python"
+            "name": "python3",
+            "display_name": "Python 3",
+            "language": "python",
         }
         nb.metadata["language_info"] = {"name": "python"}
         nb.metadata["interp"] = {
@@ -76,9 +83,18 @@ class NotebookRecorder:
     def set_kernel_info(self, language_info: dict[str, Any], packages: dict[str, str]) -> None:
         if language_info:
             self.nb.metadata["language_info"] = {
-                k: v for k, v in language_info.items() if k in
-                ("name", "version", "mimetype", "file_extension", "pygments_lexer",
-                 "codemirror_mode", "nbconvert_exporter")
+                k: v
+                for k, v in language_info.items()
+                if k
+                in (
+                    "name",
+                    "version",
+                    "mimetype",
+                    "file_extension",
+                    "pygments_lexer",
+                    "codemirror_mode",
+                    "nbconvert_exporter",
+                )
             }
         meta = self.nb.metadata["interp"]
         meta["kernel_version"] = language_info.get("version")
@@ -86,9 +102,17 @@ class NotebookRecorder:
             meta["packages"] = packages
 
     def add_cell(
-        self, code: str, outputs: list[dict[str, Any]], *, execution_id: str,
-        execution_count: int | None, status: str, started_at: datetime | None,
-        duration_ms: float | None, state_lost: bool, reason: str | None,
+        self,
+        code: str,
+        outputs: list[dict[str, Any]],
+        *,
+        execution_id: str,
+        execution_count: int | None,
+        status: str,
+        started_at: datetime | None,
+        duration_ms: float | None,
+        state_lost: bool,
+        reason: str | None,
         extra: dict[str, Any] | None = None,
     ) -> int:
         """Append one executed cell; returns its index."""
@@ -119,7 +143,7 @@ class NotebookRecorder:
         cells = len(self.nb.cells)
         # Validating the whole notebook each time grows with its size; cells don't change
         # once added, so check the metadata and the new cells only.
-        probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated:]})  # type: ignore[no-untyped-call]
+        probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated :]})  # type: ignore[no-untyped-call]
         nbformat.validate(probe)
         atomic_write_text(self.path, self.to_json())
         self._validated = cells

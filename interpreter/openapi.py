@@ -11,9 +11,19 @@ from interpreter import models
 from interpreter._version import __version__
 
 _MODELS: list[type[BaseModel]] = [
-    models.CreateSessionRequest, models.ExecuteRequest, models.RestartRequest, models.Session,
-    models.SessionList, models.Execution, models.Output, models.ArtifactRef, models.FileList,
-    models.ErrorBody, models.TextChunk, models.ClearEvent, models.ErrorInfo,
+    models.CreateSessionRequest,
+    models.ExecuteRequest,
+    models.RestartRequest,
+    models.Session,
+    models.SessionList,
+    models.Execution,
+    models.Output,
+    models.ArtifactRef,
+    models.FileList,
+    models.ErrorBody,
+    models.TextChunk,
+    models.ClearEvent,
+    models.ErrorInfo,
 ]
 
 
@@ -42,87 +52,168 @@ def openapi_document() -> dict[str, Any]:
     common = _errors(401, 404, 422)
     paths: dict[str, Any] = {
         "/v1/sessions": {
-            "post": {"summary": "Create a session (optionally rebuilt from a notebook)",
-                     "requestBody": _body(models.CreateSessionRequest, False),
-                     "responses": {"201": _json(models.Session, "Created"),
-                                   **_errors(401, 404, 413, 422, 429, 503)}},
-            "get": {"summary": "List this key's sessions",
-                    "responses": {"200": _json(models.SessionList, "Sessions"), **_errors(401)}},
+            "post": {
+                "summary": "Create a session (optionally rebuilt from a notebook)",
+                "requestBody": _body(models.CreateSessionRequest, False),
+                "responses": {
+                    "201": _json(models.Session, "Created"),
+                    **_errors(401, 404, 413, 422, 429, 503),
+                },
+            },
+            "get": {
+                "summary": "List this key's sessions",
+                "responses": {"200": _json(models.SessionList, "Sessions"), **_errors(401)},
+            },
         },
         "/v1/sessions/{session_id}": {
             "parameters": [sid],
-            "get": {"summary": "Get a session", "responses": {
-                "200": _json(models.Session, "Session"), **common}},
-            "delete": {"summary": "Stop the kernel; notebook and artifacts stay readable",
-                       "responses": {"204": {"description": "Deleted"}, **common}},
+            "get": {
+                "summary": "Get a session",
+                "responses": {"200": _json(models.Session, "Session"), **common},
+            },
+            "delete": {
+                "summary": "Stop the kernel; notebook and artifacts stay readable",
+                "responses": {"204": {"description": "Deleted"}, **common},
+            },
         },
         "/v1/sessions/{session_id}/execute": {
             "parameters": [sid],
             "post": {
                 "summary": "Run code; JSON result, or SSE with Accept: text/event-stream",
                 "description": "SSE events: stdout, stderr (TextChunk), output (Output), clear "
-                               "(ClearEvent), error (ErrorInfo), done (Execution).",
+                "(ClearEvent), error (ErrorInfo), done (Execution).",
                 "requestBody": _body(models.ExecuteRequest),
-                "responses": {"200": {"description": "Finished execution", "content": {
-                    "application/json": {"schema": _ref(models.Execution)},
-                    "text/event-stream": {"schema": {"type": "string"}}}},
-                    **_errors(401, 404, 409, 413, 422, 429, 507)},
+                "responses": {
+                    "200": {
+                        "description": "Finished execution",
+                        "content": {
+                            "application/json": {"schema": _ref(models.Execution)},
+                            "text/event-stream": {"schema": {"type": "string"}},
+                        },
+                    },
+                    **_errors(401, 404, 409, 413, 422, 429, 507),
+                },
             },
         },
         "/v1/sessions/{session_id}/executions/{execution_id}": {
-            "parameters": [sid, {"name": "execution_id", "in": "path", "required": True,
-                                 "schema": {"type": "string"}}],
-            "get": {"summary": "One execution, also while it runs",
-                    "responses": {"200": _json(models.Execution, "Execution"), **common}},
+            "parameters": [
+                sid,
+                {
+                    "name": "execution_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+            ],
+            "get": {
+                "summary": "One execution, also while it runs",
+                "responses": {"200": _json(models.Execution, "Execution"), **common},
+            },
         },
         "/v1/sessions/{session_id}/interrupt": {
             "parameters": [sid],
-            "post": {"summary": "Interrupt what is running (state kept)", "responses": {
-                "200": _json(models.Session, "Session"), **_errors(401, 404, 409)}},
+            "post": {
+                "summary": "Interrupt what is running (state kept)",
+                "responses": {"200": _json(models.Session, "Session"), **_errors(401, 404, 409)},
+            },
         },
         "/v1/sessions/{session_id}/restart": {
             "parameters": [sid],
-            "post": {"summary": "Fresh kernel; with recover=true, state rebuilt by replay",
-                     "requestBody": _body(models.RestartRequest, False),
-                     "responses": {"200": _json(models.Session, "Session"),
-                                   **_errors(401, 404, 409, 422)}},
+            "post": {
+                "summary": "Fresh kernel; with recover=true, state rebuilt by replay",
+                "requestBody": _body(models.RestartRequest, False),
+                "responses": {
+                    "200": _json(models.Session, "Session"),
+                    **_errors(401, 404, 409, 422),
+                },
+            },
         },
         "/v1/sessions/{session_id}/files": {
-            "parameters": [sid, {"name": "path", "in": "query", "required": False,
-                                 "schema": {"type": "string"}}],
-            "get": {"summary": "List a workspace directory", "responses": {
-                "200": _json(models.FileList, "Listing"), **_errors(400, 401, 404)}},
+            "parameters": [
+                sid,
+                {"name": "path", "in": "query", "required": False, "schema": {"type": "string"}},
+            ],
+            "get": {
+                "summary": "List a workspace directory",
+                "responses": {"200": _json(models.FileList, "Listing"), **_errors(400, 401, 404)},
+            },
         },
         "/v1/sessions/{session_id}/files/{path}": {
-            "parameters": [sid, {"name": "path", "in": "path", "required": True,
-                                 "schema": {"type": "string"}}],
-            "get": {"summary": "Download a workspace file", "responses": {
-                "200": {"description": "File bytes", "content": {
-                    "application/octet-stream": {"schema": {"type": "string",
-                                                            "format": "binary"}}}},
-                **_errors(400, 401, 404)}},
-            "put": {"summary": "Upload (raw body)", "requestBody": {"content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
-                "responses": {"201": {"description": "Stored"}, **_errors(400, 401, 404, 413)}},
-            "delete": {"summary": "Delete a file or directory", "responses": {
-                "204": {"description": "Deleted"}, **_errors(400, 401, 404)}},
+            "parameters": [
+                sid,
+                {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+            "get": {
+                "summary": "Download a workspace file",
+                "responses": {
+                    "200": {
+                        "description": "File bytes",
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            }
+                        },
+                    },
+                    **_errors(400, 401, 404),
+                },
+            },
+            "put": {
+                "summary": "Upload (raw body)",
+                "requestBody": {
+                    "content": {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        }
+                    }
+                },
+                "responses": {"201": {"description": "Stored"}, **_errors(400, 401, 404, 413)},
+            },
+            "delete": {
+                "summary": "Delete a file or directory",
+                "responses": {"204": {"description": "Deleted"}, **_errors(400, 401, 404)},
+            },
         },
         "/v1/sessions/{session_id}/notebook": {
             "parameters": [sid],
-            "get": {"summary": "The session as an nbformat v4 notebook", "responses": {
-                "200": {"description": "Notebook", "content": {
-                    "application/x-ipynb+json": {"schema": {"type": "object"}}}}, **common}},
+            "get": {
+                "summary": "The session as an nbformat v4 notebook",
+                "responses": {
+                    "200": {
+                        "description": "Notebook",
+                        "content": {"application/x-ipynb+json": {"schema": {"type": "object"}}},
+                    },
+                    **common,
+                },
+            },
         },
         "/v1/sessions/{session_id}/artifacts/{artifact_id}": {
-            "parameters": [sid, {"name": "artifact_id", "in": "path", "required": True,
-                                 "schema": {"type": "string"}}],
-            "get": {"summary": "Artifact bytes with their content type",
-                    "responses": {"200": {"description": "Bytes"}, **common}},
+            "parameters": [
+                sid,
+                {
+                    "name": "artifact_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+            ],
+            "get": {
+                "summary": "Artifact bytes with their content type",
+                "responses": {"200": {"description": "Bytes"}, **common},
+            },
         },
-        "/healthz": {"get": {"summary": "Liveness", "security": [],
-                             "responses": {"200": {"description": "OK"}}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics",
-                             "responses": {"200": {"description": "Prometheus text"}}}},
+        "/healthz": {
+            "get": {
+                "summary": "Liveness",
+                "security": [],
+                "responses": {"200": {"description": "OK"}},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "responses": {"200": {"description": "Prometheus text"}},
+            }
+        },
     }
     return {
         "openapi": "3.1.0",

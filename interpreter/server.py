@@ -58,8 +58,10 @@ def resolve_backend(settings: Settings) -> str:
                 "No Docker engine answers. Start one (e.g. `sudo dockerd &`) or run with "
                 "--backend local (no isolation)."
             )
-        log.warning("No Docker engine answers: using the LOCAL backend, which does NOT isolate "
-                    "kernels from this machine. Use it only for trusted code.")
+        log.warning(
+            "No Docker engine answers: using the LOCAL backend, which does NOT isolate "
+            "kernels from this machine. Use it only for trusted code."
+        )
         return "local"
     status = image_status(settings.docker_image)
     if not status.exists:
@@ -137,8 +139,9 @@ def serve(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         if not settings.api_keys:
-            print("No API key configured: serving loopback only, without authentication.",
-                  flush=True)
+            print(
+                "No API key configured: serving loopback only, without authentication.", flush=True
+            )
         print(f"interp ({running.broker.backend} backend) listening on {running.url}", flush=True)
         await stop.wait()
         print("Shutting down: stopping kernels and flushing notebooks...", flush=True)

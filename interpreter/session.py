@@ -126,8 +126,15 @@ class LiveSession:
     """
 
     def __init__(
-        self, *, row: dict[str, Any], settings: Settings, store: Store, options: LaunchOptions,
-        kernel_name: str, notebook: NotebookRecorder, metrics: Metrics,
+        self,
+        *,
+        row: dict[str, Any],
+        settings: Settings,
+        store: Store,
+        options: LaunchOptions,
+        kernel_name: str,
+        notebook: NotebookRecorder,
+        metrics: Metrics,
         writer: Callable[[Callable[[], Any]], Awaitable[Any]],
         writer_nowait: Callable[[Callable[[], Any]], None],
     ) -> None:
@@ -188,7 +195,8 @@ class LiveSession:
                 raise
             msg = str(exc) if isinstance(exc, KernelStartFailed | RuntimeError) else ""
             raise KernelStartFailed(
-                "The kernel did not start" + (f": {msg}" if msg else "")
+                "The kernel did not start"
+                + (f": {msg}" if msg else "")
                 + ". Try again; if it keeps failing, check the service logs."
             ) from exc
         self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
@@ -212,7 +220,9 @@ class LiveSession:
         self.status = "idle"
 
     def _new_manager(self) -> AsyncKernelManager:
-        km = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=kernel_spec_manager())
+        km = AsyncKernelManager(
+            kernel_name=self.kernel_name, kernel_spec_manager=kernel_spec_manager()
+        )
         km.connection_file = str(self.options.session_dir / "connection.json")
         if self.backend == "local":
             # ipc sockets in the session's runtime dir: no ports to race for, nothing on the
@@ -276,11 +286,16 @@ class LiveSession:
             info = dict(await self.km.provisioner.get_provisioner_info())
         info.pop("connection_info", None)  # kept (once) in connection_json
         info["kernel_id"] = self.km.kernel_id
-        await self._write(partial(
-            self.store.update_session, self.id, status=self.status,
-            kernel_json=self.kernel.model_dump_json(), connection_json=json.dumps(conn),
-            provisioner_json=json.dumps(info, default=str),
-        ))
+        await self._write(
+            partial(
+                self.store.update_session,
+                self.id,
+                status=self.status,
+                kernel_json=self.kernel.model_dump_json(),
+                connection_json=json.dumps(conn),
+                provisioner_json=json.dumps(info, default=str),
+            )
+        )
 
     async def close(self, *, reason: str = "deleted", keep_kernel: bool = False) -> None:
         """Stop the session: fail queued work, stop (or detach from) the kernel, flush."""
@@ -305,12 +320,15 @@ class LiveSession:
         if not keep_kernel:
             await self._kill_quietly()
         await self.flush()
-        await self._write(partial(
-            self.store.update_session, self.id,
-            status="closed" if not keep_kernel else previous,
-            closed_reason=reason if not keep_kernel else None,
-            last_activity_at=self.last_activity_at.isoformat(),
-        ))
+        await self._write(
+            partial(
+                self.store.update_session,
+                self.id,
+                status="closed" if not keep_kernel else previous,
+                closed_reason=reason if not keep_kernel else None,
+                last_activity_at=self.last_activity_at.isoformat(),
+            )
+        )
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
             self._ctx = None
@@ -327,9 +345,15 @@ class LiveSession:
         from interpreter.models import RebuildReport
 
         return SessionModel(
-            id=self.id, status=self.status, backend=self.backend, created_at=self.created_at,
-            last_activity_at=self.last_activity_at, execution_count=self.execution_count,
-            kernel=self.kernel, metadata=self.metadata, idle_timeout_s=self.idle_timeout_s,
+            id=self.id,
+            status=self.status,
+            backend=self.backend,
+            created_at=self.created_at,
+            last_activity_at=self.last_activity_at,
+            execution_count=self.execution_count,
+            kernel=self.kernel,
+            metadata=self.metadata,
+            idle_timeout_s=self.idle_timeout_s,
             limits=self.limits,
             rebuild=RebuildReport(**self.rebuild) if self.rebuild else None,
         )
@@ -342,7 +366,11 @@ class LiveSession:
         self.last_activity_at = utcnow()
 
     async def submit(
-        self, code: str, timeout_s: float, *, extra_meta: dict[str, Any] | None = None,
+        self,
+        code: str,
+        timeout_s: float,
+        *,
+        extra_meta: dict[str, Any] | None = None,
         stream: bool = False,
     ) -> ExecutionHandle:
         """Queue one execution; raises SessionClosed, SessionBusy or AuditDegraded."""
@@ -353,7 +381,8 @@ class LiveSession:
         if self.audit_degraded:
             raise AuditDegraded(
                 "The session's notebook cannot be written (disk full or unwritable), so no "
-                "new code runs until it can; free space and retry.", retry_after=30,
+                "new code runs until it can; free space and retry.",
+                retry_after=30,
             )
         if self._queue.full():
             raise SessionBusy(
@@ -362,9 +391,7 @@ class LiveSession:
                 retry_after=1,
             )
         self.touch()
-        execution = Execution(
-            id=new_id("ex"), session_id=self.id, status="queued", code=code
-        )
+        execution = Execution(id=new_id("ex"), session_id=self.id, status="queued", code=code)
         handle = ExecutionHandle(
             execution=execution, seq=0, timeout_s=timeout_s, extra_meta=extra_meta or {}
         )
@@ -437,7 +464,8 @@ class LiveSession:
             ex.code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
         )
         rec = ExecutionRecorder(
-            msg_id, hard_limit=self.settings.max_output_hard_bytes,
+            msg_id,
+            hard_limit=self.settings.max_output_hard_bytes,
             rich_limit=self.settings.max_output_hard_bytes * 3,
         )
         handle.recorder = rec
@@ -448,17 +476,24 @@ class LiveSession:
             ex.state_lost = state_lost
             ex.reason = "timeout"
             tail = "restarted: its state was lost" if state_lost else "interrupted: state kept"
-            self._set_error(ex, rec, "ExecutionTimeout",
-                            f"Execution exceeded timeout_s={handle.timeout_s:g}; the kernel was "
-                            f"{tail}.")
+            self._set_error(
+                ex,
+                rec,
+                "ExecutionTimeout",
+                f"Execution exceeded timeout_s={handle.timeout_s:g}; the kernel was {tail}.",
+            )
             ex.status = "timeout"
         elif outcome == "died":
             ex.state_lost = True
             ex.reason = reason
             await self._restart(reason or "died")
-            self._set_error(ex, rec, "KernelDied",
-                            f"The kernel died ({reason}). A fresh kernel was started; the "
-                            "session's variables are gone, re-run the setup code.")
+            self._set_error(
+                ex,
+                rec,
+                "KernelDied",
+                f"The kernel died ({reason}). A fresh kernel was started; the "
+                "session's variables are gone, re-run the setup code.",
+            )
             ex.status = "kernel_died"
         elif rec.asked_exit:
             # Decision 5: exit() restarts the kernel and the execution says state was lost.
@@ -616,9 +651,16 @@ class LiveSession:
     # ------------------------------------------------------------------ message readers
 
     async def _read_iopub(self, kc: Any) -> None:
+        await self._read(kc.get_iopub_msg, "iopub")
+
+    async def _read_shell(self, kc: Any) -> None:
+        await self._read(kc.get_shell_msg, "shell")
+
+    async def _read(self, receive: Callable[[], Awaitable[dict[str, Any]]], channel: str) -> None:
+        """Route one channel's messages to the running execution, by the broker's msg_id."""
         while True:
             try:
-                msg = await kc.get_iopub_msg()
+                msg = await receive()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
@@ -630,38 +672,29 @@ class LiveSession:
             parent = msg.get("parent_header") or {}
             if not isinstance(parent, dict) or parent.get("msg_id") != handle.recorder.msg_id:
                 continue
-            handle.last_iopub_at = asyncio.get_running_loop().time()
+            rec = handle.recorder
+            if channel == "iopub":
+                handle.last_iopub_at = asyncio.get_running_loop().time()
+                events = rec.feed_iopub(msg)
+            elif (msg.get("header") or {}).get("msg_type") == "execute_reply":
+                events = rec.feed_reply(msg)
+            else:
+                continue
             try:
-                await self._apply(handle, handle.recorder.feed_iopub(msg))
+                await self._apply(handle, events)
             except Exception:
-                log.exception("session %s: could not apply an iopub message", self.id)
-            handle.changed.set()
-
-    async def _read_shell(self, kc: Any) -> None:
-        while True:
-            try:
-                msg = await kc.get_shell_msg()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._note_bad_message(exc)
-                continue
-            handle = self._current
-            if handle is None or handle.recorder is None:
-                continue
-            parent = msg.get("parent_header") or {}
-            if not isinstance(parent, dict) or parent.get("msg_id") != handle.recorder.msg_id:
-                continue
-            if (msg.get("header") or {}).get("msg_type") != "execute_reply":
-                continue
-            await self._apply(handle, handle.recorder.feed_reply(msg))
+                log.exception("session %s: could not apply a %s message", self.id, channel)
             handle.changed.set()
 
     def _note_bad_message(self, exc: Exception) -> None:
         self._bad_messages += 1
         if self._bad_messages <= 5 or self._bad_messages % 1000 == 0:
-            log.warning("session %s: dropped a bad kernel message (%s, %d so far)",
-                        self.id, type(exc).__name__, self._bad_messages)
+            log.warning(
+                "session %s: dropped a bad kernel message (%s, %d so far)",
+                self.id,
+                type(exc).__name__,
+                self._bad_messages,
+            )
 
     async def _apply(self, handle: ExecutionHandle, events: list[Any]) -> None:
         for event in events:
@@ -674,8 +707,7 @@ class LiveSession:
                 handle.api_outputs.clear()
                 handle.publish("clear", json.dumps({"wait": event.wait}))
             elif isinstance(event, ErrorEvent):
-                info = ErrorInfo(ename=event.ename, evalue=event.evalue,
-                                 traceback=event.traceback)
+                info = ErrorInfo(ename=event.ename, evalue=event.evalue, traceback=event.traceback)
                 handle.publish("error", info.model_dump_json())
 
     async def _capture(self, handle: ExecutionHandle, index: int) -> Output:
@@ -695,7 +727,9 @@ class LiveSession:
             else:
                 data[mime] = value
         out = Output(
-            type=raw["output_type"], data=data, artifacts=refs,
+            type=raw["output_type"],
+            data=data,
+            artifacts=refs,
             display_id=raw.get("_display_id"),
         )
         handle.api_outputs[index] = out
@@ -723,8 +757,10 @@ class LiveSession:
             share_err = max(limit - share_out, 1000)
             stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
             if rec.streams.dropped:
-                stderr += (f"\n[output limit reached: {rec.streams.dropped} more characters "
-                           "were produced and not kept]\n")
+                stderr += (
+                    f"\n[output limit reached: {rec.streams.dropped} more characters "
+                    "were produced and not kept]\n"
+                )
         if rec.rich_dropped:
             ex.truncated = True
         ex.stdout, ex.stderr = stdout, stderr
@@ -736,28 +772,47 @@ class LiveSession:
             outputs.append(out)
         ex.outputs = outputs
         if ex.error is None and rec.error is not None:
-            ex.error = ErrorInfo(ename=rec.error.ename, evalue=rec.error.evalue,
-                                 traceback=rec.error.traceback)
+            ex.error = ErrorInfo(
+                ename=rec.error.ename, evalue=rec.error.evalue, traceback=rec.error.traceback
+            )
         nb_outputs = rec.notebook_outputs(stream_limit=limit)
         if ex.status in ("timeout", "kernel_died") and ex.error is not None:
             nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]
-            nb_outputs.append({"output_type": "error", "ename": ex.error.ename,
-                               "evalue": ex.error.evalue, "traceback": ex.error.traceback})
+            nb_outputs.append(
+                {
+                    "output_type": "error",
+                    "ename": ex.error.ename,
+                    "evalue": ex.error.evalue,
+                    "traceback": ex.error.traceback,
+                }
+            )
         self.touch()
         async with self._nb_lock:
             self.notebook.add_cell(
-                ex.code, nb_outputs, execution_id=ex.id, execution_count=ex.execution_count,
-                status=ex.status, started_at=ex.started_at, duration_ms=ex.duration_ms,
-                state_lost=ex.state_lost, reason=ex.reason, extra=handle.extra_meta,
+                ex.code,
+                nb_outputs,
+                execution_id=ex.id,
+                execution_count=ex.execution_count,
+                status=ex.status,
+                started_at=ex.started_at,
+                duration_ms=ex.duration_ms,
+                state_lost=ex.state_lost,
+                reason=ex.reason,
+                extra=handle.extra_meta,
             )
         self.metrics.executions.labels(ex.status).inc()
         if ex.duration_ms is not None:
             self.metrics.duration.observe(ex.duration_ms / 1000)
         self._write_later(partial(self._save_execution, handle))
-        self._write_later(partial(
-            self.store.update_session, self.id, execution_count=self.execution_count,
-            last_activity_at=self.last_activity_at.isoformat(), status=self.status,
-        ))
+        self._write_later(
+            partial(
+                self.store.update_session,
+                self.id,
+                execution_count=self.execution_count,
+                last_activity_at=self.last_activity_at.isoformat(),
+                status=self.status,
+            )
+        )
         # The cell is in the in-memory notebook (which the API serves); the file follows
         # in the background, coalescing saves when cells finish quickly.
         handle.finish()
@@ -803,4 +858,3 @@ class LiveSession:
     @property
     def notebook_path(self) -> Path:
         return self.notebook.path
-

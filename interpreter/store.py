@@ -103,9 +103,7 @@ class Store:
             return
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self._tx() as db:
-            db.execute(
-                f"UPDATE sessions SET {sets} WHERE id = ?", (*fields.values(), session_id)
-            )
+            db.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*fields.values(), session_id))
 
     def get_session(self, session_id: str) -> SessionRow | None:
         with self._lock:
@@ -136,8 +134,17 @@ class Store:
                 " ON CONFLICT(id) DO UPDATE SET status = excluded.status,"
                 " started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
                 " data_json = excluded.data_json",
-                (execution.id, execution.session_id, seq, execution.status, execution.code,
-                 utcnow().isoformat(), started, execution.duration_ms, data),
+                (
+                    execution.id,
+                    execution.session_id,
+                    seq,
+                    execution.status,
+                    execution.code,
+                    utcnow().isoformat(),
+                    started,
+                    execution.duration_ms,
+                    data,
+                ),
             )
 
     def get_execution(self, session_id: str, execution_id: str) -> Execution | None:
@@ -183,8 +190,15 @@ class Store:
 
 def _decode(row: sqlite3.Row) -> SessionRow:
     out = SessionRow(dict(row))
-    for col in ("kernel_json", "metadata_json", "limits_json", "env_json", "connection_json",
-                "provisioner_json", "rebuild_json"):
+    for col in (
+        "kernel_json",
+        "metadata_json",
+        "limits_json",
+        "env_json",
+        "connection_json",
+        "provisioner_json",
+        "rebuild_json",
+    ):
         raw = out.pop(col)
         out[col.removesuffix("_json")] = json.loads(raw) if raw else None
     return out

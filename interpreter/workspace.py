@@ -133,13 +133,19 @@ class Workspace:
                     for entry in it:
                         st = entry.stat(follow_symlinks=False)
                         kind: Literal["file", "directory", "other"] = (
-                            "directory" if stat.S_ISDIR(st.st_mode)
-                            else "file" if stat.S_ISREG(st.st_mode) else "other"
+                            "directory"
+                            if stat.S_ISDIR(st.st_mode)
+                            else "file"
+                            if stat.S_ISREG(st.st_mode)
+                            else "other"
                         )
                         rel = "/".join([*parts, entry.name])
                         entries.append(
                             FileEntry(
-                                name=entry.name, path=rel, type=kind, size=st.st_size,
+                                name=entry.name,
+                                path=rel,
+                                type=kind,
+                                size=st.st_size,
                                 modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
                             )
                         )
@@ -154,7 +160,8 @@ class Workspace:
         try:
             with self._walk(parts[:-1]) as dfd:
                 fd = os.open(
-                    parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                    parts[-1],
+                    os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                     dir_fd=dfd,
                 )
         except OSError as exc:
@@ -179,8 +186,10 @@ class Workspace:
         try:
             with self._walk(parts[:-1], create=True) as dfd:
                 fd = os.open(
-                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o644, dir_fd=dfd,
+                    tmp,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644,
+                    dir_fd=dfd,
                 )
                 size = 0
                 try:

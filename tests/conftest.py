@@ -80,9 +80,15 @@ class Server:
 
 def test_settings(data_dir: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "data_dir": data_dir, "port": 0, "api_keys": [KEY, OTHER_KEY],
-        "max_upload_bytes": 1 << 20, "queue_size": 4, "interrupt_grace_s": 2.0,
-        "pool_size": 1, "default_memory_mb": 512, "tmp_size_mb": 64,
+        "data_dir": data_dir,
+        "port": 0,
+        "api_keys": [KEY, OTHER_KEY],
+        "max_upload_bytes": 1 << 20,
+        "queue_size": 4,
+        "interrupt_grace_s": 2.0,
+        "pool_size": 1,
+        "default_memory_mb": 512,
+        "tmp_size_mb": 64,
         "keep_containers_on_shutdown": False,
     }
     values.update(overrides)
@@ -92,8 +98,14 @@ def test_settings(data_dir: Path, **overrides: Any) -> Settings:
 def start_server(backend: str, data_dir: Path, **overrides: Any) -> Server:
     settings = test_settings(data_dir, backend=backend, **overrides)
     thread = ServerThread(settings, backend=backend).start()
-    return Server(url=thread.url, api_key=KEY, other_key=OTHER_KEY, backend=backend,
-                  data_dir=data_dir, thread=thread)
+    return Server(
+        url=thread.url,
+        api_key=KEY,
+        other_key=OTHER_KEY,
+        backend=backend,
+        data_dir=data_dir,
+        thread=thread,
+    )
 
 
 @pytest.fixture(scope="session", params=["local", "docker"])

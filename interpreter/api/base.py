@@ -191,8 +191,11 @@ class BaseHandler(tornado.web.RequestHandler):
                 self.set_header("Retry-After", str(max(1, int(exc.retry_after))))
         elif isinstance(exc, tornado.web.HTTPError):
             code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-            message = exc.log_message if exc.status_code in (404, 405) and exc.log_message else (
-                self._reason or "Request failed.")
+            message = (
+                exc.log_message
+                if exc.status_code in (404, 405) and exc.log_message
+                else (self._reason or "Request failed.")
+            )
             if exc.status_code == 405:
                 message = f"Method {self.request.method} is not allowed on this path."
         else:
@@ -209,11 +212,11 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, InterpreterError):
-            log.info("%s %s -> %s: %s", self.request.method, self.request.path, value.status,
-                     value.code)
+            log.info(
+                "%s %s -> %s: %s", self.request.method, self.request.path, value.status, value.code
+            )
             return
         super().log_exception(typ, value, tb)
-
 
 
 class NotFoundHandler(BaseHandler):

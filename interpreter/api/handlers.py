@@ -175,8 +175,9 @@ class HealthHandler(BaseHandler):
     async def get(self) -> None:
         degraded = sum(1 for s in self.broker.live.values() if s.audit_degraded)
         status = "degraded" if degraded else "ok"
-        self.send_json({"status": status, "backend": self.broker.backend,
-                        "audit_degraded_sessions": degraded})
+        self.send_json(
+            {"status": status, "backend": self.broker.backend, "audit_degraded_sessions": degraded}
+        )
 
 
 class MetricsHandler(BaseHandler):
@@ -202,8 +203,13 @@ def _attachment(name: str) -> str:
 
 def _extension(mime: str) -> str:
     return {
-        "image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/svg+xml": ".svg",
-        "application/pdf": ".pdf", "text/html": ".html", "text/plain": ".txt",
+        "image/png": ".png",
+        "image/jpeg": ".jpg",
+        "image/gif": ".gif",
+        "image/svg+xml": ".svg",
+        "application/pdf": ".pdf",
+        "text/html": ".html",
+        "text/plain": ".txt",
         "application/json": ".json",
     }.get(mime, "")
 
@@ -217,8 +223,11 @@ def route_table(deps: dict[str, Any]) -> list[tuple[str, type[BaseHandler], dict
         (r"/v1/sessions/?", SessionsHandler, deps),
         (rf"/v1/sessions/{sid}", SessionHandler, deps),
         (rf"/v1/sessions/{sid}/execute", ExecuteHandler, deps),
-        (rf"/v1/sessions/{sid}/executions/(?P<execution_id>[A-Za-z0-9_-]{{1,100}})",
-         ExecutionHandler, deps),
+        (
+            rf"/v1/sessions/{sid}/executions/(?P<execution_id>[A-Za-z0-9_-]{{1,100}})",
+            ExecutionHandler,
+            deps,
+        ),
         (rf"/v1/sessions/{sid}/interrupt", InterruptHandler, deps),
         (rf"/v1/sessions/{sid}/restart", RestartHandler, deps),
         (rf"/v1/sessions/{sid}/files/?", FilesHandler, deps),

@@ -31,7 +31,9 @@ async def reconcile(broker: SessionBroker) -> dict[str, list[str]]:
     if broker.backend == "docker":
         from interpreter.backends import docker as docker_backend
 
-        containers = await asyncio.to_thread(docker_backend.list_broker_containers, broker.broker_id)
+        containers = await asyncio.to_thread(
+            docker_backend.list_broker_containers, broker.broker_id
+        )
     claimed: set[str] = set()
     for row in open_rows:
         if row["backend"] == "docker" and broker.backend == "docker":
@@ -40,10 +42,14 @@ async def reconcile(broker: SessionBroker) -> dict[str, list[str]]:
                 claimed.add(match.id)
                 report["reattached"].append(row["id"])
                 continue
-        await broker.write(partial(
-            broker.store.update_session, row["id"], status="closed",
-            closed_reason="broker_restarted",
-        ))
+        await broker.write(
+            partial(
+                broker.store.update_session,
+                row["id"],
+                status="closed",
+                closed_reason="broker_restarted",
+            )
+        )
         report["closed"].append(row["id"])
     if broker.backend == "docker":
         from interpreter.backends import docker as docker_backend
@@ -87,9 +93,15 @@ async def _reattach(broker: SessionBroker, row: dict[str, Any]) -> bool:
             path, session_id=row["id"], kernel_name=broker.kernel_name, backend=broker.backend
         )
     session = LiveSession(
-        row=row, settings=broker.settings, store=broker.store, options=options,
-        kernel_name=broker.kernel_name, notebook=notebook, metrics=broker.metrics,
-        writer=broker.write, writer_nowait=broker.write_nowait,
+        row=row,
+        settings=broker.settings,
+        store=broker.store,
+        options=options,
+        kernel_name=broker.kernel_name,
+        notebook=notebook,
+        metrics=broker.metrics,
+        writer=broker.write,
+        writer_nowait=broker.write_nowait,
     )
     try:
         await session.attach(row["connection"], row["provisioner"])

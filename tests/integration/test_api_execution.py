@@ -37,8 +37,12 @@ def test_state_persists_across_calls(api: httpx.Client, shared_session: str) -> 
 
 def test_stdout_streams_while_running(api: httpx.Client, shared_session: str) -> None:
     code = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"
-    with api.stream("POST", f"/v1/sessions/{shared_session}/execute", json={"code": code},
-                    headers={"Accept": "text/event-stream"}) as resp:
+    with api.stream(
+        "POST",
+        f"/v1/sessions/{shared_session}/execute",
+        json={"code": code},
+        headers={"Accept": "text/event-stream"},
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = sse_events(resp)
@@ -113,7 +117,9 @@ def test_clear_output_and_display_updates_keep_final_state(
     assert cell["outputs"][1]["data"]["text/plain"] == "'step 3'"
 
 
-def test_timeout_interrupts_and_keeps_state(api: httpx.Client, new_session: Callable[..., str]) -> None:
+def test_timeout_interrupts_and_keeps_state(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
     sid = new_session()
     run(api, sid, "kept = 7")
     started = time.monotonic()
@@ -172,12 +178,14 @@ def test_queue_is_fifo_bounded_and_answers_each_request(
         async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
             url = f"/v1/sessions/{sid}/execute"
             first = asyncio.create_task(
-                client.post(url, json={"code": "import time\ntime.sleep(2)\norder = []"}))
+                client.post(url, json={"code": "import time\ntime.sleep(2)\norder = []"})
+            )
             await asyncio.sleep(0.5)
             queued = []
             for i in range(4):  # the test server's queue holds 4
-                queued.append(asyncio.create_task(
-                    client.post(url, json={"code": f"order.append({i}); {i}"})))
+                queued.append(
+                    asyncio.create_task(client.post(url, json={"code": f"order.append({i}); {i}"}))
+                )
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)
             over = await client.post(url, json={"code": "'too many'"})
@@ -200,8 +208,12 @@ def test_client_disconnect_does_not_block_the_session(
 ) -> None:
     sid = new_session()
     code = "import time\nprint('started', flush=True)\ntime.sleep(2)\nprint('finished')\n'done'"
-    with api.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": code},
-                    headers={"Accept": "text/event-stream"}) as resp:
+    with api.stream(
+        "POST",
+        f"/v1/sessions/{sid}/execute",
+        json={"code": code},
+        headers={"Accept": "text/event-stream"},
+    ) as resp:
         execution_id = resp.headers["X-Execution-Id"]
         for line in resp.iter_lines():
             if "started" in line:
@@ -218,15 +230,20 @@ def test_client_disconnect_does_not_block_the_session(
     assert run(api, sid, "1")["status"] == "ok"
 
 
-def test_interrupt_endpoint(api: httpx.Client, new_session: Callable[..., str], server: Server) -> None:
+def test_interrupt_endpoint(
+    api: httpx.Client, new_session: Callable[..., str], server: Server
+) -> None:
     sid = new_session()
     run(api, sid, "kept = 3")
 
     async def scenario() -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {server.api_key}"}
         async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
-            task = asyncio.create_task(client.post(
-                f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}))
+            task = asyncio.create_task(
+                client.post(
+                    f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
+                )
+            )
             await asyncio.sleep(1.0)
             resp = await client.post(f"/v1/sessions/{sid}/interrupt")
             assert resp.status_code == 200
@@ -239,7 +256,9 @@ def test_interrupt_endpoint(api: httpx.Client, new_session: Callable[..., str], 
     assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "3"
 
 
-def test_restart_clears_state_keeps_notebook(api: httpx.Client, new_session: Callable[..., str]) -> None:
+def test_restart_clears_state_keeps_notebook(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
     sid = new_session()
     run(api, sid, "gone = 1")
     resp = api.post(f"/v1/sessions/{sid}/restart")

@@ -35,8 +35,14 @@ def test_upload_list_download_delete(api: httpx.Client, new_session: Callable[..
 @pytest.mark.parametrize(
     "path",
     # Percent-encoded, since HTTP clients remove literal dot segments before sending.
-    ["%2E%2E/secret", "a/%2E%2E/%2E%2E/b", "%2Fetc%2Fpasswd", "a%00b", "%EF%BC%8E%EF%BC%8E/x",
-     "a%5C..%5Cb"],
+    [
+        "%2E%2E/secret",
+        "a/%2E%2E/%2E%2E/b",
+        "%2Fetc%2Fpasswd",
+        "a%00b",
+        "%EF%BC%8E%EF%BC%8E/x",
+        "a%5C..%5Cb",
+    ],
     ids=["dotdot", "nested-dotdot", "absolute", "nul", "fullwidth-dots", "backslash"],
 )
 def test_paths_escaping_the_workspace_are_refused(

@@ -70,7 +70,7 @@ def test_mime_types_pass_through(api: httpx.Client, shared_session: str) -> None
         "display(HTML('<b>bold</b>'))\n"
         "display(Markdown('# Title'))\n"
         "display(JSON({'a': 1}))\n"
-        "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"4\" height=\"4\"/>'))\n"
+        'display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>\'))\n'
     )
     result = run(api, shared_session, code)
     outs = result["outputs"]

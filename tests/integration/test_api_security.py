@@ -27,7 +27,9 @@ def _paths(sid: str, artifact: str, execution: str) -> list[tuple[str, str]]:
     ]
 
 
-def test_keys_and_ownership(server: Server, api: httpx.Client, new_session: Callable[..., str]) -> None:
+def test_keys_and_ownership(
+    server: Server, api: httpx.Client, new_session: Callable[..., str]
+) -> None:
     sid = new_session()
     api.put(f"/v1/sessions/{sid}/files/a.txt", content=b"secret")
     result = run(api, sid, "import matplotlib.pyplot as plt\nplt.plot([1]); plt.show()")
@@ -68,28 +70,52 @@ def test_keys_and_ownership(server: Server, api: httpx.Client, new_session: Call
         (b"[" * 10000 + b"]" * 10000, 422),
         (b"", 422),
     ],
-    ids=["malformed", "not-object", "wrong-type", "unknown-field", "negative-timeout",
-         "absurd-timeout", "bool-timeout", "string-timeout", "nul", "lone-surrogate", "nan",
-         "deep-nesting", "empty"],
+    ids=[
+        "malformed",
+        "not-object",
+        "wrong-type",
+        "unknown-field",
+        "negative-timeout",
+        "absurd-timeout",
+        "bool-timeout",
+        "string-timeout",
+        "nul",
+        "lone-surrogate",
+        "nan",
+        "deep-nesting",
+        "empty",
+    ],
 )
-def test_bad_execute_bodies(api: httpx.Client, shared_session: str, body: bytes, status: int) -> None:
-    resp = api.post(f"/v1/sessions/{shared_session}/execute", content=body,
-                    headers={"Content-Type": "application/json"})
+def test_bad_execute_bodies(
+    api: httpx.Client, shared_session: str, body: bytes, status: int
+) -> None:
+    resp = api.post(
+        f"/v1/sessions/{shared_session}/execute",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status_code == status, resp.text
     error = resp.json()["error"]
     assert error["type"] == "validation_error" and error["message"]
     assert "Traceback" not in resp.text and "/interpreter/" not in resp.text
 
 
-def test_oversize_body_unknown_session_and_bad_create(api: httpx.Client, shared_session: str) -> None:
+def test_oversize_body_unknown_session_and_bad_create(
+    api: httpx.Client, shared_session: str
+) -> None:
     huge = b'{"code": "' + b"x" * (2 << 20) + b'"}'
     resp = api.post(f"/v1/sessions/{shared_session}/execute", content=huge)
     assert resp.status_code == 413
     assert resp.json()["error"]["type"] == "payload_too_large"
     missing = api.post("/v1/sessions/s_doesnotexist/execute", json={"code": "1"})
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "session_not_found"
-    for body in ({"limits": {"memory_mb": 10**9}}, {"limits": {"cpus": 64}},
-                 {"env": {"PATH": "/tmp"}}, {"nope": 1}, {"limits": {"pids": "many"}}):
+    for body in (
+        {"limits": {"memory_mb": 10**9}},
+        {"limits": {"cpus": 64}},
+        {"env": {"PATH": "/tmp"}},
+        {"nope": 1},
+        {"limits": {"pids": "many"}},
+    ):
         resp = api.post("/v1/sessions", json=body)
         assert resp.status_code == 422, (body, resp.text)
     assert api.get("/v1/nothing-here").status_code == 404

@@ -42,9 +42,26 @@ def broker(data_dir: Path) -> Iterator[Start]:
 
     def start() -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "interpreter", "serve", "--backend", "docker", "--port", "0",
-             "--data-dir", str(data_dir), "--api-key", KEY, "--pool-size", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "interpreter",
+                "serve",
+                "--backend",
+                "docker",
+                "--port",
+                "0",
+                "--data-dir",
+                str(data_dir),
+                "--api-key",
+                KEY,
+                "--pool-size",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
         )
         procs.append(proc)
         assert proc.stdout is not None
@@ -90,10 +107,12 @@ def test_sigkill_mid_execution_reattaches_and_reports_unknown(broker: Start) -> 
     with client(url) as api:
         sid = api.post("/v1/sessions").json()["id"]
         run(api, sid, "x = 5\nruns = 0")
-        with api.stream("POST", f"/v1/sessions/{sid}/execute",
-                        headers={"Accept": "text/event-stream"},
-                        json={"code": "runs += 1\nprint('go', flush=True)\nimport time\ntime.sleep(3)"}
-                        ) as resp:
+        with api.stream(
+            "POST",
+            f"/v1/sessions/{sid}/execute",
+            headers={"Accept": "text/event-stream"},
+            json={"code": "runs += 1\nprint('go', flush=True)\nimport time\ntime.sleep(3)"},
+        ) as resp:
             execution_id = resp.headers["X-Execution-Id"]
             next(line for line in resp.iter_lines() if "go" in line)
             os.kill(proc.pid, signal.SIGKILL)

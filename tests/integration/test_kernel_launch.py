@@ -23,13 +23,13 @@ import pytest
 import pytest_asyncio
 import zmq
 import zmq.asyncio
-from interpreter_kernel.ipythondir import PREFIX, remove_stale
-from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
-from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from interpreter.backends.base import BASE_KERNEL_ENV
+from interpreter_kernel.ipythondir import PREFIX, remove_stale
+from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
+from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
 
 REPO = Path(__file__).resolve().parents[2]
 

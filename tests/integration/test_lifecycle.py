@@ -1,4 +1,4 @@
-"""Service lifecycle: culling, broker restarts, signals, metrics, OpenAPI (issue 2, items 2, 3, 10)."""
+"""Service lifecycle: culling, restarts, signals, metrics, OpenAPI (issue 2, items 2, 3, 10)."""
 
 from __future__ import annotations
 
@@ -85,9 +85,25 @@ def serve_proc(data_dir: Path) -> Iterator[Any]:
 
     def start(*extra: str) -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "interpreter", "serve", "--backend", "local", "--port", "0",
-             "--data-dir", str(data_dir), "--api-key", KEY, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "interpreter",
+                "serve",
+                "--backend",
+                "local",
+                "--port",
+                "0",
+                "--data-dir",
+                str(data_dir),
+                "--api-key",
+                KEY,
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
         )
         procs.append(proc)
         assert proc.stdout is not None
@@ -112,14 +128,20 @@ def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_d
     with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
         sid = api.post("/v1/sessions").json()["id"]
         run(api, sid, "open('runs.txt', 'a').write('x')")
-        with api.stream("POST", f"/v1/sessions/{sid}/execute", headers={"Accept": "text/event-stream"},
-                        json={"code": "open('runs.txt', 'a').write('y')\nprint('started', flush=True)"
-                                      "\nimport time\ntime.sleep(60)"}) as resp:
+        with api.stream(
+            "POST",
+            f"/v1/sessions/{sid}/execute",
+            headers={"Accept": "text/event-stream"},
+            json={
+                "code": "open('runs.txt', 'a').write('y')\nprint('started', flush=True)"
+                "\nimport time\ntime.sleep(60)"
+            },
+        ) as resp:
             execution_id = resp.headers["X-Execution-Id"]
             next(line for line in resp.iter_lines() if "started" in line)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-    proc2, url2 = serve_proc()
+    _, url2 = serve_proc()
     with httpx.Client(base_url=url2, headers=headers, timeout=60) as api:
         ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
         assert ex["status"] == "unknown"
@@ -159,9 +181,24 @@ def _gone(pid: int) -> bool:
 
 def test_refuses_public_bind_without_key(data_dir: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "interpreter", "serve", "--backend", "local", "--host", "0.0.0.0",
-         "--port", "0", "--data-dir", str(data_dir)],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "interpreter",
+            "serve",
+            "--backend",
+            "local",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
         env={k: v for k, v in os.environ.items() if k != "INTERP_API_KEYS"},
     )
     assert out.returncode != 0

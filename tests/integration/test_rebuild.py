@@ -47,15 +47,35 @@ def test_fork_from_session_replays_good_cells_and_copies_files(
 
 def test_rebuild_from_notebook_json_reports_failures(api: httpx.Client) -> None:
     notebook = {
-        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
         "cells": [
             {"cell_type": "markdown", "id": "m1", "metadata": {}, "source": "# setup"},
-            {"cell_type": "code", "id": "c1", "metadata": {}, "execution_count": None,
-             "outputs": [], "source": "base = 10"},
-            {"cell_type": "code", "id": "c2", "metadata": {}, "execution_count": None,
-             "outputs": [], "source": "missing_function()"},
-            {"cell_type": "code", "id": "c3", "metadata": {}, "execution_count": None,
-             "outputs": [], "source": "result = base * 2"},
+            {
+                "cell_type": "code",
+                "id": "c1",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": "base = 10",
+            },
+            {
+                "cell_type": "code",
+                "id": "c2",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": "missing_function()",
+            },
+            {
+                "cell_type": "code",
+                "id": "c3",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": "result = base * 2",
+            },
         ],
     }
     resp = api.post("/v1/sessions", json={"from_notebook": notebook})
@@ -69,7 +89,9 @@ def test_rebuild_from_notebook_json_reports_failures(api: httpx.Client) -> None:
         api.delete(f"/v1/sessions/{session['id']}")
 
 
-def test_bad_rebuild_sources(server: Server, api: httpx.Client, new_session: Callable[..., str]) -> None:
+def test_bad_rebuild_sources(
+    server: Server, api: httpx.Client, new_session: Callable[..., str]
+) -> None:
     assert api.post("/v1/sessions", json={"from_notebook": {"cells": "no"}}).status_code == 422
     assert api.post("/v1/sessions", json={"from_session": "s_missing"}).status_code == 404
     theirs = new_session(key=OTHER_KEY)

@@ -27,18 +27,25 @@ SCENARIOS = {
         "from IPython.display import clear_output\n"
         "for i in range(3):\n    clear_output(wait=True)\n    print('tick', i)"
     ),
-    "clear_output_now": "from IPython.display import clear_output\nprint('gone')\nclear_output()\nprint('kept')",
+    "clear_output_now": (
+        "from IPython.display import clear_output\nprint('gone')\nclear_output()\nprint('kept')"
+    ),
     "update_display": (
         "from IPython.display import display\n"
         "h = display('v1', display_id=True)\nh.update('v2')\ndisplay('other')"
     ),
-    "plot": "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()",
+    "plot": (
+        "import matplotlib.pyplot as plt\n"
+        "plt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()"
+    ),
 }
 
 
 def _plain(msg: dict[str, Any]) -> dict[str, Any]:
     keep = {k: msg[k] for k in ("header", "parent_header", "metadata", "content")}
-    return json.loads(json.dumps(keep, default=lambda o: o.isoformat() if isinstance(o, datetime) else str(o)))
+    return json.loads(
+        json.dumps(keep, default=lambda o: o.isoformat() if isinstance(o, datetime) else str(o))
+    )
 
 
 async def record(name: str, code: str) -> None:

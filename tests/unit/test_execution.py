@@ -45,8 +45,11 @@ def nb_valid(outputs: list[dict[str, Any]]) -> None:
 def test_stream_interleaving_keeps_order_and_names() -> None:
     rec, events = replay("stream_interleaved")
     data = json.loads((MESSAGES / "stream_interleaved.json").read_text())
-    recorded = [(m["content"]["name"], m["content"]["text"]) for m in data["iopub"]
-                if m["header"]["msg_type"] == "stream"]
+    recorded = [
+        (m["content"]["name"], m["content"]["text"])
+        for m in data["iopub"]
+        if m["header"]["msg_type"] == "stream"
+    ]
     assert rec.done and rec.reply_status == "ok"
     assert [(e.name, e.text) for e in events if isinstance(e, StreamEvent)] == recorded
     outputs = rec.notebook_outputs()
@@ -79,7 +82,9 @@ def test_clear_output_wait_keeps_only_the_last_frame() -> None:
     rec, events = replay("clear_output_wait")
     assert rec.stream_text("stdout") == "tick 2\n"
     assert sum(isinstance(e, ClearEvent) for e in events) == 3
-    assert rec.notebook_outputs() == [{"output_type": "stream", "name": "stdout", "text": "tick 2\n"}]
+    assert rec.notebook_outputs() == [
+        {"output_type": "stream", "name": "stdout", "text": "tick 2\n"}
+    ]
 
 
 def test_clear_output_now() -> None:
@@ -122,9 +127,14 @@ def test_messages_of_other_requests_change_nothing() -> None:
         {"header": {"msg_type": "stream"}, "content": "not a dict"},
         {"header": None, "content": {}},
         {"header": {"msg_type": "display_data"}, "content": {"data": "nope"}},
-        {"header": {"msg_type": "display_data"}, "content": {"data": {"x/y": 1}, "transient": None}},
-        {"header": {"msg_type": "update_display_data"},
-         "content": {"data": {"text/plain": "u"}, "transient": {"display_id": "missing"}}},
+        {
+            "header": {"msg_type": "display_data"},
+            "content": {"data": {"x/y": 1}, "transient": None},
+        },
+        {
+            "header": {"msg_type": "update_display_data"},
+            "content": {"data": {"text/plain": "u"}, "transient": {"display_id": "missing"}},
+        },
         {"header": {"msg_type": "execute_input"}, "content": {"execution_count": True}},
         {"header": {"msg_type": "error"}, "content": {"ename": 5, "traceback": "nope"}},
     ],
@@ -138,10 +148,20 @@ def test_hostile_messages_never_raise(msg: dict[str, Any]) -> None:
 
 def test_sanitises_nan_surrogates_and_nul() -> None:
     rec = ExecutionRecorder("m")
-    rec.feed_iopub({"header": {"msg_type": "display_data"}, "content": {
-        "data": {"application/json": {"v": float("nan"), "s": "a\ud800b"}, "text/plain": "x\x00y"},
-    }})
-    rec.feed_iopub({"header": {"msg_type": "stream"}, "content": {"name": "stdout", "text": "\ud83d!"}})
+    rec.feed_iopub(
+        {
+            "header": {"msg_type": "display_data"},
+            "content": {
+                "data": {
+                    "application/json": {"v": float("nan"), "s": "a\ud800b"},
+                    "text/plain": "x\x00y",
+                },
+            },
+        }
+    )
+    rec.feed_iopub(
+        {"header": {"msg_type": "stream"}, "content": {"name": "stdout", "text": "\ud83d!"}}
+    )
     out = rec.notebook_outputs()
     text = json.dumps(out, allow_nan=False)
     text.encode("utf-8")
@@ -152,8 +172,9 @@ def test_sanitises_nan_surrogates_and_nul() -> None:
 def test_stream_hard_limit_counts_what_it_drops() -> None:
     rec = ExecutionRecorder("m", hard_limit=10)
     for _ in range(5):
-        rec.feed_iopub({"header": {"msg_type": "stream"},
-                        "content": {"name": "stdout", "text": "abcd"}})
+        rec.feed_iopub(
+            {"header": {"msg_type": "stream"}, "content": {"name": "stdout", "text": "abcd"}}
+        )
     assert rec.stream_text("stdout") == "abcdabcdab"
     assert rec.streams.dropped == 10 and rec.streams.seen == 20
 

@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from IPython.core.formatters import DisplayFormatter
+from matplotlib.figure import Figure
+
 from interpreter_kernel import CHART_MIME, DATAFRAME_MIME, chart_json, dataframe_json
 from interpreter_kernel.configure import PANDAS_OPTIONS, configure_pandas
 from interpreter_kernel.formatters import StructuredJSONFormatter, register_formatters
 from interpreter_kernel.imports import when_imported
 from interpreter_kernel.jsonsafe import json_label, json_scalar
 from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
-from IPython.core.formatters import DisplayFormatter
-from matplotlib.figure import Figure
 
 
 def strict_json(value: Any) -> Any:
