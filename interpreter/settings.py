@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BackendName = Literal["local", "docker", "auto"]
 
@@ -22,7 +22,7 @@ class Settings(BaseSettings):
     backend: BackendName = Field(
         "auto", description="Kernel backend; 'auto' is docker when an engine answers, else local."
     )
-    api_keys: list[str] = Field(
+    api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Accepted bearer keys. Empty: no auth, and only loopback binds are allowed.",
     )

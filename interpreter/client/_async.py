@@ -17,7 +17,7 @@ import anyio
 import httpx
 
 from interpreter.client import _protocol as proto
-from interpreter.client._config import client_settings, request_timeout
+from interpreter.client._config import SOCKET_OPTIONS, client_settings, request_timeout
 from interpreter.client._errors import (
     ConflictError,
     ConnectionFailed,
@@ -67,7 +67,7 @@ class AsyncClient:
         self._timeout = httpx.Timeout(timeout)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=all_headers, timeout=self._timeout,
-            transport=transport,
+            transport=transport or httpx.AsyncHTTPTransport(socket_options=SOCKET_OPTIONS),
         )
 
     # -- sessions ---------------------------------------------------------------------

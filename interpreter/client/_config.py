@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 import httpx
@@ -25,6 +26,11 @@ def client_settings(
         all_headers["Authorization"] = f"Bearer {key}"
     all_headers.update(headers or {})
     return url, all_headers
+
+
+#: Requests go out as two writes (headers, then body); without TCP_NODELAY, Nagle's
+#: algorithm and the server's delayed ACK stall every small request by tens of ms.
+SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 def request_timeout(default: httpx.Timeout, call: Any) -> httpx.Timeout:

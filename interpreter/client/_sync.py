@@ -13,7 +13,7 @@ from typing import IO, Any, TypeVar
 import httpx
 
 from interpreter.client import _protocol as proto
-from interpreter.client._config import client_settings, request_timeout
+from interpreter.client._config import SOCKET_OPTIONS, client_settings, request_timeout
 from interpreter.client._errors import (
     ConflictError,
     ConnectionFailed,
@@ -63,7 +63,7 @@ class Client:
         self._timeout = httpx.Timeout(timeout)
         self._http = httpx.Client(
             base_url=self.base_url, headers=all_headers, timeout=self._timeout,
-            transport=transport,
+            transport=transport or httpx.HTTPTransport(socket_options=SOCKET_OPTIONS),
         )
 
     # -- sessions ---------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""Settings from the environment, and the notebook's atomic, validated writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from interpreter.notebook import NotebookRecorder, atomic_write_text, good_code_cells
+from interpreter.settings import Settings
+
+
+def test_api_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERP_API_KEYS", "alpha, beta,,")
+    assert Settings().api_keys == ["alpha", "beta"]
+    monkeypatch.setenv("INTERP_MAX_SESSIONS", "3")
+    assert Settings().max_sessions == 3
+    monkeypatch.setenv("INTERP_NOT_A_SETTING", "1")  # unknown env vars are ignored
+    Settings()
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path) -> None:
+    target = tmp_path / "nb.ipynb"
+    atomic_write_text(target, "old")
+    # A write that fails half-way (here: a non-text payload) leaves the old file whole.
+    with pytest.raises(TypeError):
+        atomic_write_text(target, object())  # type: ignore[arg-type]
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["nb.ipynb"]
+
+
+def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
+    rec = NotebookRecorder.create(
+        tmp_path / "n.ipynb", session_id="s_1", kernel_name="python3", backend="local"
+    )
+    rec.add_cell(
+        "print(1)", [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+        execution_id="ex_1", execution_count=1, status="ok", started_at=None, duration_ms=3.0,
+        state_lost=False, reason=None,
+    )
+    rec.add_cell(
+        "1/0", [{"output_type": "error", "ename": "ZeroDivisionError", "evalue": "x",
+                 "traceback": []}],
+        execution_id="ex_2", execution_count=2, status="error", started_at=None,
+        duration_ms=1.0, state_lost=False, reason=None,
+    )
+    rec.save()
+    nb = nbformat.read(tmp_path / "n.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["interp"]["session_id"] == "s_1"
+    assert good_code_cells(json.loads(rec.to_json())) == (["print(1)"], 1)
+    # A cell that cannot validate is refused before anything is written.
+    rec.add_cell("bad", [{"output_type": "nonsense"}], execution_id="ex_3",
+                 execution_count=3, status="ok", started_at=None, duration_ms=None,
+                 state_lost=False, reason=None)
+    with pytest.raises(nbformat.ValidationError):
+        rec.save()
+    assert len(nbformat.read(tmp_path / "n.ipynb", as_version=4).cells) == 2
+
+
+def test_recovery_replays_are_skipped_but_fork_cells_kept() -> None:
+    def cell(src: str, **meta: object) -> dict[str, object]:
+        return {"cell_type": "code", "source": src, "metadata": {"interp": meta}}
+
+    nb = {
+        "metadata": {"interp": {"session_id": "s_me"}},
+        "cells": [
+            cell("a = 1", status="ok", replay_of=0, replay_source="session:s_parent"),
+            cell("b = 2", status="ok"),
+            cell("crash()", status="kernel_died"),
+            cell("b = 2", status="ok", replay_of=1, replay_source="session:s_me"),
+        ],
+    }
+    assert good_code_cells(nb) == (["a = 1", "b = 2"], 2)
