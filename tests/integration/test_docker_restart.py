@@ -153,3 +153,16 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
         assert api.get(f"/v1/sessions/{lost}").json()["status"] == "closed"
     remaining = {c.id for c in list_broker_containers(broker_id)}
     assert orphan_container not in remaining
+
+
+def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
+    require_docker()
+    out = subprocess.run(
+        [sys.executable, "-m", "interpreter", "serve", "--backend", "docker", "--port", "0",
+         "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={**os.environ, "INTERP_DOCKER_IMAGE": "interp-kernel:does-not-exist"},
+    )
+    assert out.returncode == 2
+    assert "interp images build" in out.stderr and "does-not-exist" in out.stderr
+    assert "Traceback" not in out.stderr
