@@ -135,7 +135,9 @@ class NotebookRecorder:
         return len(self.nb.cells) - 1
 
     def to_json(self) -> str:
-        return json.dumps(self.nb, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+        # Compact: with ``indent`` json falls back to its pure-Python encoder, ~4x slower and
+        # holding the GIL for the whole (ever-growing) notebook after every cell.
+        return json.dumps(self.nb, ensure_ascii=False, allow_nan=False) + "\n"
 
     def save(self) -> None:
         """Validate what is new and write atomically. Runs in a worker thread (under the
