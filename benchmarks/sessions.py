@@ -25,7 +25,7 @@ def wait_pool_full(srv: ServerThread, size: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pool = srv.broker.pool
-        if pool is not None and pool.ready_count() >= size:
+        if pool is not None and pool.ready_count >= size:
             return
         time.sleep(0.2)
     raise RuntimeError("the warm pool did not fill")
