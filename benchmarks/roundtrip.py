@@ -3,7 +3,8 @@
 Both are measured in the same run, on the same machine, with the same kernel package:
 
 * ``raw``: an ``AsyncKernelClient`` talking straight to a local kernel (the floor);
-* ``api-<backend>``: ``POST /v1/sessions/{id}/execute`` through a real broker (JSON mode).
+* ``api-<backend>``: ``POST /v1/sessions/{id}/execute`` through ``interp serve`` running in
+  its own process (JSON mode), from a client with ``TCP_NODELAY`` as the SDK sets it.
 
 Usage: ``python -m benchmarks.roundtrip [--n 200] [--backends local,docker]``.
 Prints a table of median / p90 / p99 milliseconds for ``1+1`` and the time to deliver
@@ -14,11 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import re
 import shutil
+import signal
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -27,8 +35,6 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 
 from interpreter.kernelspecs import kernel_spec_manager
-from interpreter.server import ServerThread
-from interpreter.settings import Settings
 
 FLOOD = "for i in range(10000):\n    print(i, flush=True)"
 
@@ -86,31 +92,64 @@ async def raw_jupyter_client(n: int) -> tuple[list[float], float]:
     return samples, flood
 
 
+@contextlib.contextmanager
+def serve(backend: str, data: Path) -> Iterator[str]:
+    """``interp serve`` in its own process (as deployed), yielding its URL."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "interpreter",
+            "serve",
+            "--backend",
+            backend,
+            "--port",
+            "0",
+            "--data-dir",
+            str(data),
+            "--pool-size",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = re.search(r"listening on (http://\S+)", line)
+            if match:
+                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                yield match.group(1)
+                return
+        raise RuntimeError("the server did not start")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
 def through_api(backend: str, n: int) -> tuple[list[float], float]:
     data = Path(tempfile.mkdtemp(prefix="interp-bench-"))
-    settings = Settings(data_dir=data, port=0, backend=backend, pool_size=0)  # type: ignore[arg-type]
+    # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm
+    # and the server's delayed ACK add tens of milliseconds to every small request.
+    transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
     try:
-        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm
-        # and the server's delayed ACK add tens of milliseconds to every small request.
-        transport = httpx.HTTPTransport(
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        )
         with (
-            ServerThread(settings, backend=backend) as srv,
-            httpx.Client(base_url=srv.url, timeout=120, transport=transport) as api,
+            serve(backend, data) as url,
+            httpx.Client(base_url=url, timeout=120, transport=transport) as api,
         ):
             sid = api.post("/v1/sessions").json()["id"]
-            url = f"/v1/sessions/{sid}/execute"
+            exec_url = f"/v1/sessions/{sid}/execute"
             for _ in range(10):
-                api.post(url, json={"code": "1+1"})
+                api.post(exec_url, json={"code": "1+1"})
             samples = []
             for _ in range(n):
                 t0 = time.perf_counter()
-                resp = api.post(url, json={"code": "1+1"})
+                resp = api.post(exec_url, json={"code": "1+1"})
                 samples.append((time.perf_counter() - t0) * 1000)
                 assert resp.json()["outputs"][0]["data"]["text/plain"] == "2"
             t0 = time.perf_counter()
-            out = api.post(url, json={"code": FLOOD}).json()
+            out = api.post(exec_url, json={"code": FLOOD}).json()
             flood = time.perf_counter() - t0
             assert len(out["stdout"].splitlines()) == 10000
             api.delete(f"/v1/sessions/{sid}")
