@@ -9,8 +9,12 @@ CI) turns that skip into a failure.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +174,27 @@ def shared_session(server: Server) -> Iterator[str]:
     yield sid
     with server.client() as client:
         client.delete(f"/v1/sessions/{sid}")
+
+
+def spawn_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``interp serve ARGS`` in its own process; return it and the URL it announced."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        match = re.search(r"listening on (http://\S+)", line)
+        if match:
+            # Keep draining its output so the server never blocks on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return proc, match.group(1)
+    raise AssertionError(f"server did not start (exit {proc.wait()}):\n" + "".join(seen[-20:]))
 
 
 def run(client: httpx.Client, sid: str, code: str, **body: Any) -> dict[str, Any]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import httpx
 import pytest
 
 from interpreter.backends.docker import list_broker_containers, remove_container
-from tests.conftest import KEY, REPO, require_docker, run
+from tests.conftest import KEY, REPO, require_docker, run, spawn_serve
 
 pytestmark = pytest.mark.docker
 
@@ -41,38 +39,18 @@ def broker(data_dir: Path) -> Iterator[Start]:
     procs: list[subprocess.Popen[str]] = []
 
     def start() -> tuple[subprocess.Popen[str], str]:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "interpreter",
-                "serve",
-                "--backend",
-                "docker",
-                "--port",
-                "0",
-                "--data-dir",
-                str(data_dir),
-                "--api-key",
-                KEY,
-                "--pool-size",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=REPO,
+        proc, url = spawn_serve(
+            "--backend",
+            "docker",
+            "--data-dir",
+            str(data_dir),
+            "--api-key",
+            KEY,
+            "--pool-size",
+            "0",
         )
         procs.append(proc)
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                threading.Thread(target=proc.stdout.read, daemon=True).start()
-                return proc, match.group(1)
-        raise AssertionError("server did not start:\n" + "".join(seen[-20:]))
+        return proc, url
 
     yield start
     for proc in procs:
@@ -158,9 +136,22 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
 def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
     require_docker()
     out = subprocess.run(
-        [sys.executable, "-m", "interpreter", "serve", "--backend", "docker", "--port", "0",
-         "--data-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "interpreter",
+            "serve",
+            "--backend",
+            "docker",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
         env={**os.environ, "INTERP_DOCKER_IMAGE": "interp-kernel:does-not-exist"},
     )
     assert out.returncode == 2

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import nbformat
 import pytest
 
 from interpreter.openapi import openapi_document
-from tests.conftest import KEY, REPO, Server, run, start_server
+from tests.conftest import KEY, REPO, Server, run, spawn_serve, start_server
 
 
 def wait_for(predicate: Any, timeout: float = 20, interval: float = 0.1) -> Any:
@@ -84,36 +83,11 @@ def serve_proc(data_dir: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
     def start(*extra: str) -> tuple[subprocess.Popen[str], str]:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "interpreter",
-                "serve",
-                "--backend",
-                "local",
-                "--port",
-                "0",
-                "--data-dir",
-                str(data_dir),
-                "--api-key",
-                KEY,
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=REPO,
+        proc, url = spawn_serve(
+            "--backend", "local", "--data-dir", str(data_dir), "--api-key", KEY, *extra
         )
         procs.append(proc)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                # Keep draining output so the server never blocks on a full pipe.
-                threading.Thread(target=proc.stdout.read, daemon=True).start()
-                return proc, match.group(1)
-        raise AssertionError(f"server did not start (exit {proc.wait()})")
+        return proc, url
 
     yield start
     for proc in procs:
