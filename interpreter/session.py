@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import zmq
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
@@ -170,6 +171,8 @@ class LiveSession:
         self._queue: asyncio.Queue[ExecutionHandle] = asyncio.Queue(maxsize=settings.queue_size)
         self._current: ExecutionHandle | None = None
         self._handles: dict[str, ExecutionHandle] = {}
+        #: Recently finished executions by request msg_id, for output that arrives late.
+        self._finished: dict[str, ExecutionHandle] = {}
         self._nb_lock = asyncio.Lock()
         self._restart_lock = asyncio.Lock()
         self._state_lost_pending = False
@@ -666,11 +669,12 @@ class LiveSession:
             except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
                 self._note_bad_message(exc)
                 continue
-            handle = self._current
-            if handle is None or handle.recorder is None:
-                continue
             parent = msg.get("parent_header") or {}
-            if not isinstance(parent, dict) or parent.get("msg_id") != handle.recorder.msg_id:
+            parent_id = parent.get("msg_id") if isinstance(parent, dict) else None
+            handle = self._current
+            if handle is None or handle.recorder is None or parent_id != handle.recorder.msg_id:
+                if channel == "iopub" and parent_id in self._finished:
+                    await self._late_output(self._finished[parent_id], msg)
                 continue
             rec = handle.recorder
             if channel == "iopub":
@@ -685,6 +689,33 @@ class LiveSession:
             except Exception:
                 log.exception("session %s: could not apply a %s message", self.id, channel)
             handle.changed.set()
+
+    async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
+        """Output of a finished cell (a background thread printing while no cell runs):
+        record it under that cell, in the execution and the notebook (decision 4)."""
+        rec = handle.recorder
+        header = msg.get("header") or {}
+        if rec is None or header.get("msg_type") != "stream":
+            return
+        if not rec.feed_iopub(msg):
+            return
+        ex = handle.execution
+        limit = self.settings.max_output_bytes
+        ex.stdout, ex.stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
+        if len(ex.stdout) + len(ex.stderr) > limit:
+            ex.truncated = True
+            ex.stdout, ex.stderr = (
+                cut_middle(ex.stdout, limit // 2),
+                cut_middle(ex.stderr, limit // 2),
+            )
+        outputs = rec.notebook_outputs(stream_limit=self.settings.max_output_bytes)
+        async with self._nb_lock:
+            for cell in reversed(self.notebook.nb.cells):
+                if cell.metadata.get("interp", {}).get("execution_id") == ex.id:
+                    cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
+                    break
+        self._write_later(partial(self._save_execution, handle))
+        self.request_save()
 
     def _note_bad_message(self, exc: Exception) -> None:
         self._bad_messages += 1
@@ -816,6 +847,9 @@ class LiveSession:
         # The cell is in the in-memory notebook (which the API serves); the file follows
         # in the background, coalescing saves when cells finish quickly.
         handle.finish()
+        self._finished[rec.msg_id] = handle
+        while len(self._finished) > 8:
+            del self._finished[next(iter(self._finished))]
         self.request_save()
 
     def request_save(self) -> None:

@@ -276,3 +276,25 @@ def test_exit_in_user_code_restarts_and_reports_state_lost(
     result = run(api, sid, "exit()", timeout_s=30)
     assert result["state_lost"] is True
     assert run(api, sid, "1 + 1")["status"] == "ok"
+
+
+def test_background_output_after_the_cell_is_recorded_under_it(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    code = (
+        "import threading, time\n"
+        "def later():\n    time.sleep(0.5)\n    print('late', flush=True)\n"
+        "threading.Thread(target=later).start()"
+    )
+    first = run(api, sid, code)
+    assert first["stdout"] == ""
+    deadline = time.monotonic() + 10
+    while api.get(f"/v1/sessions/{sid}/executions/{first['id']}").json()["stdout"] != "late\n":
+        assert time.monotonic() < deadline, "late output was not recorded under its cell"
+        time.sleep(0.1)
+    nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+    assert nb["cells"][0]["outputs"] == [
+        {"output_type": "stream", "name": "stdout", "text": "late\n"}
+    ]
+    assert run(api, sid, "'next'")["stdout"] == ""
