@@ -29,6 +29,7 @@ import nbformat
 import zmq
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.session import Session as JupyterSession
 
 from interpreter.artifacts import ArtifactStore, decode_value
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
@@ -176,6 +177,7 @@ class LiveSession:
         self._nb_lock = asyncio.Lock()
         self._restart_lock = asyncio.Lock()
         self._state_lost_pending = False
+        self._resend: asyncio.Task[None] | None = None
         self.audit_degraded = False
         self.restarts = 0
         self._bad_messages = 0
@@ -248,7 +250,13 @@ class LiveSession:
             ctx.setsockopt(zmq.MAXMSGSIZE, MAX_ZMQ_MESSAGE)
             ctx.setsockopt(zmq.LINGER, 0)
             self._ctx = ctx
-        kc = self.km.client(context=self._ctx)
+        # A fresh jupyter Session per client: same key, new id. Every client of one manager
+        # would otherwise share a ZMQ identity, and a lingering socket of an earlier client
+        # can hold it on the kernel's ROUTER so the new client's requests go unanswered.
+        session = JupyterSession(
+            key=self.km.session.key, signature_scheme=self.km.session.signature_scheme
+        )
+        kc = self.km.client(context=self._ctx, session=session)
         kc.start_channels()
         try:
             await kc.wait_for_ready(timeout=self.settings.kernel_start_timeout_s)
@@ -639,6 +647,21 @@ class LiveSession:
             if handle.finished.is_set():
                 return
         await self.km.interrupt_kernel()
+        if handle is not None:
+            # An interrupt can still be lost (a message-mode interrupt under heavy load was
+            # seen to be): resend while the same cell keeps running, a few times.
+            self._resend = asyncio.create_task(self._resend_interrupt(handle))
+
+    async def _resend_interrupt(self, handle: ExecutionHandle) -> None:
+        for _ in range(3):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(handle.finished.wait()), 2.0)
+                return
+            if self._current is not handle or self.km is None:
+                return
+            log.info("session %s: interrupt had no effect yet; sending it again", self.id)
+            with contextlib.suppress(Exception):
+                await self.km.interrupt_kernel()
 
     async def restart(self) -> None:
         """Restart on request: a fresh kernel, state cleared, same session and notebook."""

@@ -20,6 +20,7 @@ import pytest
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.session import Session
 
 from interpreter.backends import docker_ipc as ipc
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
@@ -116,7 +117,8 @@ class Lab:
         provisioner = km.provisioner
         assert isinstance(provisioner, DockerProvisioner)
         await provisioner.verify_sockets()
-        kc = km.client()
+        # A fresh session (new ZMQ identity) per client, as the broker does.
+        kc = km.client(session=Session(key=km.session.key))
         kc.start_channels()
         self.clients.append(kc)
         await kc.wait_for_ready(timeout=60)

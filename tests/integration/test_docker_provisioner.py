@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import time
 
 import docker.errors
@@ -137,11 +138,19 @@ async def test_lifecycle(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     await wait_for_iopub(kc, msg_id, "stream")
     t0 = time.perf_counter()
     await km.interrupt_kernel()
-    reply = await kc.get_shell_msg(timeout=10)
+    # Like the broker, resend an interrupt that has not taken effect (seen lost under load).
+    for _ in range(4):
+        try:
+            reply = await kc.get_shell_msg(timeout=3)
+            break
+        except queue.Empty:
+            await km.interrupt_kernel()
+    else:
+        raise AssertionError("the kernel never answered the interrupted cell")
     assert reply["parent_header"]["msg_id"] == msg_id
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "KeyboardInterrupt"
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 15
     assert (await run(kc, "x"))["result"] == "42"
 
     # Reattach from provisioner info in a fresh manager: same container, same state.
