@@ -363,6 +363,9 @@ async def test_private_ipython_dir_removed_on_shutdown_and_sigterm(tmp_path: Pat
     async with start_kernel(tmp_path / "a", {}) as graceful:
         path, pid = await ipython_dir_and_pid(graceful)
         assert path.name.startswith(f"{PREFIX}{pid}-") and path.is_dir()
+        # Under load the default 5 s grace can run out and escalate to SIGKILL, after which
+        # nothing can clean up: give a graceful shutdown the time it needs.
+        graceful.manager.shutdown_wait_time = 60
         await graceful.manager.shutdown_kernel(now=False)
         assert not path.exists()
 
