@@ -22,7 +22,7 @@ import json
 import mimetypes
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from interpreter.client import _protocol as proto
 from interpreter.client._async import AsyncClient
@@ -31,6 +31,8 @@ from interpreter.client._render import bundle_text, clip, render_execution, stri
 from interpreter.client._sync import Client
 from interpreter.models import Execution, FileList
 from interpreter.models import Session as SessionInfo
+
+C = TypeVar("C", Client, AsyncClient)
 
 ToolFormat = Literal["openai", "anthropic"]
 
@@ -87,7 +89,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "number",
                     "exclusiveMinimum": 0,
                     "description": "Wall-clock limit in seconds (the service default if "
-                                   "omitted). Raise it for long computations.",
+                    "omitted). Raise it for long computations.",
                 },
             },
             "required": ["code"],
@@ -107,7 +109,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "from_session": {
                     "type": "string",
                     "description": "Optional id of a session to fork (state rebuilt by "
-                                   "re-running its successful cells, files copied).",
+                    "re-running its successful cells, files copied).",
                 },
             },
             "additionalProperties": False,
@@ -174,8 +176,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             "properties": {
                 "path": {
                     "type": "string",
-                    "description": "Directory inside the workspace; the workspace root if "
-                                   "omitted.",
+                    "description": "Directory inside the workspace; the workspace root if omitted.",
                 },
                 "session_id": _SESSION_ID,
             },
@@ -241,9 +242,14 @@ def tool_definitions(
     chosen = [_BY_NAME[n] for n in names] if names is not None else list(TOOLS)
     if format == "openai":
         return [
-            {"type": "function",
-             "function": {"name": t.name, "description": t.description,
-                          "parameters": t.parameters}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
             for t in chosen
         ]
     if format == "anthropic":
@@ -302,7 +308,10 @@ def parse_tool_call(call: dict[str, Any] | ToolCall) -> ToolCall:
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
     "object": (dict,),
 }
 
@@ -319,8 +328,9 @@ def validate_arguments(spec: ToolSpec, args: dict[str, Any]) -> None:
             raise ToolCallError(f"{spec.name}: unknown argument {key!r} (allowed: {allowed})")
         schema = props[key]
         kinds = _JSON_TYPES[schema["type"]]
-        if not isinstance(value, kinds) or (schema["type"] != "boolean" and
-                                           isinstance(value, bool)):
+        if not isinstance(value, kinds) or (
+            schema["type"] != "boolean" and isinstance(value, bool)
+        ):
             raise ToolCallError(f"{spec.name}: {key!r} must be a {schema['type']}")
         if "enum" in schema and value not in schema["enum"]:
             raise ToolCallError(f"{spec.name}: {key!r} must be one of {schema['enum']}")
@@ -383,10 +393,17 @@ class ToolResult:
             if isinstance(part, TextPart):
                 content.append({"type": "text", "text": part.text})
             else:
-                content.append({"type": "image", "source": {
-                    "type": "base64", "media_type": part.mime, "data": part.base64}})
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call_id,
-                                 "content": content}
+                content.append(
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": part.mime, "data": part.base64},
+                    }
+                )
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": self.call_id,
+            "content": content,
+        }
         if self.is_error:
             block["is_error"] = True
         return block
@@ -402,8 +419,7 @@ class ToolResult:
                 {"type": "text", "text": f"Images returned by tool call {self.call_id}:"}
             ]
             parts.extend(
-                {"type": "image_url",
-                 "image_url": {"url": f"data:{img.mime};base64,{img.base64}"}}
+                {"type": "image_url", "image_url": {"url": f"data:{img.mime};base64,{img.base64}"}}
                 for img in self.images
             )
             messages.append({"role": "user", "content": parts})
@@ -472,8 +488,10 @@ class _ToolLogic:
         lines = []
         for s in sessions:
             mark = "  (current)" if s.id == self.session_id else ""
-            lines.append(f"{s.id}  {s.status}  {s.execution_count} executions  "
-                         f"created {s.created_at.isoformat(timespec='seconds')}{mark}")
+            lines.append(
+                f"{s.id}  {s.status}  {s.execution_count} executions  "
+                f"created {s.created_at.isoformat(timespec='seconds')}{mark}"
+            )
         return ToolResult([TextPart("\n".join(lines))])
 
     def _tool_restart(self, recover: bool = False, session_id: str | None = None) -> _Steps:
@@ -482,8 +500,10 @@ class _ToolLogic:
         text = f"Session {sid} restarted; variables and imports were cleared."
         if recover and info.rebuild is not None:
             rb = info.rebuild
-            text = (f"Session {sid} restarted and rebuilt: {rb.cells_ran} of "
-                    f"{rb.cells_total} cells re-ran")
+            text = (
+                f"Session {sid} restarted and rebuilt: {rb.cells_ran} of "
+                f"{rb.cells_total} cells re-ran"
+            )
             text += f"; cells {rb.failed} failed." if rb.failed else "; none failed."
         return ToolResult([TextPart(text)])
 
@@ -502,12 +522,13 @@ class _ToolLogic:
             # The current session was culled or closed: carry on in a fresh one, and say so.
             self.session_id = None
             sid = yield from self._session(None)
-            note = (f"Note: the previous session had ended, so this ran in a new session "
-                    f"{sid}; earlier variables are gone.")
+            note = (
+                f"Note: the previous session had ended, so this ran in a new session "
+                f"{sid}; earlier variables are gone."
+            )
             execution = yield proto.execute(sid, code, timeout_s)
         parts: list[TextPart | ImagePart] = [TextPart(note)] if note else []
-        parts.extend(TextPart(block) for block in render_execution(execution,
-                                                                   limit=self.max_chars))
+        parts.extend(TextPart(block) for block in render_execution(execution, limit=self.max_chars))
         shown = 0
         for output in execution.outputs:
             for ref in output.artifacts:
@@ -540,13 +561,19 @@ class _ToolLogic:
         data: bytes = yield proto.download(sid, path)
         mime = mimetypes.guess_type(path)[0] or ""
         if mime in MODEL_IMAGE_TYPES:
-            return ToolResult([TextPart(f"{path}: {mime}, {len(data)} bytes"),
-                               ImagePart(mime, data)])
+            return ToolResult(
+                [TextPart(f"{path}: {mime}, {len(data)} bytes"), ImagePart(mime, data)]
+            )
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            return ToolResult([TextPart(
-                f"{path} is a binary file of {len(data)} bytes; inspect it with run_code.")])
+            return ToolResult(
+                [
+                    TextPart(
+                        f"{path} is a binary file of {len(data)} bytes; inspect it with run_code."
+                    )
+                ]
+            )
         return ToolResult([TextPart(clip(text, max_chars) if text else f"{path} is empty.")])
 
     def _tool_list_files(self, path: str = "", session_id: str | None = None) -> _Steps:
@@ -607,8 +634,10 @@ def notebook_transcript(nb: dict[str, Any], *, limit: int = 2000) -> str:
         for output in cell.get("outputs", []) or []:
             otype = output.get("output_type")
             if otype == "stream":
-                lines.append(f"[{output.get('name')}]\n" +
-                             clip(strip_ansi(bundle_text(output.get("text", ""))), limit))
+                lines.append(
+                    f"[{output.get('name')}]\n"
+                    + clip(strip_ansi(bundle_text(output.get("text", ""))), limit)
+                )
             elif otype == "error":
                 lines.append(f"[error] {output.get('ename')}: {output.get('evalue')}")
             else:
@@ -622,7 +651,28 @@ def notebook_transcript(nb: dict[str, Any], *, limit: int = 2000) -> str:
     return "\n".join(lines).strip() or "The notebook is empty: no code has run yet."
 
 
-class ToolExecutor:
+class _ExecutorBase(Generic[C]):
+    """What both executors share: the client, the limits and the current session."""
+
+    def __init__(
+        self,
+        client: C,
+        *,
+        session_id: str | None = None,
+        max_chars: int = 20_000,
+        max_images: int = 4,
+    ) -> None:
+        self.client: C = client
+        self._logic = _ToolLogic(max_chars=max_chars, max_images=max_images)
+        self._logic.session_id = session_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The current session, if one exists yet."""
+        return self._logic.session_id
+
+
+class ToolExecutor(_ExecutorBase[Client]):
     """Runs tool calls against the service with the blocking client.
 
     It keeps a *current session*: ``run_code`` and friends use it when the model passes
@@ -639,19 +689,6 @@ class ToolExecutor:
         >>> result = executor.execute(tool_call_from_model)  # doctest: +SKIP
         >>> messages.append({"role": "user", "content": [result.to_anthropic()]})
     """
-
-    def __init__(
-        self, client: Client, *, session_id: str | None = None, max_chars: int = 20_000,
-        max_images: int = 4,
-    ) -> None:
-        self.client = client
-        self._logic = _ToolLogic(max_chars=max_chars, max_images=max_images)
-        self._logic.session_id = session_id
-
-    @property
-    def session_id(self) -> str | None:
-        """The current session, if one exists yet."""
-        return self._logic.session_id
 
     def execute(self, call: dict[str, Any] | ToolCall) -> ToolResult:
         """Run one tool call (as the model emitted it) and return its result.
@@ -691,21 +728,8 @@ class ToolExecutor:
         self._logic.session_id = None
 
 
-class AsyncToolExecutor:
+class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
     """The async twin of :class:`ToolExecutor` (used by the MCP server)."""
-
-    def __init__(
-        self, client: AsyncClient, *, session_id: str | None = None, max_chars: int = 20_000,
-        max_images: int = 4,
-    ) -> None:
-        self.client = client
-        self._logic = _ToolLogic(max_chars=max_chars, max_images=max_images)
-        self._logic.session_id = session_id
-
-    @property
-    def session_id(self) -> str | None:
-        """The current session, if one exists yet."""
-        return self._logic.session_id
 
     async def execute(self, call: dict[str, Any] | ToolCall) -> ToolResult:
         """Run one tool call; see :meth:`ToolExecutor.execute`."""
