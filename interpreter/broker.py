@@ -264,7 +264,8 @@ class SessionBroker:
         self.live[session_id] = session
         try:
             await session.start()
-        except KernelStartFailed:
+        except KernelStartFailed as exc:
+            log.warning("session %s: kernel start failed: %s", session_id, exc.message)
             self.live.pop(session_id, None)
             await self.write(
                 lambda: self.store.update_session(

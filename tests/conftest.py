@@ -170,7 +170,9 @@ def new_session(server: Server) -> Iterator[Callable[..., str]]:
 def shared_session(server: Server) -> Iterator[str]:
     """One session per module and backend, for tests that don't disturb its state."""
     with server.client() as client:
-        sid: str = client.post("/v1/sessions", json={}).json()["id"]
+        resp = client.post("/v1/sessions", json={})
+        assert resp.status_code == 201, resp.text
+        sid: str = resp.json()["id"]
     yield sid
     with server.client() as client:
         client.delete(f"/v1/sessions/{sid}")

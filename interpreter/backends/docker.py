@@ -29,6 +29,7 @@ import logging
 import os
 import secrets
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -65,6 +66,8 @@ T = TypeVar("T")
 
 #: HTTP timeout of calls to the Docker engine, in seconds.
 DOCKER_TIMEOUT_S = 60.0
+#: Attempts at creating and starting a container when the engine answers 5xx.
+CREATE_ATTEMPTS = 3
 #: Default deadline for a container to bind its sockets (``options.extra["start_timeout_s"]``).
 START_TIMEOUT_S = 60.0
 #: Used when a provisioner has no kernelspec (it was rebuilt by :func:`reattach`).
@@ -253,6 +256,28 @@ def kernel_user() -> KernelUser:
 
 
 def _create_and_start(client: docker.DockerClient, config: dict[str, Any]) -> dict[str, Any]:
+    """Create and start a container; an engine-side (5xx) failure is retried twice.
+
+    A freshly started engine was seen to fail the very first container start of a run
+    with a server error; the next attempt succeeds. Client errors (a bad config, a missing
+    image) are not retried. Runs in a worker thread, so the pauses block nothing.
+    """
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        try:
+            return _create_and_start_once(client, config)
+        except docker.errors.APIError as exc:
+            if not exc.is_server_error() or attempt == CREATE_ATTEMPTS:
+                raise
+            log.warning(
+                "starting container %s failed (attempt %d of %d), retrying: %s",
+                config.get("name"), attempt, CREATE_ATTEMPTS, exc.explanation or exc,
+            )
+            _remove(client, str(config["name"]))
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _create_and_start_once(client: docker.DockerClient, config: dict[str, Any]) -> dict[str, Any]:
     container = client.containers.create(**config)
     try:
         container.start()
