@@ -1,12 +1,16 @@
-"""Round-trip latency and output throughput: interp's HTTP API vs raw jupyter_client.
+"""Round-trip latency and output throughput: interp's HTTP API vs two references.
 
-Both are measured in the same run, on the same machine, with the same kernel package:
+All are measured in the same run, on the same machine, with the same kernel package:
 
 * ``raw``: an ``AsyncKernelClient`` talking straight to a local kernel (the floor);
+* ``Jupyter Kernel Gateway``: a real ``jupyter kernelgateway`` process, a kernel created
+  over its REST API and driven over its websocket (:mod:`benchmarks.gateway`), once with the
+  gateway's defaults and once with ``TCP_NODELAY`` on its websocket. It is the optional
+  extra ``bench``; without it the benchmark says so and measures the others;
 * ``api-<backend>``: ``POST /v1/sessions/{id}/execute`` through ``interp serve`` running in
   its own process (JSON mode), from a client with ``TCP_NODELAY`` as the SDK sets it.
 
-Usage: ``python -m benchmarks.roundtrip [--n 200] [--backends local,docker]``.
+Usage: ``python -m benchmarks.roundtrip [--n 200] [--backends local,docker] [--no-gateway]``.
 Prints a table of median / p90 / p99 milliseconds for ``1+1`` and the time to deliver
 10,000 flushed lines (checking that every line arrived).
 """
@@ -34,6 +38,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 
+from benchmarks import gateway
 from interpreter.kernelspecs import kernel_spec_manager
 
 FLOOD = "for i in range(10000):\n    print(i, flush=True)"
@@ -162,10 +167,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=200, help="round trips per variant")
     parser.add_argument("--backends", default="local,docker")
+    parser.add_argument(
+        "--no-gateway", action="store_true", help="skip the Jupyter Kernel Gateway reference"
+    )
     args = parser.parse_args()
-    rows: list[tuple[str, list[float], float]] = []
+    rows: list[tuple[str, list[float], float | None]] = []
     raw, raw_flood = asyncio.run(raw_jupyter_client(args.n))
     rows.append(("raw jupyter_client (local kernel)", raw, raw_flood))
+    if not args.no_gateway:
+        for name, nodelay in [
+            ("Kernel Gateway (defaults)", False),
+            ("Kernel Gateway, TCP_NODELAY", True),
+        ]:
+            measured = gateway.measure(args.n, nodelay=nodelay)
+            if measured is None:
+                break
+            rows.append((name, *measured))
     for backend in args.backends.split(","):
         if backend == "docker":
             from interpreter.backends.docker import docker_available
@@ -177,7 +194,10 @@ def main() -> None:
         rows.append((f"interp HTTP API, {backend} backend", samples, flood))
     print(f"\n1+1 round trip, n={args.n} each; then 10,000 flushed lines (all delivered):")
     for name, samples, flood in rows:
-        print(f"  {name:36s} {summary(samples)}   10k lines {flood:6.2f} s")
+        lines = "" if flood is None else f"   10k lines {flood:6.2f} s"
+        print(f"  {name:36s} {summary(samples)}{lines}")
+    if not args.no_gateway and not gateway.installed():
+        print(f"  {gateway.NOT_INSTALLED}")
 
 
 if __name__ == "__main__":

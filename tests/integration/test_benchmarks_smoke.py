@@ -1,0 +1,46 @@
+"""The round-trip benchmark's Jupyter Kernel Gateway reference, with a tiny ``n``.
+
+The gateway is the optional extra ``bench`` (not in ``dev``): with it installed, a real
+gateway process runs a real kernel; without it, the benchmark must say so and go on.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from benchmarks import gateway, roundtrip
+
+
+def test_gateway_round_trips_or_says_it_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    measured = gateway.measure(3, flood=False)
+    if not gateway.installed():
+        assert measured is None
+        assert gateway.NOT_INSTALLED in capsys.readouterr().out
+        return
+    assert measured is not None
+    samples, flood = measured
+    assert len(samples) == 3
+    assert all(ms > 0 for ms in samples)
+    assert flood is None
+
+
+def test_missing_gateway_is_reported_and_the_others_still_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The other variants are stood in for: only the benchmark's handling is under test.
+    async def raw(n: int) -> tuple[list[float], float]:
+        return [1.0] * n, 2.0
+
+    monkeypatch.setattr(gateway, "installed", lambda: False)
+    monkeypatch.setattr(roundtrip, "raw_jupyter_client", raw)
+    monkeypatch.setattr(roundtrip, "through_api", lambda backend, n: ([3.0] * n, 4.0))
+    monkeypatch.setattr(sys, "argv", ["roundtrip", "--n", "3", "--backends", "local"])
+    roundtrip.main()
+    out = capsys.readouterr().out
+    assert "not installed" in out
+    assert "pip install -e '.[bench]'" in out
+    assert "raw jupyter_client" in out
+    assert "local backend" in out
+    assert "Kernel Gateway (" not in out
