@@ -26,11 +26,13 @@ from interpreter.errors import (
     ExecutionNotFound,
     KernelStartFailed,
     SessionClosed,
+    SessionExpired,
     SessionNotFound,
     ShuttingDown,
     TooManySessions,
     ValidationFailed,
 )
+from interpreter.idempotency import IdempotencyKeys, request_hash
 from interpreter.kernelspecs import KERNEL_NAMES
 from interpreter.metrics import Metrics
 from interpreter.models import (
@@ -47,6 +49,9 @@ from interpreter.store import SessionRow, Store, utcnow
 from interpreter.workspace import Workspace, copy_tree_safely
 
 log = logging.getLogger(__name__)
+
+#: Closed reasons that mean the service ended the session on its own: 410 session_expired.
+EXPIRY_REASONS = frozenset({"idle_timeout", "max_lifetime"})
 T = TypeVar("T")
 
 
@@ -77,6 +82,7 @@ class SessionBroker:
         #: Exact package versions of the kernel environment (from the image), for notebooks.
         self.kernel_packages: dict[str, str] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self.idempotency = IdempotencyKeys(self.store, self.write, settings.idempotency_ttl_s)
 
     def write_nowait(self, fn: Callable[[], object]) -> None:
         """Queue a store write behind the earlier ones without waiting for it."""
@@ -215,6 +221,20 @@ class SessionBroker:
             )
         return session.info()
 
+    async def create_once(
+        self, owner: str, req: CreateSessionRequest, idempotency_key: str
+    ) -> tuple[SessionModel, bool]:
+        """:meth:`create` under an Idempotency-Key; returns (session, whether replayed)."""
+        fingerprint = request_hash("create", req.model_dump_json())
+
+        async def action() -> str:
+            return (await self.create(owner, req)).id
+
+        session_id, replayed = await self.idempotency.run(
+            owner, "sessions", idempotency_key, fingerprint, action
+        )
+        return await self.get(owner, session_id), replayed
+
     async def _start_session(
         self,
         session_id: str,
@@ -261,6 +281,7 @@ class SessionBroker:
             writer=self.write,
             writer_nowait=self.write_nowait,
         )
+        self.watch(session)
         self.live[session_id] = session
         try:
             await session.start()
@@ -366,22 +387,49 @@ class SessionBroker:
         if live is not None:
             return live
         row = await self._row(owner, session_id)
-        raise SessionClosed(
-            f"Session '{session_id}' is closed ({row.get('closed_reason') or 'stopped'}); its "
-            "notebook and artifacts stay readable. Create a new session (from_session can "
-            "rebuild its state) to run code."
+        reason = row.get("closed_reason") or "stopped"
+        tail = (
+            "; its notebook and artifacts stay readable. Create a new session (from_session "
+            "can rebuild its state) to run code."
         )
+        if reason in EXPIRY_REASONS:
+            raise SessionExpired(f"Session '{session_id}' expired ({reason}){tail}")
+        raise SessionClosed(f"Session '{session_id}' is closed ({reason}){tail}")
 
-    async def delete(self, owner: str, session_id: str) -> None:
+    async def delete(
+        self, owner: str, session_id: str, *, generation: int | None = None
+    ) -> None:
         live = self._live(owner, session_id)
         if live is None:
             await self._row(owner, session_id)  # 404 when unknown; closed: no-op
             return
+        live.check_generation(generation)
         await self._close(live, "deleted")
+
+    def watch(self, session: LiveSession) -> None:
+        """Close ``session`` once it fails (R-03), after its running execution is recorded."""
+
+        def failed(failing: LiveSession) -> None:
+            async def close_after_current() -> None:
+                current = failing.current
+                if current is not None:
+                    await current.finished.wait()
+                if self.live.get(failing.id) is failing:
+                    await self._close(failing, failing.failed_reason or "failed")
+
+            task = asyncio.create_task(close_after_current(), name=f"fail-{failing.id}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+        session.on_failed = failed
 
     async def _close(self, session: LiveSession, reason: str) -> None:
         """Close a session in a task of the broker's own, so that neither a client going
         away nor the broker shutting down can cut the close (and its records) short."""
+        # Recorded first: once the session leaves `live`, readers answer from the store.
+        await self.write(
+            lambda: self.store.update_session(session.id, status="closed", closed_reason=reason)
+        )
         self.live.pop(session.id, None)
         task = asyncio.create_task(session.close(reason=reason), name=f"close-{session.id}")
         self._closing.add(task)
@@ -409,6 +457,43 @@ class SessionBroker:
         session = await self.require_live(owner, session_id)
         return await session.submit(code, timeout, stream=stream)
 
+    async def execute_once(
+        self,
+        owner: str,
+        session_id: str,
+        code: str,
+        timeout_s: float | None,
+        idempotency_key: str,
+        *,
+        stream: bool = False,
+    ) -> tuple[ExecutionHandle, bool]:
+        """:meth:`execute` under an Idempotency-Key: a retry gets the first run, never a new one.
+
+        Returns the handle and whether it is a replay. A replayed handle may be one that is
+        still running (watch it like the original) or a finished one rebuilt from the store.
+        """
+        fingerprint = request_hash("execute", code, repr(timeout_s))
+        started: list[ExecutionHandle] = []
+
+        async def action() -> str:
+            started.append(await self.execute(owner, session_id, code, timeout_s, stream=stream))
+            return started[0].execution.id
+
+        execution_id, replayed = await self.idempotency.run(
+            owner, f"execute:{session_id}", idempotency_key, fingerprint, action
+        )
+        if not replayed:
+            return started[0], False
+        live = self._live(owner, session_id)
+        handle = live.handle(execution_id) if live is not None else None
+        if handle is None:
+            execution = await self.execution(owner, session_id, execution_id)
+            # Finished (the live session keeps every unfinished handle), or left unknown
+            # by an earlier broker: either way it is final.
+            handle = ExecutionHandle(execution=execution, seq=0, timeout_s=0)
+            handle.finished.set()
+        return handle, True
+
     async def execution(self, owner: str, session_id: str, execution_id: str) -> Execution:
         live = self._live(owner, session_id)
         if live is not None:
@@ -422,13 +507,19 @@ class SessionBroker:
             raise ExecutionNotFound(f"No execution '{execution_id}' in session '{session_id}'.")
         return found
 
-    async def interrupt(self, owner: str, session_id: str) -> SessionModel:
+    async def interrupt(
+        self, owner: str, session_id: str, *, generation: int | None = None
+    ) -> SessionModel:
         session = await self.require_live(owner, session_id)
+        session.check_generation(generation)
         await session.interrupt()
         return session.info()
 
-    async def restart(self, owner: str, session_id: str, *, recover: bool) -> SessionModel:
+    async def restart(
+        self, owner: str, session_id: str, *, recover: bool, generation: int | None = None
+    ) -> SessionModel:
         session = await self.require_live(owner, session_id)
+        session.check_generation(generation)
         snapshot: dict[str, Any] | None = None
         if recover:
             async with session._nb_lock:
@@ -485,14 +576,22 @@ class SessionBroker:
             await asyncio.sleep(self.settings.cull_interval_s)
             try:
                 await self.cull_once()
+                await self.idempotency.expire()
             except Exception:
                 log.exception("culling failed")
 
     async def cull_once(self) -> list[str]:
-        """Close sessions idle for longer than their idle timeout; returns their ids."""
+        """Close sessions idle too long or alive too long (R-09); returns their ids."""
         now = utcnow()
         culled = []
+        lifetime = self.settings.max_lifetime_s
         for session in list(self.live.values()):
+            if lifetime and (now - session.created_at).total_seconds() >= lifetime:
+                # Regardless of activity: whatever runs is interrupted, the notebook kept.
+                await self._close(session, "max_lifetime")
+                culled.append(session.id)
+                log.info("closed session %s: maximum lifetime reached", session.id)
+                continue
             await session.retry_audit()
             timeout = session.idle_timeout_s
             if timeout is None:
@@ -532,6 +631,8 @@ def _closed_model(row: SessionRow) -> SessionModel:
         idle_timeout_s=row.get("idle_timeout_s"),
         limits=row.get("limits") or {},
         rebuild=RebuildReport(**row["rebuild"]) if row.get("rebuild") else None,
+        generation=row.get("generation") or 0,
+        closed_reason=row.get("closed_reason"),
     )
 
 

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -142,6 +143,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_SERVICE
     if args.images:
         Path(args.images).mkdir(parents=True, exist_ok=True)
+    # Ctrl-C must interrupt the code even when this process was started with SIGINT
+    # ignored (what a non-interactive shell does to background jobs).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     progress = Progress(args.quiet)
     with _client(args) as client:
         session: Session | None = None

@@ -9,10 +9,14 @@ InterpreterError
 │   ├── ExecutionNotFound
 │   ├── ArtifactNotFound
 │   └── FileNotFoundInWorkspace
-├── SessionClosed (409)
 ├── Conflict (409)
+│   ├── SessionClosed
+│   ├── GenerationMismatch
+│   └── IdempotencyKeyInUse
+├── SessionExpired (410)
 ├── PayloadTooLarge (413)
 ├── ValidationFailed (422)
+│   └── IdempotencyKeyReused
 ├── SessionBusy (429)
 ├── TooManySessions (429)
 ├── KernelStartFailed (503)
@@ -78,12 +82,36 @@ class SessionClosed(Conflict):
     code = "session_closed"
 
 
+class GenerationMismatch(Conflict):
+    """The request named a kernel generation that is no longer the current one (R-08)."""
+
+    code = "generation_mismatch"
+
+
+class IdempotencyKeyInUse(Conflict):
+    """A request with the same Idempotency-Key is still being processed."""
+
+    code = "idempotency_key_in_use"
+
+
+class SessionExpired(InterpreterError):
+    """The session was closed by the service (idle timeout, maximum lifetime)."""
+
+    code, status = "session_expired", 410
+
+
 class PayloadTooLarge(InterpreterError):
     code, status = "payload_too_large", 413
 
 
 class ValidationFailed(InterpreterError):
     code, status = "validation_error", 422
+
+
+class IdempotencyKeyReused(ValidationFailed):
+    """An Idempotency-Key came back with a different request."""
+
+    code = "idempotency_key_reused"
 
 
 class SessionBusy(InterpreterError):

@@ -144,6 +144,16 @@ class Session(BaseModel):
     idle_timeout_s: float | None = None
     limits: dict[str, Any] = Field(default_factory=dict)
     rebuild: RebuildReport | None = None
+    generation: int = Field(
+        0,
+        description="Kernel incarnation: 1 for the first kernel, +1 at every restart. "
+        "Give it as ?generation= to interrupt, restart or delete only that kernel.",
+    )
+    closed_reason: str | None = Field(
+        None,
+        description="Why a closed or dead session stopped: deleted, idle_timeout, "
+        "max_lifetime, restart_limit, start_failed, broker_restarted, ...",
+    )
 
 
 class SessionList(BaseModel):
@@ -189,6 +199,9 @@ class Execution(BaseModel):
     )
     artifacts: list[ArtifactRef] = Field(
         default_factory=list, description="Full-text artifacts of cut stdout/stderr."
+    )
+    generation: int | None = Field(
+        None, description="The kernel generation that ran it (see Session.generation)."
     )
 
 

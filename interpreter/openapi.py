@@ -50,14 +50,30 @@ def openapi_document() -> dict[str, Any]:
     )
     sid = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
     common = _errors(401, 404, 422)
+    generation = {
+        "name": "generation",
+        "in": "query",
+        "required": False,
+        "description": "Act only if the session still runs this kernel generation (409 if not).",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    idempotency = {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "Retry-safe: a repeat with the same key returns the first result "
+        "(header Idempotent-Replayed: true) instead of doing the work again.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+    }
     paths: dict[str, Any] = {
         "/v1/sessions": {
             "post": {
                 "summary": "Create a session (optionally rebuilt from a notebook)",
+                "parameters": [idempotency],
                 "requestBody": _body(models.CreateSessionRequest, False),
                 "responses": {
                     "201": _json(models.Session, "Created"),
-                    **_errors(401, 404, 413, 422, 429, 503),
+                    **_errors(401, 404, 409, 413, 422, 429, 503),
                 },
             },
             "get": {
@@ -73,7 +89,8 @@ def openapi_document() -> dict[str, Any]:
             },
             "delete": {
                 "summary": "Stop the kernel; notebook and artifacts stay readable",
-                "responses": {"204": {"description": "Deleted"}, **common},
+                "parameters": [generation],
+                "responses": {"204": {"description": "Deleted"}, **_errors(401, 404, 409, 422)},
             },
         },
         "/v1/sessions/{session_id}/execute": {
@@ -82,6 +99,7 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Run code; JSON result, or SSE with Accept: text/event-stream",
                 "description": "SSE events: stdout, stderr (TextChunk), output (Output), clear "
                 "(ClearEvent), error (ErrorInfo), done (Execution).",
+                "parameters": [idempotency],
                 "requestBody": _body(models.ExecuteRequest),
                 "responses": {
                     "200": {
@@ -91,7 +109,7 @@ def openapi_document() -> dict[str, Any]:
                             "text/event-stream": {"schema": {"type": "string"}},
                         },
                     },
-                    **_errors(401, 404, 409, 413, 422, 429, 507),
+                    **_errors(401, 404, 409, 410, 413, 422, 429, 507),
                 },
             },
         },
@@ -114,17 +132,22 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [sid],
             "post": {
                 "summary": "Interrupt what is running (state kept)",
-                "responses": {"200": _json(models.Session, "Session"), **_errors(401, 404, 409)},
+                "parameters": [generation],
+                "responses": {
+                    "200": _json(models.Session, "Session"),
+                    **_errors(401, 404, 409, 410, 422),
+                },
             },
         },
         "/v1/sessions/{session_id}/restart": {
             "parameters": [sid],
             "post": {
                 "summary": "Fresh kernel; with recover=true, state rebuilt by replay",
+                "parameters": [generation],
                 "requestBody": _body(models.RestartRequest, False),
                 "responses": {
                     "200": _json(models.Session, "Session"),
-                    **_errors(401, 404, 409, 422),
+                    **_errors(401, 404, 409, 410, 422),
                 },
             },
         },

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +34,13 @@ from jupyter_client.session import Session as JupyterSession
 
 from interpreter.artifacts import ArtifactStore, decode_value
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
-from interpreter.errors import AuditDegraded, KernelStartFailed, SessionBusy, SessionClosed
+from interpreter.errors import (
+    AuditDegraded,
+    GenerationMismatch,
+    KernelStartFailed,
+    SessionBusy,
+    SessionClosed,
+)
 from interpreter.execution import (
     BINARY_MIMES,
     ClearEvent,
@@ -67,6 +74,10 @@ MAX_ZMQ_MESSAGE = 128 << 20
 
 #: AF_UNIX socket paths are limited to 108 bytes, the terminating NUL included (unix(7)).
 UNIX_PATH_MAX = 107
+
+
+#: Kernels tried for one session start before giving up.
+START_ATTEMPTS = 2
 
 
 def new_id(prefix: str) -> str:
@@ -151,6 +162,8 @@ class LiveSession:
         self.idle_timeout_s: float | None = row.get("idle_timeout_s")
         self.rebuild: dict[str, Any] | None = row.get("rebuild")
         self.kernel = KernelInfo(**(row.get("kernel") or {}))
+        #: Kernel incarnation (R-08): 1 for the first kernel, +1 at every restart.
+        self.generation: int = int(row.get("generation") or 0)
         self.settings = settings
         self.store = store
         self.options = options
@@ -180,12 +193,43 @@ class LiveSession:
         self._resend: asyncio.Task[None] | None = None
         self.audit_degraded = False
         self.restarts = 0
+        #: Loop times of recent automatic restarts, for the restart budget (R-03).
+        self._auto_restarts: deque[float] = deque()
+        #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
+        self.failed_reason: str | None = None
+        #: Called once when the session fails; the broker then closes it.
+        self.on_failed: Callable[[LiveSession], None] | None = None
         self._bad_messages = 0
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start the kernel and the session's tasks. Raises KernelStartFailed."""
+        """Start the kernel and the session's tasks. Raises KernelStartFailed.
+
+        A kernel that dies before it answers is replaced once by a fresh one: under heavy
+        load a start was seen to fail that way and the next attempt to work. What the
+        failed kernel said is logged either way.
+        """
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start_once()
+                break
+            except RuntimeError as exc:  # jupyter_client: the kernel died before replying
+                if attempt < START_ATTEMPTS:
+                    log.warning("session %s: %s; starting a fresh kernel", self.id, exc)
+                    continue
+                raise self._start_failed(exc) from exc
+            except KernelStartFailed:
+                raise
+            except Exception as exc:
+                raise self._start_failed(exc) from exc
+        self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
+        self.status = "idle"
+        self.generation += 1
+        self.touch()  # idle time counts from when the session became usable
+        await self._persist_kernel()
+
+    async def _start_once(self) -> None:
         self.km = self._new_manager()
         try:
             await asyncio.wait_for(
@@ -194,20 +238,19 @@ class LiveSession:
             )
             await self._connect()
         except Exception as exc:
+            await self._log_start_failure(exc)
             await self._kill_quietly()
             self.status = "dead"
-            if isinstance(exc, KernelStartFailed):
-                raise
-            msg = str(exc) if isinstance(exc, KernelStartFailed | RuntimeError) else ""
-            raise KernelStartFailed(
-                "The kernel did not start"
-                + (f": {msg}" if msg else "")
-                + ". Try again; if it keeps failing, check the service logs."
-            ) from exc
-        self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
-        self.status = "idle"
-        self.touch()  # idle time counts from when the session became usable
-        await self._persist_kernel()
+            raise
+
+    @staticmethod
+    def _start_failed(exc: Exception) -> KernelStartFailed:
+        msg = str(exc) if isinstance(exc, RuntimeError) else ""
+        return KernelStartFailed(
+            "The kernel did not start"
+            + (f": {msg}" if msg else "")
+            + ". Try again; if it keeps failing, check the service logs."
+        )
 
     async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
         """Reconnect to a kernel container that outlived a previous broker process (R-07)."""
@@ -305,6 +348,7 @@ class LiveSession:
                 kernel_json=self.kernel.model_dump_json(),
                 connection_json=json.dumps(conn),
                 provisioner_json=json.dumps(info, default=str),
+                generation=self.generation,
             )
         )
 
@@ -367,7 +411,23 @@ class LiveSession:
             idle_timeout_s=self.idle_timeout_s,
             limits=self.limits,
             rebuild=RebuildReport(**self.rebuild) if self.rebuild else None,
+            generation=self.generation,
+            closed_reason=self.failed_reason,
         )
+
+    def check_generation(self, expected: int | None) -> None:
+        """Refuse an operation meant for an earlier kernel (R-08); None checks nothing."""
+        if expected is not None and expected != self.generation:
+            raise GenerationMismatch(
+                f"The request was for kernel generation {expected}, but session '{self.id}' "
+                f"now runs generation {self.generation} (it was restarted meanwhile). Fetch "
+                "the session, decide again, and retry with the current generation."
+            )
+
+    @property
+    def current(self) -> ExecutionHandle | None:
+        """The execution running now, if any."""
+        return self._current
 
     @property
     def idle(self) -> bool:
@@ -385,6 +445,8 @@ class LiveSession:
         stream: bool = False,
     ) -> ExecutionHandle:
         """Queue one execution; raises SessionClosed, SessionBusy or AuditDegraded."""
+        if self.failed_reason is not None:
+            raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
             raise SessionClosed(
                 f"Session '{self.id}' is {self.status}; create a new session to run code."
@@ -411,7 +473,9 @@ class LiveSession:
             handle.stream = handle.subscribe()
         self._queue.put_nowait(handle)
         self._handles[execution.id] = handle
-        self._write_later(partial(self._save_execution, handle))
+        # Awaited: an execution id handed to a client is on record even if the broker is
+        # killed right after (it then comes back as `unknown`, R-07).
+        await self._write(partial(self._save_execution, handle))
         return handle
 
     def _save_execution(self, handle: ExecutionHandle) -> None:
@@ -462,12 +526,13 @@ class LiveSession:
             self._state_lost_pending = True
             await self._restart("died_idle")
             if self.status == "dead":
-                await self._abandon(handle, "kernel_died", "restart_failed")
+                await self._abandon(handle, "kernel_died", self.failed_reason or "restart_failed")
                 return
         state_lost_before = self._state_lost_pending
         self._state_lost_pending = False
         self.status = "busy"
         ex.status = "running"
+        ex.generation = self.generation
         ex.started_at = utcnow()
         started = loop.time()
         self._write_later(partial(self._save_execution, handle))
@@ -523,6 +588,8 @@ class LiveSession:
                 ex.status = "error"
         if state_lost_before:
             ex.state_lost = True
+        if self.failed_reason is not None and ex.error is not None:
+            ex.error.evalue += " " + self._failed_message()
         if rec.execution_count is not None:
             ex.execution_count = rec.execution_count
             self.execution_count = max(self.execution_count, rec.execution_count)
@@ -560,6 +627,21 @@ class LiveSession:
                 last_check = loop.time()
                 if not await self.km.is_alive():
                     return "died", await self._exit_reason()
+
+    async def _log_start_failure(self, exc: Exception) -> None:
+        """Say why a kernel did not start: its exit reason and last output, when known."""
+        reason, tail = "unknown", ""
+        if self.km is not None and self.km.provisioner is not None:
+            with contextlib.suppress(Exception):
+                reason = await asyncio.wait_for(self._exit_reason(), 10)
+            logs_tail = getattr(self.km.provisioner, "logs_tail", None)
+            if logs_tail is not None:
+                with contextlib.suppress(Exception):
+                    tail = await asyncio.wait_for(logs_tail(), 10)
+        log.warning(
+            "session %s: kernel start failed (%s: %s); kernel state %s; last output:\n%s",
+            self.id, type(exc).__name__, exc, reason, tail or "(none)",
+        )
 
     async def _exit_reason(self) -> str:
         assert self.km is not None
@@ -606,9 +688,19 @@ class LiveSession:
         ex.error = ErrorInfo(ename=ename, evalue=evalue, traceback=traceback)
 
     async def _restart(self, reason: str) -> None:
-        """Replace the kernel (a fresh process or container); the session keeps going."""
+        """Replace the kernel (a fresh process or container); the session keeps going.
+
+        Automatic restarts (every reason but ``requested``) are budgeted (R-03): one more
+        than ``restart_limit`` within ``restart_window_s`` fails the session instead, so a
+        kernel that crashes at every start cannot loop forever.
+        """
         assert self.km is not None
         async with self._restart_lock:
+            if self.failed_reason is not None:
+                return
+            if reason != "requested" and not self._restart_allowed():
+                await self._fail("restart_limit")
+                return
             self.status = "starting"
             self.restarts += 1
             self.metrics.restarts.labels(reason.split(":")[0]).inc()
@@ -624,8 +716,39 @@ class LiveSession:
                 await self._write(partial(self.store.update_session, self.id, status="dead"))
                 return
             self.status = "idle"
+            self.generation += 1
             self.touch()
             await self._persist_kernel()
+
+    def _restart_allowed(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        window = self.settings.restart_window_s
+        while self._auto_restarts and now - self._auto_restarts[0] > window:
+            self._auto_restarts.popleft()
+        if len(self._auto_restarts) >= self.settings.restart_limit:
+            return False
+        self._auto_restarts.append(now)
+        return True
+
+    async def _fail(self, reason: str) -> None:
+        """Give up on the kernel: the session is dead and the broker will close it."""
+        log.warning("session %s failed: %s", self.id, reason)
+        self.failed_reason = reason
+        self.status = "dead"
+        self.metrics.restarts.labels("gave_up").inc()
+        await self._write(partial(self.store.update_session, self.id, status="dead"))
+        if self.on_failed is not None:
+            self.on_failed(self)
+
+    def _failed_message(self) -> str:
+        if self.failed_reason == "restart_limit":
+            return (
+                f"Session '{self.id}' failed: its kernel needed more than "
+                f"{self.settings.restart_limit} automatic restarts within "
+                f"{self.settings.restart_window_s:g} s (it keeps crashing, running out of "
+                "memory or timing out). Its notebook stays readable; create a new session."
+            )
+        return f"Session '{self.id}' failed ({self.failed_reason}); create a new session."
 
     async def interrupt(self) -> None:
         """Interrupt the running execution (state is kept)."""
@@ -665,6 +788,8 @@ class LiveSession:
 
     async def restart(self) -> None:
         """Restart on request: a fresh kernel, state cleared, same session and notebook."""
+        if self.failed_reason is not None:
+            raise SessionClosed(self._failed_message())
         if self.status == "closed" or self.km is None:
             raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
         if self._current is not None:

@@ -40,7 +40,19 @@ class Settings(BaseSettings):
     interrupt_grace_s: float = Field(
         3.0, gt=0, description="After a timeout's interrupt, wait this long before restarting."
     )
+    max_lifetime_s: float = Field(
+        86400.0, ge=0, description="Close a session this long after its creation; 0 = off."
+    )
     kernel_start_timeout_s: float = Field(60.0, gt=0, description="Kernel start deadline.")
+    restart_limit: int = Field(
+        5, ge=1, description="Automatic kernel restarts allowed within restart_window_s."
+    )
+    restart_window_s: float = Field(
+        600.0, gt=0, description="Window of restart_limit; one more restart fails the session."
+    )
+    idempotency_ttl_s: float = Field(
+        86400.0, gt=0, description="How long an Idempotency-Key is remembered."
+    )
     iopub_grace_s: float = Field(
         2.0, gt=0, description="After execute_reply, wait this long for the iopub idle."
     )

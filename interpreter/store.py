@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     connection_json TEXT,
     provisioner_json TEXT,
     rebuild_json TEXT,
-    closed_reason TEXT
+    closed_reason TEXT,
+    generation INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sessions_owner ON sessions(owner);
 CREATE TABLE IF NOT EXISTS executions (
@@ -50,7 +51,19 @@ CREATE TABLE IF NOT EXISTS executions (
     data_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS executions_session ON executions(session_id, seq);
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    resource_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (owner, scope, key)
+);
 """
+
+#: Columns added after the first release, with their definitions: added to older databases.
+_ADDED_COLUMNS = {"sessions": {"generation": "INTEGER NOT NULL DEFAULT 0"}}
 
 
 def utcnow() -> datetime:
@@ -73,7 +86,15 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         path.chmod(0o600)
+
+    def _migrate(self) -> None:
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, definition in columns.items():
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -186,6 +207,36 @@ class Store:
                 )
             changed.append((row["session_id"], row["id"]))
         return changed
+
+
+    # -- idempotency keys ----------------------------------------------------------------
+
+    def get_idempotent(self, owner: str, scope: str, key: str) -> tuple[str, str, str] | None:
+        """The (request hash, resource id, created_at) remembered for this key, if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT request_hash, resource_id, created_at FROM idempotency"
+                " WHERE owner = ? AND scope = ? AND key = ?",
+                (owner, scope, key),
+            ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def put_idempotent(
+        self, owner: str, scope: str, key: str, request_hash: str, resource_id: str
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+                (owner, scope, key, request_hash, resource_id, utcnow().isoformat()),
+            )
+
+    def expire_idempotent(self, older_than: datetime) -> int:
+        """Forget keys recorded before ``older_than``; returns how many."""
+        with self._tx() as db:
+            cur = db.execute(
+                "DELETE FROM idempotency WHERE created_at < ?", (older_than.isoformat(),)
+            )
+            return cur.rowcount
 
 
 def _decode(row: sqlite3.Row) -> SessionRow:

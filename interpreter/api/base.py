@@ -24,6 +24,8 @@ from interpreter.errors import (
     Unauthorized,
     ValidationFailed,
 )
+from interpreter.idempotency import HEADER as IDEMPOTENCY_HEADER
+from interpreter.idempotency import check_key
 from interpreter.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -174,6 +176,22 @@ class BaseHandler(tornado.web.RequestHandler):
             raise ValidationFailed(describe_validation(exc)) from exc
 
     # -- responses --------------------------------------------------------------------
+
+    def generation(self) -> int | None:
+        """The ``?generation=`` fence of interrupt, restart and delete (R-08), if given."""
+        raw = self.get_query_argument("generation", None)
+        if raw is None:
+            return None
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+            raise ValidationFailed(
+                "generation must be a non-negative integer (the session's 'generation' field)."
+            )
+        return int(raw)
+
+    def idempotency_key(self) -> str | None:
+        """The request's ``Idempotency-Key`` header, checked; None when absent."""
+        raw = self.request.headers.get(IDEMPOTENCY_HEADER)
+        return None if raw is None else check_key(raw)
 
     def send_json(self, data: BaseModel | dict[str, Any], status: int = 200) -> None:
         self.set_status(status)

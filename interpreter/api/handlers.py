@@ -20,13 +20,21 @@ from interpreter.models import (
 from interpreter.openapi import openapi_document
 
 SSE_KEEPALIVE_S = 15.0
+#: Set on answers that repeat an earlier request's result (same Idempotency-Key).
+REPLAYED_HEADER = "Idempotent-Replayed"
 DOWNLOAD_CHUNK = 256 << 10
 
 
 class SessionsHandler(BaseHandler):
     async def post(self) -> None:
         req = self.parse(CreateSessionRequest, optional=True)
-        session = await self.broker.create(self.owner, req)
+        key = self.idempotency_key()
+        if key is None:
+            session = await self.broker.create(self.owner, req)
+        else:
+            session, replayed = await self.broker.create_once(self.owner, req, key)
+            if replayed:
+                self.set_header(REPLAYED_HEADER, "true")
         self.set_header("Location", f"/v1/sessions/{session.id}")
         self.send_json(session, 201)
 
@@ -39,7 +47,7 @@ class SessionHandler(BaseHandler):
         self.send_json(await self.broker.get(self.owner, session_id))
 
     async def delete(self, session_id: str) -> None:
-        await self.broker.delete(self.owner, session_id)
+        await self.broker.delete(self.owner, session_id, generation=self.generation())
         self.set_status(204)
         self.finish()
 
@@ -48,15 +56,26 @@ class ExecuteHandler(BaseHandler):
     async def post(self, session_id: str) -> None:
         req = self.parse(ExecuteRequest)
         stream = "text/event-stream" in self.request.headers.get("Accept", "")
-        handle = await self.broker.execute(
-            self.owner, session_id, req.code, req.timeout_s, stream=stream
-        )
+        key = self.idempotency_key()
+        replayed = False
+        if key is None:
+            handle = await self.broker.execute(
+                self.owner, session_id, req.code, req.timeout_s, stream=stream
+            )
+        else:
+            handle, replayed = await self.broker.execute_once(
+                self.owner, session_id, req.code, req.timeout_s, key, stream=stream
+            )
         self.set_header("X-Execution-Id", handle.execution.id)
+        if replayed:
+            self.set_header(REPLAYED_HEADER, "true")
         if not stream:
             await handle.finished.wait()
             self.send_json(handle.execution)
             return
-        queue = handle.stream or handle.subscribe()
+        # A replay watches the first run from now on; its final `done` event is complete.
+        own = handle.stream if not replayed else None
+        queue = own if own is not None else handle.subscribe()
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("X-Accel-Buffering", "no")
         try:
@@ -91,13 +110,19 @@ class ExecutionHandler(BaseHandler):
 class InterruptHandler(BaseHandler):
     async def post(self, session_id: str) -> None:
         self.raw_body()
-        self.send_json(await self.broker.interrupt(self.owner, session_id))
+        self.send_json(
+            await self.broker.interrupt(self.owner, session_id, generation=self.generation())
+        )
 
 
 class RestartHandler(BaseHandler):
     async def post(self, session_id: str) -> None:
         req = self.parse(RestartRequest, optional=True)
-        self.send_json(await self.broker.restart(self.owner, session_id, recover=req.recover))
+        self.send_json(
+            await self.broker.restart(
+                self.owner, session_id, recover=req.recover, generation=self.generation()
+            )
+        )
 
 
 class FilesHandler(BaseHandler):

@@ -787,6 +787,13 @@ class DockerProvisioner(KernelProvisionerBase):
         self._exit_code = None
         self._restarting = restart
 
+    async def logs_tail(self) -> str:
+        """The last lines the kernel container printed (for the broker log), or ''."""
+        kernel = self._kernel
+        if kernel is None:
+            return ""
+        return await call_docker("read container logs", _logs_tail, kernel.container_id)
+
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
         """Seconds a graceful shutdown may take before SIGTERM/SIGKILL escalate.
 

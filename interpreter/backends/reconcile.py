@@ -103,6 +103,7 @@ async def _reattach(broker: SessionBroker, row: dict[str, Any]) -> bool:
         writer=broker.write,
         writer_nowait=broker.write_nowait,
     )
+    broker.watch(session)
     try:
         await session.attach(row["connection"], row["provisioner"])
     except Exception as exc:

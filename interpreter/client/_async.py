@@ -81,6 +81,7 @@ class AsyncClient:
         metadata: dict[str, Any] | None = None,
         from_session: str | None = None,
         from_notebook: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> PendingSession:
         """Start a session; see :meth:`Client.create_session` for the arguments.
 
@@ -90,6 +91,7 @@ class AsyncClient:
         call = proto.create_session(
             idle_timeout_s=idle_timeout_s, limits=limits, env=env, metadata=metadata,
             from_session=from_session, from_notebook=from_notebook,
+            idempotency_key=idempotency_key,
         )
 
         async def start() -> AsyncSession:
@@ -136,7 +138,8 @@ class AsyncClient:
         with self._mapped_errors():
             resp = await self._http.request(
                 call.method, call.url, json=call.json, content=call.content,
-                params=call.params, timeout=request_timeout(self._timeout, call),
+                params=call.params, headers=call.headers,
+                timeout=request_timeout(self._timeout, call),
             )
         proto.check_response(resp)
         return call.parse(resp)
@@ -149,7 +152,7 @@ class AsyncClient:
         with self._mapped_errors():
             async with self._http.stream(
                 call.method, call.url, json=call.json, params=call.params,
-                headers={"Accept": proto.SSE_MEDIA_TYPE},
+                headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
                 timeout=request_timeout(self._timeout, call),
             ) as resp:
                 if not resp.is_success:
@@ -209,17 +212,23 @@ class AsyncSession:
     # -- running code -------------------------------------------------------------------
 
     async def run(
-        self, code: str, *, timeout_s: float | None = None, raise_on_error: bool = False
+        self,
+        code: str,
+        *,
+        timeout_s: float | None = None,
+        raise_on_error: bool = False,
+        idempotency_key: str | None = None,
     ) -> AsyncRunResult:
         """Run code and wait for it; see :meth:`Session.run`."""
-        execution = await self.client._call(proto.execute(self.id, code, timeout_s))
+        call = proto.execute(self.id, code, timeout_s, idempotency_key)
+        execution = await self.client._call(call)
         result = self._wrap(execution)
         if raise_on_error and not result.ok:
             raise ExecutionError(execution)
         return result
 
     async def stream(
-        self, code: str, *, timeout_s: float | None = None
+        self, code: str, *, timeout_s: float | None = None, idempotency_key: str | None = None
     ) -> AsyncIterator[AsyncStreamEvent]:
         """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
 
@@ -227,7 +236,7 @@ class AsyncSession:
             >>> async for event in session.stream("print('hi')"):  # doctest: +SKIP
             ...     print(event)
         """
-        call = proto.stream_request(self.id, code, timeout_s)
+        call = proto.stream_request(self.id, code, timeout_s, idempotency_key)
         execution_id: str | None = None
         try:
             async with self.client._stream(call) as (lines, execution_id):
@@ -270,14 +279,17 @@ class AsyncSession:
         """Fetch an execution of this session by id (also while it is still running)."""
         return self._wrap(await self.client._call(proto.get_execution(self.id, execution_id)))
 
-    async def interrupt(self) -> SessionInfo:
+    async def interrupt(self, *, generation: int | None = None) -> SessionInfo:
         """Interrupt the code that is running (like Ctrl-C); state is kept."""
-        self.info = await self.client._call(proto.interrupt(self.id))
+        self.info = await self.client._call(proto.interrupt(self.id, generation))
         return self.info
 
-    async def restart(self, *, recover: bool = False) -> SessionInfo:
+    async def restart(
+        self, *, recover: bool = False, generation: int | None = None
+    ) -> SessionInfo:
         """Restart the kernel; with ``recover=True`` rebuild state from the good cells."""
-        self.info = await self.client._call(proto.restart(self.id, recover=recover))
+        call = proto.restart(self.id, recover=recover, generation=generation)
+        self.info = await self.client._call(call)
         return self.info
 
     async def fork(self, **options: Any) -> AsyncSession:

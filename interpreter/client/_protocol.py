@@ -63,6 +63,7 @@ class Call(Generic[T]):
         content: Raw body, if any (uploads).
         params: Query parameters.
         unbounded: The answer waits for user code, so no read timeout applies.
+        headers: Extra request headers (``Idempotency-Key``).
     """
 
     method: str
@@ -72,6 +73,7 @@ class Call(Generic[T]):
     content: bytes | None = None
     params: dict[str, str] | None = None
     unbounded: bool = False
+    headers: dict[str, str] | None = None
 
 
 # ------------------------------------------------------------------------------ paths
@@ -152,6 +154,7 @@ _STATUS_CLASSES: dict[int, type[APIError]] = {
     403: AuthenticationError,
     404: NotFoundError,
     409: ConflictError,
+    410: ConflictError,
     413: BadRequestError,
     422: BadRequestError,
     429: BusyError,
@@ -200,6 +203,7 @@ def create_session(
     metadata: dict[str, Any] | None = None,
     from_session: str | None = None,
     from_notebook: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[Session]:
     body: dict[str, Any] = {}
     if idle_timeout_s is not None:
@@ -216,7 +220,18 @@ def create_session(
         body["from_notebook"] = from_notebook
     # A rebuild replays cells, which takes as long as they take.
     rebuild = from_session is not None or from_notebook is not None
-    return Call("POST", "/v1/sessions", _parse_session, json=body, unbounded=rebuild)
+    return Call(
+        "POST", "/v1/sessions", _parse_session, json=body, unbounded=rebuild,
+        headers=_idempotency(idempotency_key),
+    )
+
+
+def _idempotency(key: str | None) -> dict[str, str] | None:
+    return {IDEMPOTENCY_HEADER: key} if key is not None else None
+
+
+def _fence(generation: int | None) -> dict[str, str] | None:
+    return {"generation": str(generation)} if generation is not None else None
 
 
 def list_sessions() -> Call[list[Session]]:
@@ -227,16 +242,22 @@ def get_session(session_id: str) -> Call[Session]:
     return Call("GET", session_url(session_id), _parse_session)
 
 
-def delete_session(session_id: str) -> Call[None]:
-    return Call("DELETE", session_url(session_id), _parse_nothing)
+def delete_session(session_id: str, generation: int | None = None) -> Call[None]:
+    return Call("DELETE", session_url(session_id), _parse_nothing, params=_fence(generation))
 
 
-def execute(session_id: str, code: str, timeout_s: float | None = None) -> Call[Execution]:
+def execute(
+    session_id: str,
+    code: str,
+    timeout_s: float | None = None,
+    idempotency_key: str | None = None,
+) -> Call[Execution]:
     body: dict[str, Any] = {"code": code}
     if timeout_s is not None:
         body["timeout_s"] = timeout_s
     return Call(
-        "POST", session_url(session_id, "execute"), _parse_execution, json=body, unbounded=True
+        "POST", session_url(session_id, "execute"), _parse_execution, json=body, unbounded=True,
+        headers=_idempotency(idempotency_key),
     )
 
 
@@ -244,14 +265,19 @@ def get_execution(session_id: str, execution_id: str) -> Call[Execution]:
     return Call("GET", session_url(session_id, "executions", execution_id), _parse_execution)
 
 
-def interrupt(session_id: str) -> Call[Session]:
-    return Call("POST", session_url(session_id, "interrupt"), _parse_session)
+def interrupt(session_id: str, generation: int | None = None) -> Call[Session]:
+    return Call(
+        "POST", session_url(session_id, "interrupt"), _parse_session, params=_fence(generation)
+    )
 
 
-def restart(session_id: str, *, recover: bool = False) -> Call[Session]:
+def restart(
+    session_id: str, *, recover: bool = False, generation: int | None = None
+) -> Call[Session]:
     body = {"recover": True} if recover else None
     return Call(
-        "POST", session_url(session_id, "restart"), _parse_session, json=body, unbounded=recover
+        "POST", session_url(session_id, "restart"), _parse_session, json=body, unbounded=recover,
+        params=_fence(generation),
     )
 
 
@@ -288,10 +314,15 @@ def health() -> Call[dict[str, Any]]:
 # ---------------------------------------------------------------------------- streams
 
 
-def stream_request(session_id: str, code: str, timeout_s: float | None) -> Call[None]:
+def stream_request(
+    session_id: str, code: str, timeout_s: float | None, idempotency_key: str | None = None
+) -> Call[None]:
     """The streaming form of :func:`execute`; the body is read as events, not parsed."""
-    call = execute(session_id, code, timeout_s)
-    return Call(call.method, call.url, _parse_nothing, json=call.json, unbounded=True)
+    call = execute(session_id, code, timeout_s, idempotency_key)
+    return Call(
+        call.method, call.url, _parse_nothing, json=call.json, unbounded=True,
+        headers=call.headers,
+    )
 
 
 def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
@@ -336,6 +367,7 @@ STREAM_ENDED_EARLY = "the event stream ended before the execution finished"
 
 #: Response header naming the execution a request started (so a broken stream can resume).
 EXECUTION_ID_HEADER = "X-Execution-Id"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class Backoff:

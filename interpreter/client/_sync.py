@@ -77,6 +77,7 @@ class Client:
         metadata: dict[str, Any] | None = None,
         from_session: str | None = None,
         from_notebook: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> Session:
         """Start a session (a fresh kernel) and return it; use it as a context manager.
 
@@ -99,6 +100,7 @@ class Client:
         info = self._call(proto.create_session(
             idle_timeout_s=idle_timeout_s, limits=limits, env=env, metadata=metadata,
             from_session=from_session, from_notebook=from_notebook,
+            idempotency_key=idempotency_key,
         ))
         return Session(self, info)
 
@@ -141,7 +143,8 @@ class Client:
         with self._mapped_errors():
             resp = self._http.request(
                 call.method, call.url, json=call.json, content=call.content,
-                params=call.params, timeout=request_timeout(self._timeout, call),
+                params=call.params, headers=call.headers,
+                timeout=request_timeout(self._timeout, call),
             )
         proto.check_response(resp)
         return call.parse(resp)
@@ -151,7 +154,8 @@ class Client:
         """Send a call asking for server-sent events; yield its lines and execution id."""
         with self._mapped_errors(), self._http.stream(
             call.method, call.url, json=call.json, params=call.params,
-            headers={"Accept": proto.SSE_MEDIA_TYPE}, timeout=request_timeout(self._timeout, call),
+            headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
+            timeout=request_timeout(self._timeout, call),
         ) as resp:
             if not resp.is_success:
                 resp.read()
@@ -194,7 +198,12 @@ class Session:
     # -- running code -------------------------------------------------------------------
 
     def run(
-        self, code: str, *, timeout_s: float | None = None, raise_on_error: bool = False
+        self,
+        code: str,
+        *,
+        timeout_s: float | None = None,
+        raise_on_error: bool = False,
+        idempotency_key: str | None = None,
     ) -> RunResult:
         """Run code in the session and wait for it to finish.
 
@@ -204,6 +213,8 @@ class Session:
                 if it does not stop); the status is then ``timeout``.
             raise_on_error: Raise :class:`ExecutionError` unless the status is ``ok``.
                 Otherwise an exception in the code is data: ``result.error``.
+            idempotency_key: Makes a retry safe: the same key (with the same code) returns
+                the first run's result instead of running the code again.
 
         Returns:
             The run's outputs, status and error; artifacts can be fetched from it.
@@ -213,12 +224,15 @@ class Session:
             >>> r.status, r.error.ename  # doctest: +SKIP
             ('error', 'ZeroDivisionError')
         """
-        result = self._wrap(self.client._call(proto.execute(self.id, code, timeout_s)))
+        call = proto.execute(self.id, code, timeout_s, idempotency_key)
+        result = self._wrap(self.client._call(call))
         if raise_on_error and not result.ok:
             raise ExecutionError(result.execution)
         return result
 
-    def stream(self, code: str, *, timeout_s: float | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self, code: str, *, timeout_s: float | None = None, idempotency_key: str | None = None
+    ) -> Iterator[StreamEvent]:
         """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
 
         Example:
@@ -228,7 +242,7 @@ class Session:
             ...     elif isinstance(event, DoneEvent):
             ...         print(event.result.status)
         """
-        call = proto.stream_request(self.id, code, timeout_s)
+        call = proto.stream_request(self.id, code, timeout_s, idempotency_key)
         execution_id: str | None = None
         try:
             with self.client._stream(call) as (lines, execution_id):
@@ -271,19 +285,26 @@ class Session:
         """Fetch an execution of this session by id (also while it is still running)."""
         return self._wrap(self.client._call(proto.get_execution(self.id, execution_id)))
 
-    def interrupt(self) -> SessionInfo:
-        """Interrupt the code that is running (like Ctrl-C); state is kept."""
-        self.info = self.client._call(proto.interrupt(self.id))
+    def interrupt(self, *, generation: int | None = None) -> SessionInfo:
+        """Interrupt the code that is running (like Ctrl-C); state is kept.
+
+        With ``generation`` (from ``info.generation``), only if the kernel was not
+        restarted since: otherwise :class:`ConflictError` and nothing is interrupted.
+        """
+        self.info = self.client._call(proto.interrupt(self.id, generation))
         return self.info
 
-    def restart(self, *, recover: bool = False) -> SessionInfo:
+    def restart(
+        self, *, recover: bool = False, generation: int | None = None
+    ) -> SessionInfo:
         """Restart the kernel: a clean state, the same session and notebook.
 
         Args:
             recover: Rebuild the state afterwards by re-running the session's good cells;
                 ``info.rebuild`` says how many ran and which failed.
         """
-        self.info = self.client._call(proto.restart(self.id, recover=recover))
+        call = proto.restart(self.id, recover=recover, generation=generation)
+        self.info = self.client._call(call)
         return self.info
 
     def fork(self, **options: Any) -> Session:

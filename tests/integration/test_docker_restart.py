@@ -97,7 +97,9 @@ def test_sigkill_mid_execution_reattaches_and_reports_unknown(broker: Start) -> 
             proc.wait()
     _, url = broker()
     with client(url) as api:
-        ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
+        resp = api.get(f"/v1/sessions/{sid}/executions/{execution_id}")
+        assert resp.status_code == 200, resp.text
+        ex = resp.json()
         assert ex["status"] == "unknown"
         assert run(api, sid, "x")["outputs"][0]["data"]["text/plain"] == "5"
         # The interrupted code ran once and was never run again.

@@ -250,3 +250,31 @@ def test_agent_loop_example_self_corrects(local_server: Server) -> None:
     assert first_error < fixed
     assert "final answer: The north region sold more: 405 (north) vs 285 (south), " \
            "a difference of 120." in out
+
+
+def test_idempotency_keys_and_generation_fences(client: Client) -> None:
+    from interpreter.client import ConflictError
+
+    first = client.create_session(idempotency_key="sdk-create-1", metadata={"t": "idem"})
+    try:
+        again = client.create_session(idempotency_key="sdk-create-1", metadata={"t": "idem"})
+        assert again.id == first.id
+        first.run("n = 0")
+        one = first.run("n += 1; n", idempotency_key="sdk-run-1")
+        two = first.run("n += 1; n", idempotency_key="sdk-run-1")
+        assert one.execution.id == two.execution.id
+        streamed = list(first.stream("n += 1; n", idempotency_key="sdk-run-1"))
+        assert isinstance(streamed[-1], DoneEvent)
+        assert streamed[-1].execution.id == one.execution.id
+        assert first.run("n").text == "1"
+
+        generation = first.refresh().generation
+        assert first.restart(generation=generation).generation == generation + 1
+        with pytest.raises(ConflictError) as stale:
+            first.interrupt(generation=generation)
+        assert stale.value.code == "generation_mismatch"
+        with pytest.raises(BadRequestError) as reused:
+            first.run("n", idempotency_key="sdk-run-1")
+        assert reused.value.code == "idempotency_key_reused"
+    finally:
+        first.close()
