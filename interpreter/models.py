@@ -55,7 +55,9 @@ class CreateSessionRequest(_Request):
     limits: Limits | None = None
     env: dict[str, str] = Field(default_factory=dict, description="Extra kernel environment.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form labels.")
-    from_session: str | None = Field(None, description="Rebuild from this session's notebook.")
+    from_session: str | None = Field(
+        None, min_length=1, max_length=100, description="Rebuild from this session's notebook."
+    )
     from_notebook: dict[str, Any] | None = Field(
         None, description="Rebuild from this nbformat v4 notebook (JSON)."
     )
@@ -65,15 +67,29 @@ class CreateSessionRequest(_Request):
     def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
         if len(env) > 64:
             raise ValueError("at most 64 variables")
+        total = 0
         for key, value in env.items():
             _check_text(key)
             _check_text(value)
+            size = len(key.encode()) + len(value.encode())
+            total += size
+            if len(key) > 256 or size > MAX_ENV_ENTRY_BYTES:
+                raise ValueError(
+                    f"variable {key[:40]!r} is too long: at most 256 characters of name and "
+                    f"{MAX_ENV_ENTRY_BYTES} bytes in all (put large data in a workspace file)"
+                )
+            if total > MAX_ENV_BYTES:
+                raise ValueError(f"the variables exceed {MAX_ENV_BYTES} bytes in all")
             if not key or "=" in key or not (key[0].isalpha() or key[0] == "_"):
                 raise ValueError(f"invalid variable name {key!r}")
             if key.upper().startswith(("JPY_", "INTERP_")) or key in _RESERVED_ENV:
                 raise ValueError(f"variable {key!r} is reserved")
         return env
 
+
+#: One NAME=value entry, and all of them: well below Linux's 128 KiB per string for exec.
+MAX_ENV_ENTRY_BYTES = 32 << 10
+MAX_ENV_BYTES = 256 << 10
 
 _RESERVED_ENV = frozenset(
     {

@@ -55,7 +55,7 @@ def openapi_document() -> dict[str, Any]:
         "in": "query",
         "required": False,
         "description": "Act only if the session still runs this kernel generation (409 if not).",
-        "schema": {"type": "integer", "minimum": 0},
+        "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999_999},
     }
     idempotency = {
         "name": "Idempotency-Key",

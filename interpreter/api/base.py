@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
+    BadRequest,
     InterpreterError,
     NotFound,
     PayloadTooLarge,
@@ -110,8 +111,36 @@ class BaseHandler(tornado.web.RequestHandler):
                 return
         raise Unauthorized("Invalid API key.")
 
-    def prepare(self) -> None:
+    #: Set by :meth:`decode_argument` when a path segment is not UTF-8 (checked in prepare).
+    _bad_path = False
+    #: Whether :meth:`prepare` has begun: arguments decoded before that are path segments.
+    _prepare_started = False
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        """Decode a path segment or query value; bad UTF-8 is a clear 400, never a reset.
+
+        Path segments are decoded before :meth:`prepare`, where an error would make tornado
+        answer before the body is read and drop the connection: the error is kept for
+        :meth:`prepare` instead, which answers it the safe way.
+        """
         try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            if not self._prepare_started:
+                self._bad_path = True
+                return value.decode("utf-8", "replace")
+            raise BadRequest(
+                f"Query parameter '{name}' is not valid UTF-8 once percent-decoded."
+            ) from None
+
+    def prepare(self) -> None:
+        self._prepare_started = True
+        try:
+            if self._bad_path:
+                raise BadRequest(
+                    "The URL path is not valid UTF-8 once percent-decoded; percent-encode "
+                    "the UTF-8 bytes of each path segment."
+                )
             self.check_auth()
             length = self.request.headers.get("Content-Length")
             if length is not None and length.isdigit() and int(length) > self.body_limit:
@@ -184,7 +213,8 @@ class BaseHandler(tornado.web.RequestHandler):
             return None
         if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
             raise ValidationFailed(
-                "generation must be a non-negative integer (the session's 'generation' field)."
+                "generation must be a non-negative integer of at most 12 digits (the "
+                "session's 'generation' field)."
             )
         return int(raw)
 
