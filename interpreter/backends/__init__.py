@@ -1,8 +1,127 @@
-"""Kernel backends, written as jupyter_client kernel provisioners.
+"""Kernel backends: what the broker needs from "where kernels run", behind one object.
 
-The kernelspec chooses the provisioner (``metadata.kernel_provisioner.provisioner_name``):
-``interpreter-local`` runs the kernel as a subprocess of the broker, ``interpreter-docker``
-in its own hardened container. Per-session values reach the provisioner as one
-:class:`~interpreter.backends.base.LaunchOptions` passed to ``start_kernel(interp=...)``;
-jupyter_client keeps it in the kernel manager's launch arguments, so restarts reuse it.
+A backend has two faces. Towards jupyter_client it is a kernel provisioner (entry points
+``interpreter-local`` and ``interpreter-docker``, chosen by the kernelspec); per-session
+values reach it as one :class:`~interpreter.backends.base.LaunchOptions` passed to
+``start_kernel(interp=...)``, which jupyter_client replays on every restart. Towards the
+broker it is a :class:`Backend`: availability, transport, the warm pool, reattaching after a
+broker restart, leftovers of an earlier broker, the kernel environment's package list and
+what to keep on shutdown. Nothing above this package compares backend names.
+
+Every method says who calls it. Nothing here imports the broker or the session.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from jupyter_client.manager import AsyncKernelManager
+
+    from interpreter.backends.base import LaunchOptions
+    from interpreter.settings import Settings
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A kernel an earlier broker process left running (for example a container).
+
+    Attributes:
+        id: the backend's id for it (a container id).
+        session_id: the session it served, or ``None`` (e.g. a warm-pool container).
+    """
+
+    id: str
+    session_id: str | None = None
+
+
+class Backend(Protocol):
+    """Where kernels run, as the broker sees it.
+
+    Attributes:
+        name: ``local`` or ``docker``; recorded on every session and notebook.
+        kernel_name: the kernelspec the broker starts (``python3``, ``python3-docker``).
+        isolated: whether a kernel is kept from the host (shown in warnings and health).
+        keep_on_shutdown: whether a stopping broker leaves kernels running, to be
+            reattached by the next one (docker with ``keep_containers_on_shutdown``).
+        packages: exact package versions of the kernel environment, for notebook metadata
+            (empty when unknown).
+        image: the image the kernels run from, for notebook metadata (``None`` when none).
+    """
+
+    name: str
+    kernel_name: str
+    isolated: bool
+    keep_on_shutdown: bool
+    packages: Mapping[str, str]
+    image: str | None
+
+    def configure(self, manager: AsyncKernelManager, options: LaunchOptions) -> None:
+        """Set transport and addresses on a new, unstarted kernel manager.
+
+        Called from the broker's kernel wrapper each time it builds a manager, for a new
+        session and for a reattached one. Also attaches what the provisioner needs beyond
+        the session's values (the warm pool) to ``options``.
+        """
+
+    async def start(self) -> None:
+        """Start background parts (the warm pool). Called once by the server, after the
+        broker has dealt with leftovers, so that they are not mistaken for its own."""
+
+    async def close(self) -> None:
+        """Stop background parts. Called once by the broker at shutdown, after sessions."""
+
+    def can_reattach(self, record_backend: str) -> bool:
+        """Whether a session recorded under ``record_backend`` may still have a live kernel
+        this backend can reattach (a local kernel dies with its broker). Called at startup
+        recovery for each open session record."""
+
+    async def reattach(
+        self,
+        manager: AsyncKernelManager,
+        provisioner_info: dict[str, Any],
+        options: LaunchOptions,
+    ) -> None:
+        """Make an unstarted ``manager`` manage a kernel that outlived an earlier broker.
+
+        Called at startup recovery. Raises ``KernelStartFailed`` when the kernel is gone or
+        fails the checks; the session is then closed.
+        """
+
+    async def leftovers(self, broker_id: str) -> list[Leftover]:
+        """Kernels an earlier process of this broker left (labelled with ``broker_id``).
+        Called once at startup recovery, before the pool starts."""
+
+    def matches(
+        self, leftover: Leftover, session_id: str, provisioner_info: dict[str, Any]
+    ) -> bool:
+        """Whether ``leftover`` is the kernel of the session recorded with these values."""
+
+    async def remove(self, leftover: Leftover) -> None:
+        """Remove a leftover kernel nobody reattached. Called at startup recovery."""
+
+
+def create(name: str, settings: Settings) -> Backend:
+    """The backend called ``name`` (``local`` or ``docker``), without availability checks.
+
+    Called by the server when a backend is given explicitly (tests, embedding).
+    """
+    if name == "local":
+        from interpreter.backends.local import LocalBackend
+
+        return LocalBackend(settings)
+    if name == "docker":
+        from interpreter.backends.docker.backend import DockerBackend
+
+        return DockerBackend(settings)
+    raise ValueError(f"unknown backend {name!r}; use 'local' or 'docker'")
+
+
+def resolve(settings: Settings) -> Backend:
+    """The backend ``settings.backend`` asks for; ``auto`` means docker when an engine and
+    the image are there, else local with a warning. Blocking (asks the Docker engine):
+    call it off the event loop. Raises ``BackendUnavailable`` for an explicit ``docker``
+    that cannot run."""
+    raise NotImplementedError
