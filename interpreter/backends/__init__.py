@@ -66,9 +66,10 @@ class Backend(Protocol):
         the session's values (the warm pool) to ``options``.
         """
 
-    async def start(self) -> None:
-        """Start background parts (the warm pool). Called once by the server, after the
-        broker has dealt with leftovers, so that they are not mistaken for its own."""
+    async def start(self, template: LaunchOptions) -> None:
+        """Start background parts (the warm pool, whose kernels are launched with
+        ``template``: what a session without limits or env gets). Called once by the
+        server after startup recovery, so that pool kernels are not taken for leftovers."""
 
     async def close(self) -> None:
         """Stop background parts. Called once by the broker at shutdown, after sessions."""
