@@ -12,15 +12,13 @@ import contextlib
 import hashlib
 import json
 import logging
-import shutil
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from interpreter import rebuild
 from interpreter.artifacts import ArtifactStore
-from interpreter.backends.base import LaunchOptions
+from interpreter.backends import Backend
 from interpreter.errors import (
     BadRequest,
     ExecutionNotFound,
@@ -32,27 +30,23 @@ from interpreter.errors import (
     TooManySessions,
     ValidationFailed,
 )
+from interpreter.handle import ExecutionHandle
 from interpreter.idempotency import IdempotencyKeys, request_hash
-from interpreter.kernelspecs import KERNEL_NAMES
+from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
-from interpreter.models import (
-    CreateSessionRequest,
-    Execution,
-    KernelInfo,
-    RebuildReport,
-)
+from interpreter.models import CreateSessionRequest, Execution
 from interpreter.models import Session as SessionModel
-from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder, good_code_cells
-from interpreter.session import ExecutionHandle, LiveSession, new_id
+from interpreter.notebook import NOTEBOOK_NAME
+from interpreter.recovery import recover
+from interpreter.session import LiveSession
 from interpreter.settings import Settings
-from interpreter.store import SessionRow, Store, utcnow
+from interpreter.store import SessionRecord, Store, Writer, utcnow
 from interpreter.workspace import Workspace, copy_tree_safely
 
 log = logging.getLogger(__name__)
 
 #: Closed reasons that mean the service ended the session on its own: 410 session_expired.
 EXPIRY_REASONS = frozenset({"idle_timeout", "max_lifetime"})
-T = TypeVar("T")
 
 
 def owner_of(api_key: str | None) -> str:
@@ -65,55 +59,52 @@ def owner_of(api_key: str | None) -> str:
 class SessionBroker:
     """All sessions of one service. Create with :meth:`open`, end with :meth:`shutdown`."""
 
-    def __init__(self, settings: Settings, backend: str) -> None:
+    def __init__(self, settings: Settings, backend: Backend) -> None:
         self.settings = settings
         self.backend = backend
-        self.kernel_name = KERNEL_NAMES[backend]
         self.store = Store(settings.db_path)
+        self.writer = Writer()
         self.broker_id = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:16]
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self.live: dict[str, LiveSession] = {}
         self.metrics = Metrics(self._status_counts)
+        self.factory = SessionFactory(
+            settings, backend, self.store, self.writer, self.metrics, self.broker_id
+        )
         self.closing = False
         self._creating = 0
         self._cull_task: asyncio.Task[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
-        self.pool: Any = None
-        #: Exact package versions of the kernel environment (from the image), for notebooks.
-        self.kernel_packages: dict[str, str] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self.idempotency = IdempotencyKeys(self.store, self.write, settings.idempotency_ttl_s)
-
-    def write_nowait(self, fn: Callable[[], object]) -> None:
-        """Queue a store write behind the earlier ones without waiting for it."""
-        future = self._writer.submit(fn)
-        future.add_done_callback(_log_write_failure)
-
-    async def write(self, fn: Callable[[], T]) -> T:
-        """Run a store write on the single writer thread (keeps writes in order)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, fn)
+        self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
 
     # ---------------------------------------------------------------- start / stop
 
     async def open(self) -> None:
-        """Reconcile with what an earlier broker left behind and start background tasks."""
+        """Deal with what an earlier broker left behind and start background tasks."""
         self.settings.sessions_dir.mkdir(parents=True, exist_ok=True)
-        unknown = await self.write(self.store.mark_unfinished_unknown)
+        unknown = await self.writer.run(self.store.mark_unfinished_unknown)
         if unknown:
             log.warning(
                 "%d executions were in flight when the broker stopped: outcome "
                 "unknown (not re-run)",
                 len(unknown),
             )
-        self.reconcile_report = await self._reconcile()
+        records = await asyncio.to_thread(self.store.list_sessions)
+        report = await recover(
+            records,
+            backend=self.backend,
+            factory=self.factory,
+            store=self.store,
+            writer=self.writer,
+            broker_id=self.broker_id,
+            adopt=self._adopt,
+        )
+        self.reconcile_report = report.as_dict()
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")
 
-    async def _reconcile(self) -> dict[str, list[str]]:
-        """Reattach to surviving kernels, close records whose kernel is gone (R-07)."""
-        from interpreter.backends import reconcile
-
-        return await reconcile.reconcile(self)
+    def _adopt(self, session: LiveSession) -> None:
+        self.watch(session)
+        self.live[session.id] = session
 
     async def shutdown(self) -> None:
         """Stop culling, close or detach every live session, flush notebooks."""
@@ -124,7 +115,7 @@ class SessionBroker:
                 await self._cull_task
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
-        keep = self.backend == "docker" and self.settings.keep_containers_on_shutdown
+        keep = self.backend.keep_on_shutdown
         await asyncio.gather(
             *(
                 s.close(reason="broker_shutdown", keep_kernel=keep)
@@ -133,10 +124,9 @@ class SessionBroker:
             return_exceptions=True,
         )
         self.live.clear()
-        if self.pool is not None:
-            with contextlib.suppress(Exception):
-                await self.pool.close()
-        self._writer.shutdown(wait=True)
+        with contextlib.suppress(Exception):
+            await self.backend.close()
+        self.writer.close()
         self.store.close()
 
     def _status_counts(self) -> dict[str, int]:
@@ -146,44 +136,6 @@ class SessionBroker:
         return counts
 
     # ---------------------------------------------------------------- sessions
-
-    def launch_options(
-        self, session_id: str, owner: str, req: CreateSessionRequest
-    ) -> LaunchOptions:
-        s = self.settings
-        limits = req.limits
-        memory = (
-            limits.memory_mb if limits and limits.memory_mb is not None else s.default_memory_mb
-        )
-        cpus = limits.cpus if limits and limits.cpus is not None else s.default_cpus
-        pids = limits.pids if limits and limits.pids is not None else s.default_pids
-        problems = []
-        if memory > s.max_memory_mb:
-            problems.append(
-                f"limits.memory_mb {memory} exceeds the server maximum {s.max_memory_mb}"
-            )
-        if cpus > s.max_cpus:
-            problems.append(f"limits.cpus {cpus:g} exceeds the server maximum {s.max_cpus:g}")
-        if pids > s.max_pids:
-            problems.append(f"limits.pids {pids} exceeds the server maximum {s.max_pids}")
-        if problems:
-            raise ValidationFailed("; ".join(problems) + ".")
-        session_dir = s.session_dir(session_id)
-        return LaunchOptions(
-            session_id=session_id,
-            owner=owner,
-            session_dir=session_dir,
-            workspace=session_dir / "workspace",
-            runtime_dir=s.data_dir / "run" / session_id[-12:],
-            env=dict(req.env),
-            memory_mb=memory,
-            cpus=cpus,
-            pids=pids,
-            tmp_size_mb=s.tmp_size_mb,
-            image=s.docker_image,
-            runtime=s.docker_runtime,
-            extra={"broker_id": self.broker_id},
-        )
 
     async def create(self, owner: str, req: CreateSessionRequest) -> SessionModel:
         """Create a session (optionally rebuilt from another session or a notebook)."""
@@ -202,23 +154,20 @@ class SessionBroker:
                 f"This API key already has {mine} live sessions (the maximum); delete some.",
                 retry_after=10,
             )
-        source_nb, source_desc, source_ws = await self._rebuild_source(owner, req)
-        session_id = new_id("s")
-        options = self.launch_options(session_id, owner, req)
+        source = await self._rebuild_source(owner, req)
         self._creating += 1
         try:
-            session = await self._start_session(session_id, owner, req, options, source_desc)
+            session = await self._start_session(
+                owner, req, source.description if source else None
+            )
         finally:
             self._creating -= 1
-        if source_ws is not None:
-            await asyncio.to_thread(copy_tree_safely, source_ws, options.workspace)
-        if source_nb is not None:
-            report = await self._replay_into(session, source_nb, source_desc or "notebook")
-            session.rebuild = report.model_dump()
-            rebuild_json = json.dumps(session.rebuild)
-            await self.write(
-                lambda: self.store.update_session(session_id, rebuild_json=rebuild_json)
-            )
+        if source is not None:
+            if source.workspace is not None:
+                await asyncio.to_thread(
+                    copy_tree_safely, source.workspace, session.options.workspace
+                )
+            await self._rebuild(session, source.notebook, source.description)
         return session.info()
 
     async def create_once(
@@ -236,126 +185,49 @@ class SessionBroker:
         return await self.get(owner, session_id), replayed
 
     async def _start_session(
-        self,
-        session_id: str,
-        owner: str,
-        req: CreateSessionRequest,
-        options: LaunchOptions,
-        source_desc: str | None,
+        self, owner: str, req: CreateSessionRequest, source: str | None
     ) -> LiveSession:
-        now = utcnow().isoformat()
-        limits = {"memory_mb": options.memory_mb, "cpus": options.cpus, "pids": options.pids}
-        row: dict[str, Any] = {
-            "id": session_id,
-            "owner": owner,
-            "status": "starting",
-            "backend": self.backend,
-            "created_at": now,
-            "last_activity_at": now,
-            "execution_count": 0,
-            "metadata_json": json.dumps(req.metadata),
-            "limits_json": json.dumps(limits),
-            "env_json": json.dumps(req.env),
-            "idle_timeout_s": req.idle_timeout_s,
-        }
-        await asyncio.to_thread(self._make_dirs, options)
-        await self.write(lambda: self.store.insert_session(row))
-        notebook = NotebookRecorder.create(
-            options.session_dir / NOTEBOOK_NAME,
-            session_id=session_id,
-            kernel_name=self.kernel_name,
-            backend=self.backend,
-            source={"from": source_desc} if source_desc else None,
-        )
-        if self.kernel_packages:
-            notebook.nb.metadata["interp"]["packages"] = self.kernel_packages
-            notebook.nb.metadata["interp"]["image"] = self.settings.docker_image
-        session = LiveSession(
-            row={**row, "metadata": req.metadata, "limits": limits},
-            settings=self.settings,
-            store=self.store,
-            options=options,
-            kernel_name=self.kernel_name,
-            notebook=notebook,
-            metrics=self.metrics,
-            writer=self.write,
-            writer_nowait=self.write_nowait,
-        )
-        self.watch(session)
-        self.live[session_id] = session
+        session = await self.factory.new(owner, req, source=source)
+        self._adopt(session)
         try:
             await session.start()
         except KernelStartFailed as exc:
-            log.warning("session %s: kernel start failed: %s", session_id, exc.message)
-            self.live.pop(session_id, None)
-            await self.write(
-                lambda: self.store.update_session(
-                    session_id, status="closed", closed_reason="start_failed"
-                )
-            )
+            log.warning("session %s: kernel start failed: %s", session.id, exc.message)
+            self.live.pop(session.id, None)
+            await self.writer.run(partial(self.store.close_session, session.id, "start_failed"))
             raise
-        await session.flush()
+        await session.notebook.flush()
         return session
-
-    @staticmethod
-    def _make_dirs(options: LaunchOptions) -> None:
-        options.session_dir.mkdir(parents=True, exist_ok=True)
-        options.session_dir.chmod(0o700)
-        options.workspace.mkdir(exist_ok=True)
-        (options.session_dir / "artifacts").mkdir(exist_ok=True)
-        options.runtime_dir.mkdir(parents=True, exist_ok=True)
-        options.runtime_dir.chmod(0o700)
 
     async def _rebuild_source(
         self, owner: str, req: CreateSessionRequest
-    ) -> tuple[dict[str, Any] | None, str | None, Path | None]:
+    ) -> rebuild.RebuildSource | None:
         if req.from_session and req.from_notebook is not None:
             raise ValidationFailed("Give either from_session or from_notebook, not both.")
         if req.from_session:
-            row = await self._row(owner, req.from_session)
-            path = self.settings.session_dir(row["id"]) / NOTEBOOK_NAME
-            live = self.live.get(row["id"])
+            record = await self._record(owner, req.from_session)
+            session_dir = self.settings.session_dir(record.id)
+            live = self.live.get(record.id)
             if live is not None:
-                await live.flush()
-            nb = await asyncio.to_thread(_read_json, path)
-            return nb, f"session:{row['id']}", self.settings.session_dir(row["id"]) / "workspace"
-        if req.from_notebook is not None:
-            import nbformat
-
-            try:
-                nbformat.validate(nbformat.from_dict(req.from_notebook))  # type: ignore[no-untyped-call]
-            except Exception as exc:
-                raise ValidationFailed(
-                    f"from_notebook is not a valid nbformat v4 notebook: {str(exc)[:300]}"
-                ) from exc
-            return dict(req.from_notebook), "notebook", None
-        return None, None, None
-
-    async def _replay_into(
-        self, session: LiveSession, nb: dict[str, Any], source: str, *, skip_meta: bool = False
-    ) -> RebuildReport:
-        """Re-run the good code cells of ``nb`` in ``session``, in order."""
-        sources, skipped = good_code_cells(nb)
-        report = RebuildReport(
-            source=source, cells_total=len(sources) + skipped, cells_skipped=skipped
-        )
-        for index, code in enumerate(sources):
-            handle = await session.submit(
-                code,
-                self.settings.default_timeout_s,
-                extra_meta={"replay_of": index, "replay_source": source},
+                await live.notebook.flush()
+            nb = await asyncio.to_thread(_read_json, session_dir / NOTEBOOK_NAME)
+            return rebuild.RebuildSource(
+                notebook=nb, description=f"session:{record.id}", workspace=session_dir / "workspace"
             )
-            await handle.finished.wait()
-            report.cells_ran += 1
-            if handle.execution.status != "ok":
-                report.failed.append(index)
-        return report
+        if req.from_notebook is not None:
+            return rebuild.from_notebook(req.from_notebook)
+        return None
 
-    async def _row(self, owner: str, session_id: str) -> SessionRow:
+    async def _rebuild(self, session: LiveSession, nb: dict[str, Any], source: str) -> None:
+        report = await rebuild.replay_into(session, nb, source, self.settings.default_timeout_s)
+        session.record.rebuild = report
+        await self.writer.run(partial(self.store.save_rebuild, session.id, report))
+
+    async def _record(self, owner: str, session_id: str) -> SessionRecord:
         if len(session_id) > 100:
             raise SessionNotFound("No such session.")
         row = await asyncio.to_thread(self.store.get_session, session_id)
-        if row is None or row["owner"] != owner:
+        if row is None or row.owner != owner:
             raise SessionNotFound(
                 f"No session '{session_id}' for this API key; it may never have existed or "
                 "belong to another key. List yours with GET /v1/sessions."
@@ -372,22 +244,22 @@ class SessionBroker:
         live = self._live(owner, session_id)
         if live is not None:
             return live.info()
-        return _closed_model(await self._row(owner, session_id))
+        return (await self._record(owner, session_id)).to_model()
 
     async def list_for(self, owner: str) -> list[SessionModel]:
-        rows = await asyncio.to_thread(self.store.list_sessions, owner)
+        records = await asyncio.to_thread(self.store.list_sessions, owner)
         out = []
-        for row in rows:
-            live = self.live.get(row["id"])
-            out.append(live.info() if live is not None else _closed_model(row))
+        for record in records:
+            live = self.live.get(record.id)
+            out.append(live.info() if live is not None else record.to_model())
         return out
 
     async def require_live(self, owner: str, session_id: str) -> LiveSession:
         live = self._live(owner, session_id)
         if live is not None:
             return live
-        row = await self._row(owner, session_id)
-        reason = row.get("closed_reason") or "stopped"
+        record = await self._record(owner, session_id)
+        reason = record.closed_reason or "stopped"
         tail = (
             "; its notebook and artifacts stay readable. Create a new session (from_session "
             "can rebuild its state) to run code."
@@ -401,7 +273,7 @@ class SessionBroker:
     ) -> None:
         live = self._live(owner, session_id)
         if live is None:
-            await self._row(owner, session_id)  # 404 when unknown; closed: no-op
+            await self._record(owner, session_id)  # 404 when unknown; closed: no-op
             return
         live.check_generation(generation)
         await self._close(live, "deleted")
@@ -427,9 +299,7 @@ class SessionBroker:
         """Close a session in a task of the broker's own, so that neither a client going
         away nor the broker shutting down can cut the close (and its records) short."""
         # Recorded first: once the session leaves `live`, readers answer from the store.
-        await self.write(
-            lambda: self.store.update_session(session.id, status="closed", closed_reason=reason)
-        )
+        await self.writer.run(partial(self.store.close_session, session.id, reason))
         self.live.pop(session.id, None)
         task = asyncio.create_task(session.close(reason=reason), name=f"close-{session.id}")
         self._closing.add(task)
@@ -490,8 +360,7 @@ class SessionBroker:
             execution = await self.execution(owner, session_id, execution_id)
             # Finished (the live session keeps every unfinished handle), or left unknown
             # by an earlier broker: either way it is final.
-            handle = ExecutionHandle(execution=execution, seq=0, timeout_s=0)
-            handle.finished.set()
+            handle = ExecutionHandle.finished_with(execution)
         return handle, True
 
     async def execution(self, owner: str, session_id: str, execution_id: str) -> Execution:
@@ -501,7 +370,7 @@ class SessionBroker:
             if handle is not None:
                 return handle.execution
         else:
-            await self._row(owner, session_id)
+            await self._record(owner, session_id)
         found = await asyncio.to_thread(self.store.get_execution, session_id, execution_id)
         if found is None:
             raise ExecutionNotFound(f"No execution '{execution_id}' in session '{session_id}'.")
@@ -520,18 +389,10 @@ class SessionBroker:
     ) -> SessionModel:
         session = await self.require_live(owner, session_id)
         session.check_generation(generation)
-        snapshot: dict[str, Any] | None = None
-        if recover:
-            async with session._nb_lock:
-                snapshot = json.loads(session.notebook.to_json())
+        snapshot = await session.notebook.snapshot() if recover else None
         await session.restart()
         if snapshot is not None:
-            report = await self._replay_into(session, snapshot, f"session:{session_id}")
-            session.rebuild = report.model_dump()
-            rebuild_json = json.dumps(session.rebuild)
-            await self.write(
-                lambda: self.store.update_session(session_id, rebuild_json=rebuild_json)
-            )
+            await self._rebuild(session, snapshot, f"session:{session_id}")
         return session.info()
 
     # ---------------------------------------------------------------- files, notebook
@@ -540,14 +401,14 @@ class SessionBroker:
         live = self._live(owner, session_id)
         if live is not None:
             return live.options.session_dir
-        await self._row(owner, session_id)
+        await self._record(owner, session_id)
         return self.settings.session_dir(session_id)
 
     async def workspace(self, owner: str, session_id: str) -> Workspace:
         live = self._live(owner, session_id)
         if live is not None:
             return Workspace(live.options.workspace)
-        await self._row(owner, session_id)
+        await self._record(owner, session_id)
         path = self.settings.session_dir(session_id) / "workspace"
         if not path.is_dir():
             raise BadRequest("This session has no workspace left.")
@@ -556,9 +417,8 @@ class SessionBroker:
     async def notebook_json(self, owner: str, session_id: str) -> str:
         live = self._live(owner, session_id)
         if live is not None:
-            async with live._nb_lock:
-                return live.notebook.to_json()
-        await self._row(owner, session_id)
+            return await live.notebook.to_json()
+        await self._record(owner, session_id)
         path = self.settings.session_dir(session_id) / NOTEBOOK_NAME
         return await asyncio.to_thread(path.read_text, encoding="utf-8")
 
@@ -605,38 +465,8 @@ class SessionBroker:
         return culled
 
 
-def _log_write_failure(future: Future[object]) -> None:
-    exc = future.exception()
-    if exc is not None:
-        log.error("a store write failed: %r", exc)
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     assert isinstance(data, dict)
     return data
-
-
-def _closed_model(row: SessionRow) -> SessionModel:
-    return SessionModel(
-        id=row["id"],
-        status="closed",
-        backend=row["backend"],
-        created_at=datetime.fromisoformat(row["created_at"]),
-        last_activity_at=datetime.fromisoformat(row["last_activity_at"]),
-        execution_count=row["execution_count"],
-        kernel=KernelInfo(**(row.get("kernel") or {})),
-        metadata=row.get("metadata") or {},
-        idle_timeout_s=row.get("idle_timeout_s"),
-        limits=row.get("limits") or {},
-        rebuild=RebuildReport(**row["rebuild"]) if row.get("rebuild") else None,
-        generation=row.get("generation") or 0,
-        closed_reason=row.get("closed_reason"),
-    )
-
-
-def remove_tree(path: Path) -> None:
-    """Symlink-safe recursive delete (shutil.rmtree avoids symlink attacks on Linux)."""
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)

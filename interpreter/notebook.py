@@ -1,9 +1,17 @@
-"""The live notebook of a session: every executed cell, written atomically after each one."""
+"""The live notebook of a session: every executed cell, written atomically after each one.
+
+:class:`NotebookRecorder` builds the nbformat document; :class:`LiveNotebook` owns it on the
+event loop: one lock serialises changes with saves, saves run in a thread and coalesce
+when cells finish quickly, and a failed write marks the record degraded so that the
+session refuses new work until the notebook can be written again (docs/security.md R-12).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from datetime import datetime
@@ -14,6 +22,8 @@ import nbformat
 from nbformat import v4
 
 NOTEBOOK_NAME = "notebook.ipynb"
+
+log = logging.getLogger(__name__)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -149,6 +159,89 @@ class NotebookRecorder:
         nbformat.validate(probe)
         atomic_write_text(self.path, self.to_json())
         self._validated = cells
+
+
+class LiveNotebook:
+    """A session's notebook while the session runs: changes, reads and background saves.
+
+    Every change and every read of the document goes through the lock, so a save (which
+    serialises the document in a worker thread) never sees a half-made cell.
+    """
+
+    def __init__(self, recorder: NotebookRecorder, name: str) -> None:
+        self.recorder = recorder
+        self.name = name
+        #: True while the last write failed: the session then runs no new code.
+        self.degraded = False
+        self._lock = asyncio.Lock()
+        self._save_task: asyncio.Task[None] | None = None
+        self._save_again = False
+
+    @property
+    def path(self) -> Path:
+        return self.recorder.path
+
+    def set_kernel_info(self, language_info: dict[str, Any]) -> None:
+        """Record the kernel's language info (a header-only change; saved with the next)."""
+        self.recorder.set_kernel_info(language_info, {})
+
+    async def add_cell(self, code: str, outputs: list[dict[str, Any]], **meta: Any) -> None:
+        """Append an executed cell (see :meth:`NotebookRecorder.add_cell`); saved soon."""
+        async with self._lock:
+            self.recorder.add_cell(code, outputs, **meta)
+        self.request_save()
+
+    async def replace_outputs(self, execution_id: str, outputs: list[dict[str, Any]]) -> None:
+        """Replace the outputs of the cell recorded for ``execution_id`` (late output)."""
+        async with self._lock:
+            for cell in reversed(self.recorder.nb.cells):
+                if cell.metadata.get("interp", {}).get("execution_id") == execution_id:
+                    cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
+                    break
+        self.request_save()
+
+    async def to_json(self) -> str:
+        async with self._lock:
+            return self.recorder.to_json()
+
+    async def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the document as plain JSON data."""
+        data = json.loads(await self.to_json())
+        assert isinstance(data, dict)
+        return data
+
+    def request_save(self) -> None:
+        """Save soon: one save in flight at a time, the latest state wins."""
+        if self._save_task is not None and not self._save_task.done():
+            self._save_again = True
+            return
+        self._save_task = asyncio.create_task(self._save_loop(), name=f"save-{self.name}")
+
+    async def _save_loop(self) -> None:
+        while True:
+            self._save_again = False
+            await self.save()
+            if not self._save_again:
+                return
+
+    async def flush(self) -> bool:
+        """Wait until the file holds every recorded cell; returns whether it does."""
+        if self._save_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._save_task)
+        return await self.save()
+
+    async def save(self) -> bool:
+        """Write the notebook now, off the loop; on failure mark it degraded (R-12)."""
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self.recorder.save)
+            except Exception:
+                log.exception("session %s: notebook write failed; refusing new work", self.name)
+                self.degraded = True
+                return False
+        self.degraded = False
+        return True
 
 
 def good_code_cells(nb: dict[str, Any]) -> tuple[list[str], int]:

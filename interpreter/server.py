@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
+from interpreter import backends
 from interpreter.api.app import make_app
 from interpreter.api.base import DRAIN_LIMIT
 from interpreter.broker import SessionBroker
@@ -94,19 +95,12 @@ class RunningServer:
 async def start(settings: Settings, backend: str | None = None) -> RunningServer:
     """Start the broker and listen; returns once requests are accepted."""
     check_bind(settings)
-    chosen = backend if backend else await asyncio.to_thread(resolve_backend, settings)
+    name = backend if backend else await asyncio.to_thread(resolve_backend, settings)
+    chosen = await asyncio.to_thread(backends.create, name, settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     broker = SessionBroker(settings, chosen)
-    if chosen == "docker":
-        from interpreter.images import image_status
-
-        status = await asyncio.to_thread(image_status, settings.docker_image)
-        broker.kernel_packages = dict(status.packages)
     await broker.open()
-    if chosen == "docker" and settings.pool_size > 0:
-        from interpreter.backends.pool_setup import install_pool
-
-        await install_pool(broker)
+    await chosen.start(broker.factory.pool_template())
     app = make_app(broker, settings)
     # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's own
     # cap only has to cover them and the window in which rejected bodies are drained.
@@ -142,7 +136,8 @@ def serve(settings: Settings) -> int:
             print(
                 "No API key configured: serving loopback only, without authentication.", flush=True
             )
-        print(f"interp ({running.broker.backend} backend) listening on {running.url}", flush=True)
+        backend = running.broker.backend.name
+        print(f"interp ({backend} backend) listening on {running.url}", flush=True)
         await stop.wait()
         print("Shutting down: stopping kernels and flushing notebooks...", flush=True)
         await running.stop()

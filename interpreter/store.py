@@ -1,22 +1,27 @@
 """The durable record of sessions and executions (SQLite under the data directory).
 
 Who ran what, when, with what outcome: the audit record next to each session's notebook.
-Calls are synchronous and short; async code runs them through ``asyncio.to_thread``. One
+Calls are synchronous and short. Reads run through ``asyncio.to_thread``; writes go through
+one :class:`Writer`, a single thread that keeps them in the order they were issued. One
 connection guarded by a lock serves every thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from interpreter.models import Execution
+from interpreter.models import Execution, KernelInfo, RebuildReport, Session, SessionStatus
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -66,12 +71,63 @@ CREATE TABLE IF NOT EXISTS idempotency (
 _ADDED_COLUMNS = {"sessions": {"generation": "INTEGER NOT NULL DEFAULT 0"}}
 
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class SessionRow(dict[str, Any]):
-    """One row of ``sessions`` with JSON columns decoded."""
+@dataclass
+class SessionRecord:
+    """One session as stored: what a broker needs to show it, and to rebuild its live
+    object after a restart (the kernel's connection and provisioner info).
+
+    Attributes:
+        limits: the limits the kernel runs under (``memory_mb``, ``cpus``, ``pids``).
+        env: the extra kernel environment the client asked for.
+        connection: the kernel's connection info (ports or ipc paths, key), once started.
+        provisioner: what the backend needs to find the kernel again.
+        rebuild: the report of the replay that rebuilt it, if it was rebuilt.
+        generation: kernel incarnation (security.md R-08): +1 at every (re)start.
+    """
+
+    id: str
+    owner: str
+    status: SessionStatus
+    backend: str
+    created_at: datetime
+    last_activity_at: datetime
+    execution_count: int = 0
+    kernel: KernelInfo = field(default_factory=KernelInfo)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    idle_timeout_s: float | None = None
+    connection: dict[str, Any] | None = None
+    provisioner: dict[str, Any] | None = None
+    rebuild: RebuildReport | None = None
+    closed_reason: str | None = None
+    generation: int = 0
+
+    def to_model(self) -> Session:
+        """The API form of the stored record (a session no broker runs shows as stored)."""
+        return Session(
+            id=self.id,
+            status=self.status,
+            backend=self.backend,
+            created_at=self.created_at,
+            last_activity_at=self.last_activity_at,
+            execution_count=self.execution_count,
+            kernel=self.kernel,
+            metadata=self.metadata,
+            idle_timeout_s=self.idle_timeout_s,
+            limits=self.limits,
+            rebuild=self.rebuild,
+            generation=self.generation,
+            closed_reason=self.closed_reason,
+        )
 
 
 class Store:
@@ -113,26 +169,101 @@ class Store:
 
     # -- sessions ------------------------------------------------------------------------
 
-    def insert_session(self, row: dict[str, Any]) -> None:
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
+    def insert_session(self, record: SessionRecord) -> None:
+        values = (
+            record.id,
+            record.owner,
+            record.status,
+            record.backend,
+            record.created_at.isoformat(),
+            record.last_activity_at.isoformat(),
+            record.execution_count,
+            record.kernel.model_dump_json(),
+            json.dumps(record.metadata),
+            json.dumps(record.limits),
+            json.dumps(record.env),
+            record.idle_timeout_s,
+            record.generation,
+        )
         with self._tx() as db:
-            db.execute(f"INSERT INTO sessions ({cols}) VALUES ({marks})", tuple(row.values()))
+            db.execute(
+                "INSERT INTO sessions (id, owner, status, backend, created_at,"
+                " last_activity_at, execution_count, kernel_json, metadata_json, limits_json,"
+                " env_json, idle_timeout_s, generation)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
 
-    def update_session(self, session_id: str, **fields: Any) -> None:
-        if not fields:
+    def set_status(self, session_id: str, status: SessionStatus) -> None:
+        self._update(session_id, "status = ?", status)
+
+    def close_session(
+        self, session_id: str, reason: str, *, last_activity_at: datetime | None = None
+    ) -> None:
+        """Mark the session closed, saying why (``deleted``, ``idle_timeout``, ...)."""
+        if last_activity_at is None:
+            self._update(session_id, "status = ?, closed_reason = ?", "closed", reason)
             return
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        with self._tx() as db:
-            db.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*fields.values(), session_id))
+        self._update(
+            session_id,
+            "status = ?, closed_reason = ?, last_activity_at = ?",
+            "closed",
+            reason,
+            last_activity_at.isoformat(),
+        )
 
-    def get_session(self, session_id: str) -> SessionRow | None:
+    def save_kernel(
+        self,
+        session_id: str,
+        *,
+        status: SessionStatus,
+        kernel: KernelInfo,
+        connection: dict[str, Any],
+        provisioner: dict[str, Any],
+        generation: int,
+    ) -> None:
+        """Record a (re)started kernel: what it is and how to find it again."""
+        self._update(
+            session_id,
+            "status = ?, kernel_json = ?, connection_json = ?, provisioner_json = ?,"
+            " generation = ?",
+            status,
+            kernel.model_dump_json(),
+            json.dumps(connection),
+            json.dumps(provisioner, default=str),
+            generation,
+        )
+
+    def save_activity(
+        self,
+        session_id: str,
+        *,
+        status: SessionStatus,
+        execution_count: int,
+        last_activity_at: datetime,
+    ) -> None:
+        self._update(
+            session_id,
+            "status = ?, execution_count = ?, last_activity_at = ?",
+            status,
+            execution_count,
+            last_activity_at.isoformat(),
+        )
+
+    def save_rebuild(self, session_id: str, report: RebuildReport) -> None:
+        self._update(session_id, "rebuild_json = ?", report.model_dump_json())
+
+    def _update(self, session_id: str, assignments: str, *values: Any) -> None:
+        with self._tx() as db:
+            db.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values, session_id))
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
         with self._lock:
             cur = self._db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,))
             row = cur.fetchone()
         return _decode(row) if row else None
 
-    def list_sessions(self, owner: str | None = None) -> list[SessionRow]:
+    def list_sessions(self, owner: str | None = None) -> list[SessionRecord]:
         with self._lock:
             if owner is None:
                 cur = self._db.execute("SELECT * FROM sessions ORDER BY created_at")
@@ -239,17 +370,53 @@ class Store:
             return cur.rowcount
 
 
-def _decode(row: sqlite3.Row) -> SessionRow:
-    out = SessionRow(dict(row))
-    for col in (
-        "kernel_json",
-        "metadata_json",
-        "limits_json",
-        "env_json",
-        "connection_json",
-        "provisioner_json",
-        "rebuild_json",
-    ):
-        raw = out.pop(col)
-        out[col.removesuffix("_json")] = json.loads(raw) if raw else None
-    return out
+class Writer:
+    """Runs store writes on one thread, in the order they are issued."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` after every write issued before it, and wait for its result."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    def later(self, fn: Callable[[], object]) -> None:
+        """Queue ``fn`` behind the earlier writes without waiting (failures are logged)."""
+        self._pool.submit(fn).add_done_callback(_log_write_failure)
+
+    def close(self) -> None:
+        """Wait for every queued write, then stop the thread."""
+        self._pool.shutdown(wait=True)
+
+
+def _log_write_failure(future: Future[object]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.error("a store write failed: %r", exc)
+
+
+def _decode(row: sqlite3.Row) -> SessionRecord:
+    def load(column: str) -> Any:
+        raw = row[column]
+        return json.loads(raw) if raw else None
+
+    rebuild = load("rebuild_json")
+    return SessionRecord(
+        id=row["id"],
+        owner=row["owner"],
+        status=row["status"],
+        backend=row["backend"],
+        created_at=datetime.fromisoformat(row["created_at"]),
+        last_activity_at=datetime.fromisoformat(row["last_activity_at"]),
+        execution_count=row["execution_count"],
+        kernel=KernelInfo(**(load("kernel_json") or {})),
+        metadata=load("metadata_json") or {},
+        limits=load("limits_json") or {},
+        env=load("env_json") or {},
+        idle_timeout_s=row["idle_timeout_s"],
+        connection=load("connection_json"),
+        provisioner=load("provisioner_json"),
+        rebuild=RebuildReport(**rebuild) if rebuild else None,
+        closed_reason=row["closed_reason"],
+        generation=row["generation"] or 0,
+    )

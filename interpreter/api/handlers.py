@@ -10,6 +10,7 @@ from typing import Any
 from tornado.iostream import StreamClosedError
 
 from interpreter.api.base import BaseHandler
+from interpreter.api.events import sse_frame
 from interpreter.errors import FileNotFoundInWorkspace
 from interpreter.models import (
     CreateSessionRequest,
@@ -90,9 +91,7 @@ class ExecuteHandler(BaseHandler):
                     continue
                 if item is None:
                     break
-                name, data = item
-                # One JSON object per event: newlines in output cannot break framing (H-47).
-                self.write(f"event: {name}\ndata: {data}\n\n")
+                self.write(sse_frame(item))
                 if queue.empty():
                     await self.flush()
         except StreamClosedError:
@@ -201,7 +200,11 @@ class HealthHandler(BaseHandler):
         degraded = sum(1 for s in self.broker.live.values() if s.audit_degraded)
         status = "degraded" if degraded else "ok"
         self.send_json(
-            {"status": status, "backend": self.broker.backend, "audit_degraded_sessions": degraded}
+            {
+                "status": status,
+                "backend": self.broker.backend.name,
+                "audit_degraded_sessions": degraded,
+            }
         )
 
 

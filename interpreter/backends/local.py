@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -32,3 +33,53 @@ class LocalSessionProvisioner(LocalProvisioner):
             kwargs["env"] = options.kernel_env(home=str(home), extra_path=path)
             kwargs["cwd"] = str(options.workspace)
         return dict(await super().pre_launch(**kwargs))
+
+
+#: AF_UNIX socket paths are limited to 108 bytes, the terminating NUL included (unix(7)).
+UNIX_PATH_MAX = 107
+
+
+class LocalBackend:
+    """Kernels as subprocesses of the broker (no isolation; development only)."""
+
+    name = "local"
+    kernel_name = "python3"
+    isolated = False
+    keep_on_shutdown = False
+    image: str | None = None
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.packages: Mapping[str, str] = {}
+
+    def configure(self, manager: Any, options: LaunchOptions) -> None:
+        # ipc sockets in the session's runtime dir: no ports to race for, nothing on the
+        # network; tcp on loopback only when the path would not fit AF_UNIX's limit.
+        prefix = options.runtime_dir / "kernel"
+        if len(str(prefix)) + 8 < UNIX_PATH_MAX:
+            manager.transport = "ipc"
+            manager.ip = str(prefix)
+        else:
+            manager.transport = "tcp"
+            manager.ip = "127.0.0.1"
+
+    async def start(self, template: LaunchOptions) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def can_reattach(self, record_backend: str) -> bool:
+        return False
+
+    async def reattach(self, manager: Any, provisioner_info: Any, options: LaunchOptions) -> None:
+        raise NotImplementedError
+
+    async def leftovers(self, broker_id: str) -> list[Any]:
+        return []
+
+    def matches(self, leftover: Any, session_id: str, provisioner_info: Any) -> bool:
+        return False
+
+    async def remove(self, leftover: Any) -> None:
+        return None

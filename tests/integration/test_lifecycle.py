@@ -54,7 +54,7 @@ def test_idle_sessions_are_culled_and_keep_their_notebook(data_dir: Path) -> Non
 
     store = Store(data_dir / "state.db")
     row = store.get_session(sid)
-    assert row is not None and row["status"] == "closed" and row["closed_reason"] == "idle_timeout"
+    assert row is not None and row.status == "closed" and row.closed_reason == "idle_timeout"
     store.close()
 
 

@@ -317,7 +317,7 @@ def test_store_adds_new_columns_to_an_old_database(tmp_path: Path) -> None:
     store = Store(path)
     try:
         row = store.get_session("s_old")
-        assert row is not None and row["generation"] == 0
+        assert row is not None and row.generation == 0
         store.put_idempotent("o", "sessions", "k", "hash", "s_old")
         assert store.get_idempotent("o", "sessions", "k")[:2] == ("hash", "s_old")  # type: ignore[index]
     finally:

@@ -1,0 +1,358 @@
+"""One session's kernel: start, attach, restart, interrupt, stop, and its message readers.
+
+A :class:`Kernel` wraps jupyter_client's ``AsyncKernelManager`` (whose provisioner is the
+backend) and one ``AsyncKernelClient``. Two reader tasks (iopub, shell) hand every message
+to the ``on_message`` callback its owner supplied; the kernel does not interpret them. A
+message that fails its signature or does not parse is hostile input: it is counted, logged
+sparingly and dropped (docs/security.md H-34).
+
+Restarts are budgeted (docs/security.md R-03): automatic restarts beyond ``limit`` within
+``window_s`` are refused, so a kernel that crashes at every start cannot loop forever;
+requested restarts never count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.session import Session as JupyterSession
+
+from interpreter.backends import Backend
+from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
+from interpreter.errors import KernelStartFailed
+from interpreter.kernelspecs import kernel_spec_manager
+from interpreter.models import KernelInfo
+
+log = logging.getLogger(__name__)
+
+#: Largest single ZMQ message the broker accepts from a kernel (H-33).
+MAX_ZMQ_MESSAGE = 128 << 20
+#: Kernels tried for one session start before giving up.
+START_ATTEMPTS = 2
+#: Seconds allowed for a kernel's ``kernel_info`` reply once its channels are up.
+KERNEL_INFO_TIMEOUT_S = 10
+
+#: ``await on_message(channel, msg)`` for every message read from iopub or shell, in order:
+#: a channel's next message is read once the callback returned.
+MessageCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class RestartBudget:
+    """At most ``limit`` automatic restarts within any ``window_s`` seconds (R-03)."""
+
+    def __init__(self, limit: int, window_s: float) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def allow(self, now: float) -> bool:
+        """Whether one more restart at loop time ``now`` fits; if it does, it is counted."""
+        while self._times and now - self._times[0] > self.window_s:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
+
+
+class Restart(Enum):
+    """How a restart ended."""
+
+    DONE = "done"
+    #: Refused by the restart budget: the session should give up.
+    OVER_BUDGET = "over_budget"
+    #: The new kernel did not start.
+    FAILED = "failed"
+
+
+class Kernel:
+    """The kernel of one session.
+
+    Args:
+        name: the session id (log context, task names).
+        backend: where the kernel runs.
+        options: the launch options the backend gets at every (re)start.
+        start_timeout_s: how long a start or restart may take.
+        budget: the automatic-restart budget.
+        on_message: receives every iopub and shell message, on the event loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        backend: Backend,
+        options: LaunchOptions,
+        start_timeout_s: float,
+        budget: RestartBudget,
+        on_message: MessageCallback,
+    ) -> None:
+        self.name = name
+        self.backend = backend
+        self.options = options
+        self.start_timeout_s = start_timeout_s
+        self.budget = budget
+        self.on_message = on_message
+        self.info = KernelInfo()
+        #: ``language_info`` of the kernel's last ``kernel_info`` reply.
+        self.language_info: dict[str, Any] = {}
+        self.restarts = 0
+        self.km: AsyncKernelManager | None = None
+        self.kc: Any = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._lock = asyncio.Lock()
+        self._bad_messages = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start a kernel and connect to it. Raises KernelStartFailed.
+
+        A kernel that dies before it answers is replaced once by a fresh one: under heavy
+        load a start was seen to fail that way and the next attempt to work. What the
+        failed kernel said is logged either way.
+        """
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start_once()
+                return
+            except RuntimeError as exc:  # jupyter_client: the kernel died before replying
+                if attempt < START_ATTEMPTS:
+                    log.warning("session %s: %s; starting a fresh kernel", self.name, exc)
+                    continue
+                raise _start_failed(exc) from exc
+            except KernelStartFailed:
+                raise
+            except Exception as exc:
+                raise _start_failed(exc) from exc
+
+    async def _start_once(self) -> None:
+        self.km = self._new_manager()
+        try:
+            await asyncio.wait_for(
+                self.km.start_kernel(**{LAUNCH_KWARG: self.options}), self.start_timeout_s
+            )
+            await self._connect()
+        except Exception as exc:
+            await self._log_start_failure(exc)
+            await self.stop()
+            raise
+
+    async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
+        """Connect to a kernel that outlived an earlier broker process (R-07)."""
+        km = self._new_manager()
+        conn = dict(connection)
+        if isinstance(conn.get("key"), str):
+            conn["key"] = conn["key"].encode()
+        # The connection info is stored once, in its own column; the provisioner wants it too.
+        await self.backend.reattach(km, {**provisioner, "connection_info": conn}, self.options)
+        self.km = km
+        await self._connect()
+
+    async def restart(self, *, automatic: bool) -> Restart:
+        """Replace the kernel with a fresh one (a new process or container).
+
+        Automatic restarts (deaths, timeouts, ``exit()``) are subject to the budget.
+        """
+        assert self.km is not None
+        async with self._lock:
+            if automatic and not self.budget.allow(asyncio.get_running_loop().time()):
+                return Restart.OVER_BUDGET
+            self.restarts += 1
+            await self._disconnect()
+            try:
+                await asyncio.wait_for(self.km.restart_kernel(now=True), self.start_timeout_s)
+                await self._connect()
+            except Exception:
+                log.exception("session %s: kernel restart failed", self.name)
+                return Restart.FAILED
+            return Restart.DONE
+
+    async def stop(self) -> None:
+        """Stop the kernel (its process or container); never raises."""
+        await self._disconnect()
+        if self.km is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.km.shutdown_kernel(now=True), 30)
+
+    async def detach(self) -> None:
+        """Stop reading and release the sockets; the kernel keeps running."""
+        await self._disconnect()
+
+    def close(self) -> None:
+        """Release the ZMQ context (after :meth:`stop` or :meth:`detach`)."""
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+            self._ctx = None
+
+    # ------------------------------------------------------------------ queries and requests
+
+    @property
+    def started(self) -> bool:
+        return self.km is not None
+
+    async def is_alive(self) -> bool:
+        return self.km is not None and bool(await self.km.is_alive())
+
+    def execute(self, code: str) -> str:
+        """Send ``code`` for execution; returns the request's msg_id."""
+        msg_id: str = self.kc.execute(
+            code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
+        )
+        return msg_id
+
+    async def interrupt(self) -> None:
+        """Interrupt whatever the kernel runs (state is kept)."""
+        if self.km is not None:
+            await self.km.interrupt_kernel()
+
+    async def record(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What finds this kernel again: (connection info, provisioner info)."""
+        assert self.km is not None
+        raw = self.km.get_connection_info()
+        conn = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in raw.items()}
+        info: dict[str, Any] = {}
+        if self.km.provisioner is not None:
+            info = dict(await self.km.provisioner.get_provisioner_info())
+        info.pop("connection_info", None)  # kept (once) with the connection
+        info["kernel_id"] = self.km.kernel_id
+        return conn, info
+
+    async def exit_reason(self) -> str:
+        """Why the kernel is gone: the backend's reason, a signal or exit code, or
+        ``unresponsive``."""
+        assert self.km is not None
+        prov = self.km.provisioner
+        exit_reason = getattr(prov, "exit_reason", None)
+        if exit_reason is not None:
+            with contextlib.suppress(Exception):
+                reason = await exit_reason()
+                if reason:
+                    return str(reason)
+        code = None
+        if prov is not None:
+            with contextlib.suppress(Exception):
+                code = await prov.poll()
+        if isinstance(code, int):
+            return f"signal:{-code}" if code < 0 else f"exit:{code}"
+        return "unresponsive"
+
+    # ------------------------------------------------------------------ connection
+
+    def _new_manager(self) -> AsyncKernelManager:
+        km = AsyncKernelManager(
+            kernel_name=self.backend.kernel_name, kernel_spec_manager=kernel_spec_manager()
+        )
+        km.connection_file = str(self.options.session_dir / "connection.json")
+        self.backend.configure(km, self.options)
+        return km
+
+    async def _connect(self) -> None:
+        assert self.km is not None
+        if self._ctx is None:
+            ctx = zmq.asyncio.Context()
+            # Never drop iopub messages under floods (the default HWM of 1000 did).
+            ctx.setsockopt(zmq.RCVHWM, 0)
+            ctx.setsockopt(zmq.MAXMSGSIZE, MAX_ZMQ_MESSAGE)
+            ctx.setsockopt(zmq.LINGER, 0)
+            self._ctx = ctx
+        # A fresh jupyter Session per client: same key, new id. Every client of one manager
+        # would otherwise share a ZMQ identity, and a lingering socket of an earlier client
+        # can hold it on the kernel's ROUTER so the new client's requests go unanswered.
+        session = JupyterSession(
+            key=self.km.session.key, signature_scheme=self.km.session.signature_scheme
+        )
+        kc = self.km.client(context=self._ctx, session=session)
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=self.start_timeout_s)
+            reply = await kc.kernel_info(reply=True, timeout=KERNEL_INFO_TIMEOUT_S)
+        except Exception:
+            kc.stop_channels()
+            raise
+        content = reply.get("content", {})
+        lang = content.get("language_info") or {}
+        self.language_info = dict(lang)
+        self.info = KernelInfo(
+            language=str(lang.get("name", "python")), version=str(lang.get("version", ""))
+        )
+        self.kc = kc
+        self._readers = [
+            asyncio.create_task(self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"),
+            asyncio.create_task(self._read(kc.get_shell_msg, "shell"), name=f"shell-{self.name}"),
+        ]
+
+    async def _disconnect(self) -> None:
+        for task in self._readers:
+            task.cancel()
+        for task in self._readers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._readers = []
+        if self.kc is not None:
+            with contextlib.suppress(Exception):
+                self.kc.stop_channels()
+            self.kc = None
+
+    async def _read(self, receive: Callable[[], Any], channel: str) -> None:
+        while True:
+            try:
+                msg = await receive()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
+                self._note_bad_message(exc)
+                continue
+            try:
+                await self.on_message(channel, msg)
+            except Exception:
+                log.exception("session %s: could not apply a %s message", self.name, channel)
+
+    def _note_bad_message(self, exc: Exception) -> None:
+        self._bad_messages += 1
+        if self._bad_messages <= 5 or self._bad_messages % 1000 == 0:
+            log.warning(
+                "session %s: dropped a bad kernel message (%s, %d so far)",
+                self.name,
+                type(exc).__name__,
+                self._bad_messages,
+            )
+
+    async def _log_start_failure(self, exc: Exception) -> None:
+        """Say why a kernel did not start: its exit reason and last output, when known."""
+        reason, tail = "unknown", ""
+        if self.km is not None and self.km.provisioner is not None:
+            with contextlib.suppress(Exception):
+                reason = await asyncio.wait_for(self.exit_reason(), 10)
+            logs_tail = getattr(self.km.provisioner, "logs_tail", None)
+            if logs_tail is not None:
+                with contextlib.suppress(Exception):
+                    tail = await asyncio.wait_for(logs_tail(), 10)
+        log.warning(
+            "session %s: kernel start failed (%s: %s); kernel state %s; last output:\n%s",
+            self.name,
+            type(exc).__name__,
+            exc,
+            reason,
+            tail or "(none)",
+        )
+
+
+def _start_failed(exc: Exception) -> KernelStartFailed:
+    msg = str(exc) if isinstance(exc, RuntimeError) else ""
+    return KernelStartFailed(
+        "The kernel did not start"
+        + (f": {msg}" if msg else "")
+        + ". Try again; if it keeps failing, check the service logs."
+    )

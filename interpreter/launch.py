@@ -1,0 +1,185 @@
+"""The one place a live session is built: for a new session, and for one whose kernel
+outlived an earlier broker process.
+
+Both paths go from a typed :class:`~interpreter.store.SessionRecord` to launch options, a
+notebook and a :class:`~interpreter.session.LiveSession` the same way, so they cannot
+drift apart (the notebook metadata of a reattached session, for example, names the
+kernel's packages exactly as a new one does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from interpreter.backends import Backend
+from interpreter.backends.base import LaunchOptions
+from interpreter.errors import ValidationFailed
+from interpreter.metrics import Metrics
+from interpreter.models import CreateSessionRequest, Limits
+from interpreter.notebook import NOTEBOOK_NAME, LiveNotebook, NotebookRecorder
+from interpreter.session import LiveSession, new_id
+from interpreter.settings import Settings
+from interpreter.store import SessionRecord, Store, Writer, utcnow
+
+log = logging.getLogger(__name__)
+
+
+class SessionFactory:
+    """Builds live sessions (not started): records, directories, options, notebooks.
+
+    Args:
+        settings: the broker settings (defaults and maximums of limits, paths).
+        backend: where kernels run.
+        store, writer: the durable registry and its ordered writer.
+        metrics: broker metrics, shared by every session.
+        broker_id: this broker's id, labelled on its kernels (to find leftovers).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend,
+        store: Store,
+        writer: Writer,
+        metrics: Metrics,
+        broker_id: str,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.store = store
+        self.writer = writer
+        self.metrics = metrics
+        self.broker_id = broker_id
+
+    def launch_options(
+        self,
+        session_id: str,
+        owner: str,
+        limits: Limits | None = None,
+        env: dict[str, str] | None = None,
+    ) -> LaunchOptions:
+        """The launch options of a session; raises ValidationFailed for limits over the
+        server's maximums."""
+        s = self.settings
+        memory = limits.memory_mb if limits and limits.memory_mb is not None else None
+        cpus = limits.cpus if limits and limits.cpus is not None else None
+        pids = limits.pids if limits and limits.pids is not None else None
+        memory = s.default_memory_mb if memory is None else memory
+        cpus = s.default_cpus if cpus is None else cpus
+        pids = s.default_pids if pids is None else pids
+        problems = []
+        if memory > s.max_memory_mb:
+            problems.append(
+                f"limits.memory_mb {memory} exceeds the server maximum {s.max_memory_mb}"
+            )
+        if cpus > s.max_cpus:
+            problems.append(f"limits.cpus {cpus:g} exceeds the server maximum {s.max_cpus:g}")
+        if pids > s.max_pids:
+            problems.append(f"limits.pids {pids} exceeds the server maximum {s.max_pids}")
+        if problems:
+            raise ValidationFailed("; ".join(problems) + ".")
+        session_dir = s.session_dir(session_id)
+        return LaunchOptions(
+            session_id=session_id,
+            owner=owner,
+            session_dir=session_dir,
+            workspace=session_dir / "workspace",
+            runtime_dir=s.data_dir / "run" / session_id[-12:],
+            env=dict(env or {}),
+            memory_mb=memory,
+            cpus=cpus,
+            pids=pids,
+            tmp_size_mb=s.tmp_size_mb,
+            image=s.docker_image,
+            runtime=s.docker_runtime,
+            extra={"broker_id": self.broker_id},
+        )
+
+    def pool_template(self) -> LaunchOptions:
+        """What a session without limits or env is launched with (the warm pool's kernels);
+        its id, owner and paths are placeholders."""
+        return self.launch_options("pool", "")
+
+    async def new(
+        self, owner: str, req: CreateSessionRequest, *, source: str | None = None
+    ) -> LiveSession:
+        """A new session, on record and with its directories, ready to start.
+
+        ``source`` describes what it is rebuilt from (``session:<id>``, ``notebook``).
+        """
+        session_id = new_id("s")
+        options = self.launch_options(session_id, owner, req.limits, req.env)
+        now = utcnow()
+        record = SessionRecord(
+            id=session_id,
+            owner=owner,
+            status="starting",
+            backend=self.backend.name,
+            created_at=now,
+            last_activity_at=now,
+            metadata=dict(req.metadata),
+            limits={"memory_mb": options.memory_mb, "cpus": options.cpus, "pids": options.pids},
+            env=dict(req.env),
+            idle_timeout_s=req.idle_timeout_s,
+        )
+        await asyncio.to_thread(_make_dirs, options)
+        await self.writer.run(lambda: self.store.insert_session(record))
+        notebook = self._new_notebook(options, record.id, source)
+        return self._build(record, options, notebook)
+
+    async def restore(self, record: SessionRecord) -> LiveSession:
+        """The live object of a stored session whose kernel may still run, ready to attach."""
+        options = self.launch_options(record.id, record.owner, env=record.env)
+        # The kernel runs under the limits it was started with, even if the server's
+        # maximums have changed since.
+        options.memory_mb = int(record.limits.get("memory_mb", options.memory_mb))
+        options.cpus = float(record.limits.get("cpus", options.cpus))
+        options.pids = int(record.limits.get("pids", options.pids))
+        path = options.session_dir / NOTEBOOK_NAME
+        try:
+            recorder = await asyncio.to_thread(NotebookRecorder.load, path)
+        except Exception as exc:
+            log.warning("session %s: notebook unreadable (%s); starting a new one", record.id, exc)
+            recorder = self._new_notebook(options, record.id, None).recorder
+        return self._build(record, options, LiveNotebook(recorder, record.id))
+
+    def _new_notebook(
+        self, options: LaunchOptions, session_id: str, source: str | None
+    ) -> LiveNotebook:
+        recorder = NotebookRecorder.create(
+            options.session_dir / NOTEBOOK_NAME,
+            session_id=session_id,
+            kernel_name=self.backend.kernel_name,
+            backend=self.backend.name,
+            source={"from": source} if source else None,
+        )
+        meta: dict[str, Any] = recorder.nb.metadata["interp"]
+        if self.backend.packages:
+            meta["packages"] = dict(self.backend.packages)
+            meta["image"] = self.backend.image
+        return LiveNotebook(recorder, session_id)
+
+    def _build(
+        self, record: SessionRecord, options: LaunchOptions, notebook: LiveNotebook
+    ) -> LiveSession:
+        return LiveSession(
+            record,
+            settings=self.settings,
+            backend=self.backend,
+            options=options,
+            notebook=notebook,
+            store=self.store,
+            writer=self.writer,
+            metrics=self.metrics,
+        )
+
+
+def _make_dirs(options: LaunchOptions) -> None:
+    options.session_dir.mkdir(parents=True, exist_ok=True)
+    options.session_dir.chmod(0o700)
+    options.workspace.mkdir(exist_ok=True)
+    (options.session_dir / "artifacts").mkdir(exist_ok=True)
+    options.runtime_dir.mkdir(parents=True, exist_ok=True)
+    options.runtime_dir.chmod(0o700)

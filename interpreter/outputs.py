@@ -1,0 +1,167 @@
+"""From a cell's recorded messages to what the API and the notebook keep.
+
+:class:`~interpreter.execution.ExecutionRecorder` turns Jupyter messages into outputs;
+this module decides what a client and a model see of them:
+
+* a rich output's MIME values stay inline when they are text an agent reads without a
+  second request (``text/plain``, the dataframe summary) or small; images and large values
+  go to the session's content-addressed artifacts and are referenced by URL; a large
+  ``text/plain`` is both stored whole and kept inline, cut in the middle;
+* stdout and stderr share the output budget in proportion to their sizes; when either is
+  cut, the whole text is kept as an artifact and the execution says ``truncated``;
+* the notebook cell of an execution that timed out or whose kernel died ends with that
+  error (the kernel itself never reported it).
+
+Artifact writes run in a worker thread; everything else is plain computation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from enum import Enum
+from typing import Any
+
+from interpreter.artifacts import ArtifactStore, decode_value
+from interpreter.execution import BINARY_MIMES, ExecutionRecorder, cut_middle
+from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
+
+#: MIME types that always stay inline (text forms an agent reads without a second request).
+INLINE_MIMES = frozenset({"text/plain", "application/vnd.dataframe+json"})
+#: Least share of the output budget either stream keeps when both are cut.
+MIN_STREAM_SHARE = 1000
+#: Statuses whose error the broker, not the kernel, reports; the notebook shows it too.
+BROKER_ERRORS = frozenset({"timeout", "kernel_died"})
+
+
+class Placement(Enum):
+    """Where one MIME value of a rich output goes."""
+
+    INLINE = "inline"
+    ARTIFACT = "artifact"
+    #: Stored whole as an artifact, and kept inline cut to the inline limit.
+    BOTH = "both"
+
+
+def value_size(value: object) -> int:
+    """The size of a MIME value as the API would send it (characters of its JSON form)."""
+    return len(value) if isinstance(value, str) else len(json.dumps(value))
+
+
+def placement(mime: str, value: object, inline_limit: int) -> Placement:
+    """Where ``value`` of type ``mime`` goes, given the inline limit in characters."""
+    if mime in BINARY_MIMES or mime.startswith("image/"):
+        return Placement.ARTIFACT
+    size = value_size(value)
+    if size <= inline_limit or (mime in INLINE_MIMES and mime != "text/plain"):
+        return Placement.INLINE
+    return Placement.BOTH if mime == "text/plain" else Placement.ARTIFACT
+
+
+def stream_shares(stdout_len: int, stderr_len: int, limit: int) -> tuple[int, int]:
+    """How many characters of stdout and of stderr to keep when both exceed ``limit``."""
+    total = max(stdout_len + stderr_len, 1)
+    share_out = max(limit * stdout_len // total, MIN_STREAM_SHARE)
+    return share_out, max(limit - share_out, MIN_STREAM_SHARE)
+
+
+class OutputCapture:
+    """Builds the API and notebook forms of one session's outputs.
+
+    Args:
+        artifacts: the session's artifact store.
+        inline_bytes: the largest MIME value kept inline (``settings.inline_rich_bytes``).
+        output_bytes: the stdout+stderr budget of one execution (``max_output_bytes``).
+    """
+
+    def __init__(self, artifacts: ArtifactStore, *, inline_bytes: int, output_bytes: int) -> None:
+        self.artifacts = artifacts
+        self.inline_bytes = inline_bytes
+        self.output_bytes = output_bytes
+
+    async def output(self, rec: ExecutionRecorder, index: int) -> Output:
+        """The API form of the rich output at ``index``: binaries and big values stored."""
+        raw = rec.output(index)
+        data: dict[str, Any] = {}
+        refs: list[ArtifactRef] = []
+        for mime, value in raw["data"].items():
+            where = placement(mime, value, self.inline_bytes)
+            if where is not Placement.INLINE:
+                refs.append(await asyncio.to_thread(self._put, mime, value))
+            if where is Placement.INLINE:
+                data[mime] = value
+            elif where is Placement.BOTH:
+                data[mime] = cut_middle(str(value), self.inline_bytes)
+        return Output(
+            type=raw["output_type"], data=data, artifacts=refs, display_id=raw.get("_display_id")
+        )
+
+    async def finish(
+        self, ex: Execution, rec: ExecutionRecorder, known: dict[int, Output]
+    ) -> list[dict[str, Any]]:
+        """Complete ``ex`` from the recorder; returns the cell's notebook outputs.
+
+        ``known`` holds the outputs already captured while the cell ran (by index); the
+        rest are captured now. An error already set on ``ex`` (by the broker) wins over
+        the kernel's.
+        """
+        await self._streams(ex, rec)
+        if rec.rich_dropped:
+            ex.truncated = True
+        outputs = []
+        for index in rec.rich_indexes():
+            out = known.get(index)
+            if out is None:
+                out = await self.output(rec, index)
+            outputs.append(out)
+        ex.outputs = outputs
+        if ex.error is None and rec.error is not None:
+            ex.error = ErrorInfo(
+                ename=rec.error.ename, evalue=rec.error.evalue, traceback=rec.error.traceback
+            )
+        nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
+        if ex.status in BROKER_ERRORS and ex.error is not None:
+            nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]
+            nb_outputs.append(
+                {
+                    "output_type": "error",
+                    "ename": ex.error.ename,
+                    "evalue": ex.error.evalue,
+                    "traceback": ex.error.traceback,
+                }
+            )
+        return nb_outputs
+
+    def late_streams(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
+        """Update a finished ``ex`` after stream output arrived late (a background thread
+        printed after the cell ended); returns the cell's new notebook outputs."""
+        limit = self.output_bytes
+        ex.stdout, ex.stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
+        if len(ex.stdout) + len(ex.stderr) > limit:
+            ex.truncated = True
+            ex.stdout = cut_middle(ex.stdout, limit // 2)
+            ex.stderr = cut_middle(ex.stderr, limit // 2)
+        return rec.notebook_outputs(stream_limit=limit)
+
+    async def _streams(self, ex: Execution, rec: ExecutionRecorder) -> None:
+        stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
+        dropped = rec.streams.dropped
+        if len(stdout) + len(stderr) > self.output_bytes or dropped:
+            ex.truncated = True
+            for text in (stdout, stderr):
+                if text:
+                    ref = await asyncio.to_thread(
+                        self.artifacts.put, text.encode("utf-8"), "text/plain"
+                    )
+                    ex.artifacts.append(ref)
+            share_out, share_err = stream_shares(len(stdout), len(stderr), self.output_bytes)
+            stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
+            if dropped:
+                stderr += (
+                    f"\n[output limit reached: {dropped} more characters "
+                    "were produced and not kept]\n"
+                )
+        ex.stdout, ex.stderr = stdout, stderr
+
+    def _put(self, mime: str, value: object) -> ArtifactRef:
+        return self.artifacts.put(decode_value(mime, value), mime)

@@ -1,0 +1,63 @@
+"""Rebuilding a session's state by replay: from another session, a notebook, or itself.
+
+A rebuilt session re-runs, in order, the code cells that the cell rule says to re-run
+(cells that failed when recorded are skipped, and so are a session's replays of its own
+cells); the result is a :class:`~interpreter.models.RebuildReport` on the session. Used by
+``from_session`` (fork), ``from_notebook`` and ``restart(recover=True)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from interpreter.errors import ValidationFailed
+from interpreter.models import RebuildReport
+from interpreter.notebook import good_code_cells
+from interpreter.session import LiveSession
+
+
+@dataclass(frozen=True)
+class RebuildSource:
+    """What a session is rebuilt from.
+
+    Attributes:
+        notebook: the notebook whose cells are re-run.
+        description: ``session:<id>`` or ``notebook``; recorded on the replayed cells.
+        workspace: a workspace whose files are copied first (a fork's source), or None.
+    """
+
+    notebook: dict[str, Any]
+    description: str
+    workspace: Path | None = None
+
+
+def from_notebook(nb: dict[str, Any]) -> RebuildSource:
+    """A client's ``from_notebook``, checked to be a valid nbformat v4 notebook."""
+    try:
+        nbformat.validate(nbformat.from_dict(nb))  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise ValidationFailed(
+            f"from_notebook is not a valid nbformat v4 notebook: {str(exc)[:300]}"
+        ) from exc
+    return RebuildSource(notebook=dict(nb), description="notebook")
+
+
+async def replay_into(
+    session: LiveSession, nb: dict[str, Any], source: str, timeout_s: float
+) -> RebuildReport:
+    """Re-run the cells of ``nb`` that the cell rule keeps, in order, in ``session``."""
+    sources, skipped = good_code_cells(nb)
+    report = RebuildReport(source=source, cells_total=len(sources) + skipped, cells_skipped=skipped)
+    for index, code in enumerate(sources):
+        handle = await session.submit(
+            code, timeout_s, extra_meta={"replay_of": index, "replay_source": source}
+        )
+        await handle.finished.wait()
+        report.cells_ran += 1
+        if handle.execution.status != "ok":
+            report.failed.append(index)
+    return report
