@@ -1,0 +1,181 @@
+"""Recorder state to API outputs and notebook outputs, driven by recorded real-kernel messages."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from interpreter.artifacts import ArtifactStore
+from interpreter.execution import ExecutionRecorder
+from interpreter.models import ErrorInfo, Execution, Output
+from interpreter.outputs import (
+    MIN_STREAM_SHARE,
+    OutputCapture,
+    Placement,
+    placement,
+    stream_shares,
+)
+
+MESSAGES = Path(__file__).parent.parent / "messages"
+RECORDED = sorted(p.stem for p in MESSAGES.glob("*.json"))
+
+
+def recorded(name: str) -> ExecutionRecorder:
+    data = json.loads((MESSAGES / f"{name}.json").read_text())
+    rec = ExecutionRecorder(data["msg_id"])
+    for msg in data["iopub"]:
+        rec.feed_iopub(msg)
+    rec.feed_reply(data["reply"])
+    return rec
+
+
+def capture(tmp_path: Path, *, inline: int = 10_000, budget: int = 100_000) -> OutputCapture:
+    store = ArtifactStore(tmp_path / "artifacts", "s_test")
+    return OutputCapture(store, inline_bytes=inline, output_bytes=budget)
+
+
+def finish(cap: OutputCapture, rec: ExecutionRecorder, **fields: Any) -> tuple[Execution, list[Any]]:
+    ex = Execution(id="ex_1", session_id="s_test", status=fields.pop("status", "ok"), **fields)
+    return ex, run(cap.finish(ex, rec, {}))
+
+
+def run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def nb_valid(outputs: list[dict[str, Any]]) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    nb.cells.append(cell)
+    nbformat.validate(nb)
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_every_recording_gives_valid_notebook_outputs_and_one_api_output_per_rich_one(
+    tmp_path: Path, name: str
+) -> None:
+    rec = recorded(name)
+    ex, nb_outputs = finish(capture(tmp_path), rec)
+    nb_valid(nb_outputs)
+    assert len(ex.outputs) == len(rec.rich_indexes())
+    assert ex.stdout == rec.stream_text("stdout") and ex.stderr == rec.stream_text("stderr")
+    assert not ex.truncated and ex.artifacts == []
+    for out in ex.outputs:
+        # Images never travel inline; text forms always do.
+        assert not any(m.startswith("image/") for m in out.data)
+        assert "text/plain" in out.data
+
+
+def test_a_plot_goes_to_an_artifact_with_its_decoded_bytes(tmp_path: Path) -> None:
+    rec = recorded("plot")
+    ex, _ = finish(capture(tmp_path), rec)
+    (out,) = ex.outputs
+    png = rec.output(rec.rich_indexes()[0])["data"]["image/png"]
+    refs = {ref.mime: ref for ref in out.artifacts}
+    assert set(refs) == {"image/png"}
+    path = tmp_path / "artifacts" / refs["image/png"].id
+    assert path.read_bytes() == base64.b64decode(png)
+    assert refs["image/png"].url == f"/v1/sessions/s_test/artifacts/{refs['image/png'].id}"
+    # The chart description is small JSON: inline.
+    assert "application/vnd.chart+json" in out.data
+
+
+def test_the_kernel_error_is_kept_without_colour(tmp_path: Path) -> None:
+    ex, nb_outputs = finish(capture(tmp_path), recorded("error"), status="error")
+    assert ex.error is not None and ex.error.ename
+    assert not any("\x1b[" in line for line in ex.error.traceback)
+    assert [o["output_type"] for o in nb_outputs] == ["error"]
+
+
+@pytest.mark.parametrize("status", ["timeout", "kernel_died"])
+def test_a_broker_error_replaces_the_kernels_in_the_notebook(tmp_path: Path, status: str) -> None:
+    error = ErrorInfo(ename="ExecutionTimeout", evalue="too slow", traceback=["tb"])
+    ex, nb_outputs = finish(capture(tmp_path), recorded("error"), status=status, error=error)
+    assert ex.error == error
+    errors = [o for o in nb_outputs if o["output_type"] == "error"]
+    assert errors == [{"output_type": "error", "ename": "ExecutionTimeout",
+                       "evalue": "too slow", "traceback": ["tb"]}]
+    nb_valid(nb_outputs)
+
+
+def test_streams_over_the_budget_are_cut_and_kept_whole_as_artifacts(tmp_path: Path) -> None:
+    rec = ExecutionRecorder("m1")
+    big_out, big_err = "o" * 30_000, "e" * 10_000
+    for name, text in (("stdout", big_out), ("stderr", big_err)):
+        rec.feed_iopub(
+            {"header": {"msg_type": "stream"}, "parent_header": {"msg_id": "m1"},
+             "content": {"name": name, "text": text}}
+        )
+    ex, _ = finish(capture(tmp_path, budget=8_000), rec)
+    assert ex.truncated
+    stored = sorted((tmp_path / "artifacts" / ref.id).read_text() for ref in ex.artifacts)
+    assert stored == sorted([big_out, big_err])
+    share_out, share_err = stream_shares(30_000, 10_000, 8_000)
+    assert len(ex.stdout) <= share_out + 200 and len(ex.stderr) <= share_err + 200
+    assert len(ex.stdout) > len(ex.stderr)
+
+
+def test_a_large_text_result_is_stored_whole_and_cut_inline(tmp_path: Path) -> None:
+    rec = ExecutionRecorder("m1")
+    text = "x" * 5_000
+    rec.feed_iopub(
+        {"header": {"msg_type": "execute_result"}, "parent_header": {"msg_id": "m1"},
+         "content": {"data": {"text/plain": text, "text/html": "<b>" + text + "</b>"},
+                     "metadata": {}, "execution_count": 1}}
+    )
+    out: Output = run(capture(tmp_path, inline=1_000).output(rec, rec.rich_indexes()[0]))
+    assert {ref.mime for ref in out.artifacts} == {"text/plain", "text/html"}
+    assert set(out.data) == {"text/plain"} and len(out.data["text/plain"]) < 1_200
+
+
+@pytest.mark.parametrize(
+    ("mime", "value", "where"),
+    [
+        ("image/png", "iVBOR", Placement.ARTIFACT),
+        ("image/svg+xml", "<svg/>", Placement.ARTIFACT),
+        ("application/pdf", "JVBER", Placement.ARTIFACT),
+        ("text/plain", "short", Placement.INLINE),
+        ("text/plain", "x" * 101, Placement.BOTH),
+        ("text/html", "<p>short</p>", Placement.INLINE),
+        ("text/html", "x" * 101, Placement.ARTIFACT),
+        ("application/json", {"a": 1}, Placement.INLINE),
+        ("application/json", {"a": "x" * 100}, Placement.ARTIFACT),
+        ("application/vnd.dataframe+json", {"rows": ["x" * 500]}, Placement.INLINE),
+    ],
+)
+def test_placement(mime: str, value: object, where: Placement) -> None:
+    assert placement(mime, value, inline_limit=100) is where
+
+
+@pytest.mark.parametrize(
+    ("out", "err", "limit", "expected"),
+    [
+        (9_000, 1_000, 5_000, (4_500, MIN_STREAM_SHARE)),
+        (1_000, 9_000, 5_000, (MIN_STREAM_SHARE, 4_000)),
+        (5_000, 5_000, 6_000, (3_000, 3_000)),
+        (0, 50_000, 6_000, (MIN_STREAM_SHARE, 5_000)),
+    ],
+)
+def test_stream_shares(out: int, err: int, limit: int, expected: tuple[int, int]) -> None:
+    assert stream_shares(out, err, limit) == expected
+
+
+def test_late_stream_output_updates_a_finished_execution(tmp_path: Path) -> None:
+    cap = capture(tmp_path, budget=2_000)
+    rec = recorded("stream_interleaved")
+    ex, _ = finish(cap, rec)
+    rec.feed_iopub(
+        {"header": {"msg_type": "stream"}, "parent_header": {"msg_id": rec.msg_id},
+         "content": {"name": "stdout", "text": "late\n" * 1000}}
+    )
+    nb_outputs = cap.late_streams(ex, rec)
+    assert ex.truncated and ex.stdout.startswith("a\nc\nlate\n") and len(ex.stdout) < 1_200
+    nb_valid(nb_outputs)

@@ -1,0 +1,98 @@
+"""The small pure parts around a live session: the restart budget, execution events and
+their wire form (decoded by the SDK's own decoder), and a handle's subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from interpreter.api.events import sse_frame
+from interpreter.client._protocol import decode_event
+from interpreter.client._sse import SSEDecoder
+from interpreter.handle import (
+    Done,
+    ErrorRaised,
+    Event,
+    ExecutionHandle,
+    OutputAdded,
+    OutputCleared,
+    StreamText,
+)
+from interpreter.kernel import RestartBudget
+from interpreter.models import ErrorInfo, Execution, Output
+
+
+@pytest.mark.parametrize(
+    ("limit", "window", "times", "allowed"),
+    [
+        (3, 10.0, [0, 1, 2, 3], [True, True, True, False]),
+        # The oldest restart leaves the window: room again.
+        (3, 10.0, [0, 1, 2, 10.5, 11], [True, True, True, True, False]),
+        (2, 5.0, [0, 100, 200], [True, True, True]),
+        (0, 5.0, [0], [False]),
+        # A refused restart is not counted.
+        (1, 10.0, [0, 1, 2, 10.5], [True, False, False, True]),
+    ],
+)
+def test_restart_budget(limit: int, window: float, times: list[float], allowed: list[bool]) -> None:
+    budget = RestartBudget(limit, window)
+    assert [budget.allow(t) for t in times] == allowed
+
+
+EXECUTION = Execution(id="ex_1", session_id="s_1", status="ok", stdout="hi\n")
+EVENTS: list[Event] = [
+    StreamText("stdout", "line one\nline two\n"),
+    StreamText("stderr", "warn\n\n\ndata: fake\n"),
+    OutputAdded(Output(type="display_data", data={"text/plain": "x"})),
+    OutputCleared(wait=True),
+    ErrorRaised(ErrorInfo(ename="ValueError", evalue="bad", traceback=["a", "b"])),
+    Done(EXECUTION),
+]
+
+
+def decode(frame: str) -> object:
+    decoder = SSEDecoder()
+    decoded = [decoder.feed(line) for line in frame.split("\n")]
+    events = [sse for sse in decoded if sse is not None]
+    assert len(events) == 1, frame
+    return decode_event(events[0])
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
+def test_every_event_survives_the_wire_as_the_sdk_reads_it(event: Event) -> None:
+    got = decode(sse_frame(event))
+    if isinstance(event, StreamText):
+        assert type(got).__name__ == ("StdoutEvent" if event.name == "stdout" else "StderrEvent")
+        assert got.text == event.text  # type: ignore[attr-defined]
+    elif isinstance(event, OutputAdded):
+        assert got.output == event.output  # type: ignore[attr-defined]
+    elif isinstance(event, OutputCleared):
+        assert got.wait is True  # type: ignore[attr-defined]
+    elif isinstance(event, ErrorRaised):
+        assert got.error == event.error  # type: ignore[attr-defined]
+    else:
+        assert got == EXECUTION
+
+
+async def test_a_subscriber_gets_every_event_then_done_then_the_end() -> None:
+    handle = ExecutionHandle(execution=EXECUTION.model_copy(), seq=1, timeout_s=1)
+    early = handle.subscribe()
+    handle.publish(EVENTS[0])
+    late = handle.subscribe()
+    handle.publish(EVENTS[1])
+    handle.finish()
+    got_early = [early.get_nowait() for _ in range(early.qsize())]
+    got_late = [late.get_nowait() for _ in range(late.qsize())]
+    assert got_early[:2] == EVENTS[:2] and isinstance(got_early[2], Done) and got_early[3] is None
+    assert got_late[0] == EVENTS[1] and isinstance(got_late[1], Done) and got_late[2] is None
+    after = handle.subscribe()
+    assert isinstance(after.get_nowait(), Done) and after.get_nowait() is None
+    assert handle.finished.is_set()
+
+
+async def test_a_finished_handle_from_the_store_answers_at_once() -> None:
+    handle = ExecutionHandle.finished_with(EXECUTION)
+    await asyncio.wait_for(handle.finished.wait(), 1)
+    queue = handle.subscribe()
+    assert queue.get_nowait() == Done(EXECUTION) and queue.get_nowait() is None
