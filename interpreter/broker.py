@@ -157,9 +157,7 @@ class SessionBroker:
         source = await self._rebuild_source(owner, req)
         self._creating += 1
         try:
-            session = await self._start_session(
-                owner, req, source.description if source else None
-            )
+            session = await self._start_session(owner, req, source.description if source else None)
         finally:
             self._creating -= 1
         if source is not None:
@@ -268,9 +266,7 @@ class SessionBroker:
             raise SessionExpired(f"Session '{session_id}' expired ({reason}){tail}")
         raise SessionClosed(f"Session '{session_id}' is closed ({reason}){tail}")
 
-    async def delete(
-        self, owner: str, session_id: str, *, generation: int | None = None
-    ) -> None:
+    async def delete(self, owner: str, session_id: str, *, generation: int | None = None) -> None:
         live = self._live(owner, session_id)
         if live is None:
             await self._record(owner, session_id)  # 404 when unknown; closed: no-op

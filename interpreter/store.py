@@ -339,7 +339,6 @@ class Store:
             changed.append((row["session_id"], row["id"]))
         return changed
 
-
     # -- idempotency keys ----------------------------------------------------------------
 
     def get_idempotent(self, owner: str, scope: str, key: str) -> tuple[str, str, str] | None:

@@ -39,7 +39,9 @@ def capture(tmp_path: Path, *, inline: int = 10_000, budget: int = 100_000) -> O
     return OutputCapture(store, inline_bytes=inline, output_bytes=budget)
 
 
-def finish(cap: OutputCapture, rec: ExecutionRecorder, **fields: Any) -> tuple[Execution, list[Any]]:
+def finish(
+    cap: OutputCapture, rec: ExecutionRecorder, **fields: Any
+) -> tuple[Execution, list[Any]]:
     ex = Execution(id="ex_1", session_id="s_test", status=fields.pop("status", "ok"), **fields)
     return ex, run(cap.finish(ex, rec, {}))
 
@@ -101,8 +103,14 @@ def test_a_broker_error_replaces_the_kernels_in_the_notebook(tmp_path: Path, sta
     ex, nb_outputs = finish(capture(tmp_path), recorded("error"), status=status, error=error)
     assert ex.error == error
     errors = [o for o in nb_outputs if o["output_type"] == "error"]
-    assert errors == [{"output_type": "error", "ename": "ExecutionTimeout",
-                       "evalue": "too slow", "traceback": ["tb"]}]
+    assert errors == [
+        {
+            "output_type": "error",
+            "ename": "ExecutionTimeout",
+            "evalue": "too slow",
+            "traceback": ["tb"],
+        }
+    ]
     nb_valid(nb_outputs)
 
 
@@ -111,8 +119,11 @@ def test_streams_over_the_budget_are_cut_and_kept_whole_as_artifacts(tmp_path: P
     big_out, big_err = "o" * 30_000, "e" * 10_000
     for name, text in (("stdout", big_out), ("stderr", big_err)):
         rec.feed_iopub(
-            {"header": {"msg_type": "stream"}, "parent_header": {"msg_id": "m1"},
-             "content": {"name": name, "text": text}}
+            {
+                "header": {"msg_type": "stream"},
+                "parent_header": {"msg_id": "m1"},
+                "content": {"name": name, "text": text},
+            }
         )
     ex, _ = finish(capture(tmp_path, budget=8_000), rec)
     assert ex.truncated
@@ -127,9 +138,15 @@ def test_a_large_text_result_is_stored_whole_and_cut_inline(tmp_path: Path) -> N
     rec = ExecutionRecorder("m1")
     text = "x" * 5_000
     rec.feed_iopub(
-        {"header": {"msg_type": "execute_result"}, "parent_header": {"msg_id": "m1"},
-         "content": {"data": {"text/plain": text, "text/html": "<b>" + text + "</b>"},
-                     "metadata": {}, "execution_count": 1}}
+        {
+            "header": {"msg_type": "execute_result"},
+            "parent_header": {"msg_id": "m1"},
+            "content": {
+                "data": {"text/plain": text, "text/html": "<b>" + text + "</b>"},
+                "metadata": {},
+                "execution_count": 1,
+            },
+        }
     )
     out: Output = run(capture(tmp_path, inline=1_000).output(rec, rec.rich_indexes()[0]))
     assert {ref.mime for ref in out.artifacts} == {"text/plain", "text/html"}
@@ -173,8 +190,11 @@ def test_late_stream_output_updates_a_finished_execution(tmp_path: Path) -> None
     rec = recorded("stream_interleaved")
     ex, _ = finish(cap, rec)
     rec.feed_iopub(
-        {"header": {"msg_type": "stream"}, "parent_header": {"msg_id": rec.msg_id},
-         "content": {"name": "stdout", "text": "late\n" * 1000}}
+        {
+            "header": {"msg_type": "stream"},
+            "parent_header": {"msg_id": rec.msg_id},
+            "content": {"name": "stdout", "text": "late\n" * 1000},
+        }
     )
     nb_outputs = cap.late_streams(ex, rec)
     assert ex.truncated and ex.stdout.startswith("a\nc\nlate\n") and len(ex.stdout) < 1_200
