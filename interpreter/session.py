@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from interpreter import waiting
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
@@ -68,6 +69,8 @@ log = logging.getLogger(__name__)
 LATE_OUTPUT_CELLS = 8
 #: Finished handles kept in memory (the store has them all).
 KEPT_HANDLES = 64
+#: Seconds an interrupt waits for the kernel to start the running cell.
+INTERRUPT_START_WAIT_S = 5
 
 
 def new_id(prefix: str) -> str:
@@ -386,9 +389,16 @@ class LiveSession:
             rich_limit=self.settings.max_output_hard_bytes * 3,
         )
         handle.recorder = rec
-        outcome, reason = await self._wait(handle, rec, started + handle.timeout_s)
+        ending = await waiting.until_end(
+            handle,
+            rec,
+            self.kernel,
+            deadline=started + handle.timeout_s,
+            iopub_grace_s=self.settings.iopub_grace_s,
+        )
         ex.duration_ms = round((loop.time() - started) * 1000, 3)
-        if outcome == "timeout":
+        reason = ending.reason
+        if ending.kind == "timeout":
             state_lost = await self._settle_timeout(handle, rec)
             ex.state_lost = state_lost
             ex.reason = "timeout"
@@ -400,7 +410,7 @@ class LiveSession:
                 f"Execution exceeded timeout_s={handle.timeout_s:g}; the kernel was {tail}.",
             )
             ex.status = "timeout"
-        elif outcome == "died":
+        elif ending.kind == "died":
             ex.state_lost = True
             ex.reason = reason
             await self._restart(reason or "died")
@@ -438,53 +448,11 @@ class LiveSession:
             self.status = "idle"
         await self._finalize(handle, rec)
 
-    async def _wait(
-        self, handle: ExecutionHandle, rec: ExecutionRecorder, deadline: float
-    ) -> tuple[str, str | None]:
-        """Wait for completion, the deadline or the kernel's death."""
-        loop = asyncio.get_running_loop()
-        reply_seen_at: float | None = None
-        last_check = loop.time()
-        while True:
-            if rec.done:
-                return "done", None
-            now = loop.time()
-            if rec.reply is not None:
-                reply_seen_at = reply_seen_at or now
-                # The idle may have been dropped (H-33), but output can also still be in
-                # flight behind the reply: give up only once iopub has been quiet a while.
-                quiet_since = max(reply_seen_at, handle.last_iopub_at)
-                if now - quiet_since >= self.settings.iopub_grace_s:
-                    log.warning("session %s: no iopub idle after the reply; moving on", self.id)
-                    return "done", None
-            if now >= deadline:
-                return "timeout", None
-            step = min(deadline - now, 0.25 if reply_seen_at else 1.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(handle.changed.wait(), step)
-            handle.changed.clear()
-            if loop.time() - last_check >= 1.0 and not rec.done:
-                last_check = loop.time()
-                if not await self.kernel.is_alive():
-                    return "died", await self.kernel.exit_reason()
-
     async def _settle_timeout(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> bool:
         """Interrupt; restart if still busy after the grace. Returns whether state was lost."""
-        loop = asyncio.get_running_loop()
         with contextlib.suppress(Exception):
             await self.kernel.interrupt()
-        grace_end = loop.time() + self.settings.interrupt_grace_s
-        while rec.reply is None and loop.time() < grace_end:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(handle.changed.wait(), 0.1)
-            handle.changed.clear()
-        if rec.reply is not None:
-            # Give the idle (and the KeyboardInterrupt traceback) a moment to arrive.
-            end = loop.time() + 0.5
-            while not rec.idle and loop.time() < end:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(handle.changed.wait(), 0.1)
-                handle.changed.clear()
+        if await waiting.after_interrupt(handle, rec, self.settings.interrupt_grace_s):
             return False
         await self._restart("timeout")
         return True
@@ -537,16 +505,7 @@ class LiveSession:
         handle = self._current
         if handle is not None:
             handle.interrupt_requested = True
-            rec = handle.recorder
-            # A SIGINT that lands before the kernel starts the cell is lost: wait (briefly)
-            # until the kernel has announced the cell (execute_input) before sending it.
-            deadline = asyncio.get_running_loop().time() + 5
-            while (rec is None or rec.execution_count is None) and not handle.finished.is_set():
-                if asyncio.get_running_loop().time() > deadline:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(handle.changed.wait(), 0.05)
-                rec = handle.recorder
+            await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
             if handle.finished.is_set():
                 return
         await self.kernel.interrupt()

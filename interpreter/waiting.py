@@ -1,0 +1,107 @@
+"""Waiting on a running cell: for its end, for its start, and for the kernel after a timeout.
+
+Each wait watches the execution's recorder (what the kernel has said about the cell so far)
+and wakes when the session routes a message to it (``handle.changed``); the kernel is asked
+directly only whether it is still alive. Nothing here changes the session's state: the
+session decides what an outcome means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from interpreter.execution import ExecutionRecorder
+from interpreter.handle import ExecutionHandle
+from interpreter.kernel import Kernel
+
+log = logging.getLogger(__name__)
+
+#: Seconds between liveness checks of the kernel while a cell runs.
+ALIVE_CHECK_S = 1.0
+#: Seconds the KeyboardInterrupt traceback and the idle get after an interrupted reply.
+AFTER_REPLY_S = 0.5
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How waiting for a cell ended: ``done`` (reply and idle, or reply and a quiet
+    iopub), ``timeout`` (the deadline passed) or ``died`` (with the kernel's exit reason)."""
+
+    kind: Literal["done", "timeout", "died"]
+    reason: str | None = None
+
+
+async def _changed(handle: ExecutionHandle, at_most: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(handle.changed.wait(), at_most)
+    handle.changed.clear()
+
+
+async def until_end(
+    handle: ExecutionHandle,
+    rec: ExecutionRecorder,
+    kernel: Kernel,
+    *,
+    deadline: float,
+    iopub_grace_s: float,
+) -> Ending:
+    """Wait for the cell's completion, the deadline (loop time) or the kernel's death.
+
+    Completion needs the shell reply and the iopub idle. The idle may have been dropped
+    (docs/security.md H-33), but output can also still be in flight behind the reply, so
+    a reply alone ends the cell only once iopub has been quiet for ``iopub_grace_s``.
+    """
+    loop = asyncio.get_running_loop()
+    reply_seen_at: float | None = None
+    last_check = loop.time()
+    while True:
+        if rec.done:
+            return Ending("done")
+        now = loop.time()
+        if rec.reply is not None:
+            reply_seen_at = reply_seen_at or now
+            quiet_since = max(reply_seen_at, handle.last_iopub_at)
+            if now - quiet_since >= iopub_grace_s:
+                log.warning("session %s: no iopub idle after the reply; moving on", kernel.name)
+                return Ending("done")
+        if now >= deadline:
+            return Ending("timeout")
+        await _changed(handle, min(deadline - now, 0.25 if reply_seen_at else 1.0))
+        if loop.time() - last_check >= ALIVE_CHECK_S and not rec.done:
+            last_check = loop.time()
+            if not await kernel.is_alive():
+                return Ending("died", await kernel.exit_reason())
+
+
+async def after_interrupt(handle: ExecutionHandle, rec: ExecutionRecorder, grace_s: float) -> bool:
+    """After a timeout's interrupt: whether the kernel answered the cell within
+    ``grace_s`` (its state is kept); if not, it must be restarted."""
+    loop = asyncio.get_running_loop()
+    grace_end = loop.time() + grace_s
+    while rec.reply is None and loop.time() < grace_end:
+        await _changed(handle, 0.1)
+    if rec.reply is None:
+        return False
+    end = loop.time() + AFTER_REPLY_S
+    while not rec.idle and loop.time() < end:
+        await _changed(handle, 0.1)
+    return True
+
+
+async def until_started(handle: ExecutionHandle, limit_s: float) -> None:
+    """Wait (at most ``limit_s``) until the kernel has announced the cell
+    (``execute_input``) or it finished: a SIGINT that lands before the kernel starts
+    the cell is lost."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not handle.finished.is_set():
+        rec = handle.recorder
+        if rec is not None and rec.execution_count is not None:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(handle.changed.wait(), 0.05)
