@@ -20,10 +20,19 @@ from __future__ import annotations
 import asyncio
 import json
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from interpreter.artifacts import ArtifactStore, decode_value
-from interpreter.execution import BINARY_MIMES, ExecutionRecorder, cut_middle
+from interpreter.execution import (
+    BINARY_MIMES,
+    ClearEvent,
+    ErrorEvent,
+    ExecutionRecorder,
+    RichEvent,
+    StreamEvent,
+    cut_middle,
+)
+from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 
 #: MIME types that always stay inline (text forms an agent reads without a second request).
@@ -56,6 +65,56 @@ def placement(mime: str, value: object, inline_limit: int) -> Placement:
     if size <= inline_limit or (mime in INLINE_MIMES and mime != "text/plain"):
         return Placement.INLINE
     return Placement.BOTH if mime == "text/plain" else Placement.ARTIFACT
+
+
+def conclude(
+    ex: Execution,
+    rec: ExecutionRecorder,
+    *,
+    ending: str,
+    reason: str | None,
+    state_lost: bool,
+    interrupted: bool,
+    timeout_s: float,
+) -> None:
+    """Set the status, reason, state loss and the broker's own error of a finished cell.
+
+    Args:
+        ending: how waiting ended: ``done``, ``timeout`` or ``died``.
+        reason: the kernel's exit reason when it died.
+        state_lost: for a timeout, whether the kernel had to be restarted.
+        interrupted: whether a client (or a restart) interrupted the cell.
+        timeout_s: the cell's deadline, for the timeout message.
+    """
+    if ending == "timeout":
+        ex.status, ex.reason, ex.state_lost = "timeout", "timeout", state_lost
+        tail = "restarted: its state was lost" if state_lost else "interrupted: state kept"
+        ex.error = _broker_error(
+            rec,
+            "ExecutionTimeout",
+            f"Execution exceeded timeout_s={timeout_s:g}; the kernel was {tail}.",
+        )
+    elif ending == "died":
+        ex.status, ex.reason, ex.state_lost = "kernel_died", reason, True
+        ex.error = _broker_error(
+            rec,
+            "KernelDied",
+            f"The kernel died ({reason}). A fresh kernel was started; the "
+            "session's variables are gone, re-run the setup code.",
+        )
+    elif rec.asked_exit:
+        ex.status, ex.reason, ex.state_lost = "ok", "exit", True
+    elif rec.reply_status == "ok":
+        ex.status = "ok"
+    elif interrupted:
+        ex.status, ex.reason = "interrupted", "interrupted"
+    else:
+        ex.status = "error"
+
+
+def _broker_error(rec: ExecutionRecorder, ename: str, evalue: str) -> ErrorInfo:
+    """An error the broker reports, with whatever traceback the kernel had sent."""
+    return ErrorInfo(ename=ename, evalue=evalue, traceback=rec.error.traceback if rec.error else [])
 
 
 def stream_shares(stdout_len: int, stderr_len: int, limit: int) -> tuple[int, int]:
@@ -95,6 +154,26 @@ class OutputCapture:
         return Output(
             type=raw["output_type"], data=data, artifacts=refs, display_id=raw.get("_display_id")
         )
+
+    async def publish(
+        self, handle: ExecutionHandle, rec: ExecutionRecorder, events: list[Any]
+    ) -> None:
+        """Tell the handle's watchers what the recorder's ``events`` mean, capturing each
+        rich output once (binaries to artifacts) as it arrives."""
+        for event in events:
+            if isinstance(event, StreamEvent):
+                name: Literal["stdout", "stderr"] = "stderr" if event.name == "stderr" else "stdout"
+                handle.publish(StreamText(name, event.text))
+            elif isinstance(event, RichEvent):
+                out = await self.output(rec, event.index)
+                handle.api_outputs[event.index] = out
+                handle.publish(OutputAdded(out))
+            elif isinstance(event, ClearEvent):
+                handle.api_outputs.clear()
+                handle.publish(OutputCleared(event.wait))
+            elif isinstance(event, ErrorEvent):
+                info = ErrorInfo(ename=event.ename, evalue=event.evalue, traceback=event.traceback)
+                handle.publish(ErrorRaised(info))
 
     async def finish(
         self, ex: Execution, rec: ExecutionRecorder, known: dict[int, Output]

@@ -40,26 +40,14 @@ from interpreter.errors import (
     SessionBusy,
     SessionClosed,
 )
-from interpreter.execution import (
-    ClearEvent,
-    ErrorEvent,
-    ExecutionRecorder,
-    RichEvent,
-    StreamEvent,
-)
-from interpreter.handle import (
-    ErrorRaised,
-    ExecutionHandle,
-    OutputAdded,
-    OutputCleared,
-    StreamText,
-)
+from interpreter.execution import ExecutionRecorder
+from interpreter.handle import ExecutionHandle
 from interpreter.kernel import Kernel, Restart, RestartBudget
 from interpreter.metrics import Metrics
-from interpreter.models import ErrorInfo, Execution, ExecutionStatus, SessionStatus
+from interpreter.models import Execution, ExecutionStatus, SessionStatus
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
-from interpreter.outputs import OutputCapture
+from interpreter.outputs import OutputCapture, conclude
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 
@@ -397,46 +385,25 @@ class LiveSession:
             iopub_grace_s=self.settings.iopub_grace_s,
         )
         ex.duration_ms = round((loop.time() - started) * 1000, 3)
-        reason = ending.reason
+        state_lost, restart = False, None
         if ending.kind == "timeout":
-            state_lost = await self._settle_timeout(handle, rec)
-            ex.state_lost = state_lost
-            ex.reason = "timeout"
-            tail = "restarted: its state was lost" if state_lost else "interrupted: state kept"
-            _set_error(
-                ex,
-                rec,
-                "ExecutionTimeout",
-                f"Execution exceeded timeout_s={handle.timeout_s:g}; the kernel was {tail}.",
-            )
-            ex.status = "timeout"
+            state_lost = not await self._interrupt_after_timeout(handle, rec)
+            restart = "timeout" if state_lost else None
         elif ending.kind == "died":
-            ex.state_lost = True
-            ex.reason = reason
-            await self._restart(reason or "died")
-            _set_error(
-                ex,
-                rec,
-                "KernelDied",
-                f"The kernel died ({reason}). A fresh kernel was started; the "
-                "session's variables are gone, re-run the setup code.",
-            )
-            ex.status = "kernel_died"
+            restart = ending.reason or "died"
         elif rec.asked_exit:
-            # Decision 5: exit() restarts the kernel and the execution says state was lost.
-            ex.status = "ok"
-            ex.state_lost = True
-            ex.reason = "exit"
-            await self._restart("exit")
-        else:
-            status = rec.reply_status or "error"
-            if status == "ok":
-                ex.status = "ok"
-            elif handle.interrupt_requested:
-                ex.status = "interrupted"
-                ex.reason = "interrupted"
-            else:
-                ex.status = "error"
+            restart = "exit"  # decision 5: exit() restarts the kernel; state is lost
+        if restart is not None:
+            await self._restart(restart)
+        conclude(
+            ex,
+            rec,
+            ending=ending.kind,
+            reason=ending.reason,
+            state_lost=state_lost,
+            interrupted=handle.interrupt_requested,
+            timeout_s=handle.timeout_s,
+        )
         if state_lost_before:
             ex.state_lost = True
         if self.failed_reason is not None and ex.error is not None:
@@ -448,14 +415,13 @@ class LiveSession:
             self.status = "idle"
         await self._finalize(handle, rec)
 
-    async def _settle_timeout(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> bool:
-        """Interrupt; restart if still busy after the grace. Returns whether state was lost."""
+    async def _interrupt_after_timeout(
+        self, handle: ExecutionHandle, rec: ExecutionRecorder
+    ) -> bool:
+        """Interrupt a cell past its deadline; whether the kernel came back in the grace."""
         with contextlib.suppress(Exception):
             await self.kernel.interrupt()
-        if await waiting.after_interrupt(handle, rec, self.settings.interrupt_grace_s):
-            return False
-        await self._restart("timeout")
-        return True
+        return await waiting.after_interrupt(handle, rec, self.settings.interrupt_grace_s)
 
     async def _restart(self, reason: str) -> None:
         """Replace the kernel; the session keeps going. Automatic restarts (every reason
@@ -558,26 +524,9 @@ class LiveSession:
         else:
             return
         try:
-            await self._publish(handle, events)
+            await self.capture.publish(handle, rec, events)
         finally:
             handle.changed.set()
-
-    async def _publish(self, handle: ExecutionHandle, events: list[Any]) -> None:
-        rec = handle.recorder
-        assert rec is not None
-        for event in events:
-            if isinstance(event, StreamEvent):
-                handle.publish(StreamText(event.name, event.text))  # type: ignore[arg-type]
-            elif isinstance(event, RichEvent):
-                out = await self.capture.output(rec, event.index)
-                handle.api_outputs[event.index] = out
-                handle.publish(OutputAdded(out))
-            elif isinstance(event, ClearEvent):
-                handle.api_outputs.clear()
-                handle.publish(OutputCleared(event.wait))
-            elif isinstance(event, ErrorEvent):
-                info = ErrorInfo(ename=event.ename, evalue=event.evalue, traceback=event.traceback)
-                handle.publish(ErrorRaised(info))
 
     async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
         """Output of a finished cell (a background thread printing while no cell runs):
@@ -627,8 +576,3 @@ class LiveSession:
         self._finished[rec.msg_id] = handle
         while len(self._finished) > LATE_OUTPUT_CELLS:
             del self._finished[next(iter(self._finished))]
-
-
-def _set_error(ex: Execution, rec: ExecutionRecorder, ename: str, evalue: str) -> None:
-    traceback = rec.error.traceback if rec.error else []
-    ex.error = ErrorInfo(ename=ename, evalue=evalue, traceback=traceback)

@@ -17,6 +17,7 @@ from interpreter.outputs import (
     MIN_STREAM_SHARE,
     OutputCapture,
     Placement,
+    conclude,
     placement,
     stream_shares,
 )
@@ -199,3 +200,69 @@ def test_late_stream_output_updates_a_finished_execution(tmp_path: Path) -> None
     nb_outputs = cap.late_streams(ex, rec)
     assert ex.truncated and ex.stdout.startswith("a\nc\nlate\n") and len(ex.stdout) < 1_200
     nb_valid(nb_outputs)
+
+
+def ended(name: str) -> ExecutionRecorder:
+    """A recorder fed a recording, or nothing at all (``none``: the kernel never answered)."""
+    return ExecutionRecorder("m0") if name == "none" else recorded(name)
+
+
+@pytest.mark.parametrize(
+    ("recording", "ending", "state_lost", "interrupted", "expected"),
+    [
+        ("execute_result", "done", False, False, ("ok", None, False, None)),
+        ("error", "done", False, False, ("error", None, False, None)),
+        ("error", "done", False, True, ("interrupted", "interrupted", False, None)),
+        ("execute_result", "done", False, True, ("ok", None, False, None)),
+        ("none", "timeout", False, False, ("timeout", "timeout", False, "ExecutionTimeout")),
+        ("none", "timeout", True, False, ("timeout", "timeout", True, "ExecutionTimeout")),
+        ("error", "died", False, False, ("kernel_died", "signal:9", True, "KernelDied")),
+    ],
+)
+def test_conclude(
+    recording: str,
+    ending: str,
+    state_lost: bool,
+    interrupted: bool,
+    expected: tuple[str, str | None, bool, str | None],
+) -> None:
+    rec = ended(recording)
+    ex = Execution(id="ex_1", session_id="s", status="running")
+    conclude(
+        ex,
+        rec,
+        ending=ending,
+        reason="signal:9" if ending == "died" else None,
+        state_lost=state_lost,
+        interrupted=interrupted,
+        timeout_s=2.5,
+    )
+    status, reason, lost, ename = expected
+    assert (ex.status, ex.reason, ex.state_lost) == (status, reason, lost)
+    assert (ex.error.ename if ex.error else None) == ename
+    if ename == "ExecutionTimeout":
+        assert "timeout_s=2.5" in ex.error.evalue  # type: ignore[union-attr]
+        assert ("state was lost" in ex.error.evalue) is state_lost  # type: ignore[union-attr]
+    if ename == "KernelDied":
+        # The broker's error keeps what the kernel had sent of its traceback.
+        assert ex.error.traceback == rec.error.traceback  # type: ignore[union-attr]
+        assert "signal:9" in ex.error.evalue  # type: ignore[union-attr]
+
+
+def test_exit_restarts_and_says_state_was_lost() -> None:
+    rec = ExecutionRecorder("m1")
+    rec.feed_reply(
+        {
+            "header": {"msg_type": "execute_reply"},
+            "parent_header": {"msg_id": "m1"},
+            "content": {
+                "status": "ok",
+                "execution_count": 1,
+                "payload": [{"source": "ask_exit", "keepkernel": False}],
+            },
+        }
+    )
+    assert rec.asked_exit
+    ex = Execution(id="ex_1", session_id="s", status="running")
+    conclude(ex, rec, ending="done", reason=None, state_lost=False, interrupted=False, timeout_s=1)
+    assert (ex.status, ex.reason, ex.state_lost, ex.error) == ("ok", "exit", True, None)
