@@ -185,7 +185,7 @@ def main() -> None:
             rows.append((name, *measured))
     for backend in args.backends.split(","):
         if backend == "docker":
-            from interpreter.backends.docker import docker_available
+            from interpreter.backends.docker.engine import docker_available
 
             if not docker_available():
                 print("docker: no engine answers; skipped")

@@ -24,7 +24,7 @@ from interpreter.settings import Settings
 def wait_pool_full(srv: ServerThread, size: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pool = srv.broker.pool
+        pool = srv.broker.backend.pool  # type: ignore[attr-defined]
         if pool is not None and pool.ready_count >= size:
             return
         time.sleep(0.2)

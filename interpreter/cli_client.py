@@ -55,11 +55,14 @@ class Progress:
 def _connection_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
-        "--url", default=None,
+        "--url",
+        default=None,
         help=f"Service URL (default ${URL_ENV}, else {DEFAULT_URL}).",
     )
     parent.add_argument(
-        "--api-key", default=None, help=f"API key (default ${API_KEY_ENV}).",
+        "--api-key",
+        default=None,
+        help=f"API key (default ${API_KEY_ENV}).",
     )
     parent.add_argument("-q", "--quiet", action="store_true", help="No progress messages.")
     return parent
@@ -117,11 +120,14 @@ def stream_to_terminal(
             execution = event.execution
             if execution.status not in ("ok", "error"):
                 reason = f" ({execution.reason})" if execution.reason else ""
-                print(f"interp: execution ended with status {execution.status}{reason}",
-                      file=sys.stderr)
+                print(
+                    f"interp: execution ended with status {execution.status}{reason}",
+                    file=sys.stderr,
+                )
             if execution.state_lost:
-                print("interp: the kernel was restarted; the session's state is lost",
-                      file=sys.stderr)
+                print(
+                    "interp: the kernel was restarted; the session's state is lost", file=sys.stderr
+                )
             return EXIT_OK if execution.status == "ok" else EXIT_FAILED
     return EXIT_FAILED  # pragma: no cover - stream() always ends with DoneEvent or raises
 
@@ -160,7 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 progress(f"session {session.id} ready")
             try:
                 status = stream_to_terminal(
-                    session, code, timeout_s=args.timeout,
+                    session,
+                    code,
+                    timeout_s=args.timeout,
                     images_dir=Path(args.images) if args.images else None,
                 )
             except KeyboardInterrupt:
@@ -188,8 +196,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def format_table(rows: list[list[str]], header: list[str]) -> str:
     """Left-aligned columns separated by two spaces."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in [header, *rows]]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
     return "\n".join(lines)
 
 
@@ -207,9 +217,14 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print("no sessions")
         return EXIT_OK
     rows = [
-        [s.id, s.status, s.backend, str(s.execution_count),
-         s.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
-         s.last_activity_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")]
+        [
+            s.id,
+            s.status,
+            s.backend,
+            str(s.execution_count),
+            s.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            s.last_activity_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+        ]
         for s in sessions
     ]
     print(format_table(rows, ["ID", "STATUS", "BACKEND", "EXECS", "CREATED", "LAST ACTIVE"]))
@@ -296,22 +311,39 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
             progress("starting an embedded service...")
             with embedded_service() as target:
-                return _replay_against(args, nb, target.url, target.api_key, progress,
-                                       replay_notebook, print_cell, print_summary)
-        return _replay_against(args, nb, url, args.api_key, progress,
-                               replay_notebook, print_cell, print_summary)
+                return _replay_against(
+                    args,
+                    nb,
+                    target.url,
+                    target.api_key,
+                    progress,
+                    replay_notebook,
+                    print_cell,
+                    print_summary,
+                )
+        return _replay_against(
+            args, nb, url, args.api_key, progress, replay_notebook, print_cell, print_summary
+        )
     except ClientError as exc:
         return _service_error(exc)
 
 
 def _replay_against(
-    args: argparse.Namespace, nb: dict[str, Any], url: str, api_key: str | None,
-    progress: Progress, replay_notebook: Any, print_cell: Any, print_summary: Any,
+    args: argparse.Namespace,
+    nb: dict[str, Any],
+    url: str,
+    api_key: str | None,
+    progress: Progress,
+    replay_notebook: Any,
+    print_cell: Any,
+    print_summary: Any,
 ) -> int:
     with Client(url, api_key=api_key, timeout=60) as client:
         progress(f"replaying {args.notebook} against {url}...")
         report = replay_notebook(
-            client, nb, stop_on_mismatch=args.stop_on_mismatch,
+            client,
+            nb,
+            stop_on_mismatch=args.stop_on_mismatch,
             image_tolerance=args.image_tolerance,
             on_cell=None if args.json else print_cell,
             name=str(args.notebook),
@@ -350,8 +382,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------ registration
 
 
-def _quiet_http_log(func: Callable[[argparse.Namespace], int]) -> Callable[
-        [argparse.Namespace], int]:
+def _quiet_http_log(
+    func: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
     """Wrap a command so per-request log lines (the SDK's, and an embedded service's access
     log) only show with ``interp -v``."""
 
@@ -374,16 +407,19 @@ def add_commands(subparsers: Any) -> None:
     parent = _connection_parent()
 
     run = subparsers.add_parser(
-        "run", parents=[parent], help="Run a file or code in a session, streaming its output.",
+        "run",
+        parents=[parent],
+        help="Run a file or code in a session, streaming its output.",
         description="Run Python code in a session (a new one unless --session) and stream "
-                    "its output. Exit status 1 if the code fails.",
+        "its output. Exit status 1 if the code fails.",
     )
     run.add_argument("file", nargs="?", help="Python file to run ('-' for stdin).")
     run.add_argument("-c", "--code", help="Code to run instead of a file.")
     run.add_argument("--session", help="Run in this existing session (state is kept).")
     run.add_argument("--timeout", type=float, default=None, help="Time limit in seconds.")
-    run.add_argument("--keep", action="store_true",
-                     help="Keep the new session afterwards and print its id.")
+    run.add_argument(
+        "--keep", action="store_true", help="Keep the new session afterwards and print its id."
+    )
     run.add_argument("--images", metavar="DIR", help="Save images the code shows into DIR.")
     run.set_defaults(func=_quiet_http_log(cmd_run))
 
@@ -392,34 +428,44 @@ def add_commands(subparsers: Any) -> None:
     sessions.set_defaults(func=_quiet_http_log(cmd_sessions))
 
     notebook = subparsers.add_parser(
-        "notebook", parents=[parent], help="Export a session's notebook (.ipynb).")
+        "notebook", parents=[parent], help="Export a session's notebook (.ipynb)."
+    )
     notebook.add_argument("session", help="Session id.")
     notebook.add_argument("-o", "--output", help="Output file (default: stdout).")
     notebook.set_defaults(func=_quiet_http_log(cmd_notebook))
 
     html = subparsers.add_parser(
-        "html", parents=[parent], help="Render a session's notebook as HTML with its plots.")
+        "html", parents=[parent], help="Render a session's notebook as HTML with its plots."
+    )
     html.add_argument("session", help="Session id.")
     html.add_argument("-o", "--output", help="Output file (default: stdout).")
     html.set_defaults(func=_quiet_http_log(cmd_html))
 
     replay = subparsers.add_parser(
-        "replay", parents=[parent],
+        "replay",
+        parents=[parent],
         help="Re-run a notebook in a fresh session and check its outputs match.",
         description="Run the notebook's code cells in a fresh session, in order, and report "
-                    "per cell whether the outputs match the recorded ones (addresses, times "
-                    "and ids masked; images compared perceptually). Cells recorded as "
-                    "failed (error, timeout, kernel_died) are reported as such and not re-run. "
-                    "Exit status 0 only if every re-run cell matches. Without "
-                    "--server/--url/$INTERP_URL an embedded service is started.",
+        "per cell whether the outputs match the recorded ones (addresses, times "
+        "and ids masked; images compared perceptually). Cells recorded as "
+        "failed (error, timeout, kernel_died) are reported as such and not re-run. "
+        "Exit status 0 only if every re-run cell matches. Without "
+        "--server/--url/$INTERP_URL an embedded service is started.",
     )
     replay.add_argument("notebook", help="The .ipynb file.")
     replay.add_argument("--server", dest="url", help="Service URL (same as --url).")
-    replay.add_argument("--stop-on-mismatch", action="store_true",
-                        help="Stop at the first cell that does not match.")
+    replay.add_argument(
+        "--stop-on-mismatch",
+        action="store_true",
+        help="Stop at the first cell that does not match.",
+    )
     replay.add_argument("--json", action="store_true", help="Print the report as JSON.")
-    replay.add_argument("--image-tolerance", type=float, default=0.02,
-                        help="Largest mean pixel difference (0..1) for images to match.")
+    replay.add_argument(
+        "--image-tolerance",
+        type=float,
+        default=0.02,
+        help="Largest mean pixel difference (0..1) for images to match.",
+    )
     replay.set_defaults(func=_quiet_http_log(cmd_replay))
 
     tools = subparsers.add_parser("tools", help="Print tool definitions for function calling.")
@@ -427,11 +473,17 @@ def add_commands(subparsers: Any) -> None:
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
     mcp = subparsers.add_parser(
-        "mcp", parents=[parent], help="Serve the tools over MCP (stdio, or HTTP with --http).",
+        "mcp",
+        parents=[parent],
+        help="Serve the tools over MCP (stdio, or HTTP with --http).",
         description="Model Context Protocol server. Talks to the service at --url / "
-                    "$INTERP_URL, or starts an embedded one when neither is given.",
+        "$INTERP_URL, or starts an embedded one when neither is given.",
     )
-    mcp.add_argument("--http", type=int, metavar="PORT",
-                     help="Serve streamable HTTP on this port instead of stdio.")
+    mcp.add_argument(
+        "--http",
+        type=int,
+        metavar="PORT",
+        help="Serve streamable HTTP on this port instead of stdio.",
+    )
     mcp.add_argument("--host", default="127.0.0.1", help="Address for --http (loopback).")
     mcp.set_defaults(func=_quiet_http_log(cmd_mcp))

@@ -40,17 +40,21 @@ INSTRUCTIONS = (
 
 # Hints for hosts deciding whether to ask the user before a call.
 _ANNOTATIONS: dict[str, types.ToolAnnotations] = {
-    "run_code": types.ToolAnnotations(title="Run Python code", read_only_hint=False,
-                                      destructive_hint=True, idempotent_hint=False),
-    "create_session": types.ToolAnnotations(title="Create a session", read_only_hint=False,
-                                            destructive_hint=False),
+    "run_code": types.ToolAnnotations(
+        title="Run Python code", read_only_hint=False, destructive_hint=True, idempotent_hint=False
+    ),
+    "create_session": types.ToolAnnotations(
+        title="Create a session", read_only_hint=False, destructive_hint=False
+    ),
     "list_sessions": types.ToolAnnotations(title="List sessions", read_only_hint=True),
-    "upload_file": types.ToolAnnotations(title="Upload a file", read_only_hint=False,
-                                         destructive_hint=True, idempotent_hint=True),
+    "upload_file": types.ToolAnnotations(
+        title="Upload a file", read_only_hint=False, destructive_hint=True, idempotent_hint=True
+    ),
     "read_file": types.ToolAnnotations(title="Read a file", read_only_hint=True),
     "list_files": types.ToolAnnotations(title="List files", read_only_hint=True),
-    "restart": types.ToolAnnotations(title="Restart the kernel", read_only_hint=False,
-                                     destructive_hint=True),
+    "restart": types.ToolAnnotations(
+        title="Restart the kernel", read_only_hint=False, destructive_hint=True
+    ),
     "get_notebook": types.ToolAnnotations(title="Get the notebook", read_only_hint=True),
 }
 
@@ -66,8 +70,12 @@ class Target:
 def mcp_tools() -> list[types.Tool]:
     """The tool list as MCP ``Tool`` objects."""
     return [
-        types.Tool(name=t.name, description=t.description, input_schema=t.parameters,
-                   annotations=_ANNOTATIONS.get(t.name))
+        types.Tool(
+            name=t.name,
+            description=t.description,
+            input_schema=t.parameters,
+            annotations=_ANNOTATIONS.get(t.name),
+        )
         for t in TOOLS
     ]
 
@@ -77,8 +85,11 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
     content: list[types.TextContent | types.ImageContent] = []
     for part in result.parts:
         if isinstance(part, ImagePart):
-            content.append(types.ImageContent(
-                data=base64.b64encode(part.data).decode("ascii"), mime_type=part.mime))
+            content.append(
+                types.ImageContent(
+                    data=base64.b64encode(part.data).decode("ascii"), mime_type=part.mime
+                )
+            )
         else:
             content.append(types.TextContent(text=part.text))
     return types.CallToolResult(content=list(content), is_error=result.is_error)
@@ -120,9 +131,13 @@ def build_server(target: Target) -> Server[AsyncToolExecutor]:
         return to_call_result(result)
 
     return Server(
-        "interp", version=__version__, title="Stateful Python interpreter",
-        instructions=INSTRUCTIONS, lifespan=lifespan,
-        on_list_tools=list_tools, on_call_tool=call_tool,
+        "interp",
+        version=__version__,
+        title="Stateful Python interpreter",
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
     )
 
 

@@ -51,17 +51,29 @@ RASTER_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", 
 
 _MASKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\x1b\[[0-9;?]*[A-Za-z]"), ""),
-    (re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
-     "<uuid>"),
+    (
+        re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
+        "<uuid>",
+    ),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x<addr>"),
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?"
-                r"(Z|[+-]\d{2}:?\d{2})?"), "<timestamp>"),
+    (
+        re.compile(
+            r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?"
+            r"(Z|[+-]\d{2}:?\d{2})?"
+        ),
+        "<timestamp>",
+    ),
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<time>"),
     (re.compile(r"ipykernel_\d+[/\\]\d+\.py"), "ipykernel_<pid>/<cell>.py"),
     (re.compile(r"\btmp[A-Za-z0-9_]{6,}"), "tmp<random>"),
     (re.compile(r"\b[0-9a-fA-F]{16,}\b"), "<hex>"),
-    (re.compile(r"(?<![\w.])[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s?"
-                r"(ns|µs|μs|us|ms|s|sec|secs|seconds?|min|mins|minutes?)\b"), "<duration>"),
+    (
+        re.compile(
+            r"(?<![\w.])[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s?"
+            r"(ns|µs|μs|us|ms|s|sec|secs|seconds?|min|mins|minutes?)\b"
+        ),
+        "<duration>",
+    ),
     (re.compile(r"\b[\d,]+ loops?\b"), "<n> loops"),
     (re.compile(r"\b\d{12,}\b"), "<id>"),
 ]
@@ -157,8 +169,9 @@ def compare_json(
     what: str, recorded: Any, replayed: Any, extra_ids: tuple[str, ...] = ()
 ) -> str | None:
     """None if two JSON values match once normalised, else where they differ."""
-    found = _json_difference(normalize_json(recorded, extra_ids),
-                             normalize_json(replayed, extra_ids), "$")
+    found = _json_difference(
+        normalize_json(recorded, extra_ids), normalize_json(replayed, extra_ids), "$"
+    )
     return f"{what} differs at {found}" if found else None
 
 
@@ -176,9 +189,9 @@ def image_size(data: bytes) -> tuple[int, int] | None:
             if data[pos] != 0xFF:
                 return None
             marker = data[pos + 1]
-            length = struct.unpack(">H", data[pos + 2:pos + 4])[0]
+            length = struct.unpack(">H", data[pos + 2 : pos + 4])[0]
             if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
+                height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
                 return int(width), int(height)
             pos += 2 + length
     return None
@@ -196,8 +209,11 @@ def pixel_difference(a: bytes, b: bytes) -> tuple[float, float] | None:
         with Image.open(io.BytesIO(data)) as img:
             rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("L").resize(
-            (128, 128), Image.Resampling.BILINEAR)
+        return (
+            Image.alpha_composite(background, rgba)
+            .convert("L")
+            .resize((128, 128), Image.Resampling.BILINEAR)
+        )
 
     diff = ImageChops.difference(thumb(a), thumb(b))
     histogram = diff.histogram()
@@ -231,8 +247,10 @@ def compare_images(
         return None  # same size, and pixels cannot be compared without Pillow
     mean, strong = measured
     if mean > tolerance or strong > 0.01:
-        return (f"{what} pixels differ: mean {mean:.2%} (tolerance {tolerance:.2%}), "
-                f"{strong:.2%} strongly changed")
+        return (
+            f"{what} pixels differ: mean {mean:.2%} (tolerance {tolerance:.2%}), "
+            f"{strong:.2%} strongly changed"
+        )
     return None
 
 
@@ -244,7 +262,11 @@ def _decode_b64(value: Any) -> bytes | None:
 
 
 def compare_value(
-    mime: str, recorded: Any, replayed: Any, *, image_tolerance: float = 0.02,
+    mime: str,
+    recorded: Any,
+    replayed: Any,
+    *,
+    image_tolerance: float = 0.02,
     extra_ids: tuple[str, ...] = (),
 ) -> str | None:
     """Compare one MIME-bundle value of a recorded and a replayed output."""
@@ -317,7 +339,10 @@ def outputs_from_execution(
 
 
 def compare_outputs(
-    recorded: CellOutputs, replayed: CellOutputs, *, image_tolerance: float = 0.02,
+    recorded: CellOutputs,
+    replayed: CellOutputs,
+    *,
+    image_tolerance: float = 0.02,
     extra_ids: tuple[str, ...] = (),
 ) -> list[str]:
     """Every difference between a cell's recorded and replayed outputs (empty: match)."""
@@ -327,27 +352,32 @@ def compare_outputs(
         diffs.append(f"recorded error {rec_err[0]}: {rec_err[1]}, replay raised nothing")
     elif rec_err is None and rep_err is not None:
         diffs.append(f"replay raised {rep_err[0]}: {rep_err[1]}")
-    elif rec_err is not None and rep_err is not None and compare_text(
-        "error", ": ".join(rec_err), ": ".join(rep_err), extra_ids
+    elif (
+        rec_err is not None
+        and rep_err is not None
+        and compare_text("error", ": ".join(rec_err), ": ".join(rep_err), extra_ids)
     ):
-        diffs.append(f"error differs: recorded {rec_err[0]}: {rec_err[1]}, "
-                     f"replayed {rep_err[0]}: {rep_err[1]}")
-    for what, a, b in (("stdout", recorded.stdout, replayed.stdout),
-                       ("stderr", recorded.stderr, replayed.stderr)):
+        diffs.append(
+            f"error differs: recorded {rec_err[0]}: {rec_err[1]}, "
+            f"replayed {rep_err[0]}: {rep_err[1]}"
+        )
+    for what, a, b in (
+        ("stdout", recorded.stdout, replayed.stdout),
+        ("stderr", recorded.stderr, replayed.stderr),
+    ):
         found = compare_text(what, a, b, extra_ids)
         if found:
             diffs.append(found)
     if len(recorded.rich) != len(replayed.rich):
-        diffs.append(f"{len(recorded.rich)} rich outputs recorded, {len(replayed.rich)} "
-                     "replayed")
-    for n, (a_data, b_data) in enumerate(zip(recorded.rich, replayed.rich, strict=False),
-                                         start=1):
+        diffs.append(f"{len(recorded.rich)} rich outputs recorded, {len(replayed.rich)} replayed")
+    for n, (a_data, b_data) in enumerate(zip(recorded.rich, replayed.rich, strict=False), start=1):
         for mime, value in a_data.items():
             if mime not in b_data:
                 diffs.append(f"output {n}: {mime} missing in replay")
                 continue
-            found = compare_value(mime, value, b_data[mime], image_tolerance=image_tolerance,
-                                  extra_ids=extra_ids)
+            found = compare_value(
+                mime, value, b_data[mime], image_tolerance=image_tolerance, extra_ids=extra_ids
+            )
             if found:
                 diffs.append(f"output {n}: {found}")
     return diffs
@@ -445,8 +475,7 @@ def replay_notebook(
     started = time.monotonic()
     report = ReplayReport(notebook=name)
     recorded_ids = tuple(
-        str(v) for v in [((nb.get("metadata") or {}).get("interp") or {}).get("session_id")]
-        if v
+        str(v) for v in [((nb.get("metadata") or {}).get("interp") or {}).get("session_id")] if v
     )
     recorded_total = 0.0
     recorded_known = False
@@ -457,8 +486,16 @@ def replay_notebook(
         for index, cell in enumerate(nb.get("cells") or []):
             if cell.get("cell_type") != "code":
                 continue
-            cell_report = _replay_cell(session, index, cell, report.stopped_early,
-                                       image_tolerance, timeout_s, ids, own_source)
+            cell_report = _replay_cell(
+                session,
+                index,
+                cell,
+                report.stopped_early,
+                image_tolerance,
+                timeout_s,
+                ids,
+                own_source,
+            )
             if cell_report.recorded_ms is not None and cell_report.status != "skipped":
                 recorded_total += cell_report.recorded_ms
                 recorded_known = True
@@ -483,15 +520,23 @@ def replay_notebook(
 
 
 def _replay_cell(
-    session: Session, index: int, cell: dict[str, Any], stopped: bool,
-    image_tolerance: float, timeout_s: float | None, ids: tuple[str, ...],
+    session: Session,
+    index: int,
+    cell: dict[str, Any],
+    stopped: bool,
+    image_tolerance: float,
+    timeout_s: float | None,
+    ids: tuple[str, ...],
     own_source: str | None,
 ) -> CellReport:
     source = bundle_text(cell.get("source", ""))
     meta = (cell.get("metadata") or {}).get("interp") or {}
     base = CellReport(
-        index=index, execution_count=cell.get("execution_count"), status="skipped",
-        recorded_status=recorded_status(cell), recorded_ms=_recorded_ms(cell),
+        index=index,
+        execution_count=cell.get("execution_count"),
+        status="skipped",
+        recorded_status=recorded_status(cell),
+        recorded_ms=_recorded_ms(cell),
         source=source.strip().split("\n", 1)[0][:60],
     )
     if stopped:
@@ -501,26 +546,37 @@ def _replay_cell(
     if not source.strip():
         return base.model_copy(update={"note": "empty"})
     if base.recorded_status != "ok":
-        return base.model_copy(update={
-            "status": "recorded_failure",
-            "note": f"recorded as {base.recorded_status}; not re-run",
-        })
+        return base.model_copy(
+            update={
+                "status": "recorded_failure",
+                "note": f"recorded as {base.recorded_status}; not re-run",
+            }
+        )
     execution = session.run(source, timeout_s=timeout_s).execution
     replayed = outputs_from_execution(execution, session.artifact)
-    diffs = compare_outputs(outputs_from_cell(cell), replayed,
-                            image_tolerance=image_tolerance, extra_ids=ids)
+    diffs = compare_outputs(
+        outputs_from_cell(cell), replayed, image_tolerance=image_tolerance, extra_ids=ids
+    )
     if execution.status not in ("ok", "error"):
         diffs.insert(0, f"replay ended with status {execution.status}")
-    return base.model_copy(update={
-        "status": "mismatch" if diffs else "match", "differences": diffs,
-        "replay_status": execution.status, "replay_ms": execution.duration_ms,
-    })
+    return base.model_copy(
+        update={
+            "status": "mismatch" if diffs else "match",
+            "differences": diffs,
+            "replay_status": execution.status,
+            "replay_ms": execution.duration_ms,
+        }
+    )
 
 
 # ------------------------------------------------------------------------------ output
 
-_LABELS = {"match": "match", "mismatch": "MISMATCH", "recorded_failure": "recorded failure",
-           "skipped": "skipped"}
+_LABELS = {
+    "match": "match",
+    "mismatch": "MISMATCH",
+    "recorded_failure": "recorded failure",
+    "skipped": "skipped",
+}
 
 
 def _seconds(ms: float | None) -> str:
@@ -530,9 +586,11 @@ def _seconds(ms: float | None) -> str:
 def print_cell(cell: CellReport) -> None:
     """One line per cell (and one per difference) on stdout."""
     count = f"[{cell.execution_count}]" if cell.execution_count is not None else "[ ]"
-    line = (f"cell {cell.index:3d} {count:>6}  {_LABELS[cell.status]:<16} "
-            f"{_seconds(cell.replay_ms)} (recorded {_seconds(cell.recorded_ms).strip()})  "
-            f"{cell.source}")
+    line = (
+        f"cell {cell.index:3d} {count:>6}  {_LABELS[cell.status]:<16} "
+        f"{_seconds(cell.replay_ms)} (recorded {_seconds(cell.recorded_ms).strip()})  "
+        f"{cell.source}"
+    )
     print(line.rstrip())
     if cell.note:
         print(f"      {cell.note}")
@@ -544,9 +602,11 @@ def print_cell(cell: CellReport) -> None:
 def print_summary(report: ReplayReport) -> None:
     """The closing summary lines on stdout."""
     total = len(report.cells)
-    print(f"\n{report.notebook}: {total} code cells: {report.matched} match, "
-          f"{report.mismatched} mismatch, {report.recorded_failures} recorded failure(s) "
-          f"not re-run, {report.skipped} skipped")
+    print(
+        f"\n{report.notebook}: {total} code cells: {report.matched} match, "
+        f"{report.mismatched} mismatch, {report.recorded_failures} recorded failure(s) "
+        f"not re-run, {report.skipped} skipped"
+    )
     timing = f"replay took {report.replay_s:.1f}s (cells {report.replay_cells_s:.1f}s)"
     if report.recorded_cells_s is not None:
         timing += f"; the recorded run's cells took {report.recorded_cells_s:.1f}s"

@@ -46,37 +46,6 @@ def check_bind(settings: Settings) -> None:
         )
 
 
-def resolve_backend(settings: Settings) -> str:
-    """``local`` or ``docker``; ``auto`` means docker when an engine and the image are there."""
-    if settings.backend == "local":
-        return "local"
-    from interpreter.backends import docker as docker_backend
-    from interpreter.images import image_status, missing_image_message
-
-    if not docker_backend.docker_available():
-        if settings.backend == "docker":
-            raise BackendUnavailable(
-                "No Docker engine answers. Start one (e.g. `sudo dockerd &`) or run with "
-                "--backend local (no isolation)."
-            )
-        log.warning(
-            "No Docker engine answers: using the LOCAL backend, which does NOT isolate "
-            "kernels from this machine. Use it only for trusted code."
-        )
-        return "local"
-    status = image_status(settings.docker_image)
-    if not status.exists:
-        message = missing_image_message(settings.docker_image)
-        if settings.backend == "docker":
-            raise BackendUnavailable(message)
-        log.warning("%s Using the LOCAL backend (no isolation) meanwhile.", message)
-        return "local"
-    problem = status.problem()
-    if problem:
-        log.warning("%s", problem)
-    return "docker"
-
-
 @dataclass
 class RunningServer:
     """A started broker and HTTP server."""
@@ -95,8 +64,10 @@ class RunningServer:
 async def start(settings: Settings, backend: str | None = None) -> RunningServer:
     """Start the broker and listen; returns once requests are accepted."""
     check_bind(settings)
-    name = backend if backend else await asyncio.to_thread(resolve_backend, settings)
-    chosen = await asyncio.to_thread(backends.create, name, settings)
+    if backend:
+        chosen = await asyncio.to_thread(backends.create, backend, settings)
+    else:
+        chosen = await asyncio.to_thread(backends.resolve, settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     broker = SessionBroker(settings, chosen)
     await broker.open()

@@ -36,7 +36,7 @@ _docker_state: dict[str, Any] = {}
 def docker_ready() -> tuple[bool, str]:
     """Whether the Docker backend can run here (engine answers and the image exists)."""
     if "ready" not in _docker_state:
-        from interpreter.backends.docker import docker_available
+        from interpreter.backends.docker.engine import docker_available
         from interpreter.images import image_status
 
         if not docker_available():
@@ -124,7 +124,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     yield srv
     srv.thread.stop()
     if backend == "docker":
-        from interpreter.backends.docker import list_broker_containers
+        from interpreter.backends.docker.engine import list_broker_containers
 
         leaked = list_broker_containers(broker_id)
         assert not leaked, f"containers left behind: {[c.name for c in leaked]}"

@@ -13,6 +13,7 @@ Every method says who calls it. Nothing here imports the broker or the session.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 
     from interpreter.backends.base import LaunchOptions
     from interpreter.settings import Settings
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -125,4 +129,35 @@ def resolve(settings: Settings) -> Backend:
     the image are there, else local with a warning. Blocking (asks the Docker engine):
     call it off the event loop. Raises ``BackendUnavailable`` for an explicit ``docker``
     that cannot run."""
-    raise NotImplementedError
+    return create(_resolve_name(settings), settings)
+
+
+def _resolve_name(settings: Settings) -> str:
+    if settings.backend == "local":
+        return "local"
+    from interpreter.backends.docker.engine import docker_available
+    from interpreter.errors import BackendUnavailable
+    from interpreter.images import image_status, missing_image_message
+
+    if not docker_available():
+        if settings.backend == "docker":
+            raise BackendUnavailable(
+                "No Docker engine answers. Start one (e.g. `sudo dockerd &`) or run with "
+                "--backend local (no isolation)."
+            )
+        log.warning(
+            "No Docker engine answers: using the LOCAL backend, which does NOT isolate "
+            "kernels from this machine. Use it only for trusted code."
+        )
+        return "local"
+    status = image_status(settings.docker_image)
+    if not status.exists:
+        message = missing_image_message(settings.docker_image)
+        if settings.backend == "docker":
+            raise BackendUnavailable(message)
+        log.warning("%s Using the LOCAL backend (no isolation) meanwhile.", message)
+        return "local"
+    problem = status.problem()
+    if problem:
+        log.warning("%s", problem)
+    return "docker"

@@ -40,6 +40,9 @@ class LaunchOptions:
         memory_mb, cpus, pids, tmp_size_mb: resource limits (already capped).
         image: container image (docker backend only).
         runtime: container runtime such as ``runsc`` (docker backend only).
+        pool: warm kernels the provisioner may claim a first kernel from, set by the
+            backend's ``configure`` (docker: a ``ContainerPool``); never used for a
+            restart. Passing it here, per launch, keeps provisioners free of global state.
     """
 
     session_id: str
@@ -55,6 +58,7 @@ class LaunchOptions:
     image: str = "interp-kernel:latest"
     runtime: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    pool: Any = field(default=None, compare=False, repr=False)
 
     def kernel_env(self, *, home: str, extra_path: str | None = None) -> dict[str, str]:
         """The full, allowlisted environment of the kernel process."""

@@ -66,7 +66,9 @@ class AsyncClient:
         self.base_url, all_headers = client_settings(base_url, api_key, headers)
         self._timeout = httpx.Timeout(timeout)
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=all_headers, timeout=self._timeout,
+            base_url=self.base_url,
+            headers=all_headers,
+            timeout=self._timeout,
             transport=transport or httpx.AsyncHTTPTransport(socket_options=SOCKET_OPTIONS),
         )
 
@@ -89,8 +91,12 @@ class AsyncClient:
         directly (``async with client.create_session() as s:``, deleted on exit).
         """
         call = proto.create_session(
-            idle_timeout_s=idle_timeout_s, limits=limits, env=env, metadata=metadata,
-            from_session=from_session, from_notebook=from_notebook,
+            idle_timeout_s=idle_timeout_s,
+            limits=limits,
+            env=env,
+            metadata=metadata,
+            from_session=from_session,
+            from_notebook=from_notebook,
             idempotency_key=idempotency_key,
         )
 
@@ -125,7 +131,9 @@ class AsyncClient:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
@@ -137,8 +145,12 @@ class AsyncClient:
         """Send one call and parse its answer; errors become SDK exceptions."""
         with self._mapped_errors():
             resp = await self._http.request(
-                call.method, call.url, json=call.json, content=call.content,
-                params=call.params, headers=call.headers,
+                call.method,
+                call.url,
+                json=call.json,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
                 timeout=request_timeout(self._timeout, call),
             )
         proto.check_response(resp)
@@ -151,7 +163,10 @@ class AsyncClient:
         """Send a call asking for server-sent events; yield its lines and execution id."""
         with self._mapped_errors():
             async with self._http.stream(
-                call.method, call.url, json=call.json, params=call.params,
+                call.method,
+                call.url,
+                json=call.json,
+                params=call.params,
                 headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
                 timeout=request_timeout(self._timeout, call),
             ) as resp:
@@ -185,7 +200,9 @@ class PendingSession:
         return self._session
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         if self._session is not None:
@@ -284,9 +301,7 @@ class AsyncSession:
         self.info = await self.client._call(proto.interrupt(self.id, generation))
         return self.info
 
-    async def restart(
-        self, *, recover: bool = False, generation: int | None = None
-    ) -> SessionInfo:
+    async def restart(self, *, recover: bool = False, generation: int | None = None) -> SessionInfo:
         """Restart the kernel; with ``recover=True`` rebuild state from the good cells."""
         call = proto.restart(self.id, recover=recover, generation=generation)
         self.info = await self.client._call(call)
@@ -308,9 +323,7 @@ class AsyncSession:
             payload = await anyio.to_thread.run_sync(data.read)
         await self.client._call(proto.upload(self.id, path, payload))
 
-    async def upload_file(
-        self, local_path: str | os.PathLike[str], path: str | None = None
-    ) -> str:
+    async def upload_file(self, local_path: str | os.PathLike[str], path: str | None = None) -> str:
         """Upload a local file; returns its workspace path (its own name unless ``path``)."""
         local = Path(local_path)
         target = path or local.name
@@ -358,7 +371,9 @@ class AsyncSession:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()

@@ -50,8 +50,10 @@ class APIError(ClientError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only constructor arguments do not survive the default pickling.
-        return (_rebuild_api_error, (type(self), self.message, self.status, self.code,
-                                     self.retry_after))
+        return (
+            _rebuild_api_error,
+            (type(self), self.message, self.status, self.code, self.retry_after),
+        )
 
 
 def _rebuild_api_error(

@@ -221,7 +221,11 @@ def create_session(
     # A rebuild replays cells, which takes as long as they take.
     rebuild = from_session is not None or from_notebook is not None
     return Call(
-        "POST", "/v1/sessions", _parse_session, json=body, unbounded=rebuild,
+        "POST",
+        "/v1/sessions",
+        _parse_session,
+        json=body,
+        unbounded=rebuild,
         headers=_idempotency(idempotency_key),
     )
 
@@ -256,7 +260,11 @@ def execute(
     if timeout_s is not None:
         body["timeout_s"] = timeout_s
     return Call(
-        "POST", session_url(session_id, "execute"), _parse_execution, json=body, unbounded=True,
+        "POST",
+        session_url(session_id, "execute"),
+        _parse_execution,
+        json=body,
+        unbounded=True,
         headers=_idempotency(idempotency_key),
     )
 
@@ -276,7 +284,11 @@ def restart(
 ) -> Call[Session]:
     body = {"recover": True} if recover else None
     return Call(
-        "POST", session_url(session_id, "restart"), _parse_session, json=body, unbounded=recover,
+        "POST",
+        session_url(session_id, "restart"),
+        _parse_session,
+        json=body,
+        unbounded=recover,
         params=_fence(generation),
     )
 
@@ -320,7 +332,11 @@ def stream_request(
     """The streaming form of :func:`execute`; the body is read as events, not parsed."""
     call = execute(session_id, code, timeout_s, idempotency_key)
     return Call(
-        call.method, call.url, _parse_nothing, json=call.json, unbounded=True,
+        call.method,
+        call.url,
+        _parse_nothing,
+        json=call.json,
+        unbounded=True,
         headers=call.headers,
     )
 

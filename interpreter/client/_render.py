@@ -81,8 +81,9 @@ def chart_summary(chart: dict[str, Any]) -> str:
         desc = f"plot {n}: {ax.get('kind', 'unknown')}"
         if ax.get("title"):
             desc += f" titled {ax['title']!r}"
-        axes = [f"{name}={ax[key]!r}" for name, key in (("x", "xlabel"), ("y", "ylabel"))
-                if ax.get(key)]
+        axes = [
+            f"{name}={ax[key]!r}" for name, key in (("x", "xlabel"), ("y", "ylabel")) if ax.get(key)
+        ]
         if axes:
             desc += " (" + ", ".join(axes) + ")"
         series = ax.get("series") or []
@@ -143,8 +144,10 @@ def execution_header(execution: Execution) -> str:
     if execution.reason and execution.status != "ok":
         head += f" Reason: {execution.reason}."
     if execution.state_lost:
-        head += ("\nWARNING: the kernel was restarted; all variables, imports and loaded data "
-                 "are gone. Re-run the setup code before continuing.")
+        head += (
+            "\nWARNING: the kernel was restarted; all variables, imports and loaded data "
+            "are gone. Re-run the setup code before continuing."
+        )
     return head
 
 

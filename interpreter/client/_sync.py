@@ -62,7 +62,9 @@ class Client:
         self.base_url, all_headers = client_settings(base_url, api_key, headers)
         self._timeout = httpx.Timeout(timeout)
         self._http = httpx.Client(
-            base_url=self.base_url, headers=all_headers, timeout=self._timeout,
+            base_url=self.base_url,
+            headers=all_headers,
+            timeout=self._timeout,
             transport=transport or httpx.HTTPTransport(socket_options=SOCKET_OPTIONS),
         )
 
@@ -97,11 +99,17 @@ class Client:
             >>> with client.create_session(metadata={"task": "eda"}) as s:  # doctest: +SKIP
             ...     s.run("import pandas as pd")
         """
-        info = self._call(proto.create_session(
-            idle_timeout_s=idle_timeout_s, limits=limits, env=env, metadata=metadata,
-            from_session=from_session, from_notebook=from_notebook,
-            idempotency_key=idempotency_key,
-        ))
+        info = self._call(
+            proto.create_session(
+                idle_timeout_s=idle_timeout_s,
+                limits=limits,
+                env=env,
+                metadata=metadata,
+                from_session=from_session,
+                from_notebook=from_notebook,
+                idempotency_key=idempotency_key,
+            )
+        )
         return Session(self, info)
 
     def get_session(self, session_id: str) -> Session:
@@ -130,7 +138,9 @@ class Client:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -142,8 +152,12 @@ class Client:
         """Send one call and parse its answer; errors become SDK exceptions."""
         with self._mapped_errors():
             resp = self._http.request(
-                call.method, call.url, json=call.json, content=call.content,
-                params=call.params, headers=call.headers,
+                call.method,
+                call.url,
+                json=call.json,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
                 timeout=request_timeout(self._timeout, call),
             )
         proto.check_response(resp)
@@ -152,11 +166,17 @@ class Client:
     @contextmanager
     def _stream(self, call: proto.Call[Any]) -> Iterator[tuple[Iterator[str], str | None]]:
         """Send a call asking for server-sent events; yield its lines and execution id."""
-        with self._mapped_errors(), self._http.stream(
-            call.method, call.url, json=call.json, params=call.params,
-            headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
-            timeout=request_timeout(self._timeout, call),
-        ) as resp:
+        with (
+            self._mapped_errors(),
+            self._http.stream(
+                call.method,
+                call.url,
+                json=call.json,
+                params=call.params,
+                headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
+                timeout=request_timeout(self._timeout, call),
+            ) as resp,
+        ):
             if not resp.is_success:
                 resp.read()
                 proto.check_response(resp)
@@ -294,9 +314,7 @@ class Session:
         self.info = self.client._call(proto.interrupt(self.id, generation))
         return self.info
 
-    def restart(
-        self, *, recover: bool = False, generation: int | None = None
-    ) -> SessionInfo:
+    def restart(self, *, recover: bool = False, generation: int | None = None) -> SessionInfo:
         """Restart the kernel: a clean state, the same session and notebook.
 
         Args:
@@ -375,7 +393,9 @@ class Session:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()

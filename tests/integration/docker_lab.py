@@ -22,14 +22,14 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
-from interpreter.backends import docker_ipc as ipc
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
-from interpreter.backends.docker import (
-    DockerProvisioner,
+from interpreter.backends.docker import ipc
+from interpreter.backends.docker.engine import (
     docker_available,
     docker_client,
     list_broker_containers,
 )
+from interpreter.backends.docker.provisioner import DockerProvisioner
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "interp-kernel:latest"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from interpreter.backends.docker import list_broker_containers
+from interpreter.backends.docker.engine import list_broker_containers
 from tests.conftest import REPO, Server, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.parametrize("server", ["docker"], indirect=True)]

@@ -11,8 +11,9 @@ from typing import Any
 import docker.errors
 import pytest
 
-from interpreter.backends.docker import DockerProvisioner, docker_client, list_broker_containers
-from interpreter.backends.docker_pool import ContainerPool
+from interpreter.backends.docker.engine import docker_client, list_broker_containers
+from interpreter.backends.docker.pool import ContainerPool
+from interpreter.backends.docker.provisioner import DockerProvisioner
 from tests.integration.docker_lab import Lab, lab, require_docker, run, short_base, wait_for
 
 pytestmark = [pytest.mark.docker]
@@ -25,12 +26,10 @@ async def pool(lab: Lab) -> AsyncIterator[ContainerPool]:
     template = lab.options()
     pool = ContainerPool(1, template, lab.base, root=lab.base / "pool")
     await pool.start()
-    pool.install()
     try:
         yield pool
     finally:
         await pool.close()
-        assert DockerProvisioner.pool is None
 
 
 async def _ready(pool: ContainerPool) -> None:
@@ -44,7 +43,7 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     await _ready(pool)
     pooled_id = pool._ready[0].container_id
 
-    options = dataclasses.replace(pool.template, **_fresh_paths(lab))
+    options = dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab))
     t0 = time.perf_counter()
     km = await lab.start(options)
     kc = await lab.client(km)
@@ -69,7 +68,7 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     assert pool._ready[0].container_id != pooled_id
 
     # A session with other limits starts cold.
-    other = dataclasses.replace(pool.template, memory_mb=384, **_fresh_paths(lab))
+    other = dataclasses.replace(pool.template, pool=pool, memory_mb=384, **_fresh_paths(lab))
     km_cold = await lab.start(other)
     cold = km_cold.provisioner
     assert isinstance(cold, DockerProvisioner) and cold.container is not None
@@ -86,7 +85,7 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
 
 async def test_restart_of_a_pooled_session_starts_cold(lab: Lab, pool: ContainerPool) -> None:
     await _ready(pool)
-    options = dataclasses.replace(pool.template, **_fresh_paths(lab))
+    options = dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab))
     km = await lab.start(options)
     provisioner = km.provisioner
     assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
@@ -114,7 +113,7 @@ async def test_a_new_pool_keeps_claimed_containers(lab: Lab, pool: ContainerPool
     # A broker restart: the new broker's pool removes what was never claimed, and leaves
     # the containers sessions took (the broker reattaches or removes those itself).
     await _ready(pool)
-    km = await lab.start(dataclasses.replace(pool.template, **_fresh_paths(lab)))
+    km = await lab.start(dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab)))
     provisioner = km.provisioner
     assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
     claimed_id = provisioner.container.container_id

@@ -16,8 +16,9 @@ import docker.errors
 import pytest
 
 from interpreter.backends.base import LAUNCH_KWARG
-from interpreter.backends.docker import DockerProvisioner, docker_client, reattach
-from interpreter.backends.docker_config import LABEL_BROKER
+from interpreter.backends.docker.config import LABEL_BROKER
+from interpreter.backends.docker.engine import docker_client
+from interpreter.backends.docker.provisioner import DockerProvisioner, reattach
 from interpreter.errors import KernelStartFailed
 from tests.integration.docker_lab import Lab, lab, run, short_base, wait_for, wait_for_iopub
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from interpreter.backends.docker import list_broker_containers, remove_container
+from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from tests.conftest import KEY, REPO, require_docker, run, spawn_serve
 
 pytestmark = pytest.mark.docker

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from interpreter.backends.base import BASE_KERNEL_ENV, LaunchOptions
-from interpreter.backends.docker_config import (
+from interpreter.backends.docker.config import (
     KernelUser,
     build_container_config,
     container_labels,

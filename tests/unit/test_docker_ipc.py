@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from interpreter.backends import docker_ipc as ipc
-from interpreter.backends.docker_config import KernelUser
+from interpreter.backends.docker import ipc
+from interpreter.backends.docker.config import KernelUser
 from interpreter.errors import KernelStartFailed
 
 ROOT = os.geteuid() == 0

@@ -160,7 +160,7 @@ def test_dockerfile_agrees_with_the_library() -> None:
 
 
 def test_image_user_is_the_user_the_docker_backend_runs() -> None:
-    from interpreter.backends import docker_config
+    from interpreter.backends.docker import config as docker_config
 
     assert (images.KERNEL_UID, images.KERNEL_GID) == (
         docker_config.KERNEL_UID,

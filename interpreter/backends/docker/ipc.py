@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 
-from interpreter.backends.docker_config import (
+from interpreter.backends.docker.config import (
     CONNECTION_FILE_NAME,
     CONTAINER_RUNTIME_DIR,
     IPC_PREFIX_NAME,

@@ -79,9 +79,7 @@ def container_name(session_id: str, suffix: str) -> str:
     return f"interp-{_NAME_UNSAFE.sub('_', session_id)[:40]}-{suffix}"
 
 
-def container_labels(
-    options: LaunchOptions, *, pool_slot: str | None = None
-) -> dict[str, str]:
+def container_labels(options: LaunchOptions, *, pool_slot: str | None = None) -> dict[str, str]:
     """Labels that let a broker find its own containers, and only its own (R-07).
 
     Args:

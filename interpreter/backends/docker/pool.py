@@ -33,25 +33,26 @@ from pathlib import Path
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
-from interpreter.backends import docker_ipc as ipc
 from interpreter.backends.base import LaunchOptions
-from interpreter.backends.docker import (
-    DEFAULT_ARGV,
+from interpreter.backends.docker import ipc
+from interpreter.backends.docker.config import kernel_command
+from interpreter.backends.docker.container import (
     START_TIMEOUT_S,
-    DockerProvisioner,
     KernelContainer,
     absolute_options,
-    call_docker,
     discard_container,
     exit_reason_of,
-    inspect_state,
     kernel_user,
-    list_broker_containers,
     new_key,
-    remove_container,
     start_kernel_container,
 )
-from interpreter.backends.docker_config import kernel_command
+from interpreter.backends.docker.engine import (
+    call_docker,
+    inspect_state,
+    list_broker_containers,
+    remove_container,
+)
+from interpreter.backends.docker.provisioner import DEFAULT_ARGV
 from interpreter.errors import InterpreterError, KernelStartFailed
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,8 @@ _SLOT = re.compile(r"[0-9a-f]{16}")
 class ContainerPool:
     """Keeps ``size`` ready kernel containers for sessions with default options.
 
-    ``await pool.start()``, then ``pool.install()`` makes ``DockerProvisioner`` claim from
-    it; ``await pool.close()`` uninstalls it and removes what was not claimed.
+    ``await pool.start()``; the backend then hands it to provisioners in the launch options
+    of each session; ``await pool.close()`` removes what was not claimed.
 
     Args:
         size: how many ready kernels to keep; 0 disables the pool.
@@ -146,10 +147,6 @@ class ContainerPool:
             self._wanted.set()
             self._filler = asyncio.create_task(self._fill(), name="docker-pool-fill")
 
-    def install(self) -> None:
-        """Make this the pool ``DockerProvisioner`` claims from (one per broker process)."""
-        DockerProvisioner.pool = self
-
     async def claim(
         self, options: LaunchOptions, *, command: Sequence[str] | None = None
     ) -> KernelContainer | None:
@@ -195,8 +192,6 @@ class ContainerPool:
     async def close(self) -> None:
         """Uninstall, stop filling and remove every unclaimed container and its directories."""
         self._closed = True
-        if DockerProvisioner.pool is self:
-            DockerProvisioner.pool = None
         if self._filler is not None:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -219,8 +214,9 @@ class ContainerPool:
                     kernel = await self._start_one()
                 except InterpreterError as exc:
                     self.failures += 1
-                    log.warning("warm pool: could not start a kernel (%s); retry in %.0f s",
-                                exc, backoff)
+                    log.warning(
+                        "warm pool: could not start a kernel (%s); retry in %.0f s", exc, backoff
+                    )
                     # A claim does not cut the pause short: a failing engine or a missing
                     # image is not fixed by demand, and cold starts still work meanwhile.
                     await asyncio.sleep(backoff)

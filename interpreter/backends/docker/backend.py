@@ -1,0 +1,88 @@
+"""The Docker backend as the broker sees it (:class:`~interpreter.backends.Backend`).
+
+It owns the warm pool (started after startup recovery, handed to provisioners in each
+session's launch options), reattaches containers that outlived an earlier broker, finds
+and removes the containers an earlier broker left, and reads the kernel image's package
+list for notebook metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from interpreter.backends import Leftover
+from interpreter.backends.base import LaunchOptions
+from interpreter.backends.docker.engine import list_broker_containers, remove_container
+from interpreter.backends.docker.pool import ContainerPool
+from interpreter.backends.docker.provisioner import reattach
+from interpreter.images import image_status
+from interpreter.settings import Settings
+
+if TYPE_CHECKING:
+    from jupyter_client.manager import AsyncKernelManager
+
+
+class DockerBackend:
+    """Kernels in hardened containers. Building one asks the engine about the image
+    (blocking: build it off the event loop)."""
+
+    name = "docker"
+    kernel_name = "python3-docker"
+    isolated = True
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keep_on_shutdown = settings.keep_containers_on_shutdown
+        self.image: str | None = settings.docker_image
+        self.packages: Mapping[str, str] = dict(image_status(settings.docker_image).packages)
+        self.pool: ContainerPool | None = None
+
+    def configure(self, manager: AsyncKernelManager, options: LaunchOptions) -> None:
+        # The provisioner sets the transport (ipc in the runtime directory) at pre_launch.
+        options.pool = self.pool
+
+    async def start(self, template: LaunchOptions) -> None:
+        if self.settings.pool_size <= 0:
+            return
+        # The pool lives in <data_dir>/pool, on the same filesystem as the sessions'
+        # directories (a claim renames directories).
+        pool = ContainerPool(
+            self.settings.pool_size,
+            template,
+            self.settings.data_dir,
+            start_timeout_s=self.settings.kernel_start_timeout_s,
+        )
+        await pool.start()
+        self.pool = pool
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            await pool.close()
+
+    def can_reattach(self, record_backend: str) -> bool:
+        return record_backend == self.name
+
+    async def reattach(
+        self,
+        manager: AsyncKernelManager,
+        provisioner_info: dict[str, Any],
+        options: LaunchOptions,
+    ) -> None:
+        await reattach(manager, provisioner_info, options)
+
+    async def leftovers(self, broker_id: str) -> list[Leftover]:
+        containers = await asyncio.to_thread(list_broker_containers, broker_id)
+        return [Leftover(id=c.id, session_id=c.session_id or None) for c in containers]
+
+    def matches(
+        self, leftover: Leftover, session_id: str, provisioner_info: dict[str, Any]
+    ) -> bool:
+        # A pooled container keeps its pool labels: match by the id the record holds.
+        return leftover.session_id == session_id or leftover.id in json.dumps(provisioner_info)
+
+    async def remove(self, leftover: Leftover) -> None:
+        await asyncio.to_thread(remove_container, leftover.id)
