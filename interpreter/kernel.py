@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import queue
 from collections import deque
 from collections.abc import Awaitable, Callable
 from enum import Enum
@@ -40,10 +41,39 @@ MAX_ZMQ_MESSAGE = 128 << 20
 START_ATTEMPTS = 2
 #: Seconds allowed for a kernel's ``kernel_info`` reply once its channels are up.
 KERNEL_INFO_TIMEOUT_S = 10
+#: Seconds a message-mode kernel gets to acknowledge an interrupt.
+INTERRUPT_ACK_TIMEOUT_S = 10.0
 
 #: ``await on_message(channel, msg)`` for every message read from iopub or shell, in order:
 #: a channel's next message is read once the callback returned.
 MessageCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+async def send_interrupt(kc: Any, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -> bool:
+    """Send ``interrupt_request`` on ``kc``'s control channel; wait for its reply.
+
+    The reply means the kernel has raised SIGINT on itself. Whoever sends the next cell
+    only after that reply knows the interrupt cannot reach that cell: an interrupt that
+    lands between cells is ignored (ipykernel ignores SIGINT outside a request). Without
+    waiting, an interrupt delayed in the control queue (seen under load) hits whatever
+    runs when it is finally handled: the next cell. Returns False when no reply came
+    within ``ack_within`` seconds. ``kc`` is an ``AsyncKernelClient`` with its channels
+    started; nothing else may read its control channel meanwhile.
+    """
+    msg = kc.session.msg("interrupt_request", content={})
+    kc.control_channel.send(msg)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ack_within
+    while (remaining := deadline - loop.time()) > 0:
+        try:
+            reply = await kc.get_control_msg(timeout=remaining)
+        except queue.Empty:
+            break
+        except Exception:  # a bad message on the control channel: not ours (H-34)
+            continue
+        if (reply.get("parent_header") or {}).get("msg_id") == msg["header"]["msg_id"]:
+            return True
+    return False
 
 
 class RestartBudget:
@@ -111,6 +141,8 @@ class Kernel:
         self._ctx: zmq.asyncio.Context | None = None
         self._readers: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
+        #: Held while an interrupt is on its way, so that no cell is sent meanwhile.
+        self._interrupting = asyncio.Lock()
         self._bad_messages = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -205,17 +237,34 @@ class Kernel:
     async def is_alive(self) -> bool:
         return self.km is not None and bool(await self.km.is_alive())
 
-    def execute(self, code: str) -> str:
-        """Send ``code`` for execution; returns the request's msg_id."""
-        msg_id: str = self.kc.execute(
-            code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
-        )
+    async def execute(self, code: str) -> str:
+        """Send ``code`` for execution; returns the request's msg_id. Waits for an
+        interrupt on its way to arrive first, so that it cannot hit this cell."""
+        async with self._interrupting:
+            msg_id: str = self.kc.execute(
+                code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
+            )
         return msg_id
 
-    async def interrupt(self) -> None:
-        """Interrupt whatever the kernel runs (state is kept)."""
-        if self.km is not None:
-            await self.km.interrupt_kernel()
+    async def interrupt(self, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -> None:
+        """Interrupt whatever the kernel runs (state is kept); returns once the interrupt
+        has reached the kernel.
+
+        A signal-mode kernel (local) is signalled directly, which delivers at once. A
+        message-mode kernel (docker) gets ``interrupt_request`` and must acknowledge it
+        (:func:`send_interrupt`); no cell is sent to the kernel until it has.
+        """
+        if self.km is None:
+            return
+        async with self._interrupting:
+            spec = self.km.kernel_spec
+            if spec is not None and spec.interrupt_mode == "message" and self.kc is not None:
+                if not await send_interrupt(self.kc, ack_within):
+                    log.warning(
+                        "session %s: the kernel did not acknowledge an interrupt", self.name
+                    )
+            else:
+                await self.km.interrupt_kernel()
 
     async def record(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """What finds this kernel again: (connection info, provisioner info)."""

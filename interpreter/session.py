@@ -59,6 +59,8 @@ LATE_OUTPUT_CELLS = 8
 KEPT_HANDLES = 64
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
+#: Interrupts sent again, 2 s apart, while the kernel still runs the interrupted cell.
+INTERRUPT_RESENDS = 3
 
 
 def new_id(prefix: str) -> str:
@@ -372,7 +374,7 @@ class LiveSession:
         started = loop.time()
         self.writer.later(partial(self._save_execution, handle))
         rec = ExecutionRecorder(
-            self.kernel.execute(ex.code),
+            await self.kernel.execute(ex.code),
             hard_limit=self.settings.max_output_hard_bytes,
             rich_limit=self.settings.max_output_hard_bytes * 3,
         )
@@ -419,9 +421,12 @@ class LiveSession:
         self, handle: ExecutionHandle, rec: ExecutionRecorder
     ) -> bool:
         """Interrupt a cell past its deadline; whether the kernel came back in the grace."""
+        grace = self.settings.interrupt_grace_s
+        grace_end = asyncio.get_running_loop().time() + grace
         with contextlib.suppress(Exception):
-            await self.kernel.interrupt()
-        return await waiting.after_interrupt(handle, rec, self.settings.interrupt_grace_s)
+            await self.kernel.interrupt(ack_within=grace)
+        left = max(grace_end - asyncio.get_running_loop().time(), 0.1)
+        return await waiting.after_interrupt(handle, rec, left)
 
     async def _restart(self, reason: str) -> None:
         """Replace the kernel; the session keeps going. Automatic restarts (every reason
@@ -476,18 +481,21 @@ class LiveSession:
                 return
         await self.kernel.interrupt()
         if handle is not None:
-            # An interrupt can still be lost (a message-mode interrupt under heavy load was
-            # seen to be): resend while the same cell keeps running, a few times.
+            # The interrupt has reached the kernel, but the cell may ignore it (code that
+            # catches KeyboardInterrupt): resend while the kernel still runs that cell.
             self._resend = asyncio.create_task(self._resend_interrupt(handle))
 
     async def _resend_interrupt(self, handle: ExecutionHandle) -> None:
-        for _ in range(3):
+        for _ in range(INTERRUPT_RESENDS):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(handle.finished.wait()), 2.0)
                 return
-            if self._current is not handle:
+            # The kernel's own word decides: its reply to the cell means the cell is over
+            # (and a resend could only reach a later one).
+            rec = handle.recorder
+            if self._current is not handle or rec is None or rec.reply is not None:
                 return
-            log.info("session %s: interrupt had no effect yet; sending it again", self.id)
+            log.info("session %s: the cell still runs after an interrupt; resending", self.id)
             with contextlib.suppress(Exception):
                 await self.kernel.interrupt()
 
