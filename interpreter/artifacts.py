@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from interpreter.errors import ArtifactNotFound
+from interpreter.mime import is_binary
 from interpreter.models import ArtifactRef
 
 _ID_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -29,7 +30,7 @@ def artifact_url(session_id: str, artifact_id: str) -> str:
 def decode_value(mime: str, value: object) -> bytes:
     """Bytes of a MIME-bundle value: base64 for binary types, UTF-8 text or JSON otherwise."""
     if isinstance(value, str):
-        if (mime.startswith("image/") and mime != "image/svg+xml") or mime == "application/pdf":
+        if is_binary(mime):
             try:
                 return base64.b64decode(value, validate=False)
             except (binascii.Error, ValueError):

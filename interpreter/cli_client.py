@@ -33,7 +33,8 @@ from interpreter.client import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.client._render import bundle_text, strip_ansi
+from interpreter.client.render import bundle_text, strip_ansi
+from interpreter.mime import is_image
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -87,13 +88,13 @@ def _service_error(exc: ClientError) -> int:
 
 def _print_output(event: OutputEvent, images_dir: Path | None, session: Session) -> None:
     data = event.output.data
-    has_image = any(ref.mime.startswith("image/") for ref in event.output.artifacts)
+    has_image = any(is_image(ref.mime) for ref in event.output.artifacts)
     # A figure's text form ("<Figure size 640x480 ...>") says nothing the image line doesn't.
     if "text/plain" in data and not has_image:
         sys.stdout.write(strip_ansi(bundle_text(data["text/plain"])).rstrip("\n") + "\n")
     for ref in event.output.artifacts:
         line = f"[{ref.mime}, {ref.size} bytes]"
-        if images_dir is not None and ref.mime.startswith("image/"):
+        if images_dir is not None and is_image(ref.mime):
             path = Artifact(ref, functools.partial(session.artifact, ref)).save(images_dir)
             line = f"[{ref.mime} saved to {path}]"
         sys.stdout.write(line + "\n")

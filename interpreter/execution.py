@@ -13,22 +13,13 @@ is sanitised (lone surrogates, NUL) and sizes are bounded.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-
-#: MIME types whose values are binary (base64 text in Jupyter messages).
-BINARY_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
+from interpreter.mime import strip_ansi
 
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
-
-
-def strip_ansi(text: str) -> str:
-    """Remove terminal colour and cursor codes."""
-    return ANSI_RE.sub("", text)
 
 
 def clean_text(value: object, limit: int | None = None) -> str:

@@ -45,6 +45,7 @@ import docker.errors
 import docker.utils
 
 from interpreter.errors import BackendUnavailable
+from interpreter.mime import strip_ansi
 
 Progress = Callable[[str], None]
 
@@ -176,7 +177,6 @@ def inputs_hash(root: Path | None = None, *, machine: str | None = None) -> str:
     return digest.hexdigest()
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Classic-builder bookkeeping lines that say nothing about the build itself.
 _BUILD_NOISE = ("Removing intermediate container", "---> Running in")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
@@ -437,7 +437,7 @@ def _docker_build(
         text = chunk.get("stream")
         if isinstance(text, str):
             # The classic builder colours a step's stderr with ANSI codes; logs want text.
-            for line in _ANSI.sub("", text).splitlines():
+            for line in strip_ansi(text).splitlines():
                 if line.strip() and not line.lstrip().startswith(_BUILD_NOISE):
                     progress(line.rstrip())
         aux = chunk.get("aux")

@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 from interpreter.artifacts import ArtifactStore, decode_value
 from interpreter.execution import (
-    BINARY_MIMES,
     ClearEvent,
     ErrorEvent,
     ExecutionRecorder,
@@ -33,10 +32,9 @@ from interpreter.execution import (
     cut_middle,
 )
 from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
+from interpreter.mime import INLINE_MIMES, is_binary, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 
-#: MIME types that always stay inline (text forms an agent reads without a second request).
-INLINE_MIMES = frozenset({"text/plain", "application/vnd.dataframe+json"})
 #: Least share of the output budget either stream keeps when both are cut.
 MIN_STREAM_SHARE = 1000
 #: Statuses whose error the broker, not the kernel, reports; the notebook shows it too.
@@ -59,7 +57,7 @@ def value_size(value: object) -> int:
 
 def placement(mime: str, value: object, inline_limit: int) -> Placement:
     """Where ``value`` of type ``mime`` goes, given the inline limit in characters."""
-    if mime in BINARY_MIMES or mime.startswith("image/"):
+    if is_image(mime) or is_binary(mime):
         return Placement.ARTIFACT
     size = value_size(value)
     if size <= inline_limit or (mime in INLINE_MIMES and mime != "text/plain"):

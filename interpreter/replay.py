@@ -40,17 +40,17 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from interpreter.client import Client, Session
-from interpreter.client._render import bundle_text
+from interpreter.client.render import bundle_text
+from interpreter.mime import ANSI_RE, PDF_MIME, RASTER_MIMES, SVG_MIME
 from interpreter.models import ArtifactRef, Execution
 
 CellStatus = Literal["match", "mismatch", "recorded_failure", "skipped"]
 
-RASTER_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})
 
 # ---------------------------------------------------------------------- normalisation
 
 _MASKS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\x1b\[[0-9;?]*[A-Za-z]"), ""),
+    (ANSI_RE, ""),
     (
         re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
         "<uuid>",
@@ -270,12 +270,12 @@ def compare_value(
     extra_ids: tuple[str, ...] = (),
 ) -> str | None:
     """Compare one MIME-bundle value of a recorded and a replayed output."""
-    if mime in RASTER_TYPES:
+    if mime in RASTER_MIMES:
         a, b = _decode_b64(recorded), _decode_b64(replayed)
         if a is None or b is None:
             return f"{mime}: not valid base64"
         return compare_images(mime, a, b, image_tolerance)
-    if mime == "image/svg+xml":
+    if mime == SVG_MIME:
         a_svg, b_svg = normalize_svg(bundle_text(recorded)), normalize_svg(bundle_text(replayed))
         return None if a_svg == b_svg else f"{mime} differs: {first_difference(a_svg, b_svg)}"
     if mime.endswith("json") and not isinstance(recorded, str | list):
@@ -327,7 +327,7 @@ def outputs_from_execution(
             if ref.mime in data:
                 continue
             raw = fetch(ref)
-            if ref.mime in RASTER_TYPES or ref.mime == "application/pdf":
+            if ref.mime in RASTER_MIMES or ref.mime == PDF_MIME:
                 data[ref.mime] = base64.b64encode(raw).decode("ascii")
             elif ref.mime.endswith("json"):
                 data[ref.mime] = json.loads(raw)

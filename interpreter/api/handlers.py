@@ -12,6 +12,7 @@ from tornado.iostream import StreamClosedError
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
 from interpreter.errors import FileNotFoundInWorkspace
+from interpreter.mime import EXTENSIONS
 from interpreter.models import (
     CreateSessionRequest,
     ExecuteRequest,
@@ -230,16 +231,7 @@ def _attachment(name: str) -> str:
 
 
 def _extension(mime: str) -> str:
-    return {
-        "image/png": ".png",
-        "image/jpeg": ".jpg",
-        "image/gif": ".gif",
-        "image/svg+xml": ".svg",
-        "application/pdf": ".pdf",
-        "text/html": ".html",
-        "text/plain": ".txt",
-        "application/json": ".json",
-    }.get(mime, "")
+    return EXTENSIONS.get(mime, "")
 
 
 def route_table(deps: dict[str, Any]) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:

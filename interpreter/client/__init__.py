@@ -35,14 +35,13 @@ from interpreter.client._events import (
     StdoutEvent,
 )
 from interpreter.client._results import (
-    CHART_MIME,
-    DATAFRAME_MIME,
     Artifact,
     AsyncArtifact,
     AsyncRunResult,
     RunResult,
 )
 from interpreter.client._sync import Client, Session, StreamEvent
+from interpreter.mime import CHART_MIME, DATAFRAME_MIME
 
 __all__ = [
     "API_KEY_ENV",

@@ -16,7 +16,7 @@ from typing import IO, Any, TypeVar
 import anyio
 import httpx
 
-from interpreter.client import _protocol as proto
+from interpreter.client import protocol as proto
 from interpreter.client._config import SOCKET_OPTIONS, client_settings, request_timeout
 from interpreter.client._errors import (
     ConflictError,

@@ -11,10 +11,8 @@ from typing import Any, Generic, TypeVar
 import anyio
 
 from interpreter.client._errors import ExecutionError
+from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, ExecutionStatus, Output
-
-DATAFRAME_MIME = "application/vnd.dataframe+json"
-CHART_MIME = "application/vnd.chart+json"
 
 A = TypeVar("A", bound="_ArtifactBase")
 
@@ -195,7 +193,7 @@ class _RunResultBase(Generic[A]):
     @property
     def images(self) -> list[A]:
         """Artifacts that are images (PNG, JPEG, SVG, ...), in output order."""
-        return [a for a in self.artifacts if a.mime.startswith("image/")]
+        return [a for a in self.artifacts if is_image(a.mime)]
 
     @property
     def dataframes(self) -> list[dict[str, Any]]:

@@ -336,7 +336,7 @@ def test_not_found_unauthorized_bad_request_conflict(fake: FakeService) -> None:
 
 
 def _bogus_create() -> Any:
-    from interpreter.client import _protocol as proto
+    from interpreter.client import protocol as proto
 
     call = proto.create_session()
     return proto.Call(call.method, call.url, call.parse, json={"bogus": 1})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from interpreter.client import ClearOutputEvent, ConnectionFailed, OutputEvent, StdoutEvent
-from interpreter.client._protocol import decode_event, error_from_response
+from interpreter.client.protocol import decode_event, error_from_response
 from interpreter.client._sse import ServerSentEvent, SSEDecoder
 from interpreter.models import Execution
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from interpreter.api.events import sse_frame
-from interpreter.client._protocol import decode_event
+from interpreter.client.protocol import decode_event
 from interpreter.client._sse import SSEDecoder
 from interpreter.handle import (
     Done,

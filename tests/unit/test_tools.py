@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from interpreter.client import AsyncClient, Client
-from interpreter.client._render import chart_summary, clip, dataframe_summary, render_execution
+from interpreter.client.render import chart_summary, clip, dataframe_summary, render_execution
 from interpreter.models import Execution
 from interpreter.tools import (
     TOOL_NAMES,

@@ -11,16 +11,11 @@ import json
 import re
 from typing import Any
 
-from interpreter.client._results import CHART_MIME, DATAFRAME_MIME
+from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
+from interpreter.mime import strip_ansi as strip_ansi
 from interpreter.models import Execution, Output
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _HTML_TAG = re.compile(r"<[^>]+>")
-
-
-def strip_ansi(text: str) -> str:
-    """Remove terminal colour codes."""
-    return _ANSI.sub("", text)
 
 
 def clip(text: str, limit: int) -> str:
@@ -115,10 +110,10 @@ def output_text(output: Output, limit: int) -> str:
         parts.append(clip(" ".join(html.split()), limit))
     elif "application/json" in data and not parts:
         parts.append(clip(json.dumps(data["application/json"], indent=1), limit))
-    images = [a for a in output.artifacts if a.mime.startswith("image/")]
+    images = [a for a in output.artifacts if is_image(a.mime)]
     for ref in images:
         parts.append(f"[image {ref.mime}, {ref.size} bytes]")
-    others = [a for a in output.artifacts if not a.mime.startswith("image/")]
+    others = [a for a in output.artifacts if not is_image(a.mime)]
     for ref in others:
         parts.append(f"[{ref.mime} output stored as artifact, {ref.size} bytes: {ref.url}]")
     if not parts:

@@ -1,0 +1,131 @@
+"""Executors: run a model's tool call against the service, with a sync or async client."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from interpreter.client import (
+    APIError,
+    AsyncClient,
+    Client,
+    ClientError,
+)
+from interpreter.tools.calls import ToolCall, ToolCallError, parse_tool_call
+from interpreter.tools.logic import _ToolLogic
+from interpreter.tools.results import ToolResult, error_result
+
+C = TypeVar("C", Client, AsyncClient)
+
+
+class _ExecutorBase(Generic[C]):
+    """What both executors share: the client, the limits and the current session."""
+
+    def __init__(
+        self,
+        client: C,
+        *,
+        session_id: str | None = None,
+        max_chars: int = 20_000,
+        max_images: int = 4,
+    ) -> None:
+        self.client: C = client
+        self._logic = _ToolLogic(max_chars=max_chars, max_images=max_images)
+        self._logic.session_id = session_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The current session, if one exists yet."""
+        return self._logic.session_id
+
+
+class ToolExecutor(_ExecutorBase[Client]):
+    """Runs tool calls against the service with the blocking client.
+
+    It keeps a *current session*: ``run_code`` and friends use it when the model passes
+    no ``session_id``; it is created on first use, and replaced by ``create_session``.
+
+    Args:
+        client: The SDK client to use.
+        session_id: Start with this session as the current one.
+        max_chars: Characters kept of each long text in a result.
+        max_images: Images attached to one ``run_code`` result at most.
+
+    Example:
+        >>> executor = ToolExecutor(Client())  # doctest: +SKIP
+        >>> result = executor.execute(tool_call_from_model)  # doctest: +SKIP
+        >>> messages.append({"role": "user", "content": [result.to_anthropic()]})
+    """
+
+    def execute(self, call: dict[str, Any] | ToolCall) -> ToolResult:
+        """Run one tool call (as the model emitted it) and return its result.
+
+        Never raises for a bad call or a refusal of the service: those come back as a
+        result with ``is_error=True`` that the model can read. Connection failures raise.
+        """
+        try:
+            parsed = parse_tool_call(call)
+        except ToolCallError as exc:
+            return error_result(str(exc))
+        steps = self._logic.steps(parsed)
+        try:
+            request = next(steps)
+            while True:
+                try:
+                    value = self.client._call(request)
+                except ClientError as exc:
+                    request = steps.throw(exc)
+                else:
+                    request = steps.send(value)
+        except StopIteration as stop:
+            result: ToolResult = stop.value
+        except APIError as exc:
+            result = error_result(exc.message + f" ({exc.code})")
+        result.call_id = parsed.id
+        return result
+
+    def close(self) -> None:
+        """Delete the sessions this executor created."""
+        for sid in self._logic.created:
+            try:
+                self.client.delete_session(sid)
+            except APIError:
+                continue
+        self._logic.created.clear()
+        self._logic.session_id = None
+
+
+class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
+    """The async twin of :class:`ToolExecutor` (used by the MCP server)."""
+
+    async def execute(self, call: dict[str, Any] | ToolCall) -> ToolResult:
+        """Run one tool call; see :meth:`ToolExecutor.execute`."""
+        try:
+            parsed = parse_tool_call(call)
+        except ToolCallError as exc:
+            return error_result(str(exc))
+        steps = self._logic.steps(parsed)
+        try:
+            request = next(steps)
+            while True:
+                try:
+                    value = await self.client._call(request)
+                except ClientError as exc:
+                    request = steps.throw(exc)
+                else:
+                    request = steps.send(value)
+        except StopIteration as stop:
+            result: ToolResult = stop.value
+        except APIError as exc:
+            result = error_result(exc.message + f" ({exc.code})")
+        result.call_id = parsed.id
+        return result
+
+    async def close(self) -> None:
+        """Delete the sessions this executor created."""
+        for sid in self._logic.created:
+            try:
+                await self.client.delete_session(sid)
+            except APIError:
+                continue
+        self._logic.created.clear()
+        self._logic.session_id = None

@@ -1,0 +1,243 @@
+"""What each tool does, written once as steps of SDK protocol calls, so the sync and
+the async executor share it (the SDK's sans-I/O pattern)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+from collections.abc import Generator
+from typing import Any
+
+from interpreter.client import (
+    ConflictError,
+    NotFoundError,
+)
+from interpreter.client import protocol as proto
+from interpreter.client.render import bundle_text, clip, render_execution, strip_ansi
+from interpreter.mime import MODEL_IMAGE_MIMES, SVG_MIME, is_image
+from interpreter.models import Execution, FileList
+from interpreter.models import Session as SessionInfo
+from interpreter.tools.calls import ToolCall, ToolCallError, validate_arguments
+from interpreter.tools.results import ImagePart, TextPart, ToolResult, error_result
+from interpreter.tools.specs import TOOL_NAMES, TOOLS_BY_NAME
+
+# ------------------------------------------------------------------------- executors
+
+# Each tool is a generator that yields API calls and receives their results, so the sync and
+# async executors share one implementation and differ only in how they send a call.
+_Steps = Generator[proto.Call[Any], Any, ToolResult]
+
+
+class _ToolLogic:
+    """What each tool does, written once as a sequence of API calls."""
+
+    def __init__(self, *, max_chars: int, max_images: int) -> None:
+        self.max_chars = max_chars
+        self.max_images = max_images
+        self.session_id: str | None = None
+        self.created: list[str] = []
+
+    def steps(self, call: ToolCall) -> _Steps:
+        spec = TOOLS_BY_NAME.get(call.name)
+        if spec is None:
+            return _fail(f"unknown tool {call.name!r}; available: {', '.join(TOOL_NAMES)}")
+        try:
+            validate_arguments(spec, call.arguments)
+        except ToolCallError as exc:
+            return _fail(str(exc))
+        handler = getattr(self, f"_tool_{call.name}")
+        steps: _Steps = handler(**call.arguments)
+        return steps
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def _session(self, session_id: str | None) -> Generator[proto.Call[Any], Any, str]:
+        """The session to act on: the given one, the current one, or a new one."""
+        if session_id:
+            return session_id
+        if self.session_id is None:
+            info: SessionInfo = yield proto.create_session()
+            self.session_id = info.id
+            self.created.append(info.id)
+        return self.session_id
+
+    def _tool_create_session(self, from_session: str | None = None) -> _Steps:
+        info: SessionInfo = yield proto.create_session(from_session=from_session)
+        self.session_id = info.id
+        self.created.append(info.id)
+        text = f"Created session {info.id}; it is now the current session."
+        if info.rebuild is not None:
+            rb = info.rebuild
+            text += f" Rebuilt from {rb.source}: {rb.cells_ran} of {rb.cells_total} cells ran"
+            text += f", cells {rb.failed} failed." if rb.failed else ", none failed."
+        return ToolResult([TextPart(text)])
+
+    def _tool_list_sessions(self) -> _Steps:
+        sessions: list[SessionInfo] = yield proto.list_sessions()
+        if not sessions:
+            return ToolResult([TextPart("No sessions yet; run_code creates one.")])
+        lines = []
+        for s in sessions:
+            mark = "  (current)" if s.id == self.session_id else ""
+            lines.append(
+                f"{s.id}  {s.status}  {s.execution_count} executions  "
+                f"created {s.created_at.isoformat(timespec='seconds')}{mark}"
+            )
+        return ToolResult([TextPart("\n".join(lines))])
+
+    def _tool_restart(self, recover: bool = False, session_id: str | None = None) -> _Steps:
+        sid = yield from self._session(session_id)
+        info: SessionInfo = yield proto.restart(sid, recover=recover)
+        text = f"Session {sid} restarted; variables and imports were cleared."
+        if recover and info.rebuild is not None:
+            rb = info.rebuild
+            text = (
+                f"Session {sid} restarted and rebuilt: {rb.cells_ran} of "
+                f"{rb.cells_total} cells re-ran"
+            )
+            text += f"; cells {rb.failed} failed." if rb.failed else "; none failed."
+        return ToolResult([TextPart(text)])
+
+    # -- code -----------------------------------------------------------------------------
+
+    def _tool_run_code(
+        self, code: str, session_id: str | None = None, timeout_s: float | None = None
+    ) -> _Steps:
+        sid = yield from self._session(session_id)
+        note = ""
+        try:
+            execution: Execution = yield proto.execute(sid, code, timeout_s)
+        except (NotFoundError, ConflictError):
+            if session_id or sid not in self.created:
+                raise
+            # The current session was culled or closed: carry on in a fresh one, and say so.
+            self.session_id = None
+            sid = yield from self._session(None)
+            note = (
+                f"Note: the previous session had ended, so this ran in a new session "
+                f"{sid}; earlier variables are gone."
+            )
+            execution = yield proto.execute(sid, code, timeout_s)
+        parts: list[TextPart | ImagePart] = [TextPart(note)] if note else []
+        parts.extend(TextPart(block) for block in render_execution(execution, limit=self.max_chars))
+        shown = 0
+        for output in execution.outputs:
+            for ref in output.artifacts:
+                if ref.mime in MODEL_IMAGE_MIMES and shown < self.max_images:
+                    data: bytes = yield proto.artifact(ref.url)
+                    parts.append(ImagePart(ref.mime, data))
+                    shown += 1
+        return ToolResult(parts)
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _tool_upload_file(
+        self, path: str, content: str, encoding: str = "utf-8", session_id: str | None = None
+    ) -> _Steps:
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(content, validate=True)
+            except ValueError as exc:
+                return error_result(f"content is not valid base64: {exc}")
+        else:
+            data = content.encode("utf-8")
+        sid = yield from self._session(session_id)
+        yield proto.upload(sid, path, data)
+        return ToolResult([TextPart(f"Wrote {len(data)} bytes to {path}.")])
+
+    def _tool_read_file(
+        self, path: str, max_chars: int = 20_000, session_id: str | None = None
+    ) -> _Steps:
+        sid = yield from self._session(session_id)
+        data: bytes = yield proto.download(sid, path)
+        mime = mimetypes.guess_type(path)[0] or ""
+        if mime in MODEL_IMAGE_MIMES:
+            return ToolResult(
+                [TextPart(f"{path}: {mime}, {len(data)} bytes"), ImagePart(mime, data)]
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return ToolResult(
+                [
+                    TextPart(
+                        f"{path} is a binary file of {len(data)} bytes; inspect it with run_code."
+                    )
+                ]
+            )
+        return ToolResult([TextPart(clip(text, max_chars) if text else f"{path} is empty.")])
+
+    def _tool_list_files(self, path: str = "", session_id: str | None = None) -> _Steps:
+        sid = yield from self._session(session_id)
+        listing: FileList = yield proto.list_files(sid, path)
+        where = listing.path or "workspace root"
+        if not listing.entries:
+            return ToolResult([TextPart(f"{where}: empty")])
+        lines = [f"{where}:"]
+        for e in listing.entries:
+            size = "" if e.type == "directory" else f"{e.size} bytes"
+            when = e.modified_at.isoformat(timespec="seconds")
+            lines.append(f"{e.type:9}  {size:>14}  {when}  {e.path}")
+        return ToolResult([TextPart("\n".join(lines))])
+
+    # -- notebook ---------------------------------------------------------------------------
+
+    def _tool_get_notebook(self, format: str = "text", session_id: str | None = None) -> _Steps:
+        sid = yield from self._session(session_id)
+        nb: dict[str, Any] = yield proto.notebook(sid)
+        if format == "ipynb":
+            return ToolResult([TextPart(json.dumps(_without_images(nb), indent=1))])
+        return ToolResult([TextPart(clip(notebook_transcript(nb), self.max_chars * 2))])
+
+
+def _fail(message: str) -> _Steps:
+    yield from ()  # a generator that asks for nothing
+    return error_result(message)
+
+
+def _without_images(nb: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a notebook whose binary image data is replaced by a size note."""
+    copy: dict[str, Any] = json.loads(json.dumps(nb))
+    for cell in copy.get("cells", []):
+        for output in cell.get("outputs", []) or []:
+            data = output.get("data") or {}
+            for mime in list(data):
+                if is_image(mime) and mime != SVG_MIME:
+                    data[mime] = f"<{mime} omitted, {len(bundle_text(data[mime]))} base64 chars>"
+    return copy
+
+
+def notebook_transcript(nb: dict[str, Any], *, limit: int = 2000) -> str:
+    """A readable transcript of a notebook: each code cell, its status and text outputs."""
+    lines: list[str] = []
+    for cell in nb.get("cells", []):
+        source = bundle_text(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            lines.append(source)
+            continue
+        if cell.get("cell_type") != "code":
+            continue
+        meta = (cell.get("metadata") or {}).get("interp") or {}
+        status = meta.get("status", "")
+        count = cell.get("execution_count")
+        head = f"In [{count if count is not None else ' '}]" + (f" ({status})" if status else "")
+        lines.append(f"{head}:\n{source}")
+        for output in cell.get("outputs", []) or []:
+            otype = output.get("output_type")
+            if otype == "stream":
+                lines.append(
+                    f"[{output.get('name')}]\n"
+                    + clip(strip_ansi(bundle_text(output.get("text", ""))), limit)
+                )
+            elif otype == "error":
+                lines.append(f"[error] {output.get('ename')}: {output.get('evalue')}")
+            else:
+                data = output.get("data") or {}
+                if "text/plain" in data:
+                    lines.append("[out]\n" + clip(bundle_text(data["text/plain"]), limit))
+                images = [m for m in data if is_image(m)]
+                if images:
+                    lines.append(f"[image: {', '.join(images)}]")
+        lines.append("")
+    return "\n".join(lines).strip() or "The notebook is empty: no code has run yet."

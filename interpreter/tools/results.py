@@ -1,0 +1,96 @@
+"""What a tool returns to a model: text parts and image parts, in each API's shape."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+# ---------------------------------------------------------------------- tool results
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """A block of text in a tool result."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image in a tool result."""
+
+    mime: str
+    data: bytes
+
+    @property
+    def base64(self) -> str:
+        """The image as base64 text, as model APIs want it."""
+        return base64.b64encode(self.data).decode("ascii")
+
+
+@dataclass
+class ToolResult:
+    """What a tool returns to the model: text and image parts in order, and an error flag.
+
+    ``is_error`` marks a call that failed as a call (bad arguments, the service refused).
+    Code that raised is a *successful* call whose text shows the traceback, so the model
+    reads it and fixes the code.
+    """
+
+    parts: list[TextPart | ImagePart] = field(default_factory=list)
+    is_error: bool = False
+    call_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """All text parts joined by blank lines."""
+        return "\n\n".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """The image parts."""
+        return [p for p in self.parts if isinstance(p, ImagePart)]
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """A ``tool_result`` content block for the Anthropic Messages API."""
+        content: list[dict[str, Any]] = []
+        for part in self.parts:
+            if isinstance(part, TextPart):
+                content.append({"type": "text", "text": part.text})
+            else:
+                content.append(
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": part.mime, "data": part.base64},
+                    }
+                )
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": self.call_id,
+            "content": content,
+        }
+        if self.is_error:
+            block["is_error"] = True
+        return block
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """Chat Completions messages: the ``tool`` message, then a ``user`` message that
+        carries the images (tool messages may only hold text)."""
+        messages: list[dict[str, Any]] = [
+            {"role": "tool", "tool_call_id": self.call_id, "content": self.text}
+        ]
+        if self.images:
+            parts: list[dict[str, Any]] = [
+                {"type": "text", "text": f"Images returned by tool call {self.call_id}:"}
+            ]
+            parts.extend(
+                {"type": "image_url", "image_url": {"url": f"data:{img.mime};base64,{img.base64}"}}
+                for img in self.images
+            )
+            messages.append({"role": "user", "content": parts})
+        return messages
+
+
+def error_result(message: str) -> ToolResult:
+    return ToolResult([TextPart(f"Error: {message}")], is_error=True)

@@ -1,0 +1,230 @@
+"""The eight tools as a model reads them: names, descriptions and JSON schemas, rendered
+for OpenAI or Anthropic function calling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ToolFormat = Literal["openai", "anthropic"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its name, what a model should know about it, and its JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+_SESSION_ID = {
+    "type": "string",
+    "description": (
+        "Session to use. Omit it to use the current session (created automatically on "
+        "first use, or the last one made by create_session)."
+    ),
+}
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "run_code",
+        "Run Python code in a persistent Jupyter (IPython) kernel and get back what it "
+        "printed, the value of its last expression, displayed tables and plots, and any error "
+        "with its traceback.\n\n"
+        "State persists between calls: variables, imports and loaded data stay defined, so "
+        "build on earlier results instead of recomputing them, and split work into steps. "
+        "The working directory is the session workspace: files added with upload_file are "
+        "there, and files the code writes there can be read back with read_file.\n"
+        "A pandas DataFrame or Series left as the last expression comes back as a table plus "
+        "its shape, column dtypes and null counts; a matplotlib figure (call plt.show()) "
+        "comes back as an image with a text description of what was drawn. Printing a huge "
+        "object wastes context: show df.head() or summaries instead.\n"
+        "If the code raises, the error and traceback are returned and the state from before "
+        "the failing line is kept: read the error, fix the code and run only the corrected "
+        "part again. Code running past timeout_s is interrupted; if the kernel has to be "
+        "restarted the result says that all state was lost. The kernel may have no network "
+        "access: do not rely on downloading data or installing packages. IPython magics "
+        "(%timeit) and shell escapes (!ls) work.",
+        {
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "Python source to run, as in a notebook cell.",
+                },
+                "session_id": _SESSION_ID,
+                "timeout_s": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Wall-clock limit in seconds (the service default if "
+                    "omitted). Raise it for long computations.",
+                },
+            },
+            "required": ["code"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        "create_session",
+        "Start a new, empty Python session (its own kernel and workspace) and make it the "
+        "current one for the other tools. Use it to start over with a clean state, or with "
+        "from_session to fork: the new session re-runs the source session's successful cells "
+        "and copies its files, so you can try something risky without touching the original. "
+        "Returns the new session id.",
+        {
+            "type": "object",
+            "properties": {
+                "from_session": {
+                    "type": "string",
+                    "description": "Optional id of a session to fork (state rebuilt by "
+                    "re-running its successful cells, files copied).",
+                },
+            },
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        "list_sessions",
+        "List your sessions with their id, status (idle, busy, dead, closed), number of "
+        "executions and creation time, and which one is current.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    ToolSpec(
+        "upload_file",
+        "Write a file into the session workspace so code can open it by its relative path "
+        "(e.g. pd.read_csv('data/sales.csv')). Parent directories are created. Text is "
+        "written as UTF-8; for binary files pass base64 and set encoding to 'base64'. An "
+        "existing file is replaced.",
+        {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "Path inside the workspace, e.g. 'data/input.csv'.",
+                },
+                "content": {"type": "string", "description": "The file content."},
+                "encoding": {
+                    "type": "string",
+                    "enum": ["utf-8", "base64"],
+                    "description": "How content is encoded; 'utf-8' (default) for text.",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        "read_file",
+        "Read a file from the session workspace, such as a CSV or report the code wrote. "
+        "Text files are returned as text (long files are cut in the middle; use max_chars "
+        "to see more); PNG, JPEG, GIF and WebP images are returned as images. For large or "
+        "binary data, load and summarise it with run_code instead.",
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path inside the workspace."},
+                "max_chars": {
+                    "type": "integer",
+                    "minimum": 100,
+                    "description": "Characters of text to return at most (default 20000).",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        "list_files",
+        "List a directory of the session workspace: each entry's type, size in bytes, "
+        "modification time and path.",
+        {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "Directory inside the workspace; the workspace root if omitted.",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        "restart",
+        "Restart the session's kernel: stops anything running and clears all variables and "
+        "imports (workspace files stay). Use it when the kernel is stuck, out of memory or in "
+        "a bad state. With recover=true the state is rebuilt afterwards by re-running the "
+        "session's successful cells, and the result says how many ran and which failed.",
+        {
+            "type": "object",
+            "properties": {
+                "recover": {
+                    "type": "boolean",
+                    "description": "Rebuild the state by re-running the successful cells.",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        "get_notebook",
+        "Get the session's history as a notebook: every cell that ran, in order, with its "
+        "status and outputs. 'text' (default) is a readable transcript for reviewing what "
+        "was done; 'ipynb' is the nbformat v4 JSON (images left out) to hand to a person or "
+        "save.",
+        {
+            "type": "object",
+            "properties": {
+                "format": {
+                    "type": "string",
+                    "enum": ["text", "ipynb"],
+                    "description": "'text' (default) or 'ipynb'.",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "additionalProperties": False,
+        },
+    ),
+)
+
+TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in TOOLS)
+TOOLS_BY_NAME = {t.name: t for t in TOOLS}
+
+
+def tool_definitions(
+    format: ToolFormat = "openai", names: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
+    """Tool definitions ready to pass to a model API.
+
+    Args:
+        format: ``openai`` (Chat Completions ``tools`` entries) or ``anthropic`` (Messages
+            API ``tools`` entries).
+        names: Only these tools (default: all eight).
+
+    Returns:
+        A list of JSON-serialisable dicts.
+    """
+    chosen = [TOOLS_BY_NAME[n] for n in names] if names is not None else list(TOOLS)
+    if format == "openai":
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in chosen
+        ]
+    if format == "anthropic":
+        return [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in chosen
+        ]
+    raise ValueError(f"unknown tool format {format!r}; use 'openai' or 'anthropic'")
