@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from interpreter.client import ClearOutputEvent, ConnectionFailed, OutputEvent, StdoutEvent
-from interpreter.client.protocol import decode_event, error_from_response
 from interpreter.client._sse import ServerSentEvent, SSEDecoder
+from interpreter.client.protocol import decode_event, error_from_response
 from interpreter.models import Execution
 
 

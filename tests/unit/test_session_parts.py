@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from interpreter.api.events import sse_frame
-from interpreter.client.protocol import decode_event
 from interpreter.client._sse import SSEDecoder
+from interpreter.client.protocol import decode_event
 from interpreter.handle import (
     Done,
     ErrorRaised,
