@@ -242,28 +242,3 @@ class LiveNotebook:
                 return False
         self.degraded = False
         return True
-
-
-def good_code_cells(nb: dict[str, Any]) -> tuple[list[str], int]:
-    """Code of the cells that ran successfully (or have no recorded status), in order.
-
-    Returns the sources and how many code cells were skipped: failed, timed out or died,
-    and a session's replays of *its own* earlier cells (after ``recover``), which the
-    originals already cover. Cells a fork inherited from another session are its state
-    and are kept.
-    """
-    own = f"session:{(nb.get('metadata') or {}).get('interp', {}).get('session_id')}"
-    sources: list[str] = []
-    skipped = 0
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code":
-            continue
-        src = cell.get("source", "")
-        code = "".join(src) if isinstance(src, list) else str(src)
-        meta = (cell.get("metadata") or {}).get("interp") or {}
-        if meta.get("replay_source") == own or meta.get("status", "ok") != "ok":
-            skipped += 1
-            continue
-        if code.strip():
-            sources.append(code)
-    return sources, skipped

@@ -14,9 +14,9 @@ from typing import Any
 
 import nbformat
 
+from interpreter.cells import plan
 from interpreter.errors import ValidationFailed
 from interpreter.models import RebuildReport
-from interpreter.notebook import good_code_cells
 from interpreter.session import LiveSession
 
 
@@ -49,9 +49,16 @@ def from_notebook(nb: dict[str, Any]) -> RebuildSource:
 async def replay_into(
     session: LiveSession, nb: dict[str, Any], source: str, timeout_s: float
 ) -> RebuildReport:
-    """Re-run the cells of ``nb`` that the cell rule keeps, in order, in ``session``."""
-    sources, skipped = good_code_cells(nb)
-    report = RebuildReport(source=source, cells_total=len(sources) + skipped, cells_skipped=skipped)
+    """Re-run the cells of ``nb`` that the cell rule keeps, in order, in ``session``.
+
+    The report counts the cells with code (empty ones are not counted); ``failed`` holds
+    positions among the re-run cells.
+    """
+    cells = [c for c in plan(nb) if c.skip != "empty"]
+    sources = [c.source for c in cells if c.rerun]
+    report = RebuildReport(
+        source=source, cells_total=len(cells), cells_skipped=len(cells) - len(sources)
+    )
     for index, code in enumerate(sources):
         handle = await session.submit(
             code, timeout_s, extra_meta={"replay_of": index, "replay_source": source}

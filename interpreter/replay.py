@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from interpreter.cells import CellPlan, plan
 from interpreter.client import Client, Session
 from interpreter.client.render import bundle_text
 from interpreter.mime import ANSI_RE, PDF_MIME, RASTER_MIMES, SVG_MIME
@@ -436,18 +437,6 @@ def _recorded_ms(cell: dict[str, Any]) -> float | None:
     return None
 
 
-def recorded_status(cell: dict[str, Any]) -> str:
-    """The status the recording gives a cell: its interp metadata, else 'error' when it
-    holds an error output, else 'ok'."""
-    meta = (cell.get("metadata") or {}).get("interp") or {}
-    status = meta.get("status")
-    if isinstance(status, str):
-        return status
-    if any(o.get("output_type") == "error" for o in cell.get("outputs") or []):
-        return "error"
-    return "ok"
-
-
 def replay_notebook(
     client: Client,
     nb: dict[str, Any],
@@ -479,22 +468,19 @@ def replay_notebook(
     )
     recorded_total = 0.0
     recorded_known = False
-    own_source = f"session:{recorded_ids[0]}" if recorded_ids else None
+    cells = nb.get("cells") or []
     with client.create_session(metadata={"replay_of": name}) as session:
         report.session_id = session.id
         ids = (*recorded_ids, session.id)
-        for index, cell in enumerate(nb.get("cells") or []):
-            if cell.get("cell_type") != "code":
-                continue
+        for cell_plan in plan(nb):
             cell_report = _replay_cell(
                 session,
-                index,
-                cell,
+                cell_plan,
+                cells[cell_plan.index],
                 report.stopped_early,
                 image_tolerance,
                 timeout_s,
                 ids,
-                own_source,
             )
             if cell_report.recorded_ms is not None and cell_report.status != "skipped":
                 recorded_total += cell_report.recorded_ms
@@ -521,31 +507,29 @@ def replay_notebook(
 
 def _replay_cell(
     session: Session,
-    index: int,
+    cell_plan: CellPlan,
     cell: dict[str, Any],
     stopped: bool,
     image_tolerance: float,
     timeout_s: float | None,
     ids: tuple[str, ...],
-    own_source: str | None,
 ) -> CellReport:
-    source = bundle_text(cell.get("source", ""))
-    meta = (cell.get("metadata") or {}).get("interp") or {}
+    source = cell_plan.source
     base = CellReport(
-        index=index,
+        index=cell_plan.index,
         execution_count=cell.get("execution_count"),
         status="skipped",
-        recorded_status=recorded_status(cell),
+        recorded_status=cell_plan.status,
         recorded_ms=_recorded_ms(cell),
         source=source.strip().split("\n", 1)[0][:60],
     )
     if stopped:
         return base.model_copy(update={"note": "not reached (stopped at a mismatch)"})
-    if meta.get("replay_of") is not None and meta.get("replay_source") == own_source:
+    if cell_plan.skip == "own_rerun":
         return base.model_copy(update={"note": "re-run of an earlier cell by a recovery"})
-    if not source.strip():
+    if cell_plan.skip == "empty":
         return base.model_copy(update={"note": "empty"})
-    if base.recorded_status != "ok":
+    if cell_plan.skip == "recorded_failure":
         return base.model_copy(
             update={
                 "status": "recorded_failure",

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
+from interpreter.cells import recorded_status
 from interpreter.models import ArtifactRef, Execution, Output
 from interpreter.replay import (
     CellOutputs,
@@ -22,7 +23,6 @@ from interpreter.replay import (
     normalize_text,
     outputs_from_cell,
     outputs_from_execution,
-    recorded_status,
 )
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from interpreter.notebook import NotebookRecorder, atomic_write_text, good_code_cells
+from interpreter.cells import plan
+from interpreter.notebook import NotebookRecorder, atomic_write_text
 from interpreter.settings import Settings
 
 
@@ -36,41 +37,44 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
         tmp_path / "n.ipynb", session_id="s_1", kernel_name="python3", backend="local"
     )
     rec.add_cell(
-        "print(1)", [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
-        execution_id="ex_1", execution_count=1, status="ok", started_at=None, duration_ms=3.0,
-        state_lost=False, reason=None,
+        "print(1)",
+        [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+        execution_id="ex_1",
+        execution_count=1,
+        status="ok",
+        started_at=None,
+        duration_ms=3.0,
+        state_lost=False,
+        reason=None,
     )
     rec.add_cell(
-        "1/0", [{"output_type": "error", "ename": "ZeroDivisionError", "evalue": "x",
-                 "traceback": []}],
-        execution_id="ex_2", execution_count=2, status="error", started_at=None,
-        duration_ms=1.0, state_lost=False, reason=None,
+        "1/0",
+        [{"output_type": "error", "ename": "ZeroDivisionError", "evalue": "x", "traceback": []}],
+        execution_id="ex_2",
+        execution_count=2,
+        status="error",
+        started_at=None,
+        duration_ms=1.0,
+        state_lost=False,
+        reason=None,
     )
     rec.save()
     nb = nbformat.read(tmp_path / "n.ipynb", as_version=4)
     nbformat.validate(nb)
     assert nb.metadata["interp"]["session_id"] == "s_1"
-    assert good_code_cells(json.loads(rec.to_json())) == (["print(1)"], 1)
+    assert [c.source for c in plan(json.loads(rec.to_json())) if c.rerun] == ["print(1)"]
     # A cell that cannot validate is refused before anything is written.
-    rec.add_cell("bad", [{"output_type": "nonsense"}], execution_id="ex_3",
-                 execution_count=3, status="ok", started_at=None, duration_ms=None,
-                 state_lost=False, reason=None)
+    rec.add_cell(
+        "bad",
+        [{"output_type": "nonsense"}],
+        execution_id="ex_3",
+        execution_count=3,
+        status="ok",
+        started_at=None,
+        duration_ms=None,
+        state_lost=False,
+        reason=None,
+    )
     with pytest.raises(nbformat.ValidationError):
         rec.save()
     assert len(nbformat.read(tmp_path / "n.ipynb", as_version=4).cells) == 2
-
-
-def test_recovery_replays_are_skipped_but_fork_cells_kept() -> None:
-    def cell(src: str, **meta: object) -> dict[str, object]:
-        return {"cell_type": "code", "source": src, "metadata": {"interp": meta}}
-
-    nb = {
-        "metadata": {"interp": {"session_id": "s_me"}},
-        "cells": [
-            cell("a = 1", status="ok", replay_of=0, replay_source="session:s_parent"),
-            cell("b = 2", status="ok"),
-            cell("crash()", status="kernel_died"),
-            cell("b = 2", status="ok", replay_of=1, replay_source="session:s_me"),
-        ],
-    }
-    assert good_code_cells(nb) == (["a = 1", "b = 2"], 2)

@@ -1,0 +1,92 @@
+"""One rule for a notebook's code cells: what each holds, how it ended, whether it runs again.
+
+Rebuilding a session (``from_session``, ``from_notebook``, ``restart(recover=True)``) and
+``interp replay`` both re-run a recorded notebook; they must agree on which cells count.
+A code cell is re-run unless:
+
+* it is empty (nothing to run);
+* it failed when it was recorded (status ``error``, ``timeout``, ``kernel_died``,
+  ``interrupted``, ``unknown``...; a cell from JupyterLab, which has no status of ours,
+  failed when it holds an error output). Re-running a failure cannot restore state that
+  the recording never had, and a cell that failed may fail differently now;
+* it is a session's re-run of one of its *own* earlier cells (a ``restart(recover=True)``
+  replays them into the same notebook): the original cells already cover it. Cells that a
+  fork or rebuild replayed from *another* source are that session's state and count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+#: Why a cell is not re-run.
+SkipReason = Literal["empty", "recorded_failure", "own_rerun"]
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """One code cell of a notebook and what a replay does with it.
+
+    Attributes:
+        index: the cell's position among all cells of the notebook.
+        source: its code.
+        status: how it ended when recorded (:func:`recorded_status`).
+        skip: why it is not re-run, or None when it is.
+    """
+
+    index: int
+    source: str
+    status: str
+    skip: SkipReason | None
+
+    @property
+    def rerun(self) -> bool:
+        return self.skip is None
+
+
+def source_of(cell: dict[str, Any]) -> str:
+    """A cell's source as one string (nbformat allows a list of lines)."""
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def recorded_status(cell: dict[str, Any]) -> str:
+    """How a cell ended when recorded: our metadata's status, else ``error`` when it holds
+    an error output, else ``ok``."""
+    status = _interp_meta(cell).get("status")
+    if isinstance(status, str):
+        return status
+    if any(o.get("output_type") == "error" for o in cell.get("outputs") or []):
+        return "error"
+    return "ok"
+
+
+def own_source(nb: dict[str, Any]) -> str | None:
+    """``session:<id>`` of the session that recorded ``nb``, if it says."""
+    session_id = _interp_meta(nb).get("session_id")
+    return f"session:{session_id}" if session_id else None
+
+
+def plan(nb: dict[str, Any]) -> list[CellPlan]:
+    """Every code cell of ``nb``, in order, with whether it is re-run (module docstring)."""
+    own = own_source(nb)
+    plans = []
+    for index, cell in enumerate(nb.get("cells") or []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = source_of(cell)
+        status = recorded_status(cell)
+        skip: SkipReason | None = None
+        if own is not None and _interp_meta(cell).get("replay_source") == own:
+            skip = "own_rerun"
+        elif not source.strip():
+            skip = "empty"
+        elif status != "ok":
+            skip = "recorded_failure"
+        plans.append(CellPlan(index=index, source=source, status=status, skip=skip))
+    return plans
+
+
+def _interp_meta(node: dict[str, Any]) -> dict[str, Any]:
+    meta = (node.get("metadata") or {}).get("interp") or {}
+    return meta if isinstance(meta, dict) else {}

@@ -1,0 +1,72 @@
+"""The one rule for which recorded cells a rebuild or a replay runs again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from interpreter.cells import plan, recorded_status, source_of
+
+ERROR = {"output_type": "error", "ename": "ZeroDivisionError", "evalue": "x", "traceback": []}
+STREAM = {"output_type": "stream", "name": "stdout", "text": "hi\n"}
+
+
+def code(src: Any = "x = 1", outputs: list[Any] | None = None, **interp: Any) -> dict[str, Any]:
+    cell: dict[str, Any] = {"cell_type": "code", "source": src, "outputs": outputs or []}
+    cell["metadata"] = {"interp": interp} if interp else {}
+    return cell
+
+
+CASES = [
+    # (cell, recorded status, skip reason)
+    (code(), "ok", None),
+    (code(["a = 1\n", "b = 2"]), "ok", None),
+    (code(status="ok"), "ok", None),
+    (code(outputs=[STREAM]), "ok", None),
+    # JupyterLab cells have no status of ours: an error output means the cell failed.
+    (code(outputs=[STREAM, ERROR]), "error", "recorded_failure"),
+    # Our status wins over the outputs (a timeout's cell ends with our own error output).
+    (code(outputs=[ERROR], status="ok"), "ok", None),
+    (code(status="error"), "error", "recorded_failure"),
+    (code(status="timeout"), "timeout", "recorded_failure"),
+    (code(status="kernel_died"), "kernel_died", "recorded_failure"),
+    (code(status="interrupted"), "interrupted", "recorded_failure"),
+    (code(status="unknown"), "unknown", "recorded_failure"),
+    (code(""), "ok", "empty"),
+    (code("  \n\t"), "ok", "empty"),
+    (code("", status="error"), "error", "empty"),
+    # Replays: a fork's cells (another source) are its state; a recovery's are not.
+    (code(status="ok", replay_of=0, replay_source="session:s_parent"), "ok", None),
+    (code(status="ok", replay_of=1, replay_source="session:s_me"), "ok", "own_rerun"),
+    (code(status="error", replay_of=1, replay_source="session:s_me"), "error", "own_rerun"),
+    (code(status="ok", replay_of=0, replay_source="notebook"), "ok", None),
+]
+
+
+@pytest.mark.parametrize(("cell", "status", "skip"), CASES)
+def test_rule(cell: dict[str, Any], status: str, skip: str | None) -> None:
+    nb = {"metadata": {"interp": {"session_id": "s_me"}}, "cells": [cell]}
+    (got,) = plan(nb)
+    assert (got.status, got.skip, got.rerun) == (status, skip, skip is None)
+    assert got.source == source_of(cell) and recorded_status(cell) == status
+
+
+def test_positions_count_every_cell_and_only_code_cells_are_planned() -> None:
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": "# title", "metadata": {}},
+            code("a = 1"),
+            {"cell_type": "raw", "source": "raw", "metadata": {}},
+            code("b = 2", status="error"),
+        ]
+    }
+    assert [(c.index, c.source, c.rerun) for c in plan(nb)] == [
+        (1, "a = 1", True),
+        (3, "b = 2", False),
+    ]
+
+
+def test_without_a_recording_session_no_replay_counts_as_own() -> None:
+    nb = {"cells": [code(status="ok", replay_of=0, replay_source="session:s_me")]}
+    assert plan(nb)[0].rerun
