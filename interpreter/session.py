@@ -59,8 +59,6 @@ LATE_OUTPUT_CELLS = 8
 KEPT_HANDLES = 64
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
-#: Interrupts sent again, 2 s apart, while the kernel still runs the interrupted cell.
-INTERRUPT_RESENDS = 3
 
 
 def new_id(prefix: str) -> str:
@@ -133,7 +131,6 @@ class LiveSession:
         #: Recently finished executions by request msg_id, for output that arrives late.
         self._finished: dict[str, ExecutionHandle] = {}
         self._state_lost_pending = False
-        self._resend: asyncio.Task[None] | None = None
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
         #: Called once when the session fails; the broker then closes it.
@@ -479,25 +476,12 @@ class LiveSession:
             await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
             if handle.finished.is_set():
                 return
+        # Exactly one interrupt per request, acknowledged by the kernel before any other
+        # cell is sent. Never resent: a second SIGINT that lands while the interrupted cell
+        # winds down makes ipykernel drop that cell's reply (reproduced), and one that
+        # lands later would reach the next cell. Code that catches KeyboardInterrupt keeps
+        # running; the client may interrupt again, and a timeout still ends it.
         await self.kernel.interrupt()
-        if handle is not None:
-            # The interrupt has reached the kernel, but the cell may ignore it (code that
-            # catches KeyboardInterrupt): resend while the kernel still runs that cell.
-            self._resend = asyncio.create_task(self._resend_interrupt(handle))
-
-    async def _resend_interrupt(self, handle: ExecutionHandle) -> None:
-        for _ in range(INTERRUPT_RESENDS):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(handle.finished.wait()), 2.0)
-                return
-            # The kernel's own word decides: its reply to the cell means the cell is over
-            # (and a resend could only reach a later one).
-            rec = handle.recorder
-            if self._current is not handle or rec is None or rec.reply is not None:
-                return
-            log.info("session %s: the cell still runs after an interrupt; resending", self.id)
-            with contextlib.suppress(Exception):
-                await self.kernel.interrupt()
 
     async def restart(self) -> None:
         """Restart on request: a fresh kernel, state cleared, same session and notebook."""
