@@ -1,4 +1,4 @@
-"""Replay a notebook in a fresh session and check, cell by cell, that its outputs match.
+"""Comparing a cell's recorded outputs with a replay's, in a normal form (pure).
 
 Outputs are compared in a normal form, not byte for byte:
 
@@ -13,13 +13,6 @@ Outputs are compared in a normal form, not byte for byte:
 * raster images by decoded size and a perceptual tolerance on downscaled pixels (Pillow),
   SVG as text without its generated ids;
 * an error is compared by exception name and message, not by traceback.
-
-A recorded cell whose status was not ``ok`` (error, timeout, kernel_died, ...) is not
-re-run: it is reported as a recorded failure, and does not make the replay fail (the
-verdict is about whether what succeeded still produces the same outputs). Cells that an
-in-place recovery re-ran (``metadata.interp.replay_of`` with this notebook's own session as
-``replay_source``) are skipped, since their originals are in the notebook too; the re-run
-cells at the top of a fork's notebook are run, as they build the state it inherited.
 """
 
 from __future__ import annotations
@@ -31,22 +24,13 @@ import json
 import math
 import re
 import struct
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
-from interpreter.cells import CellPlan, plan
-from interpreter.client import Client, Session
 from interpreter.client.render import bundle_text
 from interpreter.mime import ANSI_RE, PDF_MIME, RASTER_MIMES, SVG_MIME
 from interpreter.models import ArtifactRef, Execution
-
-CellStatus = Literal["match", "mismatch", "recorded_failure", "skipped"]
-
 
 # ---------------------------------------------------------------------- normalisation
 
@@ -382,217 +366,3 @@ def compare_outputs(
             if found:
                 diffs.append(f"output {n}: {found}")
     return diffs
-
-
-# ------------------------------------------------------------------------------ replay
-
-
-class CellReport(BaseModel):
-    """The verdict on one code cell."""
-
-    index: int
-    execution_count: int | None = None
-    status: CellStatus
-    recorded_status: str = "ok"
-    replay_status: str | None = None
-    note: str = ""
-    differences: list[str] = []
-    recorded_ms: float | None = None
-    replay_ms: float | None = None
-    source: str = ""
-
-
-class ReplayReport(BaseModel):
-    """The verdict on a whole notebook."""
-
-    notebook: str
-    session_id: str | None = None
-    cells: list[CellReport] = []
-    matched: int = 0
-    mismatched: int = 0
-    recorded_failures: int = 0
-    skipped: int = 0
-    stopped_early: bool = False
-    replay_s: float = 0.0
-    replay_cells_s: float = 0.0
-    recorded_cells_s: float | None = None
-    ok: bool = True
-
-
-def _recorded_ms(cell: dict[str, Any]) -> float | None:
-    meta = cell.get("metadata") or {}
-    duration = (meta.get("interp") or {}).get("duration_ms")
-    if isinstance(duration, int | float):
-        return float(duration)
-    timing = meta.get("execution") or {}
-    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
-    if isinstance(start, str) and isinstance(end, str):
-        from datetime import datetime
-
-        try:
-            delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
-        except ValueError:
-            return None
-        return delta.total_seconds() * 1000
-    return None
-
-
-def replay_notebook(
-    client: Client,
-    nb: dict[str, Any],
-    *,
-    stop_on_mismatch: bool = False,
-    image_tolerance: float = 0.02,
-    timeout_s: float | None = None,
-    on_cell: Callable[[CellReport], None] | None = None,
-    name: str = "notebook",
-) -> ReplayReport:
-    """Run a notebook's code cells in a fresh session and compare outputs cell by cell.
-
-    Args:
-        client: Client of the service to replay on.
-        nb: The nbformat v4 notebook (JSON dict).
-        stop_on_mismatch: Stop at the first cell that does not match.
-        image_tolerance: Largest mean pixel difference (0..1) for images to match.
-        timeout_s: Time limit per cell (the service default if None).
-        on_cell: Called with each cell's report as soon as it is known.
-        name: How the report names the notebook.
-
-    Returns:
-        The report; ``report.ok`` is True when no replayed cell mismatched.
-    """
-    started = time.monotonic()
-    report = ReplayReport(notebook=name)
-    recorded_ids = tuple(
-        str(v) for v in [((nb.get("metadata") or {}).get("interp") or {}).get("session_id")] if v
-    )
-    recorded_total = 0.0
-    recorded_known = False
-    cells = nb.get("cells") or []
-    with client.create_session(metadata={"replay_of": name}) as session:
-        report.session_id = session.id
-        ids = (*recorded_ids, session.id)
-        for cell_plan in plan(nb):
-            cell_report = _replay_cell(
-                session,
-                cell_plan,
-                cells[cell_plan.index],
-                report.stopped_early,
-                image_tolerance,
-                timeout_s,
-                ids,
-            )
-            if cell_report.recorded_ms is not None and cell_report.status != "skipped":
-                recorded_total += cell_report.recorded_ms
-                recorded_known = True
-            if cell_report.replay_ms is not None:
-                report.replay_cells_s += cell_report.replay_ms / 1000
-            report.cells.append(cell_report)
-            if cell_report.status == "match":
-                report.matched += 1
-            elif cell_report.status == "mismatch":
-                report.mismatched += 1
-                report.stopped_early = report.stopped_early or stop_on_mismatch
-            elif cell_report.status == "recorded_failure":
-                report.recorded_failures += 1
-            else:
-                report.skipped += 1
-            if on_cell is not None:
-                on_cell(cell_report)
-    report.recorded_cells_s = recorded_total / 1000 if recorded_known else None
-    report.replay_s = time.monotonic() - started
-    report.ok = report.mismatched == 0
-    return report
-
-
-def _replay_cell(
-    session: Session,
-    cell_plan: CellPlan,
-    cell: dict[str, Any],
-    stopped: bool,
-    image_tolerance: float,
-    timeout_s: float | None,
-    ids: tuple[str, ...],
-) -> CellReport:
-    source = cell_plan.source
-    base = CellReport(
-        index=cell_plan.index,
-        execution_count=cell.get("execution_count"),
-        status="skipped",
-        recorded_status=cell_plan.status,
-        recorded_ms=_recorded_ms(cell),
-        source=source.strip().split("\n", 1)[0][:60],
-    )
-    if stopped:
-        return base.model_copy(update={"note": "not reached (stopped at a mismatch)"})
-    if cell_plan.skip == "own_rerun":
-        return base.model_copy(update={"note": "re-run of an earlier cell by a recovery"})
-    if cell_plan.skip == "empty":
-        return base.model_copy(update={"note": "empty"})
-    if cell_plan.skip == "recorded_failure":
-        return base.model_copy(
-            update={
-                "status": "recorded_failure",
-                "note": f"recorded as {base.recorded_status}; not re-run",
-            }
-        )
-    execution = session.run(source, timeout_s=timeout_s).execution
-    replayed = outputs_from_execution(execution, session.artifact)
-    diffs = compare_outputs(
-        outputs_from_cell(cell), replayed, image_tolerance=image_tolerance, extra_ids=ids
-    )
-    if execution.status not in ("ok", "error"):
-        diffs.insert(0, f"replay ended with status {execution.status}")
-    return base.model_copy(
-        update={
-            "status": "mismatch" if diffs else "match",
-            "differences": diffs,
-            "replay_status": execution.status,
-            "replay_ms": execution.duration_ms,
-        }
-    )
-
-
-# ------------------------------------------------------------------------------ output
-
-_LABELS = {
-    "match": "match",
-    "mismatch": "MISMATCH",
-    "recorded_failure": "recorded failure",
-    "skipped": "skipped",
-}
-
-
-def _seconds(ms: float | None) -> str:
-    return "    -  " if ms is None else f"{ms / 1000:6.2f}s"
-
-
-def print_cell(cell: CellReport) -> None:
-    """One line per cell (and one per difference) on stdout."""
-    count = f"[{cell.execution_count}]" if cell.execution_count is not None else "[ ]"
-    line = (
-        f"cell {cell.index:3d} {count:>6}  {_LABELS[cell.status]:<16} "
-        f"{_seconds(cell.replay_ms)} (recorded {_seconds(cell.recorded_ms).strip()})  "
-        f"{cell.source}"
-    )
-    print(line.rstrip())
-    if cell.note:
-        print(f"      {cell.note}")
-    for diff in cell.differences:
-        print(f"      - {diff}")
-    sys.stdout.flush()
-
-
-def print_summary(report: ReplayReport) -> None:
-    """The closing summary lines on stdout."""
-    total = len(report.cells)
-    print(
-        f"\n{report.notebook}: {total} code cells: {report.matched} match, "
-        f"{report.mismatched} mismatch, {report.recorded_failures} recorded failure(s) "
-        f"not re-run, {report.skipped} skipped"
-    )
-    timing = f"replay took {report.replay_s:.1f}s (cells {report.replay_cells_s:.1f}s)"
-    if report.recorded_cells_s is not None:
-        timing += f"; the recorded run's cells took {report.recorded_cells_s:.1f}s"
-    print(timing)
-    print("ALL MATCH" if report.ok else "MISMATCH")
