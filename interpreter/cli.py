@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from interpreter._version import __version__
 
@@ -99,8 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # the SDK's optional pieces are missing
         pass
     else:
-        add_commands(sub)
+        add_commands(sub, embedded_service)
     return parser
+
+
+@contextlib.contextmanager
+def embedded_service() -> Iterator[tuple[str, str | None]]:
+    """Start the broker in this process on a free loopback port (settings from INTERP_*);
+    yields its URL and API key (none: a key from the environment is not for it)."""
+    from interpreter.server import ServerThread
+    from interpreter.settings import Settings
+
+    overrides: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "api_keys": []}
+    with ServerThread(Settings(**overrides)) as thread:
+        print(f"interp: embedded service on {thread.url}", file=sys.stderr, flush=True)
+        yield thread.url, ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
@@ -308,15 +309,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     url = _explicit_url(args)
     try:
         if url is None:
-            from interpreter.mcp_server import embedded_service
-
             progress("starting an embedded service...")
-            with embedded_service() as target:
+            with args.embed() as (embedded_url, embedded_key):
                 return _replay_against(
                     args,
                     nb,
-                    target.url,
-                    target.api_key,
+                    embedded_url,
+                    embedded_key,
                     progress,
                     replay_notebook,
                     print_cell,
@@ -376,8 +375,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         return EXIT_SERVICE
     url = _explicit_url(args)
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
-    target = Target(url, key) if url else None
-    return run(target, http_port=args.http, host=args.host)
+    if url:
+        return run(Target(url, key), http_port=args.http, host=args.host)
+    with args.embed() as (embedded_url, embedded_key):
+        return run(Target(embedded_url, embedded_key), http_port=args.http, host=args.host)
 
 
 # ------------------------------------------------------------------------ registration
@@ -399,11 +400,17 @@ def _quiet_http_log(
     return wrapper
 
 
-def add_commands(subparsers: Any) -> None:
+#: Starts a service in this process for commands given no URL: a context manager that
+#: yields its (URL, API key). Supplied by ``interp``'s entry point, the layer that may
+#: import the server; these commands reach a service only through the SDK.
+Embed = Callable[[], AbstractContextManager[tuple[str, str | None]]]
+
+
+def add_commands(subparsers: Any, embed: Embed) -> None:
     """Register the client commands on the ``interp`` parser's subparsers.
 
     Each sets ``func``, a callable taking the parsed arguments and returning the exit
-    status.
+    status, and ``embed`` (:data:`Embed`).
     """
     parent = _connection_parent()
 
@@ -467,7 +474,7 @@ def add_commands(subparsers: Any) -> None:
         default=0.02,
         help="Largest mean pixel difference (0..1) for images to match.",
     )
-    replay.set_defaults(func=_quiet_http_log(cmd_replay))
+    replay.set_defaults(func=_quiet_http_log(cmd_replay), embed=embed)
 
     tools = subparsers.add_parser("tools", help="Print tool definitions for function calling.")
     tools.add_argument("--format", choices=["openai", "anthropic"], default="openai")
@@ -487,4 +494,4 @@ def add_commands(subparsers: Any) -> None:
         help="Serve streamable HTTP on this port instead of stdio.",
     )
     mcp.add_argument("--host", default="127.0.0.1", help="Address for --http (loopback).")
-    mcp.set_defaults(func=_quiet_http_log(cmd_mcp))
+    mcp.set_defaults(func=_quiet_http_log(cmd_mcp), embed=embed)

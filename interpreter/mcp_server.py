@@ -2,7 +2,8 @@
 
 Built on the official ``mcp`` SDK (low-level ``Server``, so the tool descriptions and JSON
 schemas are exactly those of :mod:`interpreter.tools`). It talks to a running service
-through the async SDK client, or starts an embedded one on a loopback port.
+through the async SDK client (``interp mcp`` starts an embedded service when no URL is
+given).
 
 Transports: stdio (the default; what desktop MCP hosts launch) and streamable HTTP
 (``--http PORT``, loopback by default, at ``/mcp``).
@@ -14,9 +15,8 @@ import base64
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import mcp_types as types
@@ -159,32 +159,12 @@ async def serve_http(target: Target, *, host: str, port: int) -> None:
     await uvicorn.Server(config).serve()
 
 
-@contextlib.contextmanager
-def embedded_service() -> Iterator[Target]:
-    """Start the broker in this process on a free loopback port (settings from INTERP_*)."""
-    from interpreter.server import ServerThread
-    from interpreter.settings import Settings
-
-    overrides: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "api_keys": []}
-    with ServerThread(Settings(**overrides)) as thread:
-        print(f"interp: embedded service on {thread.url}", file=sys.stderr, flush=True)
-        # No key: the embedded service has none, and one from the environment is not for it.
-        yield Target(thread.url, api_key="")
-
-
-def run(target: Target | None, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
-    """Run the MCP server until it is closed; ``target=None`` starts an embedded service.
-
-    Returns:
-        The process exit status.
-    """
-    with contextlib.ExitStack() as stack:
-        if target is None:
-            target = stack.enter_context(embedded_service())
-        if http_port is None:
-            anyio.run(serve_stdio, target)
-        else:
-            anyio.run(_serve_http, target, host, http_port)
+def run(target: Target, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
+    """Run the MCP server until it is closed. Returns the process exit status."""
+    if http_port is None:
+        anyio.run(serve_stdio, target)
+    else:
+        anyio.run(_serve_http, target, host, http_port)
     return 0
 
 
