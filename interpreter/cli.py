@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _images_build(args: argparse.Namespace) -> int:
     from interpreter.errors import BackendUnavailable
-    from interpreter.images import ImageBuildError, build_image
+    from interpreter.image import ImageBuildError, build_image
 
     try:
         image_id = build_image(

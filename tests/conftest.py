@@ -37,7 +37,7 @@ def docker_ready() -> tuple[bool, str]:
     """Whether the Docker backend can run here (engine answers and the image exists)."""
     if "ready" not in _docker_state:
         from interpreter.backends.docker.engine import docker_available
-        from interpreter.images import image_status
+        from interpreter.image import image_status
 
         if not docker_available():
             _docker_state["ready"] = (False, "no Docker engine answers")

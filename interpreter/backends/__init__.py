@@ -137,7 +137,7 @@ def _resolve_name(settings: Settings) -> str:
         return "local"
     from interpreter.backends.docker.engine import docker_available
     from interpreter.errors import BackendUnavailable
-    from interpreter.images import image_status, missing_image_message
+    from interpreter.image import image_status, missing_image_message
 
     if not docker_available():
         if settings.backend == "docker":

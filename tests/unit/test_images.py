@@ -16,8 +16,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from interpreter import images
-from interpreter.images import (
+from interpreter import image as images
+from interpreter.image import (
     DEFAULT_BASE_IMAGE,
     DEFAULT_IMAGE,
     KERNEL_UID,

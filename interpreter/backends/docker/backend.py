@@ -18,7 +18,7 @@ from interpreter.backends.base import LaunchOptions
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
-from interpreter.images import image_status
+from interpreter.image import image_status
 from interpreter.settings import Settings
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import docker.errors
 
 from interpreter.backends.docker.config import LABEL_BROKER, LABEL_OWNER, LABEL_POOL, LABEL_SESSION
 from interpreter.errors import BackendUnavailable, InterpreterError, KernelStartFailed
-from interpreter.images import DEFAULT_IMAGE, missing_image_message
+from interpreter.image import DEFAULT_IMAGE, missing_image_message
 
 log = logging.getLogger(__name__)
 
