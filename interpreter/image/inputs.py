@@ -56,7 +56,7 @@ class ImageBuildError(RuntimeError):
 
 def repo_root() -> Path:
     """The source checkout this package was imported from (may lack ``images/``)."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def image_source_dir(root: Path | None = None) -> Path:
