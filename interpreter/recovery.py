@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from interpreter.backends import Backend, Leftover
+from interpreter.backends import Backend
+from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
 from interpreter.session import LiveSession
 from interpreter.store import SessionRecord, Store, Writer

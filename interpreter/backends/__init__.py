@@ -15,30 +15,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from interpreter.backends.base import LaunchOptions as LaunchOptions
+from interpreter.backends.base import Leftover as Leftover
 
 if TYPE_CHECKING:
     from jupyter_client.manager import AsyncKernelManager
 
-    from interpreter.backends.base import LaunchOptions
     from interpreter.settings import Settings
 
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Leftover:
-    """A kernel an earlier broker process left running (for example a container).
-
-    Attributes:
-        id: the backend's id for it (a container id).
-        session_id: the session it served, or ``None`` (e.g. a warm-pool container).
-    """
-
-    id: str
-    session_id: str | None = None
 
 
 class Backend(Protocol):

@@ -69,3 +69,16 @@ class LaunchOptions:
             env["PATH"] = extra_path
         env.update(self.env)
         return env
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A kernel an earlier broker process left running (for example a container).
+
+    Attributes:
+        id: the backend's id for it (a container id).
+        session_id: the session it served, or ``None`` (e.g. a warm-pool container).
+    """
+
+    id: str
+    session_id: str | None = None

@@ -13,8 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from interpreter.backends import Leftover
-from interpreter.backends.base import LaunchOptions
+from interpreter.backends.base import LaunchOptions, Leftover
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
