@@ -3,7 +3,7 @@
 #
 # If `docker info` already works, nothing happens. Otherwise, as root on a Debian-like
 # machine: install Debian's docker.io when dockerd is missing, start dockerd in the
-# background with --live-restore (security.md H-05: kernels survive an engine restart), and
+# background with --live-restore (docs/security.md H-05: kernels survive an engine restart), and
 # wait until it answers. Exits non-zero with a clear message if it does not.
 #
 # Environment:

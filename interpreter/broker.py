@@ -2,7 +2,7 @@
 
 No HTTP here: the API layer calls these methods and maps :mod:`interpreter.errors` to
 status codes. Every lookup is by (owner, session id); another owner's session is reported
-exactly like a missing one (security.md H-42).
+exactly like a missing one (docs/security.md H-42).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ An :class:`ExecutionRecorder` is fed the iopub messages and the ``execute_reply`
 is its request. It keeps the outputs in notebook (nbformat v4) form, applies ``clear_output``
 (including the deferred ``wait=True`` form) and ``update_display_data``, and returns, for each
 message, the events to stream. Completion needs both the reply and the iopub ``idle``; the
-session decides how long to wait for an idle that a flood may have lost (security.md H-33).
+session decides how long to wait for an idle that a flood may have lost (docs/security.md H-33).
 
-Kernel messages are attacker input (security.md §1.2): every field is read defensively, text
+Kernel messages are attacker input (docs/security.md §1.2): every field is read defensively, text
 is sanitised (lone surrogates, NUL) and sizes are bounded.
 """
 

@@ -1,7 +1,7 @@
 """Idempotency keys: a retried request gets the first one's result, never a second run.
 
 An agent whose HTTP call times out cannot tell whether the session was created or the code
-ran. Sending the same ``Idempotency-Key`` again makes the retry safe (security.md R-10):
+ran. Sending the same ``Idempotency-Key`` again makes the retry safe (docs/security.md R-10):
 the first request with a key does the work and records which resource it made; a repeat
 with the same key and the same request gets that resource back; the same key with a
 different request is refused (422). A repeat that arrives while the first is still being

@@ -391,7 +391,7 @@ class LiveSession:
         elif ending.kind == "died":
             restart = ending.reason or "died"
         elif rec.asked_exit:
-            restart = "exit"  # decision 5: exit() restarts the kernel; state is lost
+            restart = "exit"  # docs/security.md decision 5: state is lost
         if restart is not None:
             await self._restart(restart)
         conclude(
@@ -522,7 +522,8 @@ class LiveSession:
 
     async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
         """Output of a finished cell (a background thread printing while no cell runs):
-        record it under that cell, in the execution and the notebook (decision 4)."""
+        record it under that cell, in the execution and the notebook (docs/security.md
+        decision 4)."""
         rec = handle.recorder
         header = msg.get("header") or {}
         if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):

@@ -90,7 +90,7 @@ class SessionRecord:
         connection: the kernel's connection info (ports or ipc paths, key), once started.
         provisioner: what the backend needs to find the kernel again.
         rebuild: the report of the replay that rebuilt it, if it was rebuilt.
-        generation: kernel incarnation (security.md R-08): +1 at every (re)start.
+        generation: kernel incarnation (docs/security.md R-08): +1 at every (re)start.
     """
 
     id: str
@@ -319,7 +319,7 @@ class Store:
     def mark_unfinished_unknown(self) -> list[tuple[str, str]]:
         """Executions left queued/running by a broker that stopped: outcome ``unknown``.
 
-        They are never re-run (security.md R-07). Returns (session id, execution id) pairs.
+        They are never re-run (docs/security.md R-07). Returns (session id, execution id) pairs.
         """
         with self._lock:
             rows = self._db.execute(

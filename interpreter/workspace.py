@@ -1,4 +1,4 @@
-"""Safe file access inside a session's workspace (security.md H-50, H-51, decision 8).
+"""Safe file access inside a session's workspace (docs/security.md H-50, H-51, decision 8).
 
 Every path from a client is normalised (NFKC) *before* it is checked, must be relative, and
 may not contain ``..``, ``.``, empty components, NUL or backslashes. It is then walked one

@@ -3,7 +3,7 @@
 Every handler streams its request body (``stream_request_body``) so a body over the limit
 is refused with 413 before it is buffered. Errors are ``{"error": {"type", "message"}}``;
 unexpected exceptions are logged with their traceback and answered with a generic 500
-that names no host path (security.md H-41, H-43, I-6).
+that names no host path (docs/security.md H-41, H-43, I-6).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class ExecuteHandler(BaseHandler):
                 if queue.empty():
                     await self.flush()
         except StreamClosedError:
-            # Decision 1: the execution goes on; its result stays retrievable by id.
+            # docs/security.md decision 1: the execution goes on; its result stays
+            # retrievable by id.
             return
         with contextlib.suppress(StreamClosedError):
             self.finish()
@@ -184,7 +185,7 @@ class ArtifactHandler(BaseHandler):
     async def get(self, session_id: str, artifact_id: str) -> None:
         path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
         data = await asyncio.to_thread(path.read_bytes)
-        # Served inert: never rendered on the API origin (security.md H-53).
+        # Served inert: never rendered on the API origin (docs/security.md H-53).
         self.set_header("Content-Type", mime)
         self.set_header("Content-Length", str(size))
         self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")

@@ -23,7 +23,7 @@ class LocalSessionProvisioner(LocalProvisioner):
         """Called from ``KernelManager.start_kernel`` (and on restart) before the launch.
 
         Pops the :class:`LaunchOptions`, sets the working directory to the workspace and
-        replaces the environment with the kernel's allowlisted one (security.md H-24).
+        replaces the environment with the kernel's allowlisted one (docs/security.md H-24).
         """
         options: LaunchOptions | None = kwargs.pop(LAUNCH_KWARG, None)
         if options is not None:

@@ -1,4 +1,4 @@
-"""Execution semantics through the HTTP API, on real kernels (issue 2, item 4)."""
+"""Execution semantics through the HTTP API, on real kernels."""
 
 from __future__ import annotations
 

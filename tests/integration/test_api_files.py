@@ -1,4 +1,4 @@
-"""Workspace files through the API (issue 2, item 7; security.md H-50, H-51)."""
+"""Workspace files through the API (docs/security.md H-50, H-51)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rich capture, artifacts and the live notebook through the API (issue 2, items 5 and 6)."""
+"""Rich capture, artifacts and the live notebook through the API."""
 
 from __future__ import annotations
 

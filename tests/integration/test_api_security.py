@@ -1,4 +1,4 @@
-"""Auth, ownership and bad input through the API (issue 2, items 8 and 9)."""
+"""Auth, ownership and bad input through the API."""
 
 from __future__ import annotations
 

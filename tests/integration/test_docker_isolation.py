@@ -1,4 +1,4 @@
-"""Isolation of Docker sessions, proven from inside kernels through the API (issue 3, item 4)."""
+"""Isolation of Docker sessions, proven from inside kernels through the API."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Docker provisioner for real: AsyncKernelManager + AsyncKernelClient over ipc sockets.
 
 Every test starts real hardened containers from the kernel image and checks, from inside
-the kernel, what security.md §2.B promises; teardown (``docker_lab.lab``) asserts with the
+the kernel, what docs/security.md §2.B promises; teardown (``docker_lab.lab``) asserts with the
 docker SDK that no container labelled for the test's broker id is left.
 """
 

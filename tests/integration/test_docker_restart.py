@@ -1,4 +1,4 @@
-"""Docker sessions survive a broker restart; leftovers are reconciled (issue 3, item 7)."""
+"""Docker sessions survive a broker restart; leftovers are reconciled."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every example notebook in notebooks/ runs cell by cell through the service (issue 2, item 11)."""
+"""Every example notebook in notebooks/ runs cell by cell through the service."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Service lifecycle: culling, restarts, signals, metrics, OpenAPI (issue 2, items 2, 3, 10)."""
+"""Service lifecycle: culling, restarts, signals, metrics, OpenAPI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rebuild, fork and recover sessions from their notebooks (issue 4, item 6)."""
+"""Rebuild, fork and recover sessions from their notebooks."""
 
 from __future__ import annotations
 

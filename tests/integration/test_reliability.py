@@ -1,4 +1,4 @@
-"""Reliability promises of security.md: fencing (R-08), restart budget (R-03), maximum
+"""Reliability promises of docs/security.md: fencing (R-08), restart budget (R-03), maximum
 lifetime (R-09) and idempotent creation and execution (R-10), through the HTTP API."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden tests of the kernel container configuration (security.md §2.B, §5.2 layer 1)."""
+"""Golden tests of the kernel container configuration (docs/security.md §2.B, §5.2 layer 1)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Everything the Docker engine is told about a session container is built here, from the
 broker's :class:`~interpreter.backends.base.LaunchOptions` and constants of this module.
-Nothing comes from an API client (security.md H-04): the broker caps limits and validates
+Nothing comes from an API client (docs/security.md H-04): the broker caps limits and validates
 env before it builds the options, and this function adds the fixed hardening of §2.B.
 The result is plain data (no docker SDK types) so that unit tests can compare it with a
 golden copy and so that it can be logged.
@@ -119,7 +119,7 @@ def build_container_config(
         labels: see :func:`container_labels`.
 
     Returns:
-        A dict of plain data; every hardening item of security.md §2.B that Docker can
+        A dict of plain data; every hardening item of docs/security.md §2.B that Docker can
         express is set explicitly, so a changed engine default cannot weaken it.
 
     Raises:

@@ -2,7 +2,7 @@
 
 The kernel binds its five ZMQ sockets in a host directory that is bind-mounted into its
 container; the broker connects to the same files from the host. The kernel fully controls
-that directory while it starts, so the rules of security.md H-30/H-31 apply:
+that directory while it starts, so the rules of docs/security.md H-30/H-31 apply:
 
 * the directory is created fresh for every container, owned by the kernel's uid, mode 0700,
   inside a parent only the broker can write;
@@ -181,7 +181,7 @@ def lock_runtime_dir(runtime_dir: Path) -> bool:
 
 def remove_tree(path: Path) -> None:
     """Remove a directory tree the kernel could write, without following its symlinks."""
-    # CPython's fd-based rmtree never follows links inside the tree (security.md §6); it
+    # CPython's fd-based rmtree never follows links inside the tree (docs/security.md §6); it
     # also refuses a top-level symlink, which the broker's private parent rules out anyway.
     if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - not on Linux
         raise RuntimeError("this platform has no symlink-safe rmtree")

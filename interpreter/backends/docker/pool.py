@@ -6,7 +6,7 @@ pool keeps ``size`` kernels started with the broker's default limits, each alrea
 the kernel's workspace and runtime directories to the session's paths (bind mounts follow
 a renamed directory, so the kernel notices nothing) and refills in the background.
 
-Rules (security.md H-26): a container is handed out once and removed when its session
+Rules (docs/security.md H-26): a container is handed out once and removed when its session
 ends; it is never returned to the pool. Its labels cannot change after creation, so a
 pooled container keeps ``org.interp.session=pool-<slot>`` and ``org.interp.pool=<slot>``;
 the session it went to is recorded in that session's provisioner info. The kernel's

@@ -124,7 +124,7 @@ class DockerProvisioner(KernelProvisionerBase):
         """Why the kernel's container stopped; None while it runs.
 
         One of ``oom_killed``, ``signal:<n>``, ``exit:<code>``, ``container_gone``
-        (security.md R-02). Called by the broker when ``is_alive`` turns False, before it
+        (docs/security.md R-02). Called by the broker when ``is_alive`` turns False, before it
         restarts the kernel; after ``cleanup`` it still returns the reason of the removed
         container until the next launch.
         """
@@ -292,7 +292,7 @@ class DockerProvisioner(KernelProvisionerBase):
         """Upper bound for a kernel (re)start; a container start adds a second or two."""
         return recommended + 5.0
 
-    # -- persistence (broker restarts, security.md R-07) -------------------------------
+    # -- persistence (broker restarts, docs/security.md R-07) -------------------------------
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         """Everything a new broker process needs to reattach to this container.
