@@ -172,7 +172,9 @@ async def run(kc: AsyncKernelClient, code: str, limit_s: float = 60) -> dict[str
         elif kind == "execute_result":
             result.append(content["data"].get("text/plain", ""))
 
-    reply = await kc.execute_interactive(code, timeout=limit_s, output_hook=hook)
+    reply = await kc.execute_interactive(
+        code, timeout=limit_s, output_hook=hook, stop_on_error=False
+    )
     content: dict[str, Any] = dict(reply["content"])
     content["stdout"] = "".join(out)
     content["result"] = "".join(result)

@@ -173,24 +173,36 @@ def test_queue_is_fifo_bounded_and_answers_each_request(
 ) -> None:
     sid = new_session()
 
-    async def scenario() -> tuple[list[dict[str, Any]], int]:
+    async def scenario() -> tuple[list[dict[str, Any]], int, httpx.Response]:
         headers = {"Authorization": f"Bearer {server.api_key}"}
         async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as client:
             url = f"/v1/sessions/{sid}/execute"
-            first = asyncio.create_task(
-                client.post(url, json={"code": "import time\ntime.sleep(2)\norder = []"})
-            )
-            await asyncio.sleep(0.5)
-            queued = []
-            for i in range(4):  # the test server's queue holds 4
-                queued.append(
-                    asyncio.create_task(client.post(url, json={"code": f"order.append({i}); {i}"}))
+
+            async def submit(code: str) -> httpx.Response:
+                # A streamed execute answers with its headers once the execution is queued,
+                # so each submission is known to be in the queue before the next is sent.
+                request = client.build_request(
+                    "POST", url, json={"code": code}, headers={"Accept": "text/event-stream"}
                 )
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
+                return await client.send(request, stream=True)
+
+            async def done(resp: httpx.Response) -> dict[str, Any]:
+                body = (await resp.aread()).decode()
+                await resp.aclose()
+                data = body.split("event: done\ndata: ", 1)[1].split("\n", 1)[0]
+                result: dict[str, Any] = json.loads(data)
+                return result
+
+            first = await submit("import time\ntime.sleep(2)\norder = []")
+            # The first one runs (it left the queue) before the queue is filled.
+            deadline = time.monotonic() + 30
+            while (await client.get(f"/v1/sessions/{sid}")).json()["status"] != "busy":
+                assert time.monotonic() < deadline, "the first execution never started"
+                await asyncio.sleep(0.02)
+            queued = [await submit(f"order.append({i}); {i}") for i in range(4)]  # queue holds 4
             over = await client.post(url, json={"code": "'too many'"})
-            results = [await first] + [await t for t in queued]
-            return [r.json() for r in results], over.status_code, over
+            results = [await done(first)] + [await done(r) for r in queued]
+            return results, over.status_code, over
 
     results, over_status, over = asyncio.run(scenario())  # type: ignore[misc]
     assert over_status == 429
@@ -244,7 +256,11 @@ def test_interrupt_endpoint(
                     f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
                 )
             )
-            await asyncio.sleep(1.0)
+            # Interrupt once the execution runs (the session says busy).
+            deadline = time.monotonic() + 30
+            while (await client.get(f"/v1/sessions/{sid}")).json()["status"] != "busy":
+                assert time.monotonic() < deadline, "the execution never started"
+                await asyncio.sleep(0.02)
             resp = await client.post(f"/v1/sessions/{sid}/interrupt")
             assert resp.status_code == 200
             result: dict[str, Any] = (await task).json()

@@ -134,7 +134,11 @@ async def test_lifecycle(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
 
     # Interrupt a sleeping cell; the kernel survives with its state.
     await run(kc, "x = 42")
-    msg_id = kc.execute("import time; print('sleeping', flush=True); time.sleep(30)")
+    # stop_on_error=False, as the broker sends it: otherwise ipykernel answers requests
+    # that reach it just after an error (this interrupt) with "aborted".
+    msg_id = kc.execute(
+        "import time; print('sleeping', flush=True); time.sleep(30)", stop_on_error=False
+    )
     # Wait for output of the cell itself: SIGINT that lands before the cell runs is lost.
     await wait_for_iopub(kc, msg_id, "stream")
     t0 = time.perf_counter()

@@ -71,7 +71,9 @@ class Kernel:
 
     async def run(self, code: str, limit_s: float = 60) -> Run:
         """Execute ``code``; return once both the reply and the final ``idle`` arrived."""
-        msg_id = self.client.execute(code, allow_stdin=False)
+        # stop_on_error=False, as the broker sends it: a cell that fails must not make
+        # ipykernel answer the next request with "aborted".
+        msg_id = self.client.execute(code, allow_stdin=False, stop_on_error=False)
         run = Run(reply={})
         async with asyncio.timeout(limit_s):
             while True:

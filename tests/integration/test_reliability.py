@@ -199,10 +199,11 @@ def test_idempotent_execute_runs_code_once(
         with httpx.Client(base_url=str(api.base_url), headers=api.headers, timeout=60) as c:
             replies.append(c.post(url, json=slow, headers={"Idempotency-Key": "exec-2"}))
 
+    # Two concurrent requests with one key: whichever arrives first runs, the other waits
+    # for it and gets the same execution.
     threads = [threading.Thread(target=post) for _ in range(2)]
     for thread in threads:
         thread.start()
-        time.sleep(0.3)
     for thread in threads:
         thread.join()
     assert {r.json()["id"] for r in replies} == {replies[0].json()["id"]}
