@@ -87,6 +87,27 @@ class GenerationMismatch(Conflict):
 
     code = "generation_mismatch"
 
+    @classmethod
+    def of(cls, session_id: str, expected: int, current: int) -> GenerationMismatch:
+        return cls(
+            f"The request was for kernel generation {expected}, but session '{session_id}' "
+            f"now runs generation {current} (it was restarted meanwhile). Fetch the session, "
+            "decide again, and retry with the current generation."
+        )
+
+
+def session_failed_message(
+    session_id: str, reason: str, restart_limit: int, restart_window_s: float
+) -> str:
+    """What a session that gave up on its kernel (R-03) tells every later request."""
+    if reason == "restart_limit":
+        return (
+            f"Session '{session_id}' failed: its kernel needed more than {restart_limit} "
+            f"automatic restarts within {restart_window_s:g} s (it keeps crashing, running "
+            "out of memory or timing out). Its notebook stays readable; create a new session."
+        )
+    return f"Session '{session_id}' failed ({reason}); create a new session."
+
 
 class IdempotencyKeyInUse(Conflict):
     """A request with the same Idempotency-Key is still being processed."""

@@ -39,6 +39,7 @@ from interpreter.errors import (
     KernelStartFailed,
     SessionBusy,
     SessionClosed,
+    session_failed_message,
 )
 from interpreter.execution import ExecutionRecorder
 from interpreter.handle import ExecutionHandle
@@ -200,19 +201,10 @@ class LiveSession:
             await self.kernel.stop()
         await self.notebook.flush()
         if keep_kernel:
-            write = partial(
-                self.store.save_activity,
-                self.id,
-                status=previous,
-                execution_count=self.execution_count,
-                last_activity_at=self.last_activity_at,
-            )
+            write = self._activity(previous)
         else:
             write = partial(
-                self.store.close_session,
-                self.id,
-                reason,
-                last_activity_at=self.last_activity_at,
+                self.store.close_session, self.id, reason, last_activity_at=self.last_activity_at
             )
         await self.writer.run(write)
         self.kernel.close()
@@ -239,11 +231,7 @@ class LiveSession:
     def check_generation(self, expected: int | None) -> None:
         """Refuse an operation meant for an earlier kernel (R-08); None checks nothing."""
         if expected is not None and expected != self.generation:
-            raise GenerationMismatch(
-                f"The request was for kernel generation {expected}, but session '{self.id}' "
-                f"now runs generation {self.generation} (it was restarted meanwhile). Fetch "
-                "the session, decide again, and retry with the current generation."
-            )
+            raise GenerationMismatch.of(self.id, expected, self.generation)
 
     @property
     def current(self) -> ExecutionHandle | None:
@@ -316,6 +304,16 @@ class LiveSession:
         # killed right after (it then comes back as `unknown`, R-07).
         await self.writer.run(partial(self._save_execution, handle))
         return handle
+
+    def _activity(self, status: SessionStatus) -> partial[None]:
+        """The store write that records the session's activity (its status as given)."""
+        return partial(
+            self.store.save_activity,
+            self.id,
+            status=status,
+            execution_count=self.execution_count,
+            last_activity_at=self.last_activity_at,
+        )
 
     def _save_execution(self, handle: ExecutionHandle) -> None:
         if handle.seq == 0:
@@ -457,14 +455,12 @@ class LiveSession:
             self.on_failed(self)
 
     def _failed_message(self) -> str:
-        if self.failed_reason == "restart_limit":
-            return (
-                f"Session '{self.id}' failed: its kernel needed more than "
-                f"{self.settings.restart_limit} automatic restarts within "
-                f"{self.settings.restart_window_s:g} s (it keeps crashing, running out of "
-                "memory or timing out). Its notebook stays readable; create a new session."
-            )
-        return f"Session '{self.id}' failed ({self.failed_reason}); create a new session."
+        return session_failed_message(
+            self.id,
+            self.failed_reason or "failed",
+            self.settings.restart_limit,
+            self.settings.restart_window_s,
+        )
 
     async def interrupt(self) -> None:
         """Interrupt the running execution (state is kept)."""
@@ -556,15 +552,7 @@ class LiveSession:
         if ex.duration_ms is not None:
             self.metrics.duration.observe(ex.duration_ms / 1000)
         self.writer.later(partial(self._save_execution, handle))
-        self.writer.later(
-            partial(
-                self.store.save_activity,
-                self.id,
-                status=self.status,
-                execution_count=self.execution_count,
-                last_activity_at=self.last_activity_at,
-            )
-        )
+        self.writer.later(self._activity(self.status))
         handle.finish()
         self._finished[rec.msg_id] = handle
         while len(self._finished) > LATE_OUTPUT_CELLS:
