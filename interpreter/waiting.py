@@ -35,9 +35,16 @@ class Ending:
     reason: str | None = None
 
 
-async def _changed(handle: ExecutionHandle, at_most: float) -> None:
+async def changed(handle: ExecutionHandle, at_most: float) -> None:
+    """Wait until a message for ``handle`` was applied, or ``at_most`` seconds.
+
+    ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11, ``wait_for`` can swallow
+    a cancellation that arrives as its inner wait ends, and a session being closed then
+    waits forever for a worker that never stops (reproduced under load).
+    """
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(handle.changed.wait(), at_most)
+        async with asyncio.timeout(at_most):
+            await handle.changed.wait()
     handle.changed.clear()
 
 
@@ -70,7 +77,7 @@ async def until_end(
                 return Ending("done")
         if now >= deadline:
             return Ending("timeout")
-        await _changed(handle, min(deadline - now, 0.25 if reply_seen_at else 1.0))
+        await changed(handle, min(deadline - now, 0.25 if reply_seen_at else 1.0))
         if loop.time() - last_check >= ALIVE_CHECK_S and not rec.done:
             last_check = loop.time()
             if not await kernel.is_alive():
@@ -83,12 +90,12 @@ async def after_interrupt(handle: ExecutionHandle, rec: ExecutionRecorder, grace
     loop = asyncio.get_running_loop()
     grace_end = loop.time() + grace_s
     while rec.reply is None and loop.time() < grace_end:
-        await _changed(handle, 0.1)
+        await changed(handle, 0.1)
     if rec.reply is None:
         return False
     end = loop.time() + AFTER_REPLY_S
     while not rec.idle and loop.time() < end:
-        await _changed(handle, 0.1)
+        await changed(handle, 0.1)
     return True
 
 
@@ -103,5 +110,5 @@ async def until_started(handle: ExecutionHandle, limit_s: float) -> None:
             return
         if asyncio.get_running_loop().time() > deadline:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(handle.changed.wait(), 0.05)
+        # Polled: the worker alone waits on (and clears) ``handle.changed``.
+        await asyncio.sleep(0.02)

@@ -84,7 +84,8 @@ class ExecuteHandler(BaseHandler):
             await self.flush()
             while True:
                 try:
-                    item = await asyncio.wait_for(queue.get(), SSE_KEEPALIVE_S)
+                    async with asyncio.timeout(SSE_KEEPALIVE_S):
+                        item = await queue.get()
                 except TimeoutError:
                     # A dead client is only noticed when a write fails.
                     self.write(": keep-alive\n\n")
