@@ -85,6 +85,13 @@ class Settings(BaseSettings):
         True, description="On shutdown, leave docker kernels running so a restart reattaches."
     )
 
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Resolved once, here: kernels run in their workspace, where a relative path (and
+        # the ipc socket paths built from it) would point somewhere else.
+        return value.expanduser().absolute()
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:

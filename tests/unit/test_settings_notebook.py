@@ -78,3 +78,14 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
     with pytest.raises(nbformat.ValidationError):
         rec.save()
     assert len(nbformat.read(tmp_path / "n.ipynb", as_version=4).cells) == 2
+
+
+def test_a_relative_data_dir_is_made_absolute_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interpreter.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(data_dir=Path(".data"))
+    assert settings.data_dir == tmp_path / ".data"
+    assert settings.session_dir("s_x").is_absolute()
