@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 ALIVE_CHECK_S = 1.0
 #: Seconds the KeyboardInterrupt traceback and the idle get after an interrupted reply.
 AFTER_REPLY_S = 0.5
+#: Seconds a reply gets after the cell's idle before the cell counts as answered without
+#: one (longer than the iopub grace: a reply is sent before the idle, so it is rarely late).
+NO_REPLY_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -55,29 +58,35 @@ async def until_end(
     *,
     deadline: float,
     iopub_grace_s: float,
+    no_reply_grace_s: float = NO_REPLY_GRACE_S,
 ) -> Ending:
     """Wait for the cell's completion, the deadline (loop time) or the kernel's death.
 
     Completion needs the shell reply and the iopub idle. The idle may have been dropped
     (docs/security.md H-33), but output can also still be in flight behind the reply, so
     a reply alone ends the cell only once iopub has been quiet for ``iopub_grace_s``.
+    Likewise an idle with no reply: ipykernel sends none when a SIGINT reaches its own
+    request handling rather than the cell's code (an interrupt just after
+    ``execute_input``; seen under load), and then it is done with the cell all the same.
     """
     loop = asyncio.get_running_loop()
-    reply_seen_at: float | None = None
+    half_seen_at: float | None = None
     last_check = loop.time()
     while True:
         if rec.done:
             return Ending("done")
         now = loop.time()
-        if rec.reply is not None:
-            reply_seen_at = reply_seen_at or now
-            quiet_since = max(reply_seen_at, handle.last_iopub_at)
-            if now - quiet_since >= iopub_grace_s:
-                log.warning("session %s: no iopub idle after the reply; moving on", kernel.name)
+        if rec.reply is not None or rec.idle:
+            half_seen_at = half_seen_at or now
+            quiet_since = max(half_seen_at, handle.last_iopub_at)
+            grace = iopub_grace_s if rec.reply is not None else no_reply_grace_s
+            if now - quiet_since >= grace:
+                missing = "idle" if rec.reply is not None else "reply"
+                log.warning("session %s: no %s for the cell; moving on", kernel.name, missing)
                 return Ending("done")
         if now >= deadline:
             return Ending("timeout")
-        await changed(handle, min(deadline - now, 0.25 if reply_seen_at else 1.0))
+        await changed(handle, min(deadline - now, 0.25 if half_seen_at else 1.0))
         if loop.time() - last_check >= ALIVE_CHECK_S and not rec.done:
             last_check = loop.time()
             if not await kernel.is_alive():

@@ -52,8 +52,13 @@ async def test_an_acknowledged_interrupt_ends_its_cell_and_no_other(kernel: Any)
     for _ in range(5):
         # stop_on_error=False, as the broker sends it (else ipykernel may answer the next
         # request "aborted" after this cell's KeyboardInterrupt).
-        cell = kernel.execute("import time; time.sleep(30)", stop_on_error=False)
-        await until(kernel, cell, "execute_input")
+        cell = kernel.execute(
+            "import time; print('running', flush=True); time.sleep(30)", stop_on_error=False
+        )
+        # The cell's own output: its code runs. execute_input is not enough, ipykernel
+        # announces the cell before it runs it, and a SIGINT in between reaches
+        # ipykernel's request handling, which then sends no reply at all (seen in CI).
+        await until(kernel, cell, "stream")
         assert await send_interrupt(kernel)
         reply = await kernel.get_shell_msg(timeout=30)
         assert reply["parent_header"]["msg_id"] == cell

@@ -4,6 +4,8 @@ their wire form (decoded by the SDK's own decoder), and a handle's subscriptions
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +98,68 @@ async def test_a_finished_handle_from_the_store_answers_at_once() -> None:
     await asyncio.wait_for(handle.finished.wait(), 1)
     queue = handle.subscribe()
     assert queue.get_nowait() == Done(EXECUTION) and queue.get_nowait() is None
+
+
+def _msg(msg_type: str, content: dict[str, object], parent: str = "m1") -> dict[str, object]:
+    return {
+        "header": {"msg_type": msg_type},
+        "parent_header": {"msg_id": parent},
+        "content": content,
+    }
+
+
+async def _ending(messages: list[tuple[str, dict[str, object]]], *, reply: bool) -> str:
+    from interpreter.execution import ExecutionRecorder
+    from interpreter.kernel import Kernel
+    from interpreter.waiting import until_end
+
+    rec = ExecutionRecorder("m1")
+    for msg_type, content in messages:
+        rec.feed_iopub(_msg(msg_type, content))
+    if reply:
+        rec.feed_reply(_msg("execute_reply", {"status": "ok", "execution_count": 1}))
+    handle = ExecutionHandle(execution=EXECUTION.model_copy(), seq=1, timeout_s=5)
+    from interpreter.backends.base import LaunchOptions
+    from interpreter.backends.local import LocalBackend
+    from interpreter.kernel import RestartBudget
+
+    async def ignore(channel: str, msg: dict[str, object]) -> None:
+        return None
+
+    # A kernel that was never started: these endings come before anyone asks if it lives.
+    where = Path(tempfile.mkdtemp())
+    kernel = Kernel(
+        name="s_test",
+        backend=LocalBackend(None),
+        options=LaunchOptions("s_test", "o", where, where / "ws", where / "run"),
+        start_timeout_s=1,
+        budget=RestartBudget(1, 1),
+        on_message=ignore,
+    )
+    loop = asyncio.get_running_loop()
+    ending = await until_end(
+        handle,
+        rec,
+        kernel,
+        deadline=loop.time() + 5,
+        iopub_grace_s=0.05,
+        no_reply_grace_s=0.1,
+    )
+    return ending.kind
+
+
+STARTED = [("status", {"execution_state": "busy"}), ("execute_input", {"execution_count": 1})]
+IDLE = [("status", {"execution_state": "idle"})]
+
+
+async def test_a_cell_ends_with_its_reply_and_idle() -> None:
+    assert await _ending(STARTED + IDLE, reply=True) == "done"
+
+
+async def test_a_reply_without_idle_ends_the_cell_after_the_grace() -> None:
+    assert await _ending(STARTED, reply=True) == "done"
+
+
+async def test_an_idle_without_reply_ends_the_cell_after_the_grace() -> None:
+    # ipykernel sends no reply when a SIGINT reaches its request handling, not the cell.
+    assert await _ending(STARTED + IDLE, reply=False) == "done"
