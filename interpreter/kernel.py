@@ -6,7 +6,9 @@ to the ``on_message`` callback its owner supplied; the kernel does not interpret
 message that fails its signature or does not parse is hostile input: it is counted, logged
 sparingly and dropped (docs/security.md H-34).
 
-Restarts are budgeted (docs/security.md R-03): automatic restarts beyond ``limit`` within
+Every wait is bounded with ``asyncio.timeout`` (on Python 3.11, ``asyncio.wait_for`` can
+swallow a cancellation, which left a closing session waiting forever). Restarts are
+budgeted (docs/security.md R-03): automatic restarts beyond ``limit`` within
 ``window_s`` are refused, so a kernel that crashes at every start cannot loop forever;
 requested restarts never count.
 """
@@ -171,9 +173,8 @@ class Kernel:
     async def _start_once(self) -> None:
         self.km = self._new_manager()
         try:
-            await asyncio.wait_for(
-                self.km.start_kernel(**{LAUNCH_KWARG: self.options}), self.start_timeout_s
-            )
+            async with asyncio.timeout(self.start_timeout_s):
+                await self.km.start_kernel(**{LAUNCH_KWARG: self.options})
             await self._connect()
         except Exception as exc:
             await self._log_start_failure(exc)
@@ -203,7 +204,8 @@ class Kernel:
             self.restarts += 1
             await self._disconnect()
             try:
-                await asyncio.wait_for(self.km.restart_kernel(now=True), self.start_timeout_s)
+                async with asyncio.timeout(self.start_timeout_s):
+                    await self.km.restart_kernel(now=True)
                 await self._connect()
             except Exception:
                 log.exception("session %s: kernel restart failed", self.name)
@@ -216,7 +218,8 @@ class Kernel:
         if self.km is None:
             return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.km.shutdown_kernel(now=True), 30)
+            async with asyncio.timeout(30):
+                await self.km.shutdown_kernel(now=True)
 
     async def detach(self) -> None:
         """Stop reading and release the sockets; the kernel keeps running."""
@@ -383,11 +386,13 @@ class Kernel:
         reason, tail = "unknown", ""
         if self.km is not None and self.km.provisioner is not None:
             with contextlib.suppress(Exception):
-                reason = await asyncio.wait_for(self.exit_reason(), 10)
+                async with asyncio.timeout(10):
+                    reason = await self.exit_reason()
             logs_tail = getattr(self.km.provisioner, "logs_tail", None)
             if logs_tail is not None:
                 with contextlib.suppress(Exception):
-                    tail = await asyncio.wait_for(logs_tail(), 10)
+                    async with asyncio.timeout(10):
+                        tail = await logs_tail()
         log.warning(
             "session %s: kernel start failed (%s: %s); kernel state %s; last output:\n%s",
             self.name,

@@ -58,7 +58,8 @@ class RunningServer:
         self.http.stop()
         await self.broker.shutdown()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.http.close_all_connections(), 5)
+            async with asyncio.timeout(5):
+                await self.http.close_all_connections()
 
 
 async def start(settings: Settings, backend: str | None = None) -> RunningServer:
