@@ -81,6 +81,10 @@ class Conflict(InterpreterError):
 class SessionClosed(Conflict):
     code = "session_closed"
 
+    @classmethod
+    def cannot_run(cls, session_id: str, status: str) -> SessionClosed:
+        return cls(f"Session '{session_id}' is {status}; create a new session to run code.")
+
 
 class GenerationMismatch(Conflict):
     """The request named a kernel generation that is no longer the current one (R-08)."""
@@ -138,6 +142,14 @@ class IdempotencyKeyReused(ValidationFailed):
 class SessionBusy(InterpreterError):
     code, status = "session_busy", 429
 
+    @classmethod
+    def queue_full(cls, session_id: str, queued: int) -> SessionBusy:
+        return cls(
+            f"Session '{session_id}' already has {queued} executions queued behind the "
+            "running one; wait for them to finish or interrupt.",
+            retry_after=1,
+        )
+
 
 class TooManySessions(InterpreterError):
     code, status = "too_many_sessions", 429
@@ -157,3 +169,11 @@ class ShuttingDown(InterpreterError):
 
 class AuditDegraded(InterpreterError):
     code, status = "audit_degraded", 507
+
+    @classmethod
+    def notebook_unwritable(cls) -> AuditDegraded:
+        return cls(
+            "The session's notebook cannot be written (disk full or unwritable), so no "
+            "new code runs until it can; free space and retry.",
+            retry_after=30,
+        )

@@ -16,10 +16,11 @@ from typing import Any
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.errors import ValidationFailed
+from interpreter.ids import new_id
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Limits
 from interpreter.notebook import NOTEBOOK_NAME, LiveNotebook, NotebookRecorder
-from interpreter.session import LiveSession, new_id
+from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -43,6 +42,7 @@ from interpreter.errors import (
 )
 from interpreter.execution import ExecutionRecorder
 from interpreter.handle import ExecutionHandle
+from interpreter.ids import new_id
 from interpreter.kernel import Kernel, Restart, RestartBudget
 from interpreter.metrics import Metrics
 from interpreter.models import Execution, ExecutionStatus, SessionStatus
@@ -60,11 +60,6 @@ LATE_OUTPUT_CELLS = 8
 KEPT_HANDLES = 64
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
-
-
-def new_id(prefix: str) -> str:
-    """A 144-bit random identifier (docs/security.md H-42)."""
-    return f"{prefix}_{secrets.token_urlsafe(18)}"
 
 
 class LiveSession:
@@ -275,21 +270,11 @@ class LiveSession:
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
-            raise SessionClosed(
-                f"Session '{self.id}' is {self.status}; create a new session to run code."
-            )
+            raise SessionClosed.cannot_run(self.id, self.status)
         if self.notebook.degraded:
-            raise AuditDegraded(
-                "The session's notebook cannot be written (disk full or unwritable), so no "
-                "new code runs until it can; free space and retry.",
-                retry_after=30,
-            )
+            raise AuditDegraded.notebook_unwritable()
         if self._queue.full():
-            raise SessionBusy(
-                f"Session '{self.id}' already has {self._queue.qsize()} executions queued "
-                "behind the running one; wait for them to finish or interrupt.",
-                retry_after=1,
-            )
+            raise SessionBusy.queue_full(self.id, self._queue.qsize())
         self.touch()
         execution = Execution(id=new_id("ex"), session_id=self.id, status="queued", code=code)
         handle = ExecutionHandle(
@@ -384,7 +369,8 @@ class LiveSession:
         ex.duration_ms = round((loop.time() - started) * 1000, 3)
         state_lost, restart = False, None
         if ending.kind == "timeout":
-            state_lost = not await self._interrupt_after_timeout(handle, rec)
+            grace = self.settings.interrupt_grace_s
+            state_lost = not await waiting.after_timeout(handle, rec, self.kernel, grace)
             restart = "timeout" if state_lost else None
         elif ending.kind == "died":
             restart = ending.reason or "died"
@@ -411,17 +397,6 @@ class LiveSession:
         if self.status == "busy":
             self.status = "idle"
         await self._finalize(handle, rec)
-
-    async def _interrupt_after_timeout(
-        self, handle: ExecutionHandle, rec: ExecutionRecorder
-    ) -> bool:
-        """Interrupt a cell past its deadline; whether the kernel came back in the grace."""
-        grace = self.settings.interrupt_grace_s
-        grace_end = asyncio.get_running_loop().time() + grace
-        with contextlib.suppress(Exception):
-            await self.kernel.interrupt(ack_within=grace)
-        left = max(grace_end - asyncio.get_running_loop().time(), 0.1)
-        return await waiting.after_interrupt(handle, rec, left)
 
     async def _restart(self, reason: str) -> None:
         """Replace the kernel; the session keeps going. Automatic restarts (every reason

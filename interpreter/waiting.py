@@ -93,11 +93,16 @@ async def until_end(
                 return Ending("died", await kernel.exit_reason())
 
 
-async def after_interrupt(handle: ExecutionHandle, rec: ExecutionRecorder, grace_s: float) -> bool:
-    """After a timeout's interrupt: whether the kernel answered the cell within
-    ``grace_s`` (its state is kept); if not, it must be restarted."""
+async def after_timeout(
+    handle: ExecutionHandle, rec: ExecutionRecorder, kernel: Kernel, grace_s: float
+) -> bool:
+    """Interrupt a cell past its deadline and wait: whether the kernel answered the cell
+    within ``grace_s`` (its state is kept); if not, it must be restarted."""
     loop = asyncio.get_running_loop()
     grace_end = loop.time() + grace_s
+    with contextlib.suppress(Exception):
+        await kernel.interrupt(ack_within=grace_s)
+    grace_end = max(grace_end, loop.time() + 0.1)
     while rec.reply is None and loop.time() < grace_end:
         await changed(handle, 0.1)
     if rec.reply is None:

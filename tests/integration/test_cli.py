@@ -18,7 +18,10 @@ from tests.conftest import REPO, Server
 
 
 def interp(
-    server: Server | None, *args: str, stdin: str | None = None, timeout: float = 120,
+    server: Server | None,
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 120,
     env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
@@ -26,15 +29,23 @@ def interp(
         env.update({"INTERP_URL": server.url, "INTERP_API_KEY": server.api_key})
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "interpreter", *args], input=stdin, env=env, cwd=REPO,
-        capture_output=True, text=True, timeout=timeout, check=False,
+        [sys.executable, "-m", "interpreter", *args],
+        input=stdin,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
 @pytest.fixture(scope="module")
 def kept_session(local_server: Server) -> Iterator[Session]:
-    with Client(local_server.url, api_key=local_server.api_key) as client, \
-            client.create_session() as session:
+    with (
+        Client(local_server.url, api_key=local_server.api_key) as client,
+        client.create_session() as session,
+    ):
         yield session
 
 
@@ -53,11 +64,14 @@ def test_run_file_in_an_existing_session_keeps_state(
     local_server: Server, kept_session: Session, tmp_path: Path
 ) -> None:
     script = tmp_path / "analysis.py"
-    script.write_text("import matplotlib.pyplot as plt\nvalue = 99\n"
-                      "plt.plot([1, 2]); plt.show()\nprint('value set')\n")
+    script.write_text(
+        "import matplotlib.pyplot as plt\nvalue = 99\n"
+        "plt.plot([1, 2]); plt.show()\nprint('value set')\n"
+    )
     images = tmp_path / "images"
-    first = interp(local_server, "run", str(script), "--session", kept_session.id,
-                   "--images", str(images))
+    first = interp(
+        local_server, "run", str(script), "--session", kept_session.id, "--images", str(images)
+    )
     assert first.returncode == 0, first.stderr
     assert "value set" in first.stdout
     saved = list(images.glob("*.png"))
@@ -78,8 +92,9 @@ def test_run_keep_prints_the_new_session(local_server: Server) -> None:
 
 
 def test_timeout_is_a_failure(local_server: Server) -> None:
-    result = interp(local_server, "run", "-q", "--timeout", "1", "-c",
-                    "import time\ntime.sleep(20)")
+    result = interp(
+        local_server, "run", "-q", "--timeout", "1", "-c", "import time\ntime.sleep(20)"
+    )
     assert result.returncode == 1
     assert "status timeout" in result.stderr
 
@@ -123,8 +138,10 @@ def test_notebook_and_html_export(
 
 
 def test_replay_command(local_server: Server, tmp_path: Path) -> None:
-    with Client(local_server.url, api_key=local_server.api_key) as client, \
-            client.create_session() as session:
+    with (
+        Client(local_server.url, api_key=local_server.api_key) as client,
+        client.create_session() as session,
+    ):
         session.run("numbers = [3, 1, 2]\nprint(sorted(numbers))")
         session.run("sum(numbers)")
         nb = session.notebook()
@@ -144,14 +161,28 @@ def test_replay_command(local_server: Server, tmp_path: Path) -> None:
 
 
 def test_replay_with_an_embedded_service(tmp_path: Path) -> None:
-    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-        {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": "print(2 + 2)",
-         "outputs": [{"output_type": "stream", "name": "stdout", "text": "4\n"}]}]}
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "metadata": {},
+                "source": "print(2 + 2)",
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": "4\n"}],
+            }
+        ],
+    }
     path = tmp_path / "tiny.ipynb"
     path.write_text(json.dumps(nb))
-    result = interp(None, "replay", str(path),
-                    env_extra={"INTERP_DATA_DIR": str(tmp_path / "data"),
-                               "INTERP_BACKEND": "local"})
+    result = interp(
+        None,
+        "replay",
+        str(path),
+        env_extra={"INTERP_DATA_DIR": str(tmp_path / "data"), "INTERP_BACKEND": "local"},
+    )
     assert result.returncode == 0, result.stderr
     assert "embedded service" in result.stderr and "ALL MATCH" in result.stdout
 
@@ -172,9 +203,19 @@ def test_ctrl_c_interrupts_the_code_and_exits_130(local_server: Server) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
     env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "interpreter", "run", "-c",
-         "print('go', flush=True)\nimport time\ntime.sleep(60)"],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "interpreter",
+            "run",
+            "-c",
+            "print('go', flush=True)\nimport time\ntime.sleep(60)",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline() == "go\n"  # the code is running

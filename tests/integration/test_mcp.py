@@ -52,10 +52,16 @@ async def _session_walk(client: MCPClient) -> None:
     second = await client.call_tool("run_code", {"code": "print('total is', total)\ntotal * 2"})
     assert "total is 45" in _texts(second) and "90" in _texts(second)
 
-    plot = await client.call_tool("run_code", {"code": (
-        "import matplotlib.pyplot as plt\nimport pandas as pd\n"
-        "df = pd.DataFrame({'x': [1, 2, 3], 'y': [2.0, 4.0, 8.0]})\n"
-        "display(df)\nplt.plot(df.x, df.y)\nplt.title('growth')\nplt.show()")})
+    plot = await client.call_tool(
+        "run_code",
+        {
+            "code": (
+                "import matplotlib.pyplot as plt\nimport pandas as pd\n"
+                "df = pd.DataFrame({'x': [1, 2, 3], 'y': [2.0, 4.0, 8.0]})\n"
+                "display(df)\nplt.plot(df.x, df.y)\nplt.title('growth')\nplt.show()"
+            )
+        },
+    )
     images = _images(plot)
     assert len(images) == 1 and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
@@ -84,7 +90,9 @@ def _session_ids(server: Server) -> dict[str, str]:
 
 def test_mcp_over_stdio(local_server: Server) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "interpreter", "mcp"], env=_env(local_server),
+        command=sys.executable,
+        args=["-m", "interpreter", "mcp"],
+        env=_env(local_server),
         cwd=str(REPO),
     )
     before = _session_ids(local_server)
@@ -96,8 +104,7 @@ def test_mcp_over_stdio(local_server: Server) -> None:
 
     anyio.run(main)
     # The MCP server made one session, and deleted it when the host disconnected.
-    made = {sid: status for sid, status in _session_ids(local_server).items()
-            if sid not in before}
+    made = {sid: status for sid, status in _session_ids(local_server).items() if sid not in before}
     assert list(made.values()) == ["closed"]
 
 
@@ -113,7 +120,10 @@ def mcp_http(local_server: Server) -> Iterator[str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "interpreter", "mcp", "--http", str(port)],
-        env=_env(local_server), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=_env(local_server),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 30
@@ -149,8 +159,9 @@ def test_tool_list_and_result_conversion() -> None:
     tools = {t.name: t for t in mcp_tools()}
     assert tools["read_file"].annotations is not None
     assert tools["read_file"].annotations.read_only_hint is True
-    converted = to_call_result(ToolResult([TextPart("a"), ImagePart("image/png", b"xy")],
-                                          is_error=True))
+    converted = to_call_result(
+        ToolResult([TextPart("a"), ImagePart("image/png", b"xy")], is_error=True)
+    )
     kinds: list[Any] = [type(c) for c in converted.content]
     assert kinds == [types.TextContent, types.ImageContent]
     assert converted.is_error

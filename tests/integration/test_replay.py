@@ -56,7 +56,14 @@ def test_recorded_session_replays_with_all_cells_matching(
     seen: list[CellReport] = []
     report = replay_notebook(client, recorded, on_cell=seen.append, name="recorded")
     assert [c.status for c in report.cells] == [
-        "match", "match", "match", "recorded_failure", "match", "match", "match"]
+        "match",
+        "match",
+        "match",
+        "recorded_failure",
+        "match",
+        "match",
+        "match",
+    ]
     assert seen == report.cells
     failed = report.cells[3]
     assert failed.recorded_status == "error" and "not re-run" in failed.note
@@ -90,9 +97,7 @@ def test_changed_outputs_are_mismatches(client: Client, recorded: dict[str, Any]
     assert not report.ok and report.mismatched == 2
 
 
-def test_stop_on_mismatch_leaves_the_rest_unrun(
-    client: Client, recorded: dict[str, Any]
-) -> None:
+def test_stop_on_mismatch_leaves_the_rest_unrun(client: Client, recorded: dict[str, Any]) -> None:
     nb = copy.deepcopy(recorded)
     nb["cells"][1]["outputs"] = []  # the timing cell now "printed nothing"
     report = replay_notebook(client, nb, stop_on_mismatch=True)
@@ -109,14 +114,15 @@ def test_example_notebooks_exist() -> None:
 def test_example_notebook_replays_with_all_cells_matching(client: Client, path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     report = replay_notebook(client, dict(nb), name=path.name)
-    problems = [f"cell {c.index}: {c.differences}" for c in report.cells
-                if c.status == "mismatch"]
+    problems = [f"cell {c.index}: {c.differences}" for c in report.cells if c.status == "mismatch"]
     assert not problems, "\n".join(problems)
     assert report.ok and report.matched > 0
     assert report.recorded_failures == 0, "example notebooks should have no failed cells"
     recorded = f"{report.recorded_cells_s:.1f}s" if report.recorded_cells_s else "unknown"
-    print(f"{path.name}: replayed {report.matched} cells in {report.replay_s:.1f}s "
-          f"(cells {report.replay_cells_s:.1f}s); recorded run: {recorded}")
+    print(
+        f"{path.name}: replayed {report.matched} cells in {report.replay_s:.1f}s "
+        f"(cells {report.replay_cells_s:.1f}s); recorded run: {recorded}"
+    )
 
 
 def test_fork_and_recovered_notebooks_replay(client: Client) -> None:

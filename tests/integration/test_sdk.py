@@ -78,8 +78,10 @@ def test_user_error_is_data_and_raise_on_error_raises(session: Session) -> None:
 
 
 def test_stream_delivers_output_before_the_end(session: Session) -> None:
-    code = ("import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)\n"
-            "from IPython.display import display\ndisplay({'a': 1}, raw=False)\n1/0")
+    code = (
+        "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)\n"
+        "from IPython.display import display\ndisplay({'a': 1}, raw=False)\n1/0"
+    )
     arrivals: list[tuple[float, object]] = []
     for event in session.stream(code):
         arrivals.append((time.monotonic(), event))
@@ -87,8 +89,7 @@ def test_stream_delivers_output_before_the_end(session: Session) -> None:
     stdout = [e for e in events if isinstance(e, StdoutEvent)]
     assert "".join(e.text for e in stdout) == "0\n1\n2\n"
     assert any(isinstance(e, OutputEvent) for e in events)
-    assert any(isinstance(e, ErrorEvent) and e.error.ename == "ZeroDivisionError"
-               for e in events)
+    assert any(isinstance(e, ErrorEvent) and e.error.ename == "ZeroDivisionError" for e in events)
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.result.status == "error"
     # The first line arrived well before the run ended: it was streamed, not buffered.
@@ -126,8 +127,9 @@ def test_interrupt_stops_running_code(client: Client) -> None:
         events: queue.Queue[object] = queue.Queue()
 
         def consume() -> None:
-            for event in session.stream("print('started', flush=True)\n"
-                                        "import time\ntime.sleep(60)"):
+            for event in session.stream(
+                "print('started', flush=True)\nimport time\ntime.sleep(60)"
+            ):
                 events.put(event)
 
         runner = threading.Thread(target=consume)
@@ -168,8 +170,9 @@ def test_files_roundtrip(session: Session, tmp_path: Path) -> None:
 def test_notebook_records_the_cells(session: Session) -> None:
     nb = session.notebook()
     assert nb["nbformat"] == 4
-    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-               for c in nb["cells"]]
+    sources = [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb["cells"]
+    ]
     assert "counter + 2" in sources
 
 
@@ -191,15 +194,12 @@ def test_restart_recover_and_fork(client: Client) -> None:
             assert fork.download("keep.txt") == b"kept"
 
 
-def test_service_errors_raise_the_right_exceptions(
-    local_server: Server, session: Session
-) -> None:
-    with Client(local_server.url, api_key="wrong-key") as bad, pytest.raises(
-        AuthenticationError
-    ):
+def test_service_errors_raise_the_right_exceptions(local_server: Server, session: Session) -> None:
+    with Client(local_server.url, api_key="wrong-key") as bad, pytest.raises(AuthenticationError):
         bad.list_sessions()
-    with Client(local_server.url, api_key=local_server.other_key) as other, pytest.raises(
-        NotFoundError
+    with (
+        Client(local_server.url, api_key=local_server.other_key) as other,
+        pytest.raises(NotFoundError),
     ):
         other.get_session(session.id)
     with pytest.raises(BadRequestError) as info:
@@ -241,15 +241,21 @@ def test_agent_loop_example_self_corrects(local_server: Server) -> None:
     env = dict(os.environ, INTERP_URL=local_server.url, INTERP_API_KEY=local_server.api_key)
     proc = subprocess.run(
         [sys.executable, str(REPO / "examples" / "agent_loop.py")],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     first_error = out.index("KeyError: 'Column not found: revenue'")
     fixed = out.index("tool result + 1 image(s):")
     assert first_error < fixed
-    assert "final answer: The north region sold more: 405 (north) vs 285 (south), " \
-           "a difference of 120." in out
+    assert (
+        "final answer: The north region sold more: 405 (north) vs 285 (south), "
+        "a difference of 120." in out
+    )
 
 
 def test_idempotency_keys_and_generation_fences(client: Client) -> None:

@@ -58,8 +58,11 @@ class FakeService:
 
     def session_json(self, sid: str) -> dict[str, Any]:
         return {
-            "id": sid, "status": self.sessions[sid]["status"], "backend": "local",
-            "created_at": NOW, "last_activity_at": NOW,
+            "id": sid,
+            "status": self.sessions[sid]["status"],
+            "backend": "local",
+            "created_at": NOW,
+            "last_activity_at": NOW,
             "execution_count": self.sessions[sid]["count"],
             "metadata": self.sessions[sid]["metadata"],
             "rebuild": self.sessions[sid].get("rebuild"),
@@ -69,26 +72,44 @@ class FakeService:
         self.sessions[sid]["count"] += 1
         n = self.sessions[sid]["count"]
         base: dict[str, Any] = {
-            "id": f"ex{n}", "session_id": sid, "execution_count": n, "code": code,
-            "status": "ok", "started_at": NOW, "duration_ms": 3.5,
+            "id": f"ex{n}",
+            "session_id": sid,
+            "execution_count": n,
+            "code": code,
+            "status": "ok",
+            "started_at": NOW,
+            "duration_ms": 3.5,
         }
         if code.startswith("raise"):
             tb = ["Traceback (most recent call last):", "ValueError: bad"]
-            return base | {"status": "error", "stderr": "",
-                           "error": {"ename": "ValueError", "evalue": "bad", "traceback": tb}}
+            return base | {
+                "status": "error",
+                "stderr": "",
+                "error": {"ename": "ValueError", "evalue": "bad", "traceback": tb},
+            }
         if code == "sleep":
             return base | {"status": "timeout", "state_lost": True, "reason": "timeout"}
         if code == "plot":
-            ref = {"id": "a" * 64, "mime": "image/png", "size": len(PNG),
-                   "url": f"/v1/sessions/{sid}/artifacts/{'a' * 64}"}
+            ref = {
+                "id": "a" * 64,
+                "mime": "image/png",
+                "size": len(PNG),
+                "url": f"/v1/sessions/{sid}/artifacts/{'a' * 64}",
+            }
             chart = {"kind": "line", "title": "t", "series": []}
-            return base | {"outputs": [
-                {"type": "display_data", "artifacts": [ref],
-                 "data": {"text/plain": "<Figure>", "application/vnd.chart+json": chart}},
-            ]}
-        return base | {"stdout": f"ran {code}\n", "outputs": [
-            {"type": "execute_result", "data": {"text/plain": "42"}, "artifacts": []}
-        ]}
+            return base | {
+                "outputs": [
+                    {
+                        "type": "display_data",
+                        "artifacts": [ref],
+                        "data": {"text/plain": "<Figure>", "application/vnd.chart+json": chart},
+                    },
+                ]
+            }
+        return base | {
+            "stdout": f"ran {code}\n",
+            "outputs": [{"type": "execute_result", "data": {"text/plain": "42"}, "artifacts": []}],
+        }
 
     def sse(self, execution: dict[str, Any]) -> bytes:
         parts = [": keep-alive\n\n"]
@@ -119,12 +140,18 @@ class FakeService:
                 return _error(422, "validation_error", "bogus: extra fields not permitted")
             self.counter += 1
             sid = f"s{self.counter}"
-            self.sessions[sid] = {"status": "idle", "count": 0,
-                                  "metadata": body.get("metadata", {})}
+            self.sessions[sid] = {
+                "status": "idle",
+                "count": 0,
+                "metadata": body.get("metadata", {}),
+            }
             if "from_session" in body:
                 self.sessions[sid]["rebuild"] = {
-                    "source": f"session:{body['from_session']}", "cells_total": 2,
-                    "cells_ran": 2, "failed": []}
+                    "source": f"session:{body['from_session']}",
+                    "cells_total": 2,
+                    "cells_ran": 2,
+                    "failed": [],
+                }
             return httpx.Response(201, json=self.session_json(sid))
         if path == "/v1/sessions" and method == "GET":
             return httpx.Response(
@@ -153,21 +180,30 @@ class FakeService:
                 if code in ("resume", "broken"):
                     state["pending"] = execution
                     state["polls"] = 0
-                    first = b"event: stdout\ndata: {\"text\":\"x\"}\n\n"
+                    first = b'event: stdout\ndata: {"text":"x"}\n\n'
 
                     def body() -> Iterator[bytes]:
                         yield first
                         if code == "broken":
                             raise httpx.ReadError("connection reset", request=request)
 
-                    return httpx.Response(200, content=body() if code == "broken" else first,
-                                          headers={"content-type": "text/event-stream",
-                                                   "X-Execution-Id": execution["id"]})
+                    return httpx.Response(
+                        200,
+                        content=body() if code == "broken" else first,
+                        headers={
+                            "content-type": "text/event-stream",
+                            "X-Execution-Id": execution["id"],
+                        },
+                    )
                 if code == "cut":
-                    return httpx.Response(200, content=b"event: stdout\ndata: {\"text\":\"x\"}\n\n",
-                                          headers={"content-type": "text/event-stream"})
-                return httpx.Response(200, content=self.sse(execution),
-                                      headers={"content-type": "text/event-stream"})
+                    return httpx.Response(
+                        200,
+                        content=b'event: stdout\ndata: {"text":"x"}\n\n',
+                        headers={"content-type": "text/event-stream"},
+                    )
+                return httpx.Response(
+                    200, content=self.sse(execution), headers={"content-type": "text/event-stream"}
+                )
             return httpx.Response(200, json=execution)
         if rest.startswith("executions/"):
             state["polls"] += 1
@@ -183,16 +219,26 @@ class FakeService:
         if rest.startswith("artifacts/"):
             return httpx.Response(200, content=PNG, headers={"content-type": "image/png"})
         if rest == "notebook":
-            return httpx.Response(200, json={"nbformat": 4, "nbformat_minor": 5, "cells": [],
-                                             "metadata": {}})
+            return httpx.Response(
+                200, json={"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {}}
+            )
         if rest == "files" and method == "GET":
-            entries = [{"name": p.rsplit("/", 1)[-1], "path": p, "type": "file",
-                        "size": len(d), "modified_at": NOW}
-                       for (s, p), d in self.files.items() if s == sid]
-            return httpx.Response(200, json={"path": request.url.params.get("path", ""),
-                                             "entries": entries})
+            entries = [
+                {
+                    "name": p.rsplit("/", 1)[-1],
+                    "path": p,
+                    "type": "file",
+                    "size": len(d),
+                    "modified_at": NOW,
+                }
+                for (s, p), d in self.files.items()
+                if s == sid
+            ]
+            return httpx.Response(
+                200, json={"path": request.url.params.get("path", ""), "entries": entries}
+            )
         if rest.startswith("files/"):
-            fpath = rest[len("files/"):]
+            fpath = rest[len("files/") :]
             if method == "PUT":
                 self.files[(sid, fpath)] = request.content
                 return httpx.Response(201)
@@ -264,9 +310,7 @@ def test_timeout_raises_execution_error_with_status_as_name(client: Client) -> N
     assert info.value.ename == "timeout"
 
 
-def test_run_sends_timeout_and_waits_without_read_limit(
-    client: Client, fake: FakeService
-) -> None:
+def test_run_sends_timeout_and_waits_without_read_limit(client: Client, fake: FakeService) -> None:
     session = client.create_session()
     session.run("x", timeout_s=2.5)
     req = fake.requests[-1]
@@ -470,8 +514,9 @@ def test_base_url_path_prefix_is_kept(fake: FakeService) -> None:
         request.url = request.url.copy_with(path=request.url.path.removeprefix("/prefix"))
         return fake(request)
 
-    with Client("http://svc.test/prefix", api_key=KEY,
-                transport=httpx.MockTransport(handler)) as client:
+    with Client(
+        "http://svc.test/prefix", api_key=KEY, transport=httpx.MockTransport(handler)
+    ) as client:
         session = client.create_session()
         image = session.run("plot").images[0]
         assert image.read() == PNG
@@ -532,10 +577,13 @@ def test_sdk_imports_neither_server_nor_docker_code() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, interpreter.client, interpreter.tools, interpreter.replay, "
-            "interpreter.cli_client\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'tornado', 'docker', 'jupyter_client', 'zmq', 'nbformat', 'mcp'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60)
+    code = (
+        "import sys, interpreter.client, interpreter.tools, interpreter.replay, "
+        "interpreter.cli_client\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'tornado', 'docker', 'jupyter_client', 'zmq', 'nbformat', 'mcp'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "[]"

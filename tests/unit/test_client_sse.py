@@ -18,7 +18,7 @@ def feed_all(text: str) -> list[ServerSentEvent]:
 
 
 def test_named_events_and_comments() -> None:
-    events = feed_all(": ping\n\nevent: stdout\ndata: {\"text\": \"a\"}\n\n: ping\n\n")
+    events = feed_all(': ping\n\nevent: stdout\ndata: {"text": "a"}\n\n: ping\n\n')
     assert events == [ServerSentEvent("stdout", '{"text": "a"}')]
 
 
@@ -38,9 +38,7 @@ def test_crlf_lines_and_ids() -> None:
 
 
 def test_event_without_data_is_dropped_and_retry_ignored() -> None:
-    assert feed_all("event: nothing\nretry: 10\n\ndata: y\n\n") == [
-        ServerSentEvent("message", "y")
-    ]
+    assert feed_all("event: nothing\nretry: 10\n\ndata: y\n\n") == [ServerSentEvent("message", "y")]
 
 
 def test_last_event_without_blank_line_is_flushed() -> None:

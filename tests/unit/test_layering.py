@@ -53,6 +53,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter", "facade"),
     ("interpreter._version", "base"),
     ("interpreter.errors", "base"),
+    ("interpreter.ids", "base"),
     ("interpreter.models", "base"),
     ("interpreter.settings", "base"),
     ("interpreter.mime", "base"),

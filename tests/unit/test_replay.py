@@ -26,8 +26,9 @@ from interpreter.replay import (
 )
 
 
-def png(width: int = 64, height: int = 48, *, line: bool = True, shift: int = 0,
-        fmt: str = "PNG") -> bytes:
+def png(
+    width: int = 64, height: int = 48, *, line: bool = True, shift: int = 0, fmt: str = "PNG"
+) -> bytes:
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
     if line:
@@ -40,34 +41,44 @@ def png(width: int = 64, height: int = 48, *, line: bool = True, shift: int = 0,
 # ---------------------------------------------------------------------- normalisation
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ("<__main__.A object at 0x7fa9401f3cd0>", "<__main__.A object at 0x7f00deadbeef>"),
-    ("now: 2024-05-01 12:00:03.123456", "now: 2026-11-22T07:39:58.058967+00:00"),
-    ("at 12:00:03", "at 07:39:58.5"),
-    ("7d39d79a-bf10-4598-946e-022360c15097", "11111111-2222-3333-4444-555555555555"),
-    ("id 93991165833440", "id 140234567890123"),
-    ("took 0.050s", "took 1.3 s"),
-    ("2.37 μs ± 339 ns per loop (mean ± std. dev. of 7 runs, 100,000 loops each)",
-     "1.9 µs ± 12.5 ns per loop (mean ± std. dev. of 7 runs, 1,000,000 loops each)"),
-    ("Wall time: 15 ms", "Wall time: 2.1 s"),
-    ("/tmp/ipykernel_31658/2176412354.py:2: UserWarning: careful",
-     "/tmp/ipykernel_4242/99.py:2: UserWarning: careful"),
-    ("artifact b410578edfe607ed0be917f093d0506d", "artifact 0123456789abcdef0123456789abcdef"),
-    ("\x1b[31mred\x1b[0m text   \r\n", "red text"),
-    ("file /tmp/tmpab12cd_x/data.csv", "file /tmp/tmpZZ99yy77/data.csv"),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("<__main__.A object at 0x7fa9401f3cd0>", "<__main__.A object at 0x7f00deadbeef>"),
+        ("now: 2024-05-01 12:00:03.123456", "now: 2026-11-22T07:39:58.058967+00:00"),
+        ("at 12:00:03", "at 07:39:58.5"),
+        ("7d39d79a-bf10-4598-946e-022360c15097", "11111111-2222-3333-4444-555555555555"),
+        ("id 93991165833440", "id 140234567890123"),
+        ("took 0.050s", "took 1.3 s"),
+        (
+            "2.37 μs ± 339 ns per loop (mean ± std. dev. of 7 runs, 100,000 loops each)",
+            "1.9 µs ± 12.5 ns per loop (mean ± std. dev. of 7 runs, 1,000,000 loops each)",
+        ),
+        ("Wall time: 15 ms", "Wall time: 2.1 s"),
+        (
+            "/tmp/ipykernel_31658/2176412354.py:2: UserWarning: careful",
+            "/tmp/ipykernel_4242/99.py:2: UserWarning: careful",
+        ),
+        ("artifact b410578edfe607ed0be917f093d0506d", "artifact 0123456789abcdef0123456789abcdef"),
+        ("\x1b[31mred\x1b[0m text   \r\n", "red text"),
+        ("file /tmp/tmpab12cd_x/data.csv", "file /tmp/tmpZZ99yy77/data.csv"),
+    ],
+)
 def test_masked_differences_match(a: str, b: str) -> None:
     assert normalize_text(a) == normalize_text(b)
     assert compare_text("stdout", a, b) is None
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ("total: 405", "total: 406"),
-    ("north    405\nsouth    285", "north    405\nsouth    284"),
-    ("ok", "ok\nextra line"),
-    ("shape (10, 3)", "shape (10, 4)"),
-    ("x = 1.5", "x = 1.25"),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("total: 405", "total: 406"),
+        ("north    405\nsouth    285", "north    405\nsouth    284"),
+        ("ok", "ok\nextra line"),
+        ("shape (10, 3)", "shape (10, 4)"),
+        ("x = 1.5", "x = 1.25"),
+    ],
+)
 def test_real_differences_are_reported(a: str, b: str) -> None:
     found = compare_text("stdout", a, b)
     assert found is not None and found.startswith("stdout differs:")
@@ -87,10 +98,14 @@ def test_known_session_ids_are_masked() -> None:
 
 
 def test_svg_ignores_generated_ids_and_metadata() -> None:
-    a = ('<svg><metadata><dc:date>2024-01-01</dc:date></metadata><defs><clipPath id="p1a2b3">'
-         '</clipPath></defs><path clip-path="url(#p1a2b3)" d="M 0 0 L 1 1"/></svg>')
-    b = ('<svg><metadata><dc:date>2025-02-02</dc:date></metadata><defs><clipPath id="p9z8y7">'
-         '</clipPath></defs><path clip-path="url(#p9z8y7)" d="M 0 0 L 1 1"/></svg>')
+    a = (
+        '<svg><metadata><dc:date>2024-01-01</dc:date></metadata><defs><clipPath id="p1a2b3">'
+        '</clipPath></defs><path clip-path="url(#p1a2b3)" d="M 0 0 L 1 1"/></svg>'
+    )
+    b = (
+        '<svg><metadata><dc:date>2025-02-02</dc:date></metadata><defs><clipPath id="p9z8y7">'
+        '</clipPath></defs><path clip-path="url(#p9z8y7)" d="M 0 0 L 1 1"/></svg>'
+    )
     assert normalize_svg(a) == normalize_svg(b)
     assert compare_value("image/svg+xml", a, b.replace("L 1 1", "L 2 2")) is not None
 
@@ -103,7 +118,8 @@ def test_json_compares_structure_with_rounded_floats() -> None:
     b = {"shape": [3, 2], "rows": [[1, 0.3]], "when": "2025-06-01T10:00:00"}
     assert compare_json("application/json", a, b) is None
     assert compare_json("x", a, {**b, "shape": [3, 3]}) == (
-        "x differs at $.shape[1]: recorded 2, replayed 3")
+        "x differs at $.shape[1]: recorded 2, replayed 3"
+    )
     assert compare_json("x", {"a": 1}, {}) == "x differs at $.a missing in replay"
     assert compare_json("x", [1, 2], [1]) == "x differs at $: 2 items recorded, 1 replayed"
     assert compare_json("x", {"n": float("nan")}, {"n": float("nan")}) is None
@@ -129,7 +145,8 @@ def test_slightly_shifted_image_is_within_tolerance() -> None:
 
 def test_different_size_or_content_does_not_match() -> None:
     assert "size differs: recorded (64, 48), replayed (64, 50)" in (
-        compare_images("image/png", png(), png(64, 50)) or "")
+        compare_images("image/png", png(), png(64, 50)) or ""
+    )
     found = compare_images("image/png", png(line=True), png(line=False))
     assert found is not None and "pixels differ" in found
     assert "cannot decode" in (compare_images("image/png", png(), b"not an image") or "")
@@ -169,16 +186,25 @@ def test_without_pillow_sizes_still_decide(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 CELL: dict[str, Any] = {
-    "cell_type": "code", "execution_count": 3, "source": "...",
+    "cell_type": "code",
+    "execution_count": 3,
+    "source": "...",
     "metadata": {"interp": {"status": "ok", "duration_ms": 12.5}},
     "outputs": [
         {"output_type": "stream", "name": "stdout", "text": ["a\n", "b\n"]},
-        {"output_type": "display_data", "metadata": {},
-         "data": {"image/png": base64.b64encode(png()).decode(), "text/plain": "<Figure>"}},
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"image/png": base64.b64encode(png()).decode(), "text/plain": "<Figure>"},
+        },
         {"output_type": "stream", "name": "stdout", "text": "c\n"},
         {"output_type": "stream", "name": "stderr", "text": "warn\n"},
-        {"output_type": "execute_result", "execution_count": 3, "metadata": {},
-         "data": {"text/plain": "42"}},
+        {
+            "output_type": "execute_result",
+            "execution_count": 3,
+            "metadata": {},
+            "data": {"text/plain": "42"},
+        },
     ],
 }
 
@@ -188,8 +214,13 @@ def test_outputs_from_cell_join_streams() -> None:
     assert out.stdout == "a\nb\nc\n" and out.stderr == "warn\n"
     assert [sorted(d) for d in out.rich] == [["image/png", "text/plain"], ["text/plain"]]
     assert out.error is None
-    errored = outputs_from_cell({"outputs": [
-        {"output_type": "error", "ename": "KeyError", "evalue": "'x'", "traceback": []}]})
+    errored = outputs_from_cell(
+        {
+            "outputs": [
+                {"output_type": "error", "ename": "KeyError", "evalue": "'x'", "traceback": []}
+            ]
+        }
+    )
     assert errored.error == ("KeyError", "'x'")
 
 
@@ -198,10 +229,17 @@ def test_outputs_from_execution_fetch_artifacts() -> None:
     big = ArtifactRef(id="b" * 64, mime="text/html", size=10, url="/y")
     chart = ArtifactRef(id="c" * 64, mime="application/vnd.chart+json", size=2, url="/z")
     execution = Execution(
-        id="e", session_id="s", status="ok", stdout="a\nb\nc\n", stderr="warn\n",
-        outputs=[Output(type="display_data", data={"text/plain": "<Figure>"},
-                        artifacts=[ref, big, chart]),
-                 Output(type="execute_result", data={"text/plain": "42"})],
+        id="e",
+        session_id="s",
+        status="ok",
+        stdout="a\nb\nc\n",
+        stderr="warn\n",
+        outputs=[
+            Output(
+                type="display_data", data={"text/plain": "<Figure>"}, artifacts=[ref, big, chart]
+            ),
+            Output(type="execute_result", data={"text/plain": "42"}),
+        ],
     )
     blobs = {"/x": png(), "/y": b"<b>big</b>", "/z": b'{"k": 1}'}
     out = outputs_from_execution(execution, lambda r: blobs[r.url])
@@ -214,21 +252,28 @@ def test_outputs_from_execution_fetch_artifacts() -> None:
 def test_compare_outputs_reports_each_kind_of_difference() -> None:
     recorded = CellOutputs("x\n", "", [{"text/plain": "1", "image/png": "AAAA"}], None)
     assert compare_outputs(recorded, CellOutputs("x\n", "", [{"text/plain": "1"}], None)) == [
-        "output 1: image/png missing in replay"]
-    extra = CellOutputs("x\n", "", [{"text/plain": "1", "image/png": "AAAA",
-                                     "application/vnd.chart+json": {}}], None)
+        "output 1: image/png missing in replay"
+    ]
+    extra = CellOutputs(
+        "x\n",
+        "",
+        [{"text/plain": "1", "image/png": "AAAA", "application/vnd.chart+json": {}}],
+        None,
+    )
     assert compare_outputs(recorded, extra) == []  # a replay may add representations
     assert compare_outputs(recorded, CellOutputs("x\n", "", [], None)) == [
-        "1 rich outputs recorded, 0 replayed"]
+        "1 rich outputs recorded, 0 replayed"
+    ]
     raised = CellOutputs("x\n", "", recorded.rich, ("NameError", "name 'y' is not defined"))
-    assert compare_outputs(recorded, raised) == [
-        "replay raised NameError: name 'y' is not defined"]
+    assert compare_outputs(recorded, raised) == ["replay raised NameError: name 'y' is not defined"]
     assert compare_outputs(raised, recorded) == [
-        "recorded error NameError: name 'y' is not defined, replay raised nothing"]
+        "recorded error NameError: name 'y' is not defined, replay raised nothing"
+    ]
     other = CellOutputs("x\n", "", recorded.rich, ("KeyError", "'z'"))
     assert compare_outputs(raised, other)[0].startswith("error differs")
     assert compare_outputs(recorded, CellOutputs("y\n", "", recorded.rich, None)) == [
-        "stdout differs: line 1: recorded 'x', replayed 'y'"]
+        "stdout differs: line 1: recorded 'x', replayed 'y'"
+    ]
 
 
 def test_recorded_status() -> None:

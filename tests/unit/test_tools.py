@@ -35,17 +35,41 @@ from interpreter.tools import (
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC).isoformat()
 PNG = b"\x89PNG\r\n\x1a\nfake"
 DF_SUMMARY = {
-    "version": 1, "kind": "dataframe", "shape": [100, 3],
-    "columns": [{"name": "a", "dtype": "int64", "nulls": 0},
-                {"name": "b", "dtype": "float64", "nulls": 4},
-                {"name": "c", "dtype": "object", "nulls": 0}],
+    "version": 1,
+    "kind": "dataframe",
+    "shape": [100, 3],
+    "columns": [
+        {"name": "a", "dtype": "int64", "nulls": 0},
+        {"name": "b", "dtype": "float64", "nulls": 4},
+        {"name": "c", "dtype": "object", "nulls": 0},
+    ],
     "index": {"type": "RangeIndex", "dtype": "int64", "names": [None], "values": [0, 1]},
-    "rows": [[1, 2.5, "x"], [2, None, "y"]], "truncated": True,
+    "rows": [[1, 2.5, "x"], [2, None, "y"]],
+    "truncated": True,
 }
-CHART = {"version": 1, "suptitle": None, "axes": [
-    {"kind": "line", "title": "Sales", "xlabel": "month", "ylabel": "EUR",
-     "series": [{"type": "line", "label": "2024", "x": [1], "y": [2], "points": 12,
-                 "truncated": False}]}], "truncated": False}
+CHART = {
+    "version": 1,
+    "suptitle": None,
+    "axes": [
+        {
+            "kind": "line",
+            "title": "Sales",
+            "xlabel": "month",
+            "ylabel": "EUR",
+            "series": [
+                {
+                    "type": "line",
+                    "label": "2024",
+                    "x": [1],
+                    "y": [2],
+                    "points": 12,
+                    "truncated": False,
+                }
+            ],
+        }
+    ],
+    "truncated": False,
+}
 
 
 class ToolService:
@@ -58,28 +82,73 @@ class ToolService:
         self.n = 0
 
     def _session(self, sid: str) -> dict[str, Any]:
-        return {"id": sid, "status": self.sessions[sid], "backend": "local",
-                "created_at": NOW, "last_activity_at": NOW, "execution_count": 0,
-                "rebuild": {"source": "session:x", "cells_total": 3, "cells_ran": 2,
-                            "failed": [1]} if sid.endswith("r") else None}
+        return {
+            "id": sid,
+            "status": self.sessions[sid],
+            "backend": "local",
+            "created_at": NOW,
+            "last_activity_at": NOW,
+            "execution_count": 0,
+            "rebuild": {"source": "session:x", "cells_total": 3, "cells_ran": 2, "failed": [1]}
+            if sid.endswith("r")
+            else None,
+        }
 
     def _execute(self, sid: str, code: str) -> dict[str, Any]:
-        base: dict[str, Any] = {"id": "e", "session_id": sid, "status": "ok",
-                                "execution_count": 1, "duration_ms": 12.0}
+        base: dict[str, Any] = {
+            "id": "e",
+            "session_id": sid,
+            "status": "ok",
+            "execution_count": 1,
+            "duration_ms": 12.0,
+        }
         if code == "df":
-            return base | {"outputs": [{"type": "execute_result", "data": {
-                "text/plain": "   a    b  c\n0  1  2.5  x",
-                "application/vnd.dataframe+json": DF_SUMMARY}}]}
+            return base | {
+                "outputs": [
+                    {
+                        "type": "execute_result",
+                        "data": {
+                            "text/plain": "   a    b  c\n0  1  2.5  x",
+                            "application/vnd.dataframe+json": DF_SUMMARY,
+                        },
+                    }
+                ]
+            }
         if code == "plot":
-            refs = [{"id": str(i) * 64, "mime": "image/png", "size": len(PNG),
-                     "url": f"/v1/sessions/{sid}/artifacts/{str(i) * 64}"} for i in range(3)]
-            return base | {"outputs": [{"type": "display_data", "artifacts": [ref], "data": {
-                "text/plain": "<Figure size 640x480 with 1 Axes>",
-                "application/vnd.chart+json": CHART}} for ref in refs]}
+            refs = [
+                {
+                    "id": str(i) * 64,
+                    "mime": "image/png",
+                    "size": len(PNG),
+                    "url": f"/v1/sessions/{sid}/artifacts/{str(i) * 64}",
+                }
+                for i in range(3)
+            ]
+            return base | {
+                "outputs": [
+                    {
+                        "type": "display_data",
+                        "artifacts": [ref],
+                        "data": {
+                            "text/plain": "<Figure size 640x480 with 1 Axes>",
+                            "application/vnd.chart+json": CHART,
+                        },
+                    }
+                    for ref in refs
+                ]
+            }
         if code == "boom":
-            return base | {"status": "error", "error": {
-                "ename": "ZeroDivisionError", "evalue": "division by zero",
-                "traceback": ["\x1b[31mTraceback\x1b[0m", "ZeroDivisionError: division by zero"]}}
+            return base | {
+                "status": "error",
+                "error": {
+                    "ename": "ZeroDivisionError",
+                    "evalue": "division by zero",
+                    "traceback": [
+                        "\x1b[31mTraceback\x1b[0m",
+                        "ZeroDivisionError: division by zero",
+                    ],
+                },
+            }
         return base | {"stdout": f"ran {code}\n"}
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -92,14 +161,15 @@ class ToolService:
             self.sessions[sid] = "idle"
             return httpx.Response(201, json=self._session(sid))
         if path == "/v1/sessions":
-            return httpx.Response(200, json={"sessions": [self._session(s)
-                                                          for s in self.sessions]})
+            return httpx.Response(200, json={"sessions": [self._session(s) for s in self.sessions]})
         m = re.fullmatch(r"/v1/sessions/([^/]+)(?:/(.*))?", path)
         assert m
         sid, rest = m.group(1), m.group(2) or ""
         if self.sessions.get(sid) != "idle":
-            return httpx.Response(404, json={"error": {"type": "session_not_found",
-                                                       "message": f"No session {sid!r}."}})
+            return httpx.Response(
+                404,
+                json={"error": {"type": "session_not_found", "message": f"No session {sid!r}."}},
+            )
         if rest == "" and method == "DELETE":
             self.sessions[sid] = "closed"
             return httpx.Response(204)
@@ -110,21 +180,51 @@ class ToolService:
         if rest.startswith("artifacts/"):
             return httpx.Response(200, content=PNG)
         if rest == "notebook":
-            return httpx.Response(200, json={"cells": [
-                {"cell_type": "markdown", "source": "# Title", "metadata": {}},
-                {"cell_type": "code", "execution_count": 1, "source": ["print(1)"],
-                 "metadata": {"interp": {"status": "ok"}}, "outputs": [
-                     {"output_type": "stream", "name": "stdout", "text": ["1\n"]},
-                     {"output_type": "display_data", "metadata": {},
-                      "data": {"image/png": "aGVsbG8=", "text/plain": "<Figure>"}}]},
-                {"cell_type": "code", "execution_count": 2, "source": "1/0",
-                 "metadata": {"interp": {"status": "error"}}, "outputs": [
-                     {"output_type": "error", "ename": "ZeroDivisionError",
-                      "evalue": "division by zero", "traceback": []}]},
-            ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+            return httpx.Response(
+                200,
+                json={
+                    "cells": [
+                        {"cell_type": "markdown", "source": "# Title", "metadata": {}},
+                        {
+                            "cell_type": "code",
+                            "execution_count": 1,
+                            "source": ["print(1)"],
+                            "metadata": {"interp": {"status": "ok"}},
+                            "outputs": [
+                                {"output_type": "stream", "name": "stdout", "text": ["1\n"]},
+                                {
+                                    "output_type": "display_data",
+                                    "metadata": {},
+                                    "data": {"image/png": "aGVsbG8=", "text/plain": "<Figure>"},
+                                },
+                            ],
+                        },
+                        {
+                            "cell_type": "code",
+                            "execution_count": 2,
+                            "source": "1/0",
+                            "metadata": {"interp": {"status": "error"}},
+                            "outputs": [
+                                {
+                                    "output_type": "error",
+                                    "ename": "ZeroDivisionError",
+                                    "evalue": "division by zero",
+                                    "traceback": [],
+                                }
+                            ],
+                        },
+                    ],
+                    "metadata": {},
+                    "nbformat": 4,
+                    "nbformat_minor": 5,
+                },
+            )
         if rest == "files":
-            entries = [{"name": p, "path": p, "type": "file", "size": len(d),
-                        "modified_at": NOW} for (s, p), d in self.files.items() if s == sid]
+            entries = [
+                {"name": p, "path": p, "type": "file", "size": len(d), "modified_at": NOW}
+                for (s, p), d in self.files.items()
+                if s == sid
+            ]
             return httpx.Response(200, json={"path": "", "entries": entries})
         if rest.startswith("files/"):
             fpath = rest.removeprefix("files/")
@@ -133,8 +233,9 @@ class ToolService:
                 return httpx.Response(201)
             if (sid, fpath) in self.files:
                 return httpx.Response(200, content=self.files[(sid, fpath)])
-            return httpx.Response(404, json={"error": {"type": "file_not_found",
-                                                       "message": f"No file {fpath!r}."}})
+            return httpx.Response(
+                404, json={"error": {"type": "file_not_found", "message": f"No file {fpath!r}."}}
+            )
         raise AssertionError(f"unexpected {method} {path}")
 
 
@@ -156,8 +257,16 @@ def run(executor: ToolExecutor, name: str, **args: Any) -> ToolResult:
 
 
 def test_eight_tools_with_valid_schemas_and_real_descriptions() -> None:
-    assert set(TOOL_NAMES) == {"run_code", "create_session", "list_sessions", "upload_file",
-                               "read_file", "list_files", "restart", "get_notebook"}
+    assert set(TOOL_NAMES) == {
+        "run_code",
+        "create_session",
+        "list_sessions",
+        "upload_file",
+        "read_file",
+        "list_files",
+        "restart",
+        "get_notebook",
+    }
     for spec in TOOLS:
         jsonschema.Draft202012Validator.check_schema(spec.parameters)
         assert spec.parameters["type"] == "object"
@@ -180,13 +289,24 @@ def test_openai_and_anthropic_shapes() -> None:
         tool_definitions("gemini")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("raw", [
-    {"id": "c1", "type": "function", "function": {"name": "run_code",
-                                                  "arguments": '{"code": "1"}'}},
-    {"type": "function_call", "call_id": "c1", "name": "run_code", "arguments": '{"code": "1"}'},
-    {"type": "tool_use", "id": "c1", "name": "run_code", "input": {"code": "1"}},
-    {"id": "c1", "name": "run_code", "arguments": {"code": "1"}},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "run_code", "arguments": '{"code": "1"}'},
+        },
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "run_code",
+            "arguments": '{"code": "1"}',
+        },
+        {"type": "tool_use", "id": "c1", "name": "run_code", "input": {"code": "1"}},
+        {"id": "c1", "name": "run_code", "arguments": {"code": "1"}},
+    ],
+)
 def test_parse_tool_call_in_every_shape(raw: dict[str, Any]) -> None:
     assert parse_tool_call(raw) == ToolCall("run_code", {"code": "1"}, "c1")
 
@@ -204,10 +324,13 @@ def test_parse_tool_call_rejects_garbage() -> None:
 def test_validate_arguments() -> None:
     spec = TOOLS[0]
     validate_arguments(spec, {"code": "x", "timeout_s": 5})
-    for bad, msg in [({}, "missing required"), ({"code": 1}, "must be a string"),
-                     ({"code": "x", "timeout_s": True}, "must be a number"),
-                     ({"code": "x", "timeout_s": 0}, "must be > 0"),
-                     ({"code": "x", "lang": "r"}, "unknown argument 'lang'")]:
+    for bad, msg in [
+        ({}, "missing required"),
+        ({"code": 1}, "must be a string"),
+        ({"code": "x", "timeout_s": True}, "must be a number"),
+        ({"code": "x", "timeout_s": 0}, "must be > 0"),
+        ({"code": "x", "lang": "r"}, "unknown argument 'lang'"),
+    ]:
         with pytest.raises(ToolCallError, match=msg):
             validate_arguments(spec, bad)
 
@@ -231,15 +354,17 @@ def test_run_code_dataframe_summary_and_images(executor: ToolExecutor) -> None:
     assert "DataFrame: 100 rows x 3 columns" in df.text
     assert "b (float64, 4 null)" in df.text
     assert "   a    b  c" in df.text
-    plot = executor.execute({"type": "tool_use", "id": "t9", "name": "run_code",
-                             "input": {"code": "plot"}})
+    plot = executor.execute(
+        {"type": "tool_use", "id": "t9", "name": "run_code", "input": {"code": "plot"}}
+    )
     assert plot.call_id == "t9"
     assert [i.mime for i in plot.images] == ["image/png"] * 3
     assert plot.images[0].data == PNG
     assert "plot 1: line titled 'Sales' (x='month', y='EUR'); series 2024: 12 points" in plot.text
     assert "<Figure size" not in plot.text
     capped = ToolExecutor(executor.client, max_images=1).execute(
-        {"name": "run_code", "arguments": {"code": "plot"}})
+        {"name": "run_code", "arguments": {"code": "plot"}}
+    )
     assert len(capped.images) == 1
 
 
@@ -274,8 +399,9 @@ def test_culled_current_session_is_replaced_with_a_note(
 
 
 def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
-    assert "Wrote 4 bytes to d.csv" in run(executor, "upload_file", path="d.csv",
-                                           content="a,b\n").text
+    assert (
+        "Wrote 4 bytes to d.csv" in run(executor, "upload_file", path="d.csv", content="a,b\n").text
+    )
     png = base64.b64encode(PNG).decode()
     run(executor, "upload_file", path="p.png", content=png, encoding="base64")
     assert service.files[("s1", "p.png")] == PNG
@@ -287,8 +413,7 @@ def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
     service.files[("s1", "blob")] = b"\xff\xfe\x00"
     assert "binary file of 3 bytes" in run(executor, "read_file", path="blob").text
     service.files[("s1", "big.txt")] = b"x" * 5000
-    assert "characters omitted" in run(executor, "read_file", path="big.txt",
-                                       max_chars=100).text
+    assert "characters omitted" in run(executor, "read_file", path="big.txt", max_chars=100).text
     listing = run(executor, "list_files").text
     assert "d.csv" in listing and "4 bytes" in listing
     assert run(executor, "read_file", path="zzz").is_error
@@ -303,8 +428,10 @@ def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService)
     assert executor.session_id == "s2r"
     listing = run(executor, "list_sessions").text
     assert "s2r  idle" in listing and "(current)" in listing.splitlines()[1]
-    assert "restarted; variables and imports were cleared" in run(
-        executor, "restart", session_id="s1").text
+    assert (
+        "restarted; variables and imports were cleared"
+        in run(executor, "restart", session_id="s1").text
+    )
     assert "re-ran; cells [1] failed" in run(executor, "restart", recover=True).text
     text = run(executor, "get_notebook").text
     assert "In [1] (ok):\nprint(1)" in text and "[image: image/png]" in text
@@ -342,15 +469,24 @@ async def test_async_executor(service: ToolService) -> None:
 
 
 def test_render_helpers() -> None:
-    assert dataframe_summary({"kind": "series", "shape": [5], "columns": [
-        {"name": "x", "dtype": "int64", "nulls": None}]}) == "Series: 5 rows\ncolumns: x (int64)"
+    assert (
+        dataframe_summary(
+            {
+                "kind": "series",
+                "shape": [5],
+                "columns": [{"name": "x", "dtype": "int64", "nulls": None}],
+            }
+        )
+        == "Series: 5 rows\ncolumns: x (int64)"
+    )
     wide = dataframe_summary(DF_SUMMARY | {"shape": [100, 40]})
     assert "... 37 more" in wide and "first 2 rows" in wide
     assert chart_summary({"axes": []}) == "a figure"
     assert clip("abcdefghij", 6) == "abcd\n[... 4 characters omitted ...]\nij"
     quiet = render_execution(Execution(id="e", session_id="s", status="ok"))
     assert quiet == ["status: ok", "(no output)"]
-    lost = render_execution(Execution(id="e", session_id="s", status="timeout",
-                                      state_lost=True, reason="timeout"))
+    lost = render_execution(
+        Execution(id="e", session_id="s", status="timeout", state_lost=True, reason="timeout")
+    )
     assert "time limit" in lost[0] and "all variables" in lost[0]
     assert notebook_transcript({"cells": []}).startswith("The notebook is empty")
