@@ -8,28 +8,63 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interpreter._version import __version__
 
-
-def _serve(args: argparse.Namespace) -> int:
-    from interpreter.server import serve
+if TYPE_CHECKING:
     from interpreter.settings import Settings
 
-    overrides: dict[str, object] = {}
-    for name in ("host", "port", "backend", "data_dir"):
-        value = getattr(args, name)
-        if value is not None:
-            overrides[name] = value
-    if args.api_key:
-        overrides["api_keys"] = args.api_key
-    if args.pool_size is not None:
-        overrides["pool_size"] = args.pool_size
-    settings = Settings(**overrides)  # type: ignore[arg-type]
-    return serve(settings)
+#: Where embedded services keep their state, under the per-user state directory.
+EMBEDDED_STATE = "embedded"
+
+
+class _SubCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose one-line help is also their description in their own --help."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("description", kwargs.get("help"))
+        return super().add_parser(name, **kwargs)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command takes ``-v``, before or after the subcommand's name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _SubCommands)
+        if self.add_help:  # not for argument-only parents
+            self.add_argument(
+                "-v",
+                "--verbose",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="Log debug messages.",
+            )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from interpreter.cli_settings import flag_overrides
+    from interpreter.server import serve
+
+    return serve(_settings(flag_overrides(args)))
+
+
+def _settings(overrides: dict[str, Any]) -> Settings:
+    """Settings from the environment and ``overrides``, checked: unknown ``INTERP_*``
+    variables are reported, and a bad value ends the command with one line."""
+    from interpreter.cli_settings import SettingsError, load, unknown_variables
+
+    for warning in unknown_variables(os.environ):
+        print(f"interp: warning: {warning}", file=sys.stderr, flush=True)
+    try:
+        return load(overrides)
+    except SettingsError as exc:
+        print(f"interp: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def _images_build(args: argparse.Namespace) -> int:
@@ -59,36 +94,25 @@ def _openapi(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="interp", description="A stateful code interpreter for AI agents."
-    )
-    parser.add_argument("--version", action="version", version=f"interp {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="Log debug messages.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from interpreter.cli_settings import add_flags
 
-    serve = sub.add_parser("serve", help="Run the HTTP service.")
-    serve.add_argument("--host", help="Address to bind (default 127.0.0.1).")
-    serve.add_argument("--port", type=int, help="Port (default 8700; 0 = any free port).")
-    serve.add_argument(
-        "--backend",
-        choices=["local", "docker", "auto"],
-        help="Kernel backend (default auto: docker when available).",
+    parser = _Parser(prog="interp", description="A stateful code interpreter for AI agents.")
+    parser.add_argument("--version", action="version", version=f"interp {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve", help="Run the HTTP service. Every setting is a flag here and an INTERP_* variable."
     )
-    serve.add_argument("--data-dir", type=Path, help="State directory (default ./.data).")
-    serve.add_argument(
-        "--api-key",
-        action="append",
-        default=[],
-        help="Accepted API key (repeatable; also INTERP_API_KEYS, comma-separated).",
-    )
-    serve.add_argument("--pool-size", type=int, help="Warm docker kernels kept ready.")
+    add_flags(serve)
     serve.set_defaults(func=_serve)
 
     images = sub.add_parser("images", help="Kernel container images.")
-    images_sub = images.add_subparsers(dest="images_command", required=True)
+    images_sub = images.add_subparsers(dest="images_command", required=True, metavar="COMMAND")
     build = images_sub.add_parser("build", help="Build the kernel image (works offline).")
     build.add_argument(
-        "--image", default=os.environ.get("INTERP_DOCKER_IMAGE", "interp-kernel:latest")
+        "--image",
+        default=os.environ.get("INTERP_DOCKER_IMAGE", "interp-kernel:latest"),
+        help="Image name (default $INTERP_DOCKER_IMAGE, else interp-kernel:latest).",
     )
     build.add_argument("--force", action="store_true", help="Rebuild even if up to date.")
     build.set_defaults(func=_images_build)
@@ -106,23 +130,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def embedded_state_dir() -> Path:
+    """A fresh state directory for one embedded service, under the per-user state
+    directory (``$XDG_STATE_HOME/interp`` on Linux), never the working directory: two
+    MCP hosts may start ``interp mcp`` at once, and a broker owns its data directory."""
+    import platformdirs
+
+    root = Path(platformdirs.user_state_dir("interp")) / EMBEDDED_STATE
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return root / f"{stamp}-{os.getpid()}"
+
+
 @contextlib.contextmanager
 def embedded_service() -> Iterator[tuple[str, str | None]]:
-    """Start the broker in this process on a free loopback port (settings from INTERP_*);
-    yields its URL and API key (none: a key from the environment is not for it)."""
+    """Start the broker in this process on a free loopback port (other settings from
+    INTERP_*); yields its URL and API key (none: a key from the environment is for the
+    service at INTERP_URL, not for this one)."""
     from interpreter.server import ServerThread
-    from interpreter.settings import Settings
 
-    overrides: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "api_keys": []}
-    with ServerThread(Settings(**overrides)) as thread:
-        print(f"interp: embedded service on {thread.url}", file=sys.stderr, flush=True)
+    overrides: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": 0,
+        "api_keys": [],
+        # Nobody reattaches to a per-run data directory: stop its kernels at exit.
+        "keep_containers_on_shutdown": False,
+    }
+    if "INTERP_DATA_DIR" not in os.environ:
+        overrides["data_dir"] = embedded_state_dir()
+    settings = _settings(overrides)
+    with ServerThread(settings) as thread:
+        backend = thread.broker.backend.name
+        print(
+            f"interp: embedded service ({backend} backend) on {thread.url}, "
+            f"state in {settings.data_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
         yield thread.url, ""
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     result = args.func(args)

@@ -42,7 +42,7 @@ def check_bind(settings: Settings) -> None:
     if not settings.api_keys and not is_loopback(settings.host):
         raise SystemExit(
             f"Refusing to bind {settings.host} without an API key: pass --api-key KEY (or set "
-            "INTERP_API_KEYS), or bind 127.0.0.1."
+            "INTERP_API_KEY), or bind 127.0.0.1."
         )
 
 

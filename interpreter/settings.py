@@ -5,16 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BackendName = Literal["local", "docker", "auto"]
+ENV_PREFIX = "INTERP_"
+#: The API key has one name everywhere: the server reads it (comma-separated keys), the
+#: SDK, the CLI and MCP hosts send it.
+API_KEY_ENV = "INTERP_API_KEY"
 
 
 class Settings(BaseSettings):
     """Every knob of the broker. Environment variables use the ``INTERP_`` prefix."""
 
-    model_config = SettingsConfigDict(env_prefix="INTERP_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", populate_by_name=True)
 
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8700, ge=0, le=65535, description="Port to bind; 0 picks a free one.")
@@ -24,7 +28,8 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Accepted bearer keys. Empty: no auth, and only loopback binds are allowed.",
+        validation_alias=AliasChoices(API_KEY_ENV),
+        description="Accepted bearer keys. None: no auth, and only loopback binds are allowed.",
     )
 
     # Capacity and queueing.

@@ -120,8 +120,16 @@ def resolve(settings: Settings) -> Backend:
     return create(_resolve_name(settings), settings)
 
 
+#: Said whenever the local backend is chosen, by name or as the fallback.
+LOCAL_WARNING = (
+    "the LOCAL backend, which does NOT isolate kernels from this machine. "
+    "Use it only for trusted code."
+)
+
+
 def _resolve_name(settings: Settings) -> str:
     if settings.backend == "local":
+        log.warning("Using %s", LOCAL_WARNING)
         return "local"
     from interpreter.backends.docker.engine import docker_available
     from interpreter.errors import BackendUnavailable
@@ -133,17 +141,14 @@ def _resolve_name(settings: Settings) -> str:
                 "No Docker engine answers. Start one (e.g. `sudo dockerd &`) or run with "
                 "--backend local (no isolation)."
             )
-        log.warning(
-            "No Docker engine answers: using the LOCAL backend, which does NOT isolate "
-            "kernels from this machine. Use it only for trusted code."
-        )
+        log.warning("No Docker engine answers: using %s", LOCAL_WARNING)
         return "local"
     status = image_status(settings.docker_image)
     if not status.exists:
         message = missing_image_message(settings.docker_image)
         if settings.backend == "docker":
             raise BackendUnavailable(message)
-        log.warning("%s Using the LOCAL backend (no isolation) meanwhile.", message)
+        log.warning("%s Meanwhile using %s", message, LOCAL_WARNING)
         return "local"
     problem = status.problem()
     if problem:

@@ -173,7 +173,7 @@ def test_refuses_public_bind_without_key(data_dir: Path) -> None:
         text=True,
         timeout=60,
         cwd=REPO,
-        env={k: v for k, v in os.environ.items() if k != "INTERP_API_KEYS"},
+        env={k: v for k, v in os.environ.items() if k != "INTERP_API_KEY"},
     )
     assert out.returncode != 0
     assert "without an API key" in out.stderr + out.stdout

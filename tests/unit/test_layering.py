@@ -90,6 +90,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.replay", "consumers"),
     ("interpreter.replay.*", "consumers"),
     ("interpreter.mcp_server", "consumers"),
+    ("interpreter.cli_settings", "consumers"),
     ("interpreter.cli_client", "consumers"),
     ("interpreter.cli", "cli"),
     ("interpreter.__main__", "cli"),

@@ -9,16 +9,19 @@ import nbformat
 import pytest
 
 from interpreter.cells import plan
+from interpreter.client._config import API_KEY_ENV
 from interpreter.notebook import NotebookRecorder, atomic_write_text
 from interpreter.settings import Settings
 
 
 def test_api_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("INTERP_API_KEYS", "alpha, beta,,")
+    # One name on both sides: the variable the SDK sends is the one the server reads.
+    monkeypatch.setenv(API_KEY_ENV, "alpha, beta,,")
     assert Settings().api_keys == ["alpha", "beta"]
+    assert Settings(api_keys=["gamma"]).api_keys == ["gamma"]
     monkeypatch.setenv("INTERP_MAX_SESSIONS", "3")
     assert Settings().max_sessions == 3
-    monkeypatch.setenv("INTERP_NOT_A_SETTING", "1")  # unknown env vars are ignored
+    monkeypatch.setenv("INTERP_NOT_A_SETTING", "1")  # the CLI reports these (test_cli_settings)
     Settings()
 
 
@@ -83,8 +86,6 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
 def test_a_relative_data_dir_is_made_absolute_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from interpreter.settings import Settings
-
     monkeypatch.chdir(tmp_path)
     settings = Settings(data_dir=Path(".data"))
     assert settings.data_dir == tmp_path / ".data"

@@ -1,0 +1,146 @@
+"""Settings as the command line and the environment meet them: generated flags, unknown
+variables, one-line errors, ``-v`` anywhere, a description for every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interpreter import cli
+from interpreter.cli_settings import (
+    SettingsError,
+    accepts,
+    env_name,
+    flag_name,
+    flag_overrides,
+    load,
+    unknown_variables,
+)
+from interpreter.client._config import API_KEY_ENV as CLIENT_KEY_ENV
+from interpreter.settings import API_KEY_ENV, Settings
+from tests.conftest import REPO
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every (nested) subcommand by its full name."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                full = f"{parser.prog.removeprefix('interp').strip()} {name}".strip()
+                found[full] = sub
+                found.update(_subparsers(sub))
+    return found
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    return _subparsers(cli.build_parser())["serve"]
+
+
+def test_every_setting_is_a_serve_flag_with_its_description() -> None:
+    actions = {a.dest: a for a in _serve_parser()._actions}
+    for name, info in Settings.model_fields.items():
+        action = actions[name]
+        assert flag_name(name) in action.option_strings
+        assert info.description and info.description.rstrip(".") in (action.help or "")
+        assert env_name(name) in (action.help or "")
+
+
+def test_flags_become_settings_and_absent_flags_do_not(tmp_path: Path) -> None:
+    parser = cli.build_parser()
+    flags = ["--port", "0", "--api-key", "a", "--api-key", "b", "--data-dir", str(tmp_path)]
+    flags += ["--no-keep-containers-on-shutdown", "--default-cpus", "0.5"]
+    args = parser.parse_args(["serve", *flags])
+    overrides = flag_overrides(args)
+    assert set(overrides) == {
+        "port",
+        "api_keys",
+        "data_dir",
+        "keep_containers_on_shutdown",
+        "default_cpus",
+    }
+    settings = load(overrides)
+    assert settings.port == 0 and settings.api_keys == ["a", "b"]
+    assert settings.keep_containers_on_shutdown is False and settings.default_cpus == 0.5
+    assert settings.data_dir == tmp_path
+
+
+def test_one_name_for_the_api_key() -> None:
+    assert API_KEY_ENV == CLIENT_KEY_ENV == env_name("api_keys") == "INTERP_API_KEY"
+
+
+def test_unknown_variables_are_reported_with_a_suggestion() -> None:
+    environ = {
+        "INTERP_QUEU_SIZE": "3",
+        "INTERP_PORT": "1",
+        "INTERP_URL": "http://x",
+        "INTERP_API_KEY": "k",
+        "INTERP_TEST_ANYTHING": "1",
+        "HOME": "/",
+        "INTERP_COLOUR_SCHEME": "1",
+    }
+    assert unknown_variables(environ) == [
+        "INTERP_COLOUR_SCHEME is not a setting and is ignored: no setting has this name",
+        "INTERP_QUEU_SIZE is not a setting and is ignored: did you mean INTERP_QUEUE_SIZE?",
+    ]
+
+
+def test_bad_values_are_one_line_naming_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERP_PORT", "eighty")
+    with pytest.raises(SettingsError) as env_error:
+        load()
+    text = str(env_error.value)
+    assert "\n" not in text and text.startswith("INTERP_PORT='eighty' is not accepted")
+    assert "an integer >= 0 and <= 65535" in text
+    monkeypatch.delenv("INTERP_PORT")
+    with pytest.raises(SettingsError, match=r"^--backend='podman' .*one of 'local', 'docker'"):
+        load({"backend": "podman"})
+    assert accepts("max_cpus") == "a number > 0"
+    assert accepts("docker_runtime") == "text, or empty for none"
+
+
+def test_the_old_key_variable_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ignoring it would start the service without the keys its operator meant to require.
+    monkeypatch.setenv("INTERP_API_KEYS", "secret")
+    with pytest.raises(SettingsError, match="INTERP_API_KEYS was renamed: set INTERP_API_KEY"):
+        load()
+
+
+def test_verbose_before_or_after_the_subcommand() -> None:
+    parser = cli.build_parser()
+    assert parser.parse_args(["-v", "sessions"]).verbose is True
+    assert parser.parse_args(["sessions", "-v"]).verbose is True
+    assert parser.parse_args(["images", "build", "-v"]).verbose is True
+    assert getattr(parser.parse_args(["sessions"]), "verbose", False) is False
+
+
+def test_every_subcommand_has_a_description() -> None:
+    subs = _subparsers(cli.build_parser())
+    assert {"serve", "run", "mcp", "replay", "images", "images build"} <= set(subs)
+    for name, sub in subs.items():
+        assert sub.description, f"`interp {name} --help` has no description"
+
+
+def test_serve_reports_a_bad_value_in_one_line_and_exits_2() -> None:
+    env = {"PATH": "/usr/bin:/bin", "INTERP_MAX_SESSIONS": "lots", "INTERP_POOLSIZE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "interpreter", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert lines == [
+        "interp: warning: INTERP_POOLSIZE is not a setting and is ignored: "
+        "did you mean INTERP_POOL_SIZE?",
+        "interp: error: INTERP_MAX_SESSIONS='lots' is not accepted: Input should be a valid "
+        "integer, unable to parse string as an integer (an integer >= 1; Live sessions "
+        "across all keys).",
+    ]
