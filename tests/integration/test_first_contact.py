@@ -255,3 +255,53 @@ def test_replay_without_url_says_where_and_how_it_runs(tmp_path: Path) -> None:
     assert f"state in {run_dir}" in out.stderr
     assert "No Docker engine answers: using the LOCAL backend" in out.stderr
     assert _all_files(cwd) == []
+
+
+def test_the_example_mcp_host_config_works_as_written(served: Served) -> None:
+    """``examples/mcp_host_config.json`` as a host runs it: its command from the user's
+    PATH (the virtualenv scripts/serve made), its arguments and environment unchanged,
+    against the README's service."""
+    config = json.loads((REPO / "examples" / "mcp_host_config.json").read_text())
+    (entry,) = config["mcpServers"].values()
+    assert entry["env"]["INTERP_URL"] == README_URL
+    path = f"{served.root / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    params = StdioServerParameters(
+        command=entry["command"],
+        args=entry["args"],
+        env=user_env(PATH=path, **entry["env"]),
+        cwd=str(served.root),
+    )
+
+    async def main() -> str:
+        with anyio.fail_after(120):
+            async with MCPClient(params) as client:
+                await client.call_tool("run_code", {"code": "word = 'host'"})
+                result = await client.call_tool("run_code", {"code": "word * 2"})
+                return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+    assert "'hosthost'" in anyio.run(main)
+
+
+def test_an_explicit_local_backend_warns_as_the_fallback_does(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "serve", "--backend", "local", "--port", "0"],
+        cwd=tmp_path,
+        env=user_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "listening on" in line:
+                break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    text = "".join(seen)
+    assert "Using the LOCAL backend, which does NOT isolate kernels from this machine. " in text
+    # The same words as the automatic fallback (test_serve_as_the_readme_shows...).
+    assert text.count("Use it only for trusted code.") == 1
