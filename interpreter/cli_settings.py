@@ -32,6 +32,8 @@ OTHER_VARIABLES: dict[str, str] = {
     "INTERP_REQUIRE_DOCKER": "the test suite: fail instead of skipping Docker tests",
     "INTERP_FUZZ_EXAMPLES": "the test suite: examples per API fuzzing case",
 }
+#: Settings whose values never appear in a message.
+SECRET_FIELDS = frozenset({"api_keys"})
 #: Names that changed, with what to use instead.
 RENAMED: dict[str, str] = {"INTERP_API_KEYS": API_KEY_ENV}
 
@@ -96,7 +98,7 @@ def _describe(exc: ValidationError, from_flags: set[str]) -> str:
             lines.append(f"{field or 'settings'}: {error['msg']}")
             continue
         source = flag_name(field) if field in from_flags else env_name(field)
-        value = error.get("input")
+        value = "<hidden>" if field in SECRET_FIELDS else error.get("input")
         description = Settings.model_fields[field].description or ""
         lines.append(
             f"{source}={value!r} is not accepted: {error['msg']} ({accepts(field)}; "

@@ -144,3 +144,10 @@ def test_serve_reports_a_bad_value_in_one_line_and_exits_2() -> None:
         "integer, unable to parse string as an integer (an integer >= 1; Live sessions "
         "across all keys).",
     ]
+
+
+def test_a_secret_is_never_repeated_in_an_error() -> None:
+    with pytest.raises(SettingsError) as error:
+        load({"api_keys": ["sk-first", 4815162342]})
+    assert "4815162342" not in str(error.value) and "sk-first" not in str(error.value)
+    assert str(error.value).startswith("--api-key='<hidden>' is not accepted")
