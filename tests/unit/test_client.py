@@ -627,3 +627,40 @@ def test_sdk_imports_neither_server_nor_docker_code() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_every_sdk_name_the_readme_uses_exists() -> None:
+    """The README's SDK paragraph names only methods and attributes that exist, in both
+    clients."""
+    import inspect
+
+    import interpreter.client as sdk
+    from interpreter.client import AsyncRunResult, AsyncSession, RunResult, Session
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("- **Python SDK**", 1)[1].split("\n- **MCP**", 1)[0]
+    names: set[str] = set()
+    for token in re.findall(r"`([^`]+)`", paragraph):
+        if "-" in token:  # a header name: Retry-After
+            continue
+        if m := re.match(r"\.?([A-Za-z_]\w*)", token):
+            names.add(m.group(1))
+        names |= set(re.findall(r"(\w+)=", token))  # keyword arguments: restart(recover=True)
+    names -= {"interpreter", "GET", "PUT", "DELETE", "INTERP_MAX_RETRIES"}
+    assert {"list_files", "reason", "generation", "max_retries"} <= names
+    arguments = {
+        name
+        for f in (Session.run, Session.stream, Session.restart, Client, AsyncClient)
+        for name in inspect.signature(f).parameters
+    }
+    pairs = [(Client, AsyncClient), (Session, AsyncSession), (RunResult, AsyncRunResult)]
+    for sync, async_ in pairs:
+        for name in names:
+            if hasattr(sync, name):
+                assert hasattr(async_, name), f"{async_.__name__} lacks {name}"
+    missing = [
+        n
+        for n in sorted(names)
+        if not any(hasattr(t, n) for t in (Client, Session, RunResult, sdk)) and n not in arguments
+    ]
+    assert missing == []
