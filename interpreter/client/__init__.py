@@ -1,6 +1,8 @@
 """Python SDK for the interpreter service: ``Client`` (blocking) and ``AsyncClient``.
 
-Needs only httpx and pydantic; never docker or tornado.
+Needs only httpx, httpx-sse and pydantic; never docker or tornado. Failed calls are sent
+again where that is safe (``max_retries``, default 2), and every run carries an
+``Idempotency-Key``, so a retried run never runs twice.
 
 Example:
     >>> from interpreter.client import Client
@@ -12,7 +14,7 @@ Example:
 """
 
 from interpreter.client._async import AsyncClient, AsyncSession, AsyncStreamEvent, PendingSession
-from interpreter.client._config import API_KEY_ENV, DEFAULT_URL, URL_ENV
+from interpreter.client._config import API_KEY_ENV, DEFAULT_URL, MAX_RETRIES_ENV, URL_ENV
 from interpreter.client._errors import (
     APIError,
     AuthenticationError,
@@ -48,6 +50,7 @@ __all__ = [
     "CHART_MIME",
     "DATAFRAME_MIME",
     "DEFAULT_URL",
+    "MAX_RETRIES_ENV",
     "URL_ENV",
     "APIError",
     "Artifact",

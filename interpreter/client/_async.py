@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
 
 import anyio
 import httpx
+from httpx_sse import EventSource, ServerSentEvent
 
 from interpreter.client import protocol as proto
-from interpreter.client._config import SOCKET_OPTIONS, client_settings, request_timeout
+from interpreter.client._config import (
+    SOCKET_OPTIONS,
+    client_settings,
+    request_timeout,
+    retry_policy,
+)
 from interpreter.client._errors import (
     ConflictError,
     ConnectionFailed,
@@ -26,7 +32,7 @@ from interpreter.client._errors import (
 )
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import AsyncArtifact, AsyncRunResult
-from interpreter.client._sse import SSEDecoder
+from interpreter.client._retry import connection_failed
 from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
 
@@ -45,6 +51,9 @@ class AsyncClient:
             code (``run``, ``stream``, rebuilds) have no read timeout: give ``timeout_s``.
         transport: A custom httpx transport (tests use ``httpx.MockTransport``).
         headers: Extra headers sent with every request.
+        max_retries: How many times a failed call is sent again; see :class:`Client`.
+            Defaults to ``$INTERP_MAX_RETRIES``, else 2; 0 sends every call once.
+        retry_backoff: Seconds before the first retry (default 0.5), doubling up to 8 s.
 
     Example:
         >>> async with AsyncClient() as client:  # doctest: +SKIP
@@ -62,8 +71,11 @@ class AsyncClient:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: dict[str, str] | None = None,
+        max_retries: int | None = None,
+        retry_backoff: float | None = None,
     ) -> None:
         self.base_url, all_headers = client_settings(base_url, api_key, headers)
+        self.retry = retry_policy(max_retries, retry_backoff)
         self._timeout = httpx.Timeout(timeout)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
@@ -142,47 +154,73 @@ class AsyncClient:
         return f"<AsyncClient {self.base_url}>"
 
     async def _call(self, call: proto.Call[T]) -> T:
-        """Send one call and parse its answer; errors become SDK exceptions."""
-        with self._mapped_errors():
-            resp = await self._http.request(
-                call.method,
-                call.url,
-                json=call.json,
-                content=call.content,
-                params=call.params,
-                headers=call.headers,
-                timeout=request_timeout(self._timeout, call),
-            )
-        proto.check_response(resp)
-        return call.parse(resp)
+        """Send one call (again, while the retry policy allows) and parse its answer."""
+        attempts = self.retry.start(call, self.base_url)
+        while True:
+            try:
+                resp = await self._http.request(
+                    call.method,
+                    call.url,
+                    json=call.json,
+                    content=call.content,
+                    params=call.params,
+                    headers=call.headers,
+                    timeout=request_timeout(self._timeout, call),
+                )
+            except httpx.HTTPError as exc:
+                delay = attempts.after_error(exc)
+            else:
+                if resp.is_success:
+                    return call.parse(resp)
+                delay = attempts.after_response(resp)
+            await anyio.sleep(delay)
 
     @asynccontextmanager
     async def _stream(
         self, call: proto.Call[Any]
-    ) -> AsyncIterator[tuple[AsyncIterator[str], str | None]]:
-        """Send a call asking for server-sent events; yield its lines and execution id."""
-        with self._mapped_errors():
-            async with self._http.stream(
-                call.method,
-                call.url,
-                json=call.json,
-                params=call.params,
-                headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
-                timeout=request_timeout(self._timeout, call),
-            ) as resp:
-                if not resp.is_success:
-                    await resp.aread()
-                    proto.check_response(resp)
-                yield resp.aiter_lines(), resp.headers.get(proto.EXECUTION_ID_HEADER)
+    ) -> AsyncIterator[tuple[AsyncIterator[ServerSentEvent], str | None]]:
+        """Send a call asking for server-sent events; yield its events and execution id.
+
+        Only the request is retried; once events flow, a break is the caller's to handle.
+        """
+        attempts = self.retry.start(call, self.base_url)
+        while True:
+            stack = AsyncExitStack()
+            try:
+                resp = await stack.enter_async_context(
+                    self._http.stream(
+                        call.method,
+                        call.url,
+                        json=call.json,
+                        params=call.params,
+                        headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
+                        timeout=request_timeout(self._timeout, call),
+                    )
+                )
+            except httpx.HTTPError as exc:
+                delay = attempts.after_error(exc)
+            else:
+                if resp.is_success:
+                    break
+                async with stack:
+                    with self._mapped_errors():
+                        await resp.aread()
+                delay = attempts.after_response(resp)
+            await anyio.sleep(delay)
+        async with stack:
+            with self._mapped_errors():
+                events = EventSource(resp).aiter_sse()
+                try:
+                    yield events, resp.headers.get(proto.EXECUTION_ID_HEADER)
+                finally:
+                    await events.aclose()
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:
         try:
             yield
-        except httpx.TimeoutException as exc:
-            raise ConnectionFailed(f"timed out talking to {self.base_url}: {exc!r}") from exc
         except httpx.HTTPError as exc:
-            raise ConnectionFailed(f"cannot talk to {self.base_url}: {exc}") from exc
+            raise connection_failed(self.base_url, exc) from exc
 
 
 class PendingSession:
@@ -256,19 +294,14 @@ class AsyncSession:
         call = proto.stream_request(self.id, code, timeout_s, idempotency_key)
         execution_id: str | None = None
         try:
-            async with self.client._stream(call) as (lines, execution_id):
-                decoder = SSEDecoder()
-                with self.client._mapped_errors():
-                    async for line in lines:
-                        for event in proto.decode_line(decoder, line):
-                            if isinstance(event, Execution):
-                                yield DoneEvent(event, self._wrap(event))
-                                return
-                            yield event
-                for event in proto.decode_last(decoder):
+            async with self.client._stream(call) as (events, execution_id):
+                async for sse in events:
+                    event = proto.decode_event(sse)
                     if isinstance(event, Execution):
                         yield DoneEvent(event, self._wrap(event))
                         return
+                    if event is not None:
+                        yield event
         except ConnectionFailed:
             if execution_id is None:
                 raise
@@ -338,9 +371,13 @@ class AsyncSession:
             await anyio.to_thread.run_sync(Path(dest).write_bytes, data)
         return data
 
-    async def list(self, path: str = "") -> FileList:
+    async def list_files(self, path: str = "") -> FileList:
         """List a workspace directory (the workspace root by default)."""
         return await self.client._call(proto.list_files(self.id, path))
+
+    async def list(self, path: str = "") -> FileList:
+        """The same as :meth:`list_files` (the older name)."""
+        return await self.list_files(path)
 
     async def delete_file(self, path: str) -> None:
         """Delete one workspace file."""

@@ -9,10 +9,17 @@ from typing import Any
 import httpx
 
 from interpreter._version import __version__
+from interpreter.client._retry import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_MAX_RETRIES,
+    RetryPolicy,
+    check_max_retries,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8700"
 URL_ENV = "INTERP_URL"
 API_KEY_ENV = "INTERP_API_KEY"
+MAX_RETRIES_ENV = "INTERP_MAX_RETRIES"
 
 
 def client_settings(
@@ -26,6 +33,18 @@ def client_settings(
         all_headers["Authorization"] = f"Bearer {key}"
     all_headers.update(headers or {})
     return url, all_headers
+
+
+def retry_policy(max_retries: int | None, retry_backoff: float | None) -> RetryPolicy:
+    """The retry policy; the argument wins over ``$INTERP_MAX_RETRIES``, then the default 2."""
+    if max_retries is not None:
+        count = check_max_retries(max_retries, "max_retries")
+    elif (env := os.environ.get(MAX_RETRIES_ENV)) is not None and env.strip():
+        count = check_max_retries(env, f"${MAX_RETRIES_ENV}")
+    else:
+        count = DEFAULT_MAX_RETRIES
+    backoff = DEFAULT_BACKOFF_S if retry_backoff is None else retry_backoff
+    return RetryPolicy(max_retries=count, backoff_s=backoff)
 
 
 #: Requests go out as two writes (headers, then body); without TCP_NODELAY, Nagle's

@@ -158,6 +158,19 @@ class _RunResultBase(Generic[A]):
         return self.execution.state_lost
 
     @property
+    def reason(self) -> str | None:
+        """Why the run ended abnormally (``timeout``, ``oom_killed``, ``exit:1``, ...), or None."""
+        return self.execution.reason
+
+    @property
+    def generation(self) -> int | None:
+        """The kernel generation that ran it: 1 for the first kernel, +1 at each restart.
+
+        Pass it as ``generation=`` to ``interrupt`` or ``restart`` to act only on that kernel.
+        """
+        return self.execution.generation
+
+    @property
     def truncated(self) -> bool:
         """True when stdout/stderr were cut; the full text is an artifact."""
         return self.execution.truncated

@@ -5,15 +5,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent
 
 from interpreter.client import protocol as proto
-from interpreter.client._config import SOCKET_OPTIONS, client_settings, request_timeout
+from interpreter.client._config import (
+    SOCKET_OPTIONS,
+    client_settings,
+    request_timeout,
+    retry_policy,
+)
 from interpreter.client._errors import (
     ConflictError,
     ConnectionFailed,
@@ -22,7 +28,7 @@ from interpreter.client._errors import (
 )
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import Artifact, RunResult
-from interpreter.client._sse import SSEDecoder
+from interpreter.client._retry import connection_failed
 from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
 
@@ -41,6 +47,14 @@ class Client:
             code (``run``, ``stream``, rebuilds) have no read timeout: give ``timeout_s``.
         transport: A custom httpx transport (tests use ``httpx.MockTransport``).
         headers: Extra headers sent with every request.
+        max_retries: How many times a failed call is sent again (``429``, ``502``,
+            ``503``, ``504``, connection failures; see ``interpreter.client._retry`` for
+            which calls are safe to repeat). Defaults to ``$INTERP_MAX_RETRIES``, else 2;
+            0 sends every call once. ``run``, ``stream`` and ``create_session`` carry an
+            ``Idempotency-Key`` (one per call, the same on its retries), so a retried run
+            never runs twice.
+        retry_backoff: Seconds before the first retry (default 0.5), doubling up to 8 s,
+            with jitter; a ``Retry-After`` from the service is used instead when given.
 
     Example:
         >>> from interpreter.client import Client
@@ -58,8 +72,11 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         headers: dict[str, str] | None = None,
+        max_retries: int | None = None,
+        retry_backoff: float | None = None,
     ) -> None:
         self.base_url, all_headers = client_settings(base_url, api_key, headers)
+        self.retry = retry_policy(max_retries, retry_backoff)
         self._timeout = httpx.Timeout(timeout)
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -149,47 +166,67 @@ class Client:
         return f"<Client {self.base_url}>"
 
     def _call(self, call: proto.Call[T]) -> T:
-        """Send one call and parse its answer; errors become SDK exceptions."""
-        with self._mapped_errors():
-            resp = self._http.request(
-                call.method,
-                call.url,
-                json=call.json,
-                content=call.content,
-                params=call.params,
-                headers=call.headers,
-                timeout=request_timeout(self._timeout, call),
-            )
-        proto.check_response(resp)
-        return call.parse(resp)
+        """Send one call (again, while the retry policy allows) and parse its answer."""
+        attempts = self.retry.start(call, self.base_url)
+        while True:
+            try:
+                resp = self._http.request(
+                    call.method,
+                    call.url,
+                    json=call.json,
+                    content=call.content,
+                    params=call.params,
+                    headers=call.headers,
+                    timeout=request_timeout(self._timeout, call),
+                )
+            except httpx.HTTPError as exc:
+                delay = attempts.after_error(exc)
+            else:
+                if resp.is_success:
+                    return call.parse(resp)
+                delay = attempts.after_response(resp)
+            time.sleep(delay)
 
     @contextmanager
-    def _stream(self, call: proto.Call[Any]) -> Iterator[tuple[Iterator[str], str | None]]:
-        """Send a call asking for server-sent events; yield its lines and execution id."""
-        with (
-            self._mapped_errors(),
-            self._http.stream(
-                call.method,
-                call.url,
-                json=call.json,
-                params=call.params,
-                headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
-                timeout=request_timeout(self._timeout, call),
-            ) as resp,
-        ):
-            if not resp.is_success:
-                resp.read()
-                proto.check_response(resp)
-            yield resp.iter_lines(), resp.headers.get(proto.EXECUTION_ID_HEADER)
+    def _stream(
+        self, call: proto.Call[Any]
+    ) -> Iterator[tuple[Iterator[ServerSentEvent], str | None]]:
+        """Send a call asking for server-sent events; yield its events and execution id.
+
+        Only the request is retried; once events flow, a break is the caller's to handle.
+        """
+        attempts = self.retry.start(call, self.base_url)
+        while True:
+            stack = ExitStack()
+            try:
+                resp = stack.enter_context(
+                    self._http.stream(
+                        call.method,
+                        call.url,
+                        json=call.json,
+                        params=call.params,
+                        headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
+                        timeout=request_timeout(self._timeout, call),
+                    )
+                )
+            except httpx.HTTPError as exc:
+                delay = attempts.after_error(exc)
+            else:
+                if resp.is_success:
+                    break
+                with stack, self._mapped_errors():
+                    resp.read()
+                delay = attempts.after_response(resp)
+            time.sleep(delay)
+        with stack, self._mapped_errors():
+            yield EventSource(resp).iter_sse(), resp.headers.get(proto.EXECUTION_ID_HEADER)
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:
         try:
             yield
-        except httpx.TimeoutException as exc:
-            raise ConnectionFailed(f"timed out talking to {self.base_url}: {exc!r}") from exc
         except httpx.HTTPError as exc:
-            raise ConnectionFailed(f"cannot talk to {self.base_url}: {exc}") from exc
+            raise connection_failed(self.base_url, exc) from exc
 
 
 class Session:
@@ -265,19 +302,14 @@ class Session:
         call = proto.stream_request(self.id, code, timeout_s, idempotency_key)
         execution_id: str | None = None
         try:
-            with self.client._stream(call) as (lines, execution_id):
-                decoder = SSEDecoder()
-                with self.client._mapped_errors():
-                    for line in lines:
-                        for event in proto.decode_line(decoder, line):
-                            if isinstance(event, Execution):
-                                yield DoneEvent(event, self._wrap(event))
-                                return
-                            yield event
-                for event in proto.decode_last(decoder):
+            with self.client._stream(call) as (events, execution_id):
+                for sse in events:
+                    event = proto.decode_event(sse)
                     if isinstance(event, Execution):
                         yield DoneEvent(event, self._wrap(event))
                         return
+                    if event is not None:
+                        yield event
         except ConnectionFailed:
             if execution_id is None:
                 raise
@@ -360,9 +392,18 @@ class Session:
             Path(dest).write_bytes(data)
         return data
 
-    def list(self, path: str = "") -> FileList:
-        """List a workspace directory (the workspace root by default)."""
+    def list_files(self, path: str = "") -> FileList:
+        """List a workspace directory (the workspace root by default).
+
+        Example:
+            >>> [e.path for e in session.list_files().entries]  # doctest: +SKIP
+            ['data', 'out.txt']
+        """
         return self.client._call(proto.list_files(self.id, path))
+
+    def list(self, path: str = "") -> FileList:
+        """The same as :meth:`list_files` (the older name)."""
+        return self.list_files(path)
 
     def delete_file(self, path: str) -> None:
         """Delete one workspace file."""

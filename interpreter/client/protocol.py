@@ -8,12 +8,16 @@ repeats the wire details, and tests can check a call without any network.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
+from httpx_sse import ServerSentEvent
 from pydantic import ValidationError
 
 from interpreter.client._errors import (
@@ -34,7 +38,6 @@ from interpreter.client._events import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.client._sse import ServerSentEvent, SSEDecoder
 from interpreter.models import (
     ClearEvent,
     ErrorInfo,
@@ -173,17 +176,35 @@ def error_from_response(resp: httpx.Response) -> APIError:
         message = resp.text.strip()[:500]
     if not message:
         message = resp.reason_phrase or f"HTTP {resp.status_code}"
-    retry_after: float | None = None
-    if "retry-after" in resp.headers:
-        try:
-            retry_after = float(resp.headers["retry-after"])
-        except ValueError:
-            retry_after = None
+    retry_after = parse_retry_after(resp.headers.get("retry-after"))
     if resp.status_code >= 500:
         cls: type[APIError] = ServerError
     else:
         cls = _STATUS_CLASSES.get(resp.status_code, BadRequestError)
     return cls(message, status=resp.status_code, code=code, retry_after=retry_after)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value: delta seconds or an HTTP date.
+
+    None when the header is absent or unreadable; a date in the past gives 0.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if 0 <= seconds < float("inf") else None
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # a "-0000" zone; HTTP dates are UTC
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def check_response(resp: httpx.Response) -> None:
@@ -230,8 +251,14 @@ def create_session(
     )
 
 
-def _idempotency(key: str | None) -> dict[str, str] | None:
-    return {IDEMPOTENCY_HEADER: key} if key is not None else None
+def new_idempotency_key() -> str:
+    """A fresh key for one logical call; every retry of that call reuses it."""
+    return str(uuid.uuid4())
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    """The caller's key, or a fresh one: a retry of the call can then never act twice."""
+    return {IDEMPOTENCY_HEADER: key if key is not None else new_idempotency_key()}
 
 
 def _fence(generation: int | None) -> dict[str, str] | None:
@@ -344,10 +371,13 @@ def stream_request(
 def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
     """Turn one server-sent event into a typed event, or the final Execution for ``done``.
 
-    Unknown event names give ``None``, so an older SDK keeps working with a newer service.
+    Unknown event names give ``None``, so an older SDK keeps working with a newer service;
+    so does an event without data (every event of the service carries a JSON object).
     """
+    if not sse.data:
+        return None
     try:
-        data = json.loads(sse.data) if sse.data else {}
+        data = json.loads(sse.data)
         if sse.event == "stdout":
             return StdoutEvent(TextChunk.model_validate(data).text)
         if sse.event == "stderr":
@@ -363,20 +393,6 @@ def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
     except (ValueError, ValidationError) as exc:
         raise ConnectionFailed(f"malformed {sse.event!r} event in the stream: {exc}") from exc
     return None
-
-
-def decode_line(decoder: SSEDecoder, line: str) -> list[ProgressEvent | Execution]:
-    """Feed one line; the typed events it completes (none, or one)."""
-    sse = decoder.feed(line)
-    event = decode_event(sse) if sse is not None else None
-    return [event] if event is not None else []
-
-
-def decode_last(decoder: SSEDecoder) -> list[ProgressEvent | Execution]:
-    """At the end of the stream: an event left without its closing blank line."""
-    sse = decoder.flush()
-    event = decode_event(sse) if sse is not None else None
-    return [event] if event is not None else []
 
 
 STREAM_ENDED_EARLY = "the event stream ended before the execution finished"

@@ -79,6 +79,7 @@ class FakeService:
             "status": "ok",
             "started_at": NOW,
             "duration_ms": 3.5,
+            "generation": self.sessions[sid].get("generation", 1),
         }
         if code.startswith("raise"):
             tb = ["Traceback (most recent call last):", "ValueError: bad"]
@@ -177,10 +178,12 @@ class FakeService:
                 return httpx.Response(502, text="<html>Bad Gateway</html>")
             execution = self.execution(sid, code)
             if request.headers.get("accept") == "text/event-stream":
-                if code in ("resume", "broken"):
+                if code in ("resume", "broken", "cutdone"):
                     state["pending"] = execution
                     state["polls"] = 0
                     first = b'event: stdout\ndata: {"text":"x"}\n\n'
+                    if code == "cutdone":  # the connection drops inside the final event
+                        first += b'event: done\ndata: {"id": "ex'
 
                     def body() -> Iterator[bytes]:
                         yield first
@@ -258,7 +261,9 @@ def fake() -> FakeService:
 
 @pytest.fixture
 def client(fake: FakeService) -> Client:
-    return Client("http://svc.test", api_key=KEY, transport=httpx.MockTransport(fake))
+    # Retries have their own tests (test_client_retry.py); here each error shows at once.
+    transport = httpx.MockTransport(fake)
+    return Client("http://svc.test", api_key=KEY, transport=transport, max_retries=0)
 
 
 # ------------------------------------------------------------------------------- sync
@@ -305,6 +310,8 @@ def test_timeout_raises_execution_error_with_status_as_name(client: Client) -> N
     session = client.create_session()
     result = session.run("sleep", timeout_s=1)
     assert result.status == "timeout" and result.state_lost
+    assert (result.reason, result.generation) == ("timeout", 1)
+    assert (session.run("x").reason, session.run("x").generation) == (None, 1)
     with pytest.raises(ExecutionError) as info:
         result.raise_for_error()
     assert info.value.ename == "timeout"
@@ -390,7 +397,7 @@ def test_unreachable_service_raises_connection_failed() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    client = Client("http://svc.test", transport=httpx.MockTransport(refuse))
+    client = Client("http://svc.test", transport=httpx.MockTransport(refuse), max_retries=0)
     with pytest.raises(ConnectionFailed, match=r"cannot talk to http://svc\.test"):
         client.list_sessions()
 
@@ -438,7 +445,7 @@ def test_stream_cut_short_raises_connection_failed(client: Client) -> None:
     assert seen == [StdoutEvent("x")]
 
 
-@pytest.mark.parametrize("code", ["resume", "broken"])
+@pytest.mark.parametrize("code", ["resume", "broken", "cutdone"])
 def test_broken_stream_resumes_by_polling_the_execution(
     client: Client, fake: FakeService, code: str
 ) -> None:
@@ -468,6 +475,35 @@ def test_files_upload_download_list_delete(client: Client, tmp_path: Path) -> No
     session.delete_file("raw.bin")
     with pytest.raises(NotFoundError):
         session.download("raw.bin")
+
+
+def test_list_files_is_the_readme_name_and_list_its_alias(
+    client: Client, fake: FakeService
+) -> None:
+    session = client.create_session()
+    session.upload("d/a.txt", "1")
+    assert [e.path for e in session.list_files().entries] == ["d/a.txt"]
+    session.list_files("d")
+    assert fake.requests[-1].url.params["path"] == "d"
+    assert session.list("d") == session.list_files("d")
+
+
+def test_execute_and_create_carry_an_idempotency_key_per_call(
+    client: Client, fake: FakeService
+) -> None:
+    session = client.create_session()
+    created = fake.requests[-1].headers["idempotency-key"]
+    session.run("x")
+    session.run("x")
+    list(session.stream("x"))
+    keys = [r.headers["idempotency-key"] for r in fake.requests if r.url.path.endswith("/execute")]
+    assert len(set([created, *keys])) == 4  # a fresh key for every logical call
+    session.run("x", idempotency_key="mine")
+    assert fake.requests[-1].headers["idempotency-key"] == "mine"  # the caller's is kept
+    session.refresh()
+    session.interrupt()
+    assert "idempotency-key" not in fake.requests[-2].headers  # nor on GET
+    assert "idempotency-key" not in fake.requests[-1].headers  # nor where it is not honoured
 
 
 def test_file_paths_are_percent_encoded(client: Client, fake: FakeService) -> None:
@@ -528,7 +564,8 @@ def test_base_url_path_prefix_is_kept(fake: FakeService) -> None:
 
 @pytest.fixture
 def aclient(fake: FakeService) -> AsyncClient:
-    return AsyncClient("http://svc.test", api_key=KEY, transport=httpx.MockTransport(fake))
+    transport = httpx.MockTransport(fake)
+    return AsyncClient("http://svc.test", api_key=KEY, transport=transport, max_retries=0)
 
 
 async def test_async_session_runs_streams_and_deletes(
@@ -554,6 +591,9 @@ async def test_async_awaitable_session_files_and_errors(aclient: AsyncClient) ->
         await session.upload("f.txt", "hello")
         assert await session.download("f.txt") == b"hello"
         assert [e.name for e in (await session.list()).entries] == ["f.txt"]
+        assert [e.name for e in (await session.list_files()).entries] == ["f.txt"]
+        timed_out = await session.run("sleep")
+        assert (timed_out.reason, timed_out.generation) == ("timeout", 1)
         with pytest.raises(ExecutionError):
             await session.run("raise", raise_on_error=True)
         with pytest.raises(BusyError):
@@ -587,3 +627,40 @@ def test_sdk_imports_neither_server_nor_docker_code() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_every_sdk_name_the_readme_uses_exists() -> None:
+    """The README's SDK paragraph names only methods and attributes that exist, in both
+    clients."""
+    import inspect
+
+    import interpreter.client as sdk
+    from interpreter.client import AsyncRunResult, AsyncSession, RunResult, Session
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("- **Python SDK**", 1)[1].split("\n- **MCP**", 1)[0]
+    names: set[str] = set()
+    for token in re.findall(r"`([^`]+)`", paragraph):
+        if "-" in token:  # a header name: Retry-After
+            continue
+        if m := re.match(r"\.?([A-Za-z_]\w*)", token):
+            names.add(m.group(1))
+        names |= set(re.findall(r"(\w+)=", token))  # keyword arguments: restart(recover=True)
+    names -= {"interpreter", "GET", "PUT", "DELETE", "INTERP_MAX_RETRIES"}
+    assert {"list_files", "reason", "generation", "max_retries"} <= names
+    arguments = {
+        name
+        for f in (Session.run, Session.stream, Session.restart, Client, AsyncClient)
+        for name in inspect.signature(f).parameters
+    }
+    pairs = [(Client, AsyncClient), (Session, AsyncSession), (RunResult, AsyncRunResult)]
+    for sync, async_ in pairs:
+        for name in names:
+            if hasattr(sync, name):
+                assert hasattr(async_, name), f"{async_.__name__} lacks {name}"
+    missing = [
+        n
+        for n in sorted(names)
+        if not any(hasattr(t, n) for t in (Client, Session, RunResult, sdk)) and n not in arguments
+    ]
+    assert missing == []

@@ -1,5 +1,5 @@
 """The small pure parts around a live session: the restart budget, execution events and
-their wire form (decoded by the SDK's own decoder), and a handle's subscriptions."""
+their wire form (read as the SDK reads it), and a handle's subscriptions."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+import httpx
 import pytest
+from httpx_sse import EventSource
 
 from interpreter.api.events import sse_frame
-from interpreter.client._sse import SSEDecoder
 from interpreter.client.protocol import decode_event
 from interpreter.handle import (
     Done,
@@ -54,9 +55,10 @@ EVENTS: list[Event] = [
 
 
 def decode(frame: str) -> object:
-    decoder = SSEDecoder()
-    decoded = [decoder.feed(line) for line in frame.split("\n")]
-    events = [sse for sse in decoded if sse is not None]
+    resp = httpx.Response(
+        200, content=frame.encode(), headers={"content-type": "text/event-stream"}
+    )
+    events = list(EventSource(resp).iter_sse())
     assert len(events) == 1, frame
     return decode_event(events[0])
 
