@@ -46,6 +46,14 @@ async def _session_walk(client: MCPClient) -> None:
     run_code = next(t for t in listed.tools if t.name == "run_code")
     assert run_code.input_schema["required"] == ["code"]
     assert "persistent" in (run_code.description or "")
+    # What the service told the server at startup, not hard-coded text.
+    assert "Backend: local" in (run_code.description or "")
+    assert "pandas" in (run_code.description or "")
+    assert run_code.output_schema is not None
+    assert run_code.output_schema["properties"]["stdout"] == {
+        "type": "string",
+        "description": "What the code printed (long text cut).",
+    }
 
     first = await client.call_tool("run_code", {"code": "total = sum(range(10))"})
     assert not first.is_error and "status: ok" in _texts(first)
@@ -67,9 +75,18 @@ async def _session_walk(client: MCPClient) -> None:
     assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
     assert "DataFrame: 3 rows x 2 columns" in _texts(plot)
     assert "x (int64), y (float64)" in _texts(plot)
+    data = plot.structured_content
+    assert data is not None and data["status"] == "ok"
+    frame, chart = data["outputs"]
+    assert frame["dataframe"]["shape"] == [3, 2] and frame["chart"] is None
+    assert chart["chart"]["axes"][0]["title"] == "growth"
+    assert chart["artifact_ids"] and set(chart["artifact_ids"]) <= set(data["artifact_ids"])
 
+    # An error in the user's code is an error result, with its data kept.
     failed = await client.call_tool("run_code", {"code": "undefined_name + 1"})
-    assert not failed.is_error and "NameError" in _texts(failed)
+    assert failed.is_error and "NameError" in _texts(failed)
+    assert failed.structured_content is not None
+    assert failed.structured_content["error"]["ename"] == "NameError"
 
     await client.call_tool("upload_file", {"path": "in/data.csv", "content": "a\n1\n"})
     listing = await client.call_tool("list_files", {"path": "in"})
@@ -78,6 +95,9 @@ async def _session_walk(client: MCPClient) -> None:
     assert _texts(read) == "a\n1\n"
     notebook = await client.call_tool("get_notebook", {})
     assert "total = sum(range(10))" in _texts(notebook)
+    # Charts are described, not shown as "<Figure size 640x480 with 1 Axes>".
+    assert "[chart]\nplot 1: line titled 'growth'" in _texts(notebook)
+    assert "<Figure size" not in _texts(notebook)
 
     bad = await client.call_tool("run_code", {"cod": "1"})
     assert bad.is_error and "missing required argument 'code'" in _texts(bad)
@@ -143,16 +163,50 @@ def mcp_http(local_server: Server) -> Iterator[str]:
 
 
 def test_mcp_over_streamable_http(mcp_http: str) -> None:
+    """A stateless (2026-07-28) client: each request stands alone, so it names its session."""
+
     async def main() -> None:
         with anyio.fail_after(60):
             async with MCPClient(mcp_http) as client:
                 names = [t.name for t in (await client.list_tools()).tools]
                 assert names == list(TOOL_NAMES)
-                await client.call_tool("run_code", {"code": "word = 'over http'"})
-                result = await client.call_tool("run_code", {"code": "word.upper()"})
+                first = await client.call_tool("run_code", {"code": "word = 'over http'"})
+                assert first.structured_content is not None
+                sid = first.structured_content["session_id"]
+                result = await client.call_tool(
+                    "run_code", {"code": "word.upper()", "session_id": sid}
+                )
                 assert "'OVER HTTP'" in _texts(result)
 
     anyio.run(main)
+
+
+def test_http_clients_never_share_a_session(local_server: Server, mcp_http: str) -> None:
+    """Two MCP sessions (handshake protocol): their own variables, their own session ids;
+    the interpreter session of a client that ends is deleted."""
+
+    async def main() -> str:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http, mode="legacy") as b:
+                async with MCPClient(mcp_http, mode="legacy") as a:
+                    set_a = await a.call_tool("run_code", {"code": "secret = 'from A'"})
+                    assert not set_a.is_error and set_a.structured_content is not None
+                    sid_a = set_a.structured_content["session_id"]
+                    read_a = await a.call_tool("run_code", {"code": "secret"})
+                    assert "'from A'" in _texts(read_a)
+                    read_b = await b.call_tool("run_code", {"code": "secret"})
+                    assert read_b.is_error and "NameError" in _texts(read_b)
+                    steal = await b.call_tool("run_code", {"code": "secret", "session_id": sid_a})
+                    assert steal.is_error and "unknown session" in _texts(steal)
+                    listed = await b.call_tool("list_sessions", {})
+                    assert sid_a not in _texts(listed)
+                # A's client ended (its MCP session was terminated): B still works.
+                again = await b.call_tool("run_code", {"code": "1 + 1"})
+                assert "2" in _texts(again)
+                return str(sid_a)
+
+    sid_a = anyio.run(main)
+    assert _session_ids(local_server)[sid_a] == "closed"
 
 
 def test_tool_list_and_result_conversion() -> None:
