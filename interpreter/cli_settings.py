@@ -24,6 +24,8 @@ from interpreter.settings import API_KEY_ENV, ENV_PREFIX, Settings
 #: ``INTERP_*`` variables read by other parts than the broker's settings.
 OTHER_VARIABLES: dict[str, str] = {
     "INTERP_URL": "the service URL for the SDK, the CLI and `interp mcp`",
+    "INTERP_MAX_RETRIES": "how often the SDK retries a failed request",
+    "INTERP_MCP_TOKENS": "the bearer tokens `interp mcp --http` accepts",
     "INTERP_VENV": "the virtualenv scripts/serve and scripts/test use",
     "INTERP_CACHE_DIR": "the kernel image build cache",
     "INTERP_BASE_IMAGE": "the kernel image's base",

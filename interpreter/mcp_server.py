@@ -6,7 +6,21 @@ through the async SDK client (``interp mcp`` starts an embedded service when no 
 given).
 
 Transports: stdio (the default; what desktop MCP hosts launch) and streamable HTTP
-(``--http PORT``, loopback by default, at ``/mcp``).
+(``--http PORT``, loopback by default, at ``/mcp``; a bearer token is required to bind
+anything else).
+
+Each MCP client gets its own tool executor, so its own current interpreter session:
+
+- stdio: the one client of the process; its sessions are deleted when stdin closes;
+- streamable HTTP with a session (``Mcp-Session-Id``, protocol versions up to
+  2025-11-25): one executor per MCP session; a client may only name sessions it created,
+  and they are deleted when the MCP session ends (terminated or expired);
+- streamable HTTP without a session (the stateless 2026-07-28 protocol): each request
+  stands alone, so a call without ``session_id`` runs in a new interpreter session whose
+  id the result gives (session ids are 144-bit random, so knowing one is the right to use
+  it); those sessions are deleted when the server stops.
+
+``keep_sessions`` keeps every session instead (their notebooks stay readable anyway).
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
@@ -26,7 +41,16 @@ from mcp.server.stdio import stdio_server
 
 from interpreter._version import __version__
 from interpreter.client import AsyncClient, ClientError
-from interpreter.tools import TOOLS, AsyncToolExecutor, ImagePart, ToolCall, ToolResult
+from interpreter.mcp_auth import BearerAuth
+from interpreter.mcp_executor import StreamingToolExecutor, reporter
+from interpreter.mcp_service import ServiceFacts, service_facts
+from interpreter.tools import (
+    RUN_CODE_OUTPUT_SCHEMA,
+    TOOLS,
+    ImagePart,
+    ToolCall,
+    ToolResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +91,41 @@ class Target:
     api_key: str | None = None
 
 
-def mcp_tools() -> list[types.Tool]:
-    """The tool list as MCP ``Tool`` objects."""
-    return [
-        types.Tool(
-            name=t.name,
-            description=t.description,
-            input_schema=t.parameters,
-            annotations=_ANNOTATIONS.get(t.name),
+@dataclass(frozen=True)
+class Options:
+    """How the MCP server treats its clients."""
+
+    #: Keep the interpreter sessions a connection created when it ends.
+    keep_sessions: bool = False
+    #: stdio has one client; HTTP has many.
+    transport: Literal["stdio", "http"] = "stdio"
+
+
+def mcp_tools(facts: ServiceFacts | None = None) -> list[types.Tool]:
+    """The tool list as MCP ``Tool`` objects; ``facts`` about the service (backend, limits,
+    packages) are added to the description of ``run_code``."""
+    tools = []
+    for t in TOOLS:
+        description = t.description
+        if t.name == "run_code" and facts is not None:
+            description += "\n\n" + facts.describe()
+        tools.append(
+            types.Tool(
+                name=t.name,
+                description=description,
+                input_schema=t.parameters,
+                output_schema=RUN_CODE_OUTPUT_SCHEMA if t.name == "run_code" else None,
+                annotations=_ANNOTATIONS.get(t.name),
+            )
         )
-        for t in TOOLS
-    ]
+    return tools
 
 
 def to_call_result(result: ToolResult) -> types.CallToolResult:
-    """Text parts become text content, images become MCP image content, in order."""
+    """Text parts become text content, images become MCP image content, in order.
+
+    Code that failed (raised, timed out, was interrupted, killed its kernel) is an error
+    result for MCP, with its structured data kept."""
     content: list[types.TextContent | types.ImageContent] = []
     for part in result.parts:
         if isinstance(part, ImagePart):
@@ -92,35 +136,99 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
             )
         else:
             content.append(types.TextContent(text=part.text))
-    return types.CallToolResult(content=list(content), is_error=result.is_error)
+    return types.CallToolResult(
+        content=list(content),
+        structured_content=result.structured,
+        is_error=result.is_error or result.code_failed,
+    )
 
 
-def build_server(target: Target) -> Server[AsyncToolExecutor]:
-    """The MCP server object; its lifespan owns the SDK client and the tool executor.
+class Connections:
+    """The tool executors of the live MCP connections, one each, on one SDK client."""
 
-    Sessions the executor created are deleted when the server stops (their notebooks
-    stay readable on the service).
+    def __init__(self, client: AsyncClient, facts: ServiceFacts, options: Options) -> None:
+        self.client = client
+        self.facts = facts
+        self.options = options
+        self.tools = mcp_tools(facts)
+        self._live: set[StreamingToolExecutor] = set()
+        self._stdio = StreamingToolExecutor(client)
+        self._live.add(self._stdio)
+        #: Sessions made by stateless HTTP requests, deleted when the server stops.
+        self._stateless = StreamingToolExecutor(client)
+        self._live.add(self._stateless)
+
+    def executor(self, ctx: ServerRequestContext[Any, Any]) -> StreamingToolExecutor:
+        """The executor of the client this request came from (see the module)."""
+        if self.options.transport == "stdio":
+            return self._stdio
+        # The SDK keeps per-connection state and teardown on its Connection object; the
+        # request context reaches it only through its session (no public accessor yet).
+        connection = ctx.session._connection
+        if connection.session_id is None:
+            return StreamingToolExecutor(self.client)
+        executor = connection.state.get(_STATE_KEY)
+        if not isinstance(executor, StreamingToolExecutor):
+            executor = StreamingToolExecutor(self.client, own_sessions_only=True)
+            connection.state[_STATE_KEY] = executor
+            self._live.add(executor)
+            connection.exit_stack.push_async_callback(self.release, executor)
+        return executor
+
+    def forget(self, executor: StreamingToolExecutor) -> None:
+        """After a stateless request: its sessions are deleted when the server stops."""
+        if executor not in self._live:
+            self._stateless.adopt(executor.created)
+
+    async def release(self, executor: StreamingToolExecutor) -> None:
+        """A connection ended: delete its sessions (unless kept)."""
+        if executor not in self._live:
+            return
+        self._live.discard(executor)
+        if not self.options.keep_sessions:
+            with anyio.CancelScope(shield=True), contextlib.suppress(ClientError):
+                await executor.close()
+
+    async def close(self) -> None:
+        for executor in list(self._live):
+            await self.release(executor)
+
+
+_STATE_KEY = "interp.executor"
+
+
+def build_server(target: Target, options: Options | None = None) -> Server[Connections]:
+    """The MCP server object; its lifespan owns the SDK client and the connections.
+
+    Sessions a connection created are deleted when it ends, or when the server stops
+    (their notebooks stay readable on the service), unless ``options.keep_sessions``.
     """
+    opts = options or Options()
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: Server[AsyncToolExecutor]) -> AsyncIterator[AsyncToolExecutor]:
+    async def lifespan(_: Server[Connections]) -> AsyncIterator[Connections]:
         async with AsyncClient(target.url, api_key=target.api_key, timeout=60) as client:
-            executor = AsyncToolExecutor(client)
+            connections = Connections(client, await service_facts(client), opts)
             try:
-                yield executor
+                yield connections
             finally:
-                with anyio.CancelScope(shield=True), contextlib.suppress(ClientError):
-                    await executor.close()
+                await connections.close()
 
     async def list_tools(
-        ctx: ServerRequestContext[AsyncToolExecutor], params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Connections], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=mcp_tools())
+        return types.ListToolsResult(tools=ctx.lifespan_context.tools)
 
     async def call_tool(
-        ctx: ServerRequestContext[AsyncToolExecutor], params: types.CallToolRequestParams
+        ctx: ServerRequestContext[Connections], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        executor = ctx.lifespan_context
+        connections = ctx.lifespan_context
+        executor = connections.executor(ctx)
+
+        async def report(progress: float, message: str) -> None:
+            await ctx.session.report_progress(progress, None, message)
+
+        token = reporter.set(report)
         try:
             result = await executor.execute(ToolCall(params.name, dict(params.arguments or {})))
         except ClientError as exc:
@@ -128,6 +236,9 @@ def build_server(target: Target) -> Server[AsyncToolExecutor]:
             return types.CallToolResult(
                 content=[types.TextContent(text=f"Error: {exc}")], is_error=True
             )
+        finally:
+            reporter.reset(token)
+            connections.forget(executor)
         return to_call_result(result)
 
     return Server(
@@ -141,32 +252,56 @@ def build_server(target: Target) -> Server[AsyncToolExecutor]:
     )
 
 
-async def serve_stdio(target: Target) -> None:
+async def serve_stdio(target: Target, options: Options | None = None) -> None:
     """Serve MCP over this process's stdin/stdout until the host closes it."""
-    server = build_server(target)
+    server = build_server(target, options)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def serve_http(target: Target, *, host: str, port: int) -> None:
-    """Serve MCP over streamable HTTP at ``http://host:port/mcp``."""
+async def serve_http(
+    target: Target,
+    *,
+    host: str,
+    port: int,
+    tokens: list[str] | None = None,
+    options: Options | None = None,
+) -> None:
+    """Serve MCP over streamable HTTP at ``http://host:port/mcp``; with ``tokens``, every
+    request needs ``Authorization: Bearer <one of them>``."""
     import uvicorn
 
-    server = build_server(target)
-    app = server.streamable_http_app(host=host)
+    opts = options or Options(transport="http")
+    server = build_server(target, opts)
+    app: Any = server.streamable_http_app(host=host)
+    if tokens:
+        app = BearerAuth(app, tokens)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    print(f"MCP (streamable HTTP) on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+    auth = "bearer token required" if tokens else "no authentication"
+    print(
+        f"MCP (streamable HTTP) on http://{host}:{port}/mcp ({auth})", file=sys.stderr, flush=True
+    )
     await uvicorn.Server(config).serve()
 
 
-def run(target: Target, *, http_port: int | None = None, host: str = "127.0.0.1") -> int:
+def run(
+    target: Target,
+    *,
+    http_port: int | None = None,
+    host: str = "127.0.0.1",
+    tokens: list[str] | None = None,
+    keep_sessions: bool = False,
+) -> int:
     """Run the MCP server until it is closed. Returns the process exit status."""
     if http_port is None:
-        anyio.run(serve_stdio, target)
+        anyio.run(serve_stdio, target, Options(keep_sessions=keep_sessions))
     else:
-        anyio.run(_serve_http, target, host, http_port)
+        options = Options(keep_sessions=keep_sessions, transport="http")
+        anyio.run(_serve_http, target, host, http_port, tokens, options)
     return 0
 
 
-async def _serve_http(target: Target, host: str, port: int) -> None:
-    await serve_http(target, host=host, port=port)
+async def _serve_http(
+    target: Target, host: str, port: int, tokens: list[str] | None, options: Options
+) -> None:
+    await serve_http(target, host=host, port=port, tokens=tokens, options=options)

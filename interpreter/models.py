@@ -221,6 +221,32 @@ class Execution(BaseModel):
     )
 
 
+class ServiceLimits(BaseModel):
+    memory_mb: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+
+
+class ServiceInfo(BaseModel):
+    """Body of ``GET /v1/info``: what code run by this service can expect."""
+
+    version: str
+    backend: str = Field(..., description="'docker' or 'local'.")
+    isolated: bool = Field(..., description="Each session runs in its own container.")
+    network: bool = Field(..., description="Kernels can reach the network.")
+    default_timeout_s: float
+    max_timeout_s: float
+    default_limits: ServiceLimits | None = Field(
+        None, description="Per-session limits when none are asked for; null: none enforced."
+    )
+    max_limits: ServiceLimits | None = Field(
+        None, description="The most a session may ask for; null: none enforced."
+    )
+    packages: dict[str, str] = Field(
+        default_factory=dict, description="Python packages of the kernel and their versions."
+    )
+
+
 class FileEntry(BaseModel):
     name: str
     path: str

@@ -24,6 +24,7 @@ _MODELS: list[type[BaseModel]] = [
     models.TextChunk,
     models.ClearEvent,
     models.ErrorInfo,
+    models.ServiceInfo,
 ]
 
 
@@ -66,6 +67,12 @@ def openapi_document() -> dict[str, Any]:
         "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
     }
     paths: dict[str, Any] = {
+        "/v1/info": {
+            "get": {
+                "summary": "The backend, limits and kernel packages of this service",
+                "responses": {"200": _json(models.ServiceInfo, "OK"), **_errors(401)},
+            },
+        },
         "/v1/sessions": {
             "post": {
                 "summary": "Create a session (optionally rebuilt from a notebook)",

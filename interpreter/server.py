@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import sys
@@ -17,7 +16,7 @@ from typing import Any, TypeVar
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from interpreter import backends
+from interpreter import backends, exposure
 from interpreter.api.app import make_app
 from interpreter.api.base import DRAIN_LIMIT
 from interpreter.broker import SessionBroker
@@ -28,22 +27,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_bind(settings: Settings) -> None:
     """Refuse to expose an unauthenticated service beyond this machine."""
-    if not settings.api_keys and not is_loopback(settings.host):
-        raise SystemExit(
-            f"Refusing to bind {settings.host} without an API key: pass --api-key KEY (or set "
-            "INTERP_API_KEY), or bind 127.0.0.1."
-        )
+    exposure.check_bind(settings.host, authenticated=bool(settings.api_keys))
 
 
 @dataclass

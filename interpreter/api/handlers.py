@@ -11,6 +11,7 @@ from tornado.iostream import StreamClosedError
 
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
+from interpreter.api.info import service_info
 from interpreter.errors import FileNotFoundInWorkspace
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
@@ -211,6 +212,11 @@ class HealthHandler(BaseHandler):
         )
 
 
+class InfoHandler(BaseHandler):
+    async def get(self) -> None:
+        self.send_json(await service_info(self.broker.backend, self.conf))
+
+
 class MetricsHandler(BaseHandler):
     async def get(self) -> None:
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -242,6 +248,7 @@ def route_table(deps: dict[str, Any]) -> list[tuple[str, type[BaseHandler], dict
         (r"/healthz", HealthHandler, deps),
         (r"/metrics", MetricsHandler, deps),
         (r"/v1/openapi\.json", OpenAPIHandler, deps),
+        (r"/v1/info", InfoHandler, deps),
         (r"/v1/sessions/?", SessionsHandler, deps),
         (rf"/v1/sessions/{sid}", SessionHandler, deps),
         (rf"/v1/sessions/{sid}/execute", ExecuteHandler, deps),

@@ -33,7 +33,7 @@ from interpreter.client._errors import (
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import AsyncArtifact, AsyncRunResult
 from interpreter.client._retry import connection_failed
-from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList
+from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList, ServiceInfo
 from interpreter.models import Session as SessionInfo
 
 T = TypeVar("T")
@@ -128,6 +128,10 @@ class AsyncClient:
     async def delete_session(self, session_id: str) -> None:
         """Stop a session's kernel; its notebook and artifacts stay readable."""
         await self._call(proto.delete_session(session_id))
+
+    async def info(self) -> ServiceInfo:
+        """The service's backend, limits and kernel packages (``GET /v1/info``)."""
+        return await self._call(proto.info())
 
     async def health(self) -> dict[str, Any]:
         """The service's liveness answer."""

@@ -29,7 +29,7 @@ from interpreter.client._errors import (
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import Artifact, RunResult
 from interpreter.client._retry import connection_failed
-from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList
+from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList, ServiceInfo
 from interpreter.models import Session as SessionInfo
 
 T = TypeVar("T")
@@ -140,6 +140,10 @@ class Client:
     def delete_session(self, session_id: str) -> None:
         """Stop a session's kernel; its notebook and artifacts stay readable."""
         self._call(proto.delete_session(session_id))
+
+    def info(self) -> ServiceInfo:
+        """The service's backend, limits and kernel packages (``GET /v1/info``)."""
+        return self._call(proto.info())
 
     def health(self) -> dict[str, Any]:
         """The service's liveness answer."""

@@ -44,6 +44,7 @@ from interpreter.models import (
     Execution,
     FileList,
     Output,
+    ServiceInfo,
     Session,
     SessionList,
     TextChunk,
@@ -344,6 +345,15 @@ def notebook(session_id: str) -> Call[dict[str, Any]]:
 def artifact(url: str) -> Call[bytes]:
     """Bytes behind an ``ArtifactRef.url`` (relative to the base URL, or absolute)."""
     return Call("GET", url, _parse_bytes)
+
+
+def _parse_service_info(resp: httpx.Response) -> ServiceInfo:
+    result: ServiceInfo = _model(ServiceInfo)(resp)
+    return result
+
+
+def info() -> Call[ServiceInfo]:
+    return Call("GET", "/v1/info", _parse_service_info)
 
 
 def health() -> Call[dict[str, Any]]:

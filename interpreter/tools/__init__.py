@@ -19,15 +19,18 @@ from __future__ import annotations
 
 from interpreter.tools.calls import ToolCall, ToolCallError, parse_tool_call, validate_arguments
 from interpreter.tools.executors import AsyncToolExecutor, ToolExecutor
-from interpreter.tools.logic import notebook_transcript
+from interpreter.tools.logic import RunStep, notebook_transcript
 from interpreter.tools.results import ImagePart, TextPart, ToolResult
 from interpreter.tools.specs import TOOL_NAMES, TOOLS, ToolFormat, ToolSpec, tool_definitions
+from interpreter.tools.structured import RUN_CODE_OUTPUT_SCHEMA, execution_data
 
 __all__ = [
+    "RUN_CODE_OUTPUT_SCHEMA",
     "TOOLS",
     "TOOL_NAMES",
     "AsyncToolExecutor",
     "ImagePart",
+    "RunStep",
     "TextPart",
     "ToolCall",
     "ToolCallError",
@@ -35,6 +38,7 @@ __all__ = [
     "ToolFormat",
     "ToolResult",
     "ToolSpec",
+    "execution_data",
     "notebook_transcript",
     "parse_tool_call",
     "tool_definitions",

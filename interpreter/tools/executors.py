@@ -10,8 +10,9 @@ from interpreter.client import (
     Client,
     ClientError,
 )
+from interpreter.models import Execution
 from interpreter.tools.calls import ToolCall, ToolCallError, parse_tool_call
-from interpreter.tools.logic import _ToolLogic
+from interpreter.tools.logic import RunStep, Step, _ToolLogic
 from interpreter.tools.results import ToolResult, error_result
 
 C = TypeVar("C", Client, AsyncClient)
@@ -27,15 +28,27 @@ class _ExecutorBase(Generic[C]):
         session_id: str | None = None,
         max_chars: int = 20_000,
         max_images: int = 4,
+        own_sessions_only: bool = False,
     ) -> None:
         self.client: C = client
-        self._logic = _ToolLogic(max_chars=max_chars, max_images=max_images)
+        self._logic = _ToolLogic(
+            max_chars=max_chars, max_images=max_images, own_sessions_only=own_sessions_only
+        )
         self._logic.session_id = session_id
 
     @property
     def session_id(self) -> str | None:
         """The current session, if one exists yet."""
         return self._logic.session_id
+
+    @property
+    def created(self) -> list[str]:
+        """The sessions this executor created, oldest first."""
+        return list(self._logic.created)
+
+    def adopt(self, session_ids: list[str]) -> None:
+        """Count these sessions as created here (``close`` deletes them)."""
+        self._logic.created.extend(s for s in session_ids if s not in self._logic.created)
 
 
 class ToolExecutor(_ExecutorBase[Client]):
@@ -49,6 +62,8 @@ class ToolExecutor(_ExecutorBase[Client]):
         session_id: Start with this session as the current one.
         max_chars: Characters kept of each long text in a result.
         max_images: Images attached to one ``run_code`` result at most.
+        own_sessions_only: Accept only session ids this executor created (for a server
+            that shares one API key among several clients).
 
     Example:
         >>> executor = ToolExecutor(Client())  # doctest: +SKIP
@@ -71,7 +86,7 @@ class ToolExecutor(_ExecutorBase[Client]):
             request = next(steps)
             while True:
                 try:
-                    value = self.client._call(request)
+                    value = self._send(request)
                 except ClientError as exc:
                     request = steps.throw(exc)
                 else:
@@ -80,8 +95,13 @@ class ToolExecutor(_ExecutorBase[Client]):
             result: ToolResult = stop.value
         except APIError as exc:
             result = error_result(exc.message + f" ({exc.code})")
+        except ToolCallError as exc:
+            result = error_result(str(exc))
         result.call_id = parsed.id
         return result
+
+    def _send(self, request: Step) -> Any:
+        return self.client._call(request.call() if isinstance(request, RunStep) else request)
 
     def close(self) -> None:
         """Delete the sessions this executor created."""
@@ -108,7 +128,7 @@ class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
             request = next(steps)
             while True:
                 try:
-                    value = await self.client._call(request)
+                    value = await self._send(request)
                 except ClientError as exc:
                     request = steps.throw(exc)
                 else:
@@ -117,8 +137,19 @@ class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
             result: ToolResult = stop.value
         except APIError as exc:
             result = error_result(exc.message + f" ({exc.code})")
+        except ToolCallError as exc:
+            result = error_result(str(exc))
         result.call_id = parsed.id
         return result
+
+    async def _send(self, request: Step) -> Any:
+        if isinstance(request, RunStep):
+            return await self.run(request)
+        return await self.client._call(request)
+
+    async def run(self, step: RunStep) -> Execution:
+        """Run code and wait for its execution; subclasses may stream it instead."""
+        return await self.client._call(step.call())
 
     async def close(self) -> None:
         """Delete the sessions this executor created."""

@@ -7,6 +7,7 @@ import base64
 import json
 import mimetypes
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from interpreter.client import (
@@ -14,27 +15,55 @@ from interpreter.client import (
     NotFoundError,
 )
 from interpreter.client import protocol as proto
-from interpreter.client.render import bundle_text, clip, render_execution, strip_ansi
-from interpreter.mime import MODEL_IMAGE_MIMES, SVG_MIME, is_image
+from interpreter.client.render import (
+    bundle_text,
+    chart_summary,
+    clip,
+    dataframe_summary,
+    render_execution,
+    strip_ansi,
+)
+from interpreter.mime import CHART_MIME, DATAFRAME_MIME, MODEL_IMAGE_MIMES, SVG_MIME, is_image
 from interpreter.models import Execution, FileList
 from interpreter.models import Session as SessionInfo
 from interpreter.tools.calls import ToolCall, ToolCallError, validate_arguments
 from interpreter.tools.results import ImagePart, TextPart, ToolResult, error_result
 from interpreter.tools.specs import TOOL_NAMES, TOOLS_BY_NAME
+from interpreter.tools.structured import execution_data
 
 # ------------------------------------------------------------------------- executors
 
+
+@dataclass(frozen=True)
+class RunStep:
+    """Run code in a session and receive its finished :class:`Execution`.
+
+    Yielded instead of a plain ``execute`` call so that an executor may run it its own
+    way (the MCP server streams it, to report progress and to interrupt it on cancel).
+    """
+
+    session_id: str
+    code: str
+    timeout_s: float | None = None
+
+    def call(self) -> proto.Call[Execution]:
+        """The plain request-and-wait form."""
+        return proto.execute(self.session_id, self.code, self.timeout_s)
+
+
 # Each tool is a generator that yields API calls and receives their results, so the sync and
 # async executors share one implementation and differ only in how they send a call.
-_Steps = Generator[proto.Call[Any], Any, ToolResult]
+Step = proto.Call[Any] | RunStep
+_Steps = Generator[Step, Any, ToolResult]
 
 
 class _ToolLogic:
     """What each tool does, written once as a sequence of API calls."""
 
-    def __init__(self, *, max_chars: int, max_images: int) -> None:
+    def __init__(self, *, max_chars: int, max_images: int, own_sessions_only: bool) -> None:
         self.max_chars = max_chars
         self.max_images = max_images
+        self.own_sessions_only = own_sessions_only
         self.session_id: str | None = None
         self.created: list[str] = []
 
@@ -52,9 +81,19 @@ class _ToolLogic:
 
     # -- sessions ---------------------------------------------------------------------
 
-    def _session(self, session_id: str | None) -> Generator[proto.Call[Any], Any, str]:
+    def _check_own(self, session_id: str | None) -> None:
+        """With ``own_sessions_only``, a session id must be one this executor created."""
+        if self.own_sessions_only and session_id and session_id not in self.created:
+            raise ToolCallError(
+                f"unknown session {session_id!r}: use a session created in this connection"
+                + (f" ({', '.join(self.created)})" if self.created else "")
+                + ", or omit session_id"
+            )
+
+    def _session(self, session_id: str | None) -> Generator[Step, Any, str]:
         """The session to act on: the given one, the current one, or a new one."""
         if session_id:
+            self._check_own(session_id)
             return session_id
         if self.session_id is None:
             info: SessionInfo = yield proto.create_session()
@@ -63,6 +102,7 @@ class _ToolLogic:
         return self.session_id
 
     def _tool_create_session(self, from_session: str | None = None) -> _Steps:
+        self._check_own(from_session)
         info: SessionInfo = yield proto.create_session(from_session=from_session)
         self.session_id = info.id
         self.created.append(info.id)
@@ -75,6 +115,8 @@ class _ToolLogic:
 
     def _tool_list_sessions(self) -> _Steps:
         sessions: list[SessionInfo] = yield proto.list_sessions()
+        if self.own_sessions_only:
+            sessions = [s for s in sessions if s.id in self.created]
         if not sessions:
             return ToolResult([TextPart("No sessions yet; run_code creates one.")])
         lines = []
@@ -107,7 +149,7 @@ class _ToolLogic:
         sid = yield from self._session(session_id)
         note = ""
         try:
-            execution: Execution = yield proto.execute(sid, code, timeout_s)
+            execution: Execution = yield RunStep(sid, code, timeout_s)
         except (NotFoundError, ConflictError):
             if session_id or sid not in self.created:
                 raise
@@ -118,7 +160,7 @@ class _ToolLogic:
                 f"Note: the previous session had ended, so this ran in a new session "
                 f"{sid}; earlier variables are gone."
             )
-            execution = yield proto.execute(sid, code, timeout_s)
+            execution = yield RunStep(sid, code, timeout_s)
         parts: list[TextPart | ImagePart] = [TextPart(note)] if note else []
         parts.extend(TextPart(block) for block in render_execution(execution, limit=self.max_chars))
         shown = 0
@@ -128,7 +170,11 @@ class _ToolLogic:
                     data: bytes = yield proto.artifact(ref.url)
                     parts.append(ImagePart(ref.mime, data))
                     shown += 1
-        return ToolResult(parts)
+        return ToolResult(
+            parts,
+            structured=execution_data(execution, limit=self.max_chars),
+            code_failed=execution.status != "ok",
+        )
 
     # -- files ----------------------------------------------------------------------------
 
@@ -208,6 +254,24 @@ def _without_images(nb: dict[str, Any]) -> dict[str, Any]:
     return copy
 
 
+def _rich_output_lines(data: dict[str, Any], limit: int) -> list[str]:
+    """A display or result in a transcript: a chart's description instead of the figure's
+    repr ("<Figure size ...>"), a table's summary before its text."""
+    lines: list[str] = []
+    chart = data.get(CHART_MIME)
+    frame = data.get(DATAFRAME_MIME)
+    if isinstance(chart, dict):
+        lines.append("[chart]\n" + chart_summary(chart))
+    elif isinstance(frame, dict):
+        lines.append("[table] " + dataframe_summary(frame))
+    if "text/plain" in data and not isinstance(chart, dict):
+        lines.append("[out]\n" + clip(bundle_text(data["text/plain"]), limit))
+    images = [m for m in data if is_image(m)]
+    if images:
+        lines.append(f"[image: {', '.join(images)}]")
+    return lines
+
+
 def notebook_transcript(nb: dict[str, Any], *, limit: int = 2000) -> str:
     """A readable transcript of a notebook: each code cell, its status and text outputs."""
     lines: list[str] = []
@@ -233,11 +297,6 @@ def notebook_transcript(nb: dict[str, Any], *, limit: int = 2000) -> str:
             elif otype == "error":
                 lines.append(f"[error] {output.get('ename')}: {output.get('evalue')}")
             else:
-                data = output.get("data") or {}
-                if "text/plain" in data:
-                    lines.append("[out]\n" + clip(bundle_text(data["text/plain"]), limit))
-                images = [m for m in data if is_image(m)]
-                if images:
-                    lines.append(f"[image: {', '.join(images)}]")
+                lines.extend(_rich_output_lines(output.get("data") or {}, limit))
         lines.append("")
     return "\n".join(lines).strip() or "The notebook is empty: no code has run yet."

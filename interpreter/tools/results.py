@@ -35,12 +35,16 @@ class ToolResult:
 
     ``is_error`` marks a call that failed as a call (bad arguments, the service refused).
     Code that raised is a *successful* call whose text shows the traceback, so the model
-    reads it and fixes the code.
+    reads it and fixes the code; ``code_failed`` says so, for protocols (MCP) that flag it.
+    ``structured`` is the same result as JSON data, for tools that declare an output
+    schema (``run_code``: :data:`interpreter.tools.structured.RUN_CODE_OUTPUT_SCHEMA`).
     """
 
     parts: list[TextPart | ImagePart] = field(default_factory=list)
     is_error: bool = False
     call_id: str | None = None
+    structured: dict[str, Any] | None = None
+    code_failed: bool = False
 
     @property
     def text(self) -> str:

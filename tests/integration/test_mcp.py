@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import socket
 import subprocess
@@ -13,10 +14,12 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from interpreter.mcp_server import mcp_tools, to_call_result
 from interpreter.tools import TOOL_NAMES, ImagePart, TextPart, ToolResult
@@ -46,6 +49,14 @@ async def _session_walk(client: MCPClient) -> None:
     run_code = next(t for t in listed.tools if t.name == "run_code")
     assert run_code.input_schema["required"] == ["code"]
     assert "persistent" in (run_code.description or "")
+    # What the service told the server at startup, not hard-coded text.
+    assert "Backend: local" in (run_code.description or "")
+    assert "pandas" in (run_code.description or "")
+    assert run_code.output_schema is not None
+    assert run_code.output_schema["properties"]["stdout"] == {
+        "type": "string",
+        "description": "What the code printed (long text cut).",
+    }
 
     first = await client.call_tool("run_code", {"code": "total = sum(range(10))"})
     assert not first.is_error and "status: ok" in _texts(first)
@@ -67,9 +78,18 @@ async def _session_walk(client: MCPClient) -> None:
     assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
     assert "DataFrame: 3 rows x 2 columns" in _texts(plot)
     assert "x (int64), y (float64)" in _texts(plot)
+    data = plot.structured_content
+    assert data is not None and data["status"] == "ok"
+    frame, chart = data["outputs"]
+    assert frame["dataframe"]["shape"] == [3, 2] and frame["chart"] is None
+    assert chart["chart"]["axes"][0]["title"] == "growth"
+    assert chart["artifact_ids"] and set(chart["artifact_ids"]) <= set(data["artifact_ids"])
 
+    # An error in the user's code is an error result, with its data kept.
     failed = await client.call_tool("run_code", {"code": "undefined_name + 1"})
-    assert not failed.is_error and "NameError" in _texts(failed)
+    assert failed.is_error and "NameError" in _texts(failed)
+    assert failed.structured_content is not None
+    assert failed.structured_content["error"]["ename"] == "NameError"
 
     await client.call_tool("upload_file", {"path": "in/data.csv", "content": "a\n1\n"})
     listing = await client.call_tool("list_files", {"path": "in"})
@@ -78,6 +98,9 @@ async def _session_walk(client: MCPClient) -> None:
     assert _texts(read) == "a\n1\n"
     notebook = await client.call_tool("get_notebook", {})
     assert "total = sum(range(10))" in _texts(notebook)
+    # Charts are described, not shown as "<Figure size 640x480 with 1 Axes>".
+    assert "[chart]\nplot 1: line titled 'growth'" in _texts(notebook)
+    assert "<Figure size" not in _texts(notebook)
 
     bad = await client.call_tool("run_code", {"cod": "1"})
     assert bad.is_error and "missing required argument 'code'" in _texts(bad)
@@ -116,10 +139,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def mcp_http(local_server: Server) -> Iterator[str]:
+def mcp_http(local_server: Server, request: pytest.FixtureRequest) -> Iterator[str]:
     port = _free_port()
+    extra: list[str] = getattr(request, "param", [])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "interpreter", "mcp", "--http", str(port)],
+        [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
         env=_env(local_server),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
@@ -143,16 +167,50 @@ def mcp_http(local_server: Server) -> Iterator[str]:
 
 
 def test_mcp_over_streamable_http(mcp_http: str) -> None:
+    """A stateless (2026-07-28) client: each request stands alone, so it names its session."""
+
     async def main() -> None:
         with anyio.fail_after(60):
             async with MCPClient(mcp_http) as client:
                 names = [t.name for t in (await client.list_tools()).tools]
                 assert names == list(TOOL_NAMES)
-                await client.call_tool("run_code", {"code": "word = 'over http'"})
-                result = await client.call_tool("run_code", {"code": "word.upper()"})
+                first = await client.call_tool("run_code", {"code": "word = 'over http'"})
+                assert first.structured_content is not None
+                sid = first.structured_content["session_id"]
+                result = await client.call_tool(
+                    "run_code", {"code": "word.upper()", "session_id": sid}
+                )
                 assert "'OVER HTTP'" in _texts(result)
 
     anyio.run(main)
+
+
+def test_http_clients_never_share_a_session(local_server: Server, mcp_http: str) -> None:
+    """Two MCP sessions (handshake protocol): their own variables, their own session ids;
+    the interpreter session of a client that ends is deleted."""
+
+    async def main() -> str:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http, mode="legacy") as b:
+                async with MCPClient(mcp_http, mode="legacy") as a:
+                    set_a = await a.call_tool("run_code", {"code": "secret = 'from A'"})
+                    assert not set_a.is_error and set_a.structured_content is not None
+                    sid_a = set_a.structured_content["session_id"]
+                    read_a = await a.call_tool("run_code", {"code": "secret"})
+                    assert "'from A'" in _texts(read_a)
+                    read_b = await b.call_tool("run_code", {"code": "secret"})
+                    assert read_b.is_error and "NameError" in _texts(read_b)
+                    steal = await b.call_tool("run_code", {"code": "secret", "session_id": sid_a})
+                    assert steal.is_error and "unknown session" in _texts(steal)
+                    listed = await b.call_tool("list_sessions", {})
+                    assert sid_a not in _texts(listed)
+                # A's client ended (its MCP session was terminated): B still works.
+                again = await b.call_tool("run_code", {"code": "1 + 1"})
+                assert "2" in _texts(again)
+                return str(sid_a)
+
+    sid_a = anyio.run(main)
+    assert _session_ids(local_server)[sid_a] == "closed"
 
 
 def test_tool_list_and_result_conversion() -> None:
@@ -167,3 +225,125 @@ def test_tool_list_and_result_conversion() -> None:
     assert converted.is_error
     image = converted.content[1]
     assert isinstance(image, types.ImageContent) and base64.b64decode(image.data) == b"xy"
+
+
+def _stdio(server: Server, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "interpreter", "mcp", *extra],
+        env=_env(server),
+        cwd=str(REPO),
+    )
+
+
+def test_run_code_reports_progress_while_code_is_silent(local_server: Server) -> None:
+    """Progress on each output and at least every 5 s, so a host whose request timeout is
+    reset by progress does not give up on a long cell. (The installed mcp client does not
+    reset its own read timeout on progress, so the cadence itself is checked.)"""
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((time.monotonic(), message))
+
+    async def main() -> types.CallToolResult:
+        with anyio.fail_after(60):
+            async with MCPClient(_stdio(local_server)) as client:
+                started = time.monotonic()
+                seen.append((started, "start"))
+                result = await client.call_tool(
+                    "run_code",
+                    {"code": "import time\nprint('begin', flush=True)\ntime.sleep(12)\n'done'"},
+                    progress_callback=on_progress,
+                )
+                seen.append((time.monotonic(), "end"))
+                return result
+
+    result = anyio.run(main)
+    assert not result.is_error and "'done'" in _texts(result)
+    assert any(m and m.startswith("stdout: begin") for _, m in seen)
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(seen)]
+    assert seen[-1][0] - seen[0][0] >= 12
+    assert max(gaps) < 5, gaps
+
+
+def test_cancelled_call_interrupts_the_code_and_keeps_state(local_server: Server) -> None:
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with MCPClient(_stdio(local_server)) as client:
+                await client.call_tool("run_code", {"code": "kept = 41"})
+                running = anyio.Event()
+
+                async def on_progress(p: float, total: float | None, msg: str | None) -> None:
+                    if msg and "spinning" in msg:
+                        running.set()
+
+                async with anyio.create_task_group() as tasks:
+
+                    async def spin() -> None:
+                        await client.call_tool(
+                            "run_code",
+                            {"code": "print('spinning', flush=True)\nwhile True:\n    pass"},
+                            progress_callback=on_progress,
+                        )
+
+                    tasks.start_soon(spin)
+                    await running.wait()  # the loop runs in the kernel
+                    tasks.cancel_scope.cancel()  # the client sends notifications/cancelled
+                after = await client.call_tool("run_code", {"code": "kept + 1"})
+                assert not after.is_error and "42" in _texts(after)
+
+    anyio.run(main)
+
+
+def test_stdio_keep_sessions_leaves_the_session_running(local_server: Server) -> None:
+    before = _session_ids(local_server)
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with MCPClient(_stdio(local_server, "--keep-sessions")) as client:
+                await client.call_tool("run_code", {"code": "x = 1"})
+
+    anyio.run(main)
+    made = {sid: st for sid, st in _session_ids(local_server).items() if sid not in before}
+    assert list(made.values()) == ["idle"]
+    with local_server.client() as api:
+        for sid in made:
+            api.delete(f"/v1/sessions/{sid}")
+
+
+def test_http_refuses_a_public_address_without_a_token(local_server: Server) -> None:
+    env = _env(local_server)
+    env.pop("INTERP_MCP_TOKENS", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "interpreter", "mcp", "--http", "0", "--host", "0.0.0.0"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "Refusing to bind 0.0.0.0 without an API key: pass --token TOKEN (or set "
+        "INTERP_MCP_TOKENS), or bind 127.0.0.1."
+    )
+
+
+@pytest.mark.parametrize("mcp_http", [["--token", "s3cret-token"]], indirect=True)
+def test_http_bearer_token(mcp_http: str) -> None:
+    probe = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"}):
+        resp = httpx.post(mcp_http, json=probe, headers={**headers, **auth}, timeout=10)
+        assert resp.status_code == 401
+        assert resp.json()["error"]["type"] == "unauthorized"
+        assert resp.headers["www-authenticate"].startswith("Bearer")
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            http = httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret-token"})
+            async with http, MCPClient(streamable_http_client(mcp_http, http_client=http)) as c:
+                result = await c.call_tool("run_code", {"code": "6 * 7"})
+                assert not result.is_error and "42" in _texts(result)
+
+    anyio.run(main)

@@ -1,0 +1,142 @@
+"""How the MCP server runs code: streamed, with progress for the host, stopped on cancel.
+
+MCP hosts time a tool call out (often after 60 s) unless progress notifications keep
+arriving, and they cancel calls the user gave up on. So ``run_code`` streams the
+execution through the SDK: every output becomes a progress notification, and a
+heartbeat sends one every :data:`HEARTBEAT_S` seconds while the code is silent. When
+the host cancels the request, the kernel is interrupted (state kept) and the call waits,
+within a bound, for the execution to end, so the session is free for the next call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+
+import anyio
+
+from interpreter.client import (
+    AsyncClient,
+    AsyncSession,
+    ClientError,
+    DoneEvent,
+    ErrorEvent,
+    OutputEvent,
+    StderrEvent,
+    StdoutEvent,
+)
+from interpreter.models import Execution
+from interpreter.tools import AsyncToolExecutor, RunStep
+
+log = logging.getLogger(__name__)
+
+#: Longest silence between two progress notifications while code runs.
+HEARTBEAT_S = 2.0
+#: After a cancel: interrupt, then wait this long for the execution to end; repeated.
+STOP_WAIT_S = 3.0
+STOP_ATTEMPTS = 3
+
+#: Sends one progress notification: (progress, message). Set per tool call.
+Reporter = Callable[[float, str], Awaitable[None]]
+reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
+    "interp_mcp_reporter", default=None
+)
+
+
+def _event_message(event: object) -> str | None:
+    """A short line describing a stream event, for a progress notification."""
+    if isinstance(event, StdoutEvent | StderrEvent):
+        text = event.text.strip()
+        if not text:
+            return None
+        last = text.splitlines()[-1]
+        return f"{event.name}: {last[:200]}"
+    if isinstance(event, OutputEvent):
+        return f"output: {', '.join(sorted(event.output.data))[:200]}"
+    if isinstance(event, ErrorEvent):
+        return f"error: {event.error.ename}"
+    return None
+
+
+class _Progress:
+    """Strictly increasing progress values (seconds since the start), sent one at a time."""
+
+    def __init__(self, send: Reporter) -> None:
+        self._send = send
+        self._lock = anyio.Lock()
+        self._started = anyio.current_time()
+        self._last = 0.0
+
+    async def __call__(self, message: str) -> None:
+        async with self._lock:
+            value = max(round(anyio.current_time() - self._started, 3), self._last + 0.001)
+            self._last = value
+            try:
+                await self._send(value, message)
+            except Exception:  # a host that went away must not fail the run
+                log.debug("progress notification failed", exc_info=True)
+
+    async def heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(HEARTBEAT_S)
+            await self(f"running for {anyio.current_time() - self._started:.0f} s")
+
+
+class StreamingToolExecutor(AsyncToolExecutor):
+    """The tool executor of one MCP connection: ``run_code`` streams (see the module)."""
+
+    def __init__(self, client: AsyncClient, *, own_sessions_only: bool = False) -> None:
+        super().__init__(client, own_sessions_only=own_sessions_only)
+        self._handles: dict[str, AsyncSession] = {}
+
+    async def _handle(self, session_id: str) -> AsyncSession:
+        handle = self._handles.get(session_id)
+        if handle is None:
+            handle = await self.client.get_session(session_id)
+            self._handles[session_id] = handle
+        return handle
+
+    async def run(self, step: RunStep) -> Execution:
+        session = await self._handle(step.session_id)
+        send = reporter.get()
+        progress = _Progress(send) if send is not None else None
+        # The key makes the run findable after a cancel: a repeat returns it once it ended.
+        key = uuid.uuid4().hex
+        try:
+            async with anyio.create_task_group() as tasks:
+                if progress is not None:
+                    tasks.start_soon(progress.heartbeat)
+                execution = await self._stream(session, step, key, progress)
+                tasks.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._stop(session, step, key)
+            raise
+        return execution
+
+    async def _stream(
+        self, session: AsyncSession, step: RunStep, key: str, progress: _Progress | None
+    ) -> Execution:
+        stream = session.stream(step.code, timeout_s=step.timeout_s, idempotency_key=key)
+        async for event in stream:
+            if isinstance(event, DoneEvent):
+                return event.execution
+            message = _event_message(event)
+            if progress is not None and message is not None:
+                await progress(message)
+        raise ClientError("the execution stream ended without a result")
+
+    async def _stop(self, session: AsyncSession, step: RunStep, key: str) -> None:
+        """Interrupt the cancelled run and wait (bounded) until it has ended."""
+        for _ in range(STOP_ATTEMPTS):
+            with suppress(ClientError):
+                await session.interrupt()
+            with anyio.move_on_after(STOP_WAIT_S), suppress(ClientError):
+                # The same key and body: the service returns the first run once it ended,
+                # and never runs the code twice.
+                await session.run(step.code, timeout_s=step.timeout_s, idempotency_key=key)
+                return
+        log.warning("a cancelled run in session %s did not stop", session.id)
