@@ -58,8 +58,9 @@ def _last_tool_result_text(messages: list[Message]) -> str:
             continue
         for block in message["content"]:
             if block.get("type") == "tool_result":
-                return "\n".join(part["text"] for part in block["content"]
-                                 if part.get("type") == "text")
+                return "\n".join(
+                    part["text"] for part in block["content"] if part.get("type") == "text"
+                )
     return ""
 
 
@@ -75,17 +76,23 @@ class ScriptedModel:
         self.turn += 1
         seen = _last_tool_result_text(messages)
         if self.turn == 1:
-            return self._say("I'll load the data and add up sales per region.",
-                             _tool_use("t1", "upload_file", path="sales.csv",
-                                       content=SALES_CSV))
+            return self._say(
+                "I'll load the data and add up sales per region.",
+                _tool_use("t1", "upload_file", path="sales.csv", content=SALES_CSV),
+            )
         if self.turn == 2:
             # First attempt: assumes the column is called "revenue". It is not.
-            return self._say("Now the totals.", _tool_use(
-                "t2", "run_code",
-                code="import pandas as pd\n"
-                     "sales = pd.read_csv('sales.csv')\n"
-                     "totals = sales.groupby('region')['revenue'].sum()\n"
-                     "totals"))
+            return self._say(
+                "Now the totals.",
+                _tool_use(
+                    "t2",
+                    "run_code",
+                    code="import pandas as pd\n"
+                    "sales = pd.read_csv('sales.csv')\n"
+                    "totals = sales.groupby('region')['revenue'].sum()\n"
+                    "totals",
+                ),
+            )
         if self.turn == 3:
             if "KeyError" not in seen:
                 raise RuntimeError(f"expected the first attempt to fail, got:\n{seen}")
@@ -93,28 +100,34 @@ class ScriptedModel:
             return self._say(
                 "The column 'revenue' does not exist (KeyError). Let me check the columns "
                 "and use the right one.",
-                _tool_use("t3", "run_code",
-                          code="print(list(sales.columns))\n"
-                               "totals = sales.groupby('region')['amount'].sum()\n"
-                               "import matplotlib.pyplot as plt\n"
-                               "totals.plot(kind='bar', title='Sales by region')\n"
-                               "plt.show()\n"
-                               "totals"))
+                _tool_use(
+                    "t3",
+                    "run_code",
+                    code="print(list(sales.columns))\n"
+                    "totals = sales.groupby('region')['amount'].sum()\n"
+                    "import matplotlib.pyplot as plt\n"
+                    "totals.plot(kind='bar', title='Sales by region')\n"
+                    "plt.show()\n"
+                    "totals",
+                ),
+            )
         if self.turn == 4:
             totals = dict(re.findall(r"^(north|south)\s+(\d+)$", seen, flags=re.MULTILINE))
             if len(totals) != 2:
                 raise RuntimeError(f"could not read the totals from:\n{seen}")
             north, south = int(totals["north"]), int(totals["south"])
-            leader, margin = ("north", north - south) if north >= south else (
-                "south", south - north)
-            return self._say(f"The {leader} region sold more: {north} (north) vs {south} "
-                             f"(south), a difference of {margin}.")
+            leader, margin = (
+                ("north", north - south) if north >= south else ("south", south - north)
+            )
+            return self._say(
+                f"The {leader} region sold more: {north} (north) vs {south} "
+                f"(south), a difference of {margin}."
+            )
         raise RuntimeError("the script has no more turns")
 
     @staticmethod
     def _say(text: str, *tool_uses: Message) -> Message:
-        return {"role": "assistant",
-                "content": [{"type": "text", "text": text}, *tool_uses]}
+        return {"role": "assistant", "content": [{"type": "text", "text": text}, *tool_uses]}
 
 
 def run_agent(
@@ -145,8 +158,10 @@ def run_agent(
                 log(f"tool call: {call['name']} {json.dumps(call['input'])[:200]}")
                 result = executor.execute(call)
                 images = f" + {len(result.images)} image(s)" if result.images else ""
-                log(f"tool result{' (error)' if result.is_error else ''}{images}:\n"
-                    + _indent(result.text))
+                log(
+                    f"tool result{' (error)' if result.is_error else ''}{images}:\n"
+                    + _indent(result.text)
+                )
                 results.append(result.to_anthropic())
             messages.append({"role": "user", "content": results})
         raise RuntimeError(f"no answer after {max_turns} turns")

@@ -16,6 +16,7 @@ from interpreter._version import __version__
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from interpreter import logs
     from interpreter.server import serve
     from interpreter.settings import Settings
 
@@ -28,7 +29,10 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["api_keys"] = args.api_key
     if args.pool_size is not None:
         overrides["pool_size"] = args.pool_size
+    if args.log_format is not None:
+        overrides["log_format"] = args.log_format
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    logs.configure(settings.log_format, logging.DEBUG if args.verbose else logging.INFO)
     return serve(settings)
 
 
@@ -82,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Accepted API key (repeatable; also INTERP_API_KEYS, comma-separated).",
     )
     serve.add_argument("--pool-size", type=int, help="Warm docker kernels kept ready.")
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="Log lines as text (default) or one JSON object each (INTERP_LOG_FORMAT).",
+    )
     serve.set_defaults(func=_serve)
 
     images = sub.add_parser("images", help="Kernel container images.")

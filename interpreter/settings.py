@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BackendName = Literal["local", "docker", "auto"]
+LogFormat = Literal["text", "json"]
 
 
 class Settings(BaseSettings):
@@ -25,6 +26,14 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Accepted bearer keys. Empty: no auth, and only loopback binds are allowed.",
+    )
+    metrics_key: str | None = Field(
+        None,
+        min_length=8,
+        description="Operator key: when set, /metrics answers only to it (tenant keys get 403).",
+    )
+    log_format: LogFormat = Field(
+        "text", description="Log lines of `interp serve`: 'text', or 'json' (one object a line)."
     )
 
     # Capacity and queueing.
@@ -98,6 +107,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
+
+    @field_validator("metrics_key", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value.strip() if isinstance(value, str) else value
 
     @property
     def db_path(self) -> Path:
