@@ -28,16 +28,12 @@ EXECUTIONS = logging.getLogger("interpreter.executions")
 
 
 def emit(
-    logger: logging.Logger,
-    event: str,
-    summary: str,
-    fields: dict[str, Any],
-    level: int = logging.INFO,
+    logger: logging.Logger, event: str, fields: dict[str, Any], level: int = logging.INFO
 ) -> None:
-    """Log one event: ``summary`` then ``key=value`` for each field that is not None."""
+    """Log one event: its name, then ``key=value`` for each field that is not None."""
     present = {k: v for k, v in fields.items() if v is not None}
     pairs = " ".join(f"{k}={v}" for k, v in present.items())
-    logger.log(level, "%s %s", summary, pairs, extra={"event": event, **present})
+    logger.log(level, "%s %s", event, pairs, extra={"event": event, **present})
 
 
 def execution_finished(ex: Execution, *, key_id: str, request_id: str | None) -> None:
@@ -51,7 +47,7 @@ def execution_finished(ex: Execution, *, key_id: str, request_id: str | None) ->
         "reason": ex.reason,
         "duration_ms": ex.duration_ms,
     }
-    emit(EXECUTIONS, "execution", f"execution {ex.id} {ex.status}", fields)
+    emit(EXECUTIONS, "execution", fields)
 
 
 class JsonFormatter(logging.Formatter):
@@ -60,16 +56,14 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            key: value
-            for key, value in record.__dict__.items()
-            if key not in _RECORD_ATTRS and not key.startswith("_")
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
         }
-        data.update(
-            ts=datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            level=record.levelname.lower(),
-            logger=record.name,
-            message=record.getMessage(),
-        )
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRS and key not in data and not key.startswith("_"):
+                data[key] = value
         if record.exc_info:
             data["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:

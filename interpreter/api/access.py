@@ -55,4 +55,4 @@ def log_request(
         "key_id": key_id,
         "error": error,
     }
-    logs.emit(logs.ACCESS, "http_request", f"{method} {route} {status}", fields)
+    logs.emit(logs.ACCESS, "http_request", fields)
