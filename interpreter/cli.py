@@ -16,9 +16,11 @@ from interpreter._version import __version__
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from interpreter import logs
     from interpreter.server import serve
-    from interpreter.settings import Settings
+    from interpreter.settings import Settings, settings_problem
 
     overrides: dict[str, object] = {}
     for name in ("host", "port", "backend", "data_dir"):
@@ -31,7 +33,11 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["pool_size"] = args.pool_size
     if args.log_format is not None:
         overrides["log_format"] = args.log_format
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        print(f"error: {settings_problem(exc)}", file=sys.stderr)
+        return 2
     logs.configure(settings.log_format, logging.DEBUG if args.verbose else logging.INFO)
     return serve(settings)
 

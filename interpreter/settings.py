@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BackendName = Literal["local", "docker", "auto"]
@@ -125,3 +125,13 @@ class Settings(BaseSettings):
 
     def session_dir(self, session_id: str) -> Path:
         return self.sessions_dir / session_id
+
+
+def settings_problem(exc: ValidationError) -> str:
+    """What is wrong with the settings, naming each variable; never the value (it may be a
+    key)."""
+    parts = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        parts.append(f"{name} (INTERP_{name.split('.')[0].upper()}): {err.get('msg', 'invalid')}")
+    return "invalid settings: " + "; ".join(parts)
