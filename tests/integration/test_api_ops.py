@@ -334,3 +334,9 @@ def test_metrics_need_the_operator_key(ops: Server) -> None:
         assert "interp_sessions" in resp.text
         # The operator key is for operations only: it owns no sessions.
         assert operator.get("/v1/sessions").status_code == 401
+
+
+def test_warm_kernels_gauge_shows_the_pool(server: Server, api: httpx.Client) -> None:
+    """The docker backend keeps ``pool_size`` (1 in tests) kernels warm; local keeps none."""
+    expected = 1 if server.backend == "docker" else 0
+    wait_for(lambda: metric(api.get("/metrics").text, "interp_warm_kernels") == expected, 120)

@@ -12,7 +12,9 @@ from pydantic import ValidationError
 
 from interpreter import logs
 from interpreter.api.access import method_label, request_id
+from interpreter.api.handlers import ROUTES
 from interpreter.metrics import duration_buckets
+from interpreter.openapi import openapi_document
 from interpreter.settings import Settings, settings_problem
 
 
@@ -90,3 +92,8 @@ def test_settings_errors_name_the_variable_but_never_the_value() -> None:
     assert "INTERP_METRICS_KEY" in problem and "INTERP_LOG_FORMAT" in problem
     assert "secret7" not in problem
     assert Settings(metrics_key="  ").metrics_key is None
+
+
+def test_route_templates_are_the_paths_of_the_openapi_document() -> None:
+    templates = {template.removesuffix("/?") for template, _ in ROUTES}
+    assert templates - {"/v1/openapi.json"} == set(openapi_document()["paths"])
