@@ -8,6 +8,7 @@ access line and in the line of the execution it submitted.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 
@@ -43,8 +44,9 @@ def log_request(
     key_id: str | None,
     error: str | None,
 ) -> None:
-    """Write the access line of one answered request. ``key_id`` names the API key (its
-    owner id), never the key itself; ``error`` is the error type of an error answer."""
+    """Write the access line of one answered request (at ERROR level for a 5xx, else INFO).
+    ``key_id`` names the API key (its owner id), never the key itself; ``error`` is the
+    error type of an error answer."""
     fields = {
         "request_id": request_id,
         "method": method,
@@ -55,4 +57,5 @@ def log_request(
         "key_id": key_id,
         "error": error,
     }
-    logs.emit(logs.ACCESS, "http_request", fields)
+    level = logging.ERROR if status >= 500 else logging.INFO
+    logs.emit(logs.ACCESS, "http_request", fields, level)
