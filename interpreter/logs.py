@@ -52,7 +52,9 @@ def execution_finished(ex: Execution, *, key_id: str, request_id: str | None) ->
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: ``ts``, ``level``, ``logger``, ``message``, the event's
-    fields, and ``exc_info`` as text when there is a traceback."""
+    fields, and ``exc_info`` as text when there is a traceback. JSON escapes every control
+    character, so nothing a client sends can break or forge a line (docs/security.md H-47).
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {

@@ -41,8 +41,9 @@ def test_a_traceback_stays_inside_its_one_json_line() -> None:
     except ValueError:
         record = _record("failed")
         record.exc_info = sys.exc_info()
+    record.msg = "failed \r\x1b[31m"
     line = logs.JsonFormatter().format(record)
-    assert "\n" not in line
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
     assert "ValueError: bad" in json.loads(line)["exc_info"]
 
 
