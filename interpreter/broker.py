@@ -66,7 +66,12 @@ class SessionBroker:
         self.writer = Writer()
         self.broker_id = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:16]
         self.live: dict[str, LiveSession] = {}
-        self.metrics = Metrics(self._status_counts)
+        self.metrics = Metrics(
+            self._status_counts,
+            queued=lambda: sum(s.queued for s in self.live.values()),
+            warm_kernels=backend.warm_kernels,
+            max_timeout_s=settings.max_timeout_s,
+        )
         self.factory = SessionFactory(
             settings, backend, self.store, self.writer, self.metrics, self.broker_id
         )
@@ -100,6 +105,8 @@ class SessionBroker:
             adopt=self._adopt,
         )
         self.reconcile_report = report.as_dict()
+        if report.closed:
+            self.metrics.sessions_closed.labels("broker_restarted").inc(len(report.closed))
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")
 
     def _adopt(self, session: LiveSession) -> None:
@@ -187,13 +194,17 @@ class SessionBroker:
     ) -> LiveSession:
         session = await self.factory.new(owner, req, source=source)
         self._adopt(session)
+        began = asyncio.get_running_loop().time()
         try:
             await session.start()
         except KernelStartFailed as exc:
             log.warning("session %s: kernel start failed: %s", session.id, exc.message)
             self.live.pop(session.id, None)
             await self.writer.run(partial(self.store.close_session, session.id, "start_failed"))
+            self.metrics.sessions_closed.labels("start_failed").inc()
             raise
+        elapsed = asyncio.get_running_loop().time() - began
+        self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)
         await session.notebook.flush()
         return session
 
@@ -297,6 +308,7 @@ class SessionBroker:
         # Recorded first: once the session leaves `live`, readers answer from the store.
         await self.writer.run(partial(self.store.close_session, session.id, reason))
         self.live.pop(session.id, None)
+        self.metrics.sessions_closed.labels(reason).inc()
         task = asyncio.create_task(session.close(reason=reason), name=f"close-{session.id}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
@@ -312,6 +324,7 @@ class SessionBroker:
         timeout_s: float | None,
         *,
         stream: bool = False,
+        request_id: str | None = None,
     ) -> ExecutionHandle:
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
@@ -321,7 +334,7 @@ class SessionBroker:
                 f"timeout_s {timeout:g} exceeds the server maximum {self.settings.max_timeout_s:g}."
             )
         session = await self.require_live(owner, session_id)
-        return await session.submit(code, timeout, stream=stream)
+        return await session.submit(code, timeout, stream=stream, request_id=request_id)
 
     async def execute_once(
         self,
@@ -332,6 +345,7 @@ class SessionBroker:
         idempotency_key: str,
         *,
         stream: bool = False,
+        request_id: str | None = None,
     ) -> tuple[ExecutionHandle, bool]:
         """:meth:`execute` under an Idempotency-Key: a retry gets the first run, never a new one.
 
@@ -342,7 +356,11 @@ class SessionBroker:
         started: list[ExecutionHandle] = []
 
         async def action() -> str:
-            started.append(await self.execute(owner, session_id, code, timeout_s, stream=stream))
+            started.append(
+                await self.execute(
+                    owner, session_id, code, timeout_s, stream=stream, request_id=request_id
+                )
+            )
             return started[0].execution.id
 
         execution_id, replayed = await self.idempotency.run(

@@ -47,10 +47,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from interpreter import logs
     from interpreter.cli_settings import flag_overrides
     from interpreter.server import serve
 
-    return serve(_settings(flag_overrides(args)))
+    settings = _settings(flag_overrides(args))
+    verbose = getattr(args, "verbose", False)
+    logs.configure(settings.log_format, logging.DEBUG if verbose else logging.INFO)
+    return serve(settings)
 
 
 def _settings(overrides: dict[str, Any]) -> Settings:

@@ -411,7 +411,7 @@ def _quiet_http_log(
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
         if not getattr(args, "verbose", False):
-            for name in ("httpx", "tornado.access"):
+            for name in ("httpx", "interpreter.access", "interpreter.executions"):
                 logging.getLogger(name).setLevel(logging.WARNING)
         return func(args)
 

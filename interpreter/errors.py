@@ -4,6 +4,7 @@ InterpreterError
 ├── BadRequest (400)
 │   └── PathNotAllowed (400)
 ├── Unauthorized (401)
+├── Forbidden (403)
 ├── NotFound (404)
 │   ├── SessionNotFound
 │   ├── ExecutionNotFound
@@ -52,6 +53,10 @@ class PathNotAllowed(BadRequest):
 
 class Unauthorized(InterpreterError):
     code, status = "unauthorized", 401
+
+
+class Forbidden(InterpreterError):
+    code, status = "forbidden", 403
 
 
 class NotFound(InterpreterError):

@@ -76,6 +76,7 @@ class ExecutionHandle:
         interrupt_requested: a client asked to interrupt it (or a restart cut it short).
         last_iopub_at: loop time of the last iopub message for it.
         stream: the subscription made at submission for a streaming request.
+        request_id: the ``X-Request-Id`` of the HTTP request that submitted it, if any.
     """
 
     execution: Execution
@@ -89,6 +90,7 @@ class ExecutionHandle:
     interrupt_requested: bool = False
     last_iopub_at: float = 0.0
     stream: Subscription | None = None
+    request_id: str | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
 
     @classmethod

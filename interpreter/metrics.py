@@ -1,34 +1,92 @@
-"""Prometheus metrics of one broker (a registry of its own, so tests can run several)."""
+"""Prometheus metrics of one broker (a registry of its own, so tests can run several).
+
+Counters and histograms are updated where things happen; gauges (sessions by status,
+queued executions, warm kernels) are read from the broker at scrape time. HTTP requests are
+labelled by route template (``/v1/sessions/{session_id}``), never by raw path, so session
+ids never become label values.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-SESSION_STATUSES = ("starting", "idle", "busy", "dead", "closed")
+#: Statuses of live sessions (a closed session leaves the broker: see ``sessions_closed``).
+SESSION_STATUSES = ("starting", "idle", "busy", "dead")
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_LONG_BUCKETS = (600, 1800, 3600, 7200, 21600, 86400)
+_HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 120)
 
 
-class _SessionCollector(Collector):
-    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
-        self._counts = counts
+def duration_buckets(max_timeout_s: float) -> tuple[float, ...]:
+    """Execution duration buckets up to the largest timeout a request may ask (and it)."""
+    below = {b for b in (*_DURATION_BUCKETS, *_LONG_BUCKETS) if b < max_timeout_s}
+    return (*sorted(below), float(max_timeout_s))
+
+
+class _GaugesCollector(Collector):
+    """Gauges computed at scrape time from the broker's live state."""
+
+    def __init__(
+        self,
+        session_counts: Callable[[], dict[str, int]],
+        queued: Callable[[], int],
+        warm_kernels: Callable[[], int],
+    ) -> None:
+        self._counts = session_counts
+        self._queued = queued
+        self._warm = warm_kernels
 
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(
-            "interp_sessions", "Sessions known to the broker, by status.", labels=["status"]
+            "interp_sessions", "Live sessions of the broker, by status.", labels=["status"]
         )
         counts = self._counts()
         for status in SESSION_STATUSES:
             family.add_metric([status], counts.get(status, 0))
         yield family
+        yield GaugeMetricFamily(
+            "interp_queued_executions",
+            "Executions waiting in session queues (not yet running).",
+            value=self._queued(),
+        )
+        yield GaugeMetricFamily(
+            "interp_warm_kernels",
+            "Kernels ready in the backend's warm pool (0 without a pool).",
+            value=self._warm(),
+        )
 
 
 class Metrics:
-    """Counters and histograms the broker updates; sessions are counted at scrape time."""
+    """Everything ``/metrics`` shows for one broker.
 
-    def __init__(self, session_counts: Callable[[], dict[str, int]]) -> None:
+    Args:
+        session_counts: live sessions by status, read at scrape time.
+        queued: executions waiting in queues, read at scrape time.
+        warm_kernels: ready kernels of the warm pool, read at scrape time.
+        max_timeout_s: the largest execution timeout (the top duration bucket).
+        process: whether to export this process's CPU, memory and file descriptors.
+    """
+
+    def __init__(
+        self,
+        session_counts: Callable[[], dict[str, int]],
+        *,
+        queued: Callable[[], int] = lambda: 0,
+        warm_kernels: Callable[[], int] = lambda: 0,
+        max_timeout_s: float = 3600.0,
+        process: bool = True,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.executions = Counter(
             "interp_executions",
@@ -39,7 +97,7 @@ class Metrics:
         self.duration = Histogram(
             "interp_execution_duration_seconds",
             "Wall time of executions.",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            buckets=duration_buckets(max_timeout_s),
             registry=self.registry,
         )
         self.restarts = Counter(
@@ -48,7 +106,45 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-        self.registry.register(_SessionCollector(session_counts))
+        self.kernel_start = Histogram(
+            "interp_kernel_start_seconds",
+            "Time to start a new session's kernel until it is ready, by backend.",
+            ["backend"],
+            buckets=_START_BUCKETS,
+            registry=self.registry,
+        )
+        self.sessions_closed = Counter(
+            "interp_sessions_closed",
+            "Sessions closed, by reason (deleted, idle_timeout, max_lifetime, ...).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.http_requests = Counter(
+            "interp_http_requests",
+            "HTTP requests answered, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.http_duration = Histogram(
+            "interp_http_request_duration_seconds",
+            "Time to answer HTTP requests (streams: until the stream ends), by route template "
+            "and method.",
+            ["route", "method"],
+            buckets=_HTTP_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_GaugesCollector(session_counts, queued, warm_kernels))
+        if process:
+            ProcessCollector(registry=self.registry)
+
+    def execution_finished(self, status: str, duration_ms: float | None) -> None:
+        self.executions.labels(status).inc()
+        if duration_ms is not None:
+            self.duration.observe(duration_ms / 1000)
+
+    def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(route, method, str(status)).inc()
+        self.http_duration.labels(route, method).observe(seconds)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -241,13 +241,21 @@ def openapi_document() -> dict[str, Any]:
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics",
-                "responses": {"200": {"description": "Prometheus text"}},
+                "description": "With INTERP_METRICS_KEY set, only that operator key may read "
+                "them; an API key for sessions gets 403 forbidden.",
+                "responses": {"200": {"description": "Prometheus text"}, **_errors(401, 403)},
             }
         },
     }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "interp: stateful code interpreter API", "version": __version__},
+        "info": {
+            "title": "interp: stateful code interpreter API",
+            "version": __version__,
+            "description": "Every response carries an X-Request-Id header: the request's own "
+            "(1 to 128 characters of A-Z a-z 0-9 . _ : = + / @ -) or, when it has none or "
+            "another, a generated one. Logs name requests by it.",
+        },
         "components": {
             "schemas": schemas.get("$defs", {}),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

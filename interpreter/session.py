@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from interpreter import waiting
+from interpreter import logs, waiting
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
@@ -234,6 +234,11 @@ class LiveSession:
         return self._current
 
     @property
+    def queued(self) -> int:
+        """Executions waiting behind the running one."""
+        return self._queue.qsize()
+
+    @property
     def idle(self) -> bool:
         return self._current is None and self._queue.empty() and self.status == "idle"
 
@@ -265,6 +270,7 @@ class LiveSession:
         *,
         extra_meta: dict[str, Any] | None = None,
         stream: bool = False,
+        request_id: str | None = None,
     ) -> ExecutionHandle:
         """Queue one execution; raises SessionClosed, SessionBusy or AuditDegraded."""
         if self.failed_reason is not None:
@@ -280,6 +286,7 @@ class LiveSession:
         handle = ExecutionHandle(
             execution=execution, seq=0, timeout_s=timeout_s, extra_meta=extra_meta or {}
         )
+        handle.request_id = request_id
         if stream:
             # Subscribe before queueing, so not even the first event can be missed.
             handle.stream = handle.subscribe()
@@ -329,7 +336,7 @@ class LiveSession:
         ex.reason = reason
         if ex.started_at is not None:
             ex.duration_ms = (utcnow() - ex.started_at).total_seconds() * 1000
-        self.metrics.executions.labels(status).inc()
+        self._report(handle)
         await self.writer.run(partial(self._save_execution, handle))
         handle.finish()
 
@@ -523,12 +530,16 @@ class LiveSession:
             reason=ex.reason,
             extra=handle.extra_meta,
         )
-        self.metrics.executions.labels(ex.status).inc()
-        if ex.duration_ms is not None:
-            self.metrics.duration.observe(ex.duration_ms / 1000)
+        self._report(handle)
         self.writer.later(partial(self._save_execution, handle))
         self.writer.later(self._activity(self.status))
         handle.finish()
         self._finished[rec.msg_id] = handle
         while len(self._finished) > LATE_OUTPUT_CELLS:
             del self._finished[next(iter(self._finished))]
+
+    def _report(self, handle: ExecutionHandle) -> None:
+        """Count a finished execution and log its one line (the key by its owner id)."""
+        ex = handle.execution
+        self.metrics.execution_finished(ex.status, ex.duration_ms)
+        logs.execution_finished(ex, key_id=self.owner, request_id=handle.request_id)

@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BackendName = Literal["local", "docker", "auto"]
+LogFormat = Literal["text", "json"]
 ENV_PREFIX = "INTERP_"
 #: The API key has one name everywhere: the server reads it (comma-separated keys), the
 #: SDK, the CLI and MCP hosts send it.
@@ -30,6 +31,14 @@ class Settings(BaseSettings):
         default_factory=list,
         validation_alias=AliasChoices(API_KEY_ENV),
         description="Accepted bearer keys. None: no auth, and only loopback binds are allowed.",
+    )
+    metrics_key: str | None = Field(
+        None,
+        min_length=8,
+        description="Operator key: when set, /metrics answers only to it (tenant keys get 403).",
+    )
+    log_format: LogFormat = Field(
+        "text", description="Log lines of `interp serve`: 'text', or 'json' (one object a line)."
     )
 
     # Capacity and queueing.
@@ -103,6 +112,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
+
+    @field_validator("metrics_key", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value.strip() if isinstance(value, str) else value
 
     @property
     def db_path(self) -> Path:

@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 import tornado.web
 from pydantic import BaseModel, ValidationError
 
+from interpreter.api import access
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
+    Forbidden,
     InterpreterError,
     NotFound,
     PayloadTooLarge,
@@ -75,10 +77,18 @@ class BaseHandler(tornado.web.RequestHandler):
     """Shared by every route; dependencies come in through ``initialize``."""
 
     body_limit_attr = "max_body_bytes"
+    #: The id of the API key the request was authenticated with (its owner id); None
+    #: until authenticated. Logged in place of the key.
+    key_id: str | None = None
+    #: The error type of an error answer, for the access line.
+    error_type: str | None = None
 
-    def initialize(self, broker: SessionBroker, settings: Settings) -> None:
+    def initialize(
+        self, broker: SessionBroker, settings: Settings, route: str = access.UNMATCHED
+    ) -> None:
         self.broker = broker
         self.conf = settings
+        self.route = route
         self.owner = "anonymous"
         self._chunks: list[bytes] = []
         self._received = 0
@@ -91,7 +101,17 @@ class BaseHandler(tornado.web.RequestHandler):
     def body_limit(self) -> int:
         return int(getattr(self.conf, self.body_limit_attr))
 
+    @property
+    def request_id(self) -> str:
+        """The request's ``X-Request-Id``: the client's when reasonable, else generated."""
+        rid: str | None = getattr(self, "_request_id", None)
+        if rid is None:
+            rid = self._request_id = access.request_id(self.request.headers.get(access.HEADER))
+        return rid
+
     def set_default_headers(self) -> None:
+        # Also called when an error clears the headers: every answer carries the id.
+        self.set_header(access.HEADER, self.request_id)
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Cache-Control", "no-store")
         self.clear_header("Server")
@@ -99,17 +119,38 @@ class BaseHandler(tornado.web.RequestHandler):
     def check_auth(self) -> None:
         keys = self.conf.api_keys
         if not keys:
+            self.key_id = self.owner
             return
+        key = _matching(self.bearer_token(), keys)
+        if key is None:
+            raise Unauthorized("Invalid API key.")
+        self.owner = self.key_id = owner_of(key)
+
+    def check_operator_auth(self) -> None:
+        """Auth of operator routes (``/metrics``): with ``metrics_key`` set only that key
+        passes and a tenant key gets 403; without it, the tenant rules apply."""
+        operator = self.conf.metrics_key
+        if operator is None:
+            BaseHandler.check_auth(self)
+            return
+        token = self.bearer_token()
+        if _matching(token, [operator]) is not None:
+            self.key_id = owner_of(operator)
+            return
+        if _matching(token, self.conf.api_keys) is not None:
+            raise Forbidden(
+                "This route needs the operator key (INTERP_METRICS_KEY); an API key for "
+                "sessions is not accepted here."
+            )
+        raise Unauthorized("Invalid API key.")
+
+    def bearer_token(self) -> str:
         header = self.request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
-        for key in keys:
-            if hmac.compare_digest(token.encode(), key.encode()):
-                self.owner = owner_of(key)
-                return
-        raise Unauthorized("Invalid API key.")
+        return token
 
     #: Set by :meth:`decode_argument` when a path segment is not UTF-8 (checked in prepare).
     _bad_path = False
@@ -248,6 +289,7 @@ class BaseHandler(tornado.web.RequestHandler):
                 message = f"Method {self.request.method} is not allowed on this path."
         else:
             code, message = "internal_error", "Internal error; the service logged the details."
+        self.error_type = code
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"error": {"type": code, "message": message}}))
 
@@ -259,12 +301,42 @@ class BaseHandler(tornado.web.RequestHandler):
         super().send_error(status_code, **kwargs)
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, InterpreterError):
-            log.info(
-                "%s %s -> %s: %s", self.request.method, self.request.path, value.status, value.code
-            )
-            return
-        super().log_exception(typ, value, tb)
+        if isinstance(value, InterpreterError | tornado.web.HTTPError):
+            return  # an expected answer: the access line says it (status and error type)
+        log.error(
+            "uncaught exception in %s %s (request_id=%s)",
+            self.request.method,
+            self.route,
+            self.request_id,
+            exc_info=(typ, value, tb),
+        )
+
+    def log_access(self) -> None:
+        """Count this answered request and write its access line (the Application's
+        ``log_function``)."""
+        method = access.method_label(self.request.method)
+        status = self.get_status()
+        seconds = self.request.request_time()
+        self.broker.metrics.request_answered(self.route, method, status, seconds)
+        access.log_request(
+            request_id=self.request_id,
+            method=method,
+            route=self.route,
+            session_id=self.path_kwargs.get("session_id"),
+            status=status,
+            duration_ms=seconds * 1000,
+            key_id=self.key_id,
+            error=self.error_type,
+        )
+
+
+def _matching(token: str, keys: list[str]) -> str | None:
+    """The key of ``keys`` equal to ``token`` (compared in constant time), if any."""
+    found = None
+    for key in keys:
+        if hmac.compare_digest(token.encode(), key.encode()):
+            found = key
+    return found
 
 
 class NotFoundHandler(BaseHandler):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from typing import Any
 
 from tornado.iostream import StreamClosedError
@@ -63,11 +64,22 @@ class ExecuteHandler(BaseHandler):
         replayed = False
         if key is None:
             handle = await self.broker.execute(
-                self.owner, session_id, req.code, req.timeout_s, stream=stream
+                self.owner,
+                session_id,
+                req.code,
+                req.timeout_s,
+                stream=stream,
+                request_id=self.request_id,
             )
         else:
             handle, replayed = await self.broker.execute_once(
-                self.owner, session_id, req.code, req.timeout_s, key, stream=stream
+                self.owner,
+                session_id,
+                req.code,
+                req.timeout_s,
+                key,
+                stream=stream,
+                request_id=self.request_id,
             )
         self.set_header("X-Execution-Id", handle.execution.id)
         if replayed:
@@ -218,6 +230,10 @@ class InfoHandler(BaseHandler):
 
 
 class MetricsHandler(BaseHandler):
+    def check_auth(self) -> None:
+        """Only the operator's key when ``metrics_key`` is set."""
+        self.check_operator_auth()
+
     async def get(self) -> None:
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.finish(self.broker.metrics.render())
@@ -242,25 +258,45 @@ def _extension(mime: str) -> str:
     return EXTENSIONS.get(mime, "")
 
 
+#: Each route's template (the ``route`` of logs and metrics) and handler. ``{name}`` is a
+#: path parameter matched by ``PARAMS``; templates marked with a trailing ``/?`` also match
+#: with a trailing slash.
+ROUTES: list[tuple[str, type[BaseHandler]]] = [
+    ("/healthz", HealthHandler),
+    ("/metrics", MetricsHandler),
+    ("/v1/openapi.json", OpenAPIHandler),
+    ("/v1/info", InfoHandler),
+    ("/v1/sessions/?", SessionsHandler),
+    ("/v1/sessions/{session_id}", SessionHandler),
+    ("/v1/sessions/{session_id}/execute", ExecuteHandler),
+    ("/v1/sessions/{session_id}/executions/{execution_id}", ExecutionHandler),
+    ("/v1/sessions/{session_id}/interrupt", InterruptHandler),
+    ("/v1/sessions/{session_id}/restart", RestartHandler),
+    ("/v1/sessions/{session_id}/files/?", FilesHandler),
+    ("/v1/sessions/{session_id}/files/{path}", FileHandler),
+    ("/v1/sessions/{session_id}/notebook", NotebookHandler),
+    ("/v1/sessions/{session_id}/artifacts/{artifact_id}", ArtifactHandler),
+]
+PARAMS = {
+    "session_id": r"[A-Za-z0-9_-]{1,100}",
+    "execution_id": r"[A-Za-z0-9_-]{1,100}",
+    "path": r".+",
+    "artifact_id": r"[^/]{1,100}",
+}
+
+
+def _pattern(template: str) -> str:
+    """The URL regex of a route template."""
+    optional_slash = template.endswith("/?")
+    parts = re.split(r"\{(\w+)\}", template.removesuffix("/?"))
+    regex = "".join(
+        f"(?P<{part}>{PARAMS[part]})" if i % 2 else re.escape(part) for i, part in enumerate(parts)
+    )
+    return regex + ("/?" if optional_slash else "")
+
+
 def route_table(deps: dict[str, Any]) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
-    sid = r"(?P<session_id>[A-Za-z0-9_-]{1,100})"
     return [
-        (r"/healthz", HealthHandler, deps),
-        (r"/metrics", MetricsHandler, deps),
-        (r"/v1/openapi\.json", OpenAPIHandler, deps),
-        (r"/v1/info", InfoHandler, deps),
-        (r"/v1/sessions/?", SessionsHandler, deps),
-        (rf"/v1/sessions/{sid}", SessionHandler, deps),
-        (rf"/v1/sessions/{sid}/execute", ExecuteHandler, deps),
-        (
-            rf"/v1/sessions/{sid}/executions/(?P<execution_id>[A-Za-z0-9_-]{{1,100}})",
-            ExecutionHandler,
-            deps,
-        ),
-        (rf"/v1/sessions/{sid}/interrupt", InterruptHandler, deps),
-        (rf"/v1/sessions/{sid}/restart", RestartHandler, deps),
-        (rf"/v1/sessions/{sid}/files/?", FilesHandler, deps),
-        (rf"/v1/sessions/{sid}/files/(?P<path>.+)", FileHandler, deps),
-        (rf"/v1/sessions/{sid}/notebook", NotebookHandler, deps),
-        (rf"/v1/sessions/{sid}/artifacts/(?P<artifact_id>[^/]{{1,100}})", ArtifactHandler, deps),
+        (_pattern(template), handler, {**deps, "route": template.removesuffix("/?")})
+        for template, handler in ROUTES
     ]

@@ -66,6 +66,10 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Stop background parts. Called once by the broker at shutdown, after sessions."""
 
+    def warm_kernels(self) -> int:
+        """Kernels ready in the warm pool right now (0 when there is none). Called by the
+        broker's metrics at scrape time, on the event loop: it must not block."""
+
     def can_reattach(self, record_backend: str) -> bool:
         """Whether a session recorded under ``record_backend`` may still have a live kernel
         this backend can reattach (a local kernel dies with its broker). Called at startup

@@ -69,6 +69,9 @@ class LocalBackend:
     async def close(self) -> None:
         return None
 
+    def warm_kernels(self) -> int:
+        return 0
+
     def can_reattach(self, record_backend: str) -> bool:
         return False
 

@@ -127,7 +127,7 @@ class ErrorLog(logging.Handler):
         self.reported: set[int] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name != "tornado.access":  # a 5xx's access line: the checks see the 5xx
+        if record.name != "interpreter.access":  # a 5xx's access line: the checks see it
             self.records.append(record)
 
     def since(self, start: int) -> str:

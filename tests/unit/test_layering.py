@@ -61,6 +61,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.cells", "base"),
     ("interpreter.execution", "base"),
     ("interpreter.metrics", "base"),
+    ("interpreter.logs", "base"),
     ("interpreter.kernelspecs", "base"),
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),

@@ -62,6 +62,9 @@ class DockerBackend:
             pool, self.pool = self.pool, None
             await pool.close()
 
+    def warm_kernels(self) -> int:
+        return self.pool.ready_count if self.pool is not None else 0
+
     def can_reattach(self, record_backend: str) -> bool:
         return record_backend == self.name
 

@@ -1,0 +1,84 @@
+"""Log lines of the service: events with fields, a JSON formatter, and the setup of logging.
+
+An event (one HTTP request, one finished execution) is logged once, through :func:`emit`:
+in the text format its fields follow the summary as ``key=value`` pairs; in the JSON
+format (``INTERP_LOG_FORMAT=json``) every line is one JSON object, and the fields are keys
+of it. Nothing here ever receives an API key: requests are named by their key's id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from interpreter.models import Execution
+
+#: Attributes every LogRecord has; anything else on a record came in as ``extra`` fields.
+_RECORD_ATTRS = frozenset(
+    vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
+    | {"message", "asctime", "taskName"}
+)
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: One line per HTTP request (written by the API layer) and per finished execution.
+ACCESS = logging.getLogger("interpreter.access")
+EXECUTIONS = logging.getLogger("interpreter.executions")
+
+
+def emit(
+    logger: logging.Logger, event: str, fields: dict[str, Any], level: int = logging.INFO
+) -> None:
+    """Log one event: its name, then ``key=value`` for each field that is not None."""
+    present = {k: v for k, v in fields.items() if v is not None}
+    pairs = " ".join(f"{k}={v}" for k, v in present.items())
+    logger.log(level, "%s %s", event, pairs, extra={"event": event, **present})
+
+
+def execution_finished(ex: Execution, *, key_id: str, request_id: str | None) -> None:
+    """The line of a finished execution (``request_id``: of the request that submitted it)."""
+    fields = {
+        "request_id": request_id,
+        "session_id": ex.session_id,
+        "execution_id": ex.id,
+        "key_id": key_id,
+        "status": ex.status,
+        "reason": ex.reason,
+        "duration_ms": ex.duration_ms,
+    }
+    emit(EXECUTIONS, "execution", fields)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts``, ``level``, ``logger``, ``message``, the event's
+    fields, and ``exc_info`` as text when there is a traceback. JSON escapes every control
+    character, so nothing a client sends can break or forge a line (docs/security.md H-47).
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRS and key not in data and not key.startswith("_"):
+                data[key] = value
+        if record.exc_info:
+            data["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            data["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def formatter(fmt: Literal["text", "json"]) -> logging.Formatter:
+    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+
+
+def configure(fmt: Literal["text", "json"], level: int = logging.INFO) -> None:
+    """Send every log record of the process to stderr in ``fmt`` (replaces earlier setup)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(fmt))
+    logging.basicConfig(level=level, handlers=[handler], force=True)

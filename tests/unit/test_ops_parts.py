@@ -1,0 +1,103 @@
+"""The parts of operations that need no server: log formatting, request ids, buckets,
+settings errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+
+from interpreter import logs
+from interpreter.api.access import method_label, request_id
+from interpreter.api.handlers import ROUTES
+from interpreter.cli_settings import SettingsError, load
+from interpreter.metrics import duration_buckets
+from interpreter.openapi import openapi_document
+from interpreter.settings import Settings
+
+
+def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:
+    logger = logging.getLogger("test.ops")
+    return logger.makeRecord(
+        logger.name, logging.WARNING, __file__, 1, msg, args, None, extra=extra
+    )
+
+
+def test_json_lines_carry_the_fields_and_keep_their_own_keys() -> None:
+    record = _record("hello %s", "there", request_id="r1", status=200, level="spoofed")
+    data = json.loads(logs.JsonFormatter().format(record))
+    assert data["message"] == "hello there"
+    assert data["level"] == "warning"  # a field cannot replace the line's own keys
+    assert data["logger"] == "test.ops"
+    assert (data["request_id"], data["status"]) == ("r1", 200)
+    assert data["ts"].endswith("+00:00")
+
+
+def test_a_traceback_stays_inside_its_one_json_line() -> None:
+    try:
+        raise ValueError("bad\nthing")
+    except ValueError:
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    record.msg = "failed \r\x1b[31m"
+    line = logs.JsonFormatter().format(record)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert "ValueError: bad" in json.loads(line)["exc_info"]
+
+
+def test_emit_names_the_event_and_leaves_out_missing_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("test.ops.emit")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        logs.emit(logger, "thing", {"a": 1, "b": None, "c": "x"})
+    (record,) = caplog.records
+    assert record.getMessage() == "thing a=1 c=x"
+    assert not hasattr(record, "b")
+    assert json.loads(logs.JsonFormatter().format(record))["event"] == "thing"
+
+
+@pytest.mark.parametrize(
+    "given", ["abc", "0f8fad5b-d9cb-469f-a165-70867728950e", "Root=1-5e1b:a/b+c@d_e.f", "x" * 128]
+)
+def test_reasonable_request_ids_are_kept(given: str) -> None:
+    assert request_id(given) == given
+
+
+@pytest.mark.parametrize("given", [None, "", "x" * 129, "a b", "a\tb", "<script>", "ü", "a;b"])
+def test_other_request_ids_are_replaced_by_fresh_ones(given: str | None) -> None:
+    first, second = request_id(given), request_id(given)
+    assert first != second
+    assert len(first) == 32 and int(first, 16) >= 0
+
+
+def test_methods_outside_http_become_other() -> None:
+    assert method_label("GET") == "GET"
+    assert method_label("BREW") == "other"
+    assert method_label(None) == "other"
+
+
+@pytest.mark.parametrize("max_timeout", [1.5, 300.0, 3600.0, 10_000.0])
+def test_duration_buckets_reach_the_maximum_timeout(max_timeout: float) -> None:
+    buckets = duration_buckets(max_timeout)
+    assert buckets[-1] == max_timeout
+    assert list(buckets) == sorted(set(buckets))
+
+
+def test_settings_errors_name_the_variable_but_never_a_secret_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INTERP_METRICS_KEY", "secret7")
+    with pytest.raises(SettingsError) as caught:
+        load({"log_format": "xml"})
+    problem = str(caught.value)
+    assert "INTERP_METRICS_KEY='<hidden>'" in problem and "--log-format='xml'" in problem
+    assert "secret7" not in problem
+    assert Settings(metrics_key="  ").metrics_key is None
+
+
+def test_route_templates_are_the_paths_of_the_openapi_document() -> None:
+    templates = {template.removesuffix("/?") for template, _ in ROUTES}
+    assert templates - {"/v1/openapi.json"} == set(openapi_document()["paths"])
