@@ -167,7 +167,7 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("INTERP_")},
         "INTERP_LOG_FORMAT": "json",
-        "INTERP_API_KEYS": KEY,
+        "INTERP_API_KEY": KEY,
     }
     stderr_path = tmp_path / "stderr.log"
     with open(stderr_path, "w") as stderr:
