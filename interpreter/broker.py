@@ -391,11 +391,21 @@ class SessionBroker:
         return found
 
     async def interrupt(
-        self, owner: str, session_id: str, *, generation: int | None = None
+        self,
+        owner: str,
+        session_id: str,
+        *,
+        generation: int | None = None,
+        execution_id: str | None = None,
     ) -> SessionModel:
+        """Interrupt what runs, or only ``execution_id`` (cancelled if still queued)."""
         session = await self.require_live(owner, session_id)
         session.check_generation(generation)
-        await session.interrupt()
+        if execution_id is not None and session.handle(execution_id) is None:
+            found = await asyncio.to_thread(self.store.get_execution, session_id, execution_id)
+            if found is None:
+                raise ExecutionNotFound(f"No execution '{execution_id}' in session '{session_id}'.")
+        await session.interrupt(execution_id)
         return session.info()
 
     async def restart(

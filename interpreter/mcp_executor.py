@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
@@ -28,7 +27,7 @@ from interpreter.client import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.models import Execution
+from interpreter.models import TERMINAL_STATUSES, Execution
 from interpreter.tools import AsyncToolExecutor, RunStep
 
 log = logging.getLogger(__name__)
@@ -103,24 +102,27 @@ class StreamingToolExecutor(AsyncToolExecutor):
         session = await self._handle(step.session_id)
         send = reporter.get()
         progress = _Progress(send) if send is not None else None
-        # The key makes the run findable after a cancel: a repeat returns it once it ended.
-        key = uuid.uuid4().hex
+        started: list[str] = []
         try:
             async with anyio.create_task_group() as tasks:
                 if progress is not None:
                     tasks.start_soon(progress.heartbeat)
-                execution = await self._stream(session, step, key, progress)
+                execution = await self._stream(session, step, started.append, progress)
                 tasks.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await self._stop(session, step, key)
+                await self._stop(session, started[0] if started else None)
             raise
         return execution
 
     async def _stream(
-        self, session: AsyncSession, step: RunStep, key: str, progress: _Progress | None
+        self,
+        session: AsyncSession,
+        step: RunStep,
+        on_start: Callable[[str], object],
+        progress: _Progress | None,
     ) -> Execution:
-        stream = session.stream(step.code, timeout_s=step.timeout_s, idempotency_key=key)
+        stream = session.stream(step.code, timeout_s=step.timeout_s, on_start=on_start)
         async for event in stream:
             if isinstance(event, DoneEvent):
                 return event.execution
@@ -129,14 +131,27 @@ class StreamingToolExecutor(AsyncToolExecutor):
                 await progress(message)
         raise ClientError("the execution stream ended without a result")
 
-    async def _stop(self, session: AsyncSession, step: RunStep, key: str) -> None:
-        """Interrupt the cancelled run and wait (bounded) until it has ended."""
+    async def _stop(self, session: AsyncSession, execution_id: str | None) -> None:
+        """Interrupt exactly the cancelled run (cancelled outright if it still waits in the
+        queue) and wait, bounded, until it has ended, so the next call finds the session
+        free. Never another run: the interrupt names this one."""
+        if execution_id is None:
+            # Cancelled before the service acknowledged the run: it has no id to name, and
+            # an interrupt without one could reach another run. It ends by its timeout.
+            log.warning("a run in session %s was cancelled before it started", session.id)
+            return
         for _ in range(STOP_ATTEMPTS):
             with suppress(ClientError):
-                await session.interrupt()
+                await session.interrupt(execution_id=execution_id)
             with anyio.move_on_after(STOP_WAIT_S), suppress(ClientError):
-                # The same key and body: the service returns the first run once it ended,
-                # and never runs the code twice.
-                await session.run(step.code, timeout_s=step.timeout_s, idempotency_key=key)
+                await _ended(session, execution_id)
                 return
         log.warning("a cancelled run in session %s did not stop", session.id)
+
+
+async def _ended(session: AsyncSession, execution_id: str) -> None:
+    """Return once the execution has a final status (polled: it runs on the service)."""
+    while True:
+        if (await session.execution(execution_id)).status in TERMINAL_STATUSES:
+            return
+        await anyio.sleep(0.1)

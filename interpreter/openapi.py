@@ -58,6 +58,14 @@ def openapi_document() -> dict[str, Any]:
         "description": "Act only if the session still runs this kernel generation (409 if not).",
         "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999_999},
     }
+    execution_filter = {
+        "name": "execution_id",
+        "in": "query",
+        "required": False,
+        "description": "Only this execution: interrupted if it runs, cancelled if it is "
+        "queued (it never runs), nothing if it finished.",
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,100}$"},
+    }
     idempotency = {
         "name": "Idempotency-Key",
         "in": "header",
@@ -139,7 +147,7 @@ def openapi_document() -> dict[str, Any]:
             "parameters": [sid],
             "post": {
                 "summary": "Interrupt what is running (state kept)",
-                "parameters": [generation],
+                "parameters": [generation, execution_filter],
                 "responses": {
                     "200": _json(models.Session, "Session"),
                     **_errors(401, 404, 409, 410, 422),

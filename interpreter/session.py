@@ -315,6 +315,8 @@ class LiveSession:
     async def _work(self) -> None:
         while True:
             handle = await self._queue.get()
+            if handle.finished.is_set():  # cancelled while it waited
+                continue
             self._current = handle
             try:
                 await self._run(handle)
@@ -444,10 +446,19 @@ class LiveSession:
             self.settings.restart_window_s,
         )
 
-    async def interrupt(self) -> None:
-        """Interrupt the running execution (state is kept)."""
+    async def interrupt(self, execution_id: str | None = None) -> None:
+        """Interrupt the running execution (state is kept). With ``execution_id``, only
+        that one: interrupted if it runs, cancelled if it waits in the queue (it never
+        runs), left alone if it finished or is not known here."""
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed.")
+        if execution_id is not None:
+            target = self._handles.get(execution_id)
+            if target is None or target.finished.is_set():
+                return
+            if target is not self._current:
+                await self._abandon(target, "interrupted", "cancelled")
+                return
         handle = self._current
         if handle is not None:
             handle.interrupt_requested = True

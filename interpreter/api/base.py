@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from typing import Any, TypeVar
 
 import tornado.web
@@ -30,6 +31,9 @@ from interpreter.errors import (
 from interpreter.idempotency import HEADER as IDEMPOTENCY_HEADER
 from interpreter.idempotency import check_key
 from interpreter.settings import Settings
+
+#: What an execution id the service hands out looks like (as in the route table).
+EXECUTION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -258,6 +262,16 @@ class BaseHandler(tornado.web.RequestHandler):
                 "session's 'generation' field)."
             )
         return int(raw)
+
+    def execution_filter(self) -> str | None:
+        """The ``?execution_id=`` of interrupt: act on that execution only, if given."""
+        raw = self.get_query_argument("execution_id", None)
+        if raw is not None and not EXECUTION_ID.fullmatch(raw):
+            raise ValidationFailed(
+                "execution_id must be an execution's id as the service gave it (letters, "
+                "digits, '_' and '-', at most 100)."
+            )
+        return raw
 
     def idempotency_key(self) -> str | None:
         """The request's ``Idempotency-Key`` header, checked; None when absent."""

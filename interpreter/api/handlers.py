@@ -126,7 +126,12 @@ class InterruptHandler(BaseHandler):
     async def post(self, session_id: str) -> None:
         self.raw_body()
         self.send_json(
-            await self.broker.interrupt(self.owner, session_id, generation=self.generation())
+            await self.broker.interrupt(
+                self.owner,
+                session_id,
+                generation=self.generation(),
+                execution_id=self.execution_filter(),
+            )
         )
 
 

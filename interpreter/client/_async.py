@@ -287,7 +287,12 @@ class AsyncSession:
         return result
 
     async def stream(
-        self, code: str, *, timeout_s: float | None = None, idempotency_key: str | None = None
+        self,
+        code: str,
+        *,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        on_start: Callable[[str], object] | None = None,
     ) -> AsyncIterator[AsyncStreamEvent]:
         """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
 
@@ -299,6 +304,8 @@ class AsyncSession:
         execution_id: str | None = None
         try:
             async with self.client._stream(call) as (events, execution_id):
+                if on_start is not None and execution_id is not None:
+                    on_start(execution_id)
                 async for sse in events:
                     event = proto.decode_event(sse)
                     if isinstance(event, Execution):
@@ -333,9 +340,12 @@ class AsyncSession:
         """Fetch an execution of this session by id (also while it is still running)."""
         return self._wrap(await self.client._call(proto.get_execution(self.id, execution_id)))
 
-    async def interrupt(self, *, generation: int | None = None) -> SessionInfo:
-        """Interrupt the code that is running (like Ctrl-C); state is kept."""
-        self.info = await self.client._call(proto.interrupt(self.id, generation))
+    async def interrupt(
+        self, *, generation: int | None = None, execution_id: str | None = None
+    ) -> SessionInfo:
+        """Interrupt the code that is running (like Ctrl-C); state is kept. See
+        :meth:`Session.interrupt`."""
+        self.info = await self.client._call(proto.interrupt(self.id, generation, execution_id))
         return self.info
 
     async def restart(self, *, recover: bool = False, generation: int | None = None) -> SessionInfo:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -292,9 +292,18 @@ class Session:
         return result
 
     def stream(
-        self, code: str, *, timeout_s: float | None = None, idempotency_key: str | None = None
+        self,
+        code: str,
+        *,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        on_start: Callable[[str], object] | None = None,
     ) -> Iterator[StreamEvent]:
         """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
+
+        ``on_start`` is called with the execution's id as soon as the service has accepted
+        the run (before any event), e.g. to interrupt exactly this run later with
+        ``interrupt(execution_id=...)``.
 
         Example:
             >>> for event in session.stream("for i in range(3): print(i)"):  # doctest: +SKIP
@@ -307,6 +316,8 @@ class Session:
         execution_id: str | None = None
         try:
             with self.client._stream(call) as (events, execution_id):
+                if on_start is not None and execution_id is not None:
+                    on_start(execution_id)
                 for sse in events:
                     event = proto.decode_event(sse)
                     if isinstance(event, Execution):
@@ -341,13 +352,17 @@ class Session:
         """Fetch an execution of this session by id (also while it is still running)."""
         return self._wrap(self.client._call(proto.get_execution(self.id, execution_id)))
 
-    def interrupt(self, *, generation: int | None = None) -> SessionInfo:
+    def interrupt(
+        self, *, generation: int | None = None, execution_id: str | None = None
+    ) -> SessionInfo:
         """Interrupt the code that is running (like Ctrl-C); state is kept.
 
         With ``generation`` (from ``info.generation``), only if the kernel was not
         restarted since: otherwise :class:`ConflictError` and nothing is interrupted.
+        With ``execution_id``, only that execution: interrupted if it runs, cancelled if it
+        is still queued (it never runs), nothing if it finished.
         """
-        self.info = self.client._call(proto.interrupt(self.id, generation))
+        self.info = self.client._call(proto.interrupt(self.id, generation, execution_id))
         return self.info
 
     def restart(self, *, recover: bool = False, generation: int | None = None) -> SessionInfo:

@@ -301,10 +301,13 @@ def get_execution(session_id: str, execution_id: str) -> Call[Execution]:
     return Call("GET", session_url(session_id, "executions", execution_id), _parse_execution)
 
 
-def interrupt(session_id: str, generation: int | None = None) -> Call[Session]:
-    return Call(
-        "POST", session_url(session_id, "interrupt"), _parse_session, params=_fence(generation)
-    )
+def interrupt(
+    session_id: str, generation: int | None = None, execution_id: str | None = None
+) -> Call[Session]:
+    params = _fence(generation) or {}
+    if execution_id is not None:
+        params["execution_id"] = execution_id
+    return Call("POST", session_url(session_id, "interrupt"), _parse_session, params=params or None)
 
 
 def restart(

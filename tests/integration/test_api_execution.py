@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
+from interpreter.client import AsyncClient, BadRequestError, DoneEvent, NotFoundError
+from interpreter.models import Execution
 from tests.conftest import Server, run
 
 
@@ -314,3 +317,64 @@ def test_background_output_after_the_cell_is_recorded_under_it(
         {"output_type": "stream", "name": "stdout", "text": "late\n"}
     ]
     assert run(api, sid, "'next'")["stdout"] == ""
+
+
+def test_interrupt_by_execution_id_hits_only_that_run(server: Server) -> None:
+    """``?execution_id=``: a queued run is cancelled (it never runs), the running one is
+    interrupted, a finished one is left alone; unknown and malformed ids are refused."""
+
+    async def scenario() -> None:
+        async with AsyncClient(server.url, api_key=server.api_key, timeout=60) as client:
+            session = await client.create_session()
+            ids: dict[str, str] = {}
+            accepted = {"first": asyncio.Event(), "second": asyncio.Event()}
+            loop_code = "import time\nwhile True:\n    time.sleep(0.05)"
+
+            def on_start(name: str) -> Callable[[str], None]:
+                def record(execution_id: str) -> None:
+                    ids[name] = execution_id
+                    accepted[name].set()
+
+                return record
+
+            async def consume(name: str, code: str) -> Execution:
+                async for event in session.stream(code, on_start=on_start(name)):
+                    if isinstance(event, DoneEvent):
+                        return event.execution
+                raise AssertionError("no result")
+
+            async def running(execution_id: str) -> None:
+                while True:
+                    if (await session.execution(execution_id)).status == "running":
+                        return
+                    await asyncio.sleep(0.01)
+
+            with anyio.fail_after(30):
+                # In this order: the second run queues behind the first.
+                first = asyncio.create_task(consume("first", loop_code))
+                await accepted["first"].wait()
+                second = asyncio.create_task(consume("second", "second_ran = True"))
+                await accepted["second"].wait()
+                await running(ids["first"])
+
+            await session.interrupt(execution_id=ids["second"])
+            cancelled = await asyncio.wait_for(second, 10)
+            assert (cancelled.status, cancelled.reason) == ("interrupted", "cancelled")
+            assert (await session.execution(ids["first"])).status == "running"
+
+            await session.interrupt(execution_id=ids["first"])
+            interrupted = await asyncio.wait_for(first, 30)
+            assert interrupted.status == "interrupted"
+            assert interrupted.error is not None
+            assert interrupted.error.ename == "KeyboardInterrupt"
+
+            await session.interrupt(execution_id=ids["first"])  # finished: nothing happens
+            with pytest.raises(NotFoundError):
+                await session.interrupt(execution_id="ex_unknown")
+            with pytest.raises(BadRequestError):
+                await session.interrupt(execution_id="not an id")
+            after = await session.run("second_ran")
+            assert after.error is not None and after.error.ename == "NameError"
+            await session.close()
+
+    asyncio.run(scenario())
