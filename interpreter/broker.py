@@ -68,7 +68,7 @@ class SessionBroker:
         self.live: dict[str, LiveSession] = {}
         self.metrics = Metrics(
             self._status_counts,
-            queued=lambda: sum(s.queued for s in self.live.values()),
+            queued=lambda: sum(s.executions.waiting for s in self.live.values()),
             warm_kernels=backend.warm_kernels,
             max_timeout_s=settings.max_timeout_s,
         )
@@ -290,7 +290,7 @@ class SessionBroker:
 
         def failed(failing: LiveSession) -> None:
             async def close_after_current() -> None:
-                current = failing.current
+                current = failing.executions.current
                 if current is not None:
                     await current.finished.wait()
                 if self.live.get(failing.id) is failing:
@@ -369,7 +369,7 @@ class SessionBroker:
         if not replayed:
             return started[0], False
         live = self._live(owner, session_id)
-        handle = live.handle(execution_id) if live is not None else None
+        handle = live.executions.get(execution_id) if live is not None else None
         if handle is None:
             execution = await self.execution(owner, session_id, execution_id)
             # Finished (the live session keeps every unfinished handle), or left unknown
@@ -380,7 +380,7 @@ class SessionBroker:
     async def execution(self, owner: str, session_id: str, execution_id: str) -> Execution:
         live = self._live(owner, session_id)
         if live is not None:
-            handle = live.handle(execution_id)
+            handle = live.executions.get(execution_id)
             if handle is not None:
                 return handle.execution
         else:
@@ -401,7 +401,7 @@ class SessionBroker:
         """Interrupt what runs, or only ``execution_id`` (cancelled if still queued)."""
         session = await self.require_live(owner, session_id)
         session.check_generation(generation)
-        if execution_id is not None and session.handle(execution_id) is None:
+        if execution_id is not None and session.executions.get(execution_id) is None:
             found = await asyncio.to_thread(self.store.get_execution, session_id, execution_id)
             if found is None:
                 raise ExecutionNotFound(f"No execution '{execution_id}' in session '{session_id}'.")

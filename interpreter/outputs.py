@@ -37,6 +37,8 @@ from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 
 #: Least share of the output budget either stream keeps when both are cut.
 MIN_STREAM_SHARE = 1000
+#: Finished cells kept for output that arrives after they ended (background threads).
+LATE_OUTPUT_CELLS = 8
 #: Statuses whose error the broker, not the kernel, reports; the notebook shows it too.
 BROKER_ERRORS = frozenset({"timeout", "kernel_died"})
 
@@ -135,6 +137,8 @@ class OutputCapture:
         self.artifacts = artifacts
         self.inline_bytes = inline_bytes
         self.output_bytes = output_bytes
+        #: Recently finished cells by their request's msg_id (see :meth:`remember`).
+        self._finished: dict[str, ExecutionHandle] = {}
 
     async def output(self, rec: ExecutionRecorder, index: int) -> Output:
         """The API form of the rich output at ``index``: binaries and big values stored."""
@@ -208,6 +212,16 @@ class OutputCapture:
                 }
             )
         return nb_outputs
+
+    def remember(self, msg_id: str, handle: ExecutionHandle) -> None:
+        """Keep a finished cell (by its request's msg_id) for output that arrives late."""
+        self._finished[msg_id] = handle
+        while len(self._finished) > LATE_OUTPUT_CELLS:
+            del self._finished[next(iter(self._finished))]
+
+    def finished_cell(self, msg_id: str | None) -> ExecutionHandle | None:
+        """A recently finished cell whose request had ``msg_id``, if kept."""
+        return self._finished.get(msg_id) if msg_id is not None else None
 
     def late_streams(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
         """Update a finished ``ex`` after stream output arrived late (a background thread

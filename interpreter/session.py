@@ -25,7 +25,6 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from interpreter import logs, waiting
@@ -41,6 +40,7 @@ from interpreter.errors import (
     session_failed_message,
 )
 from interpreter.execution import ExecutionRecorder
+from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, Restart, RestartBudget
@@ -54,10 +54,6 @@ from interpreter.store import SessionRecord, Store, Writer, utcnow
 
 log = logging.getLogger(__name__)
 
-#: Finished executions kept for output that arrives after their cell ended.
-LATE_OUTPUT_CELLS = 8
-#: Finished handles kept in memory (the store has them all).
-KEPT_HANDLES = 64
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
 
@@ -121,11 +117,7 @@ class LiveSession:
             output_bytes=settings.max_output_bytes,
         )
         self._worker: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[ExecutionHandle] = asyncio.Queue(maxsize=settings.queue_size)
-        self._current: ExecutionHandle | None = None
-        self._handles: dict[str, ExecutionHandle] = {}
-        #: Recently finished executions by request msg_id, for output that arrives late.
-        self._finished: dict[str, ExecutionHandle] = {}
+        self.executions = ExecutionQueue(settings.queue_size)
         self._state_lost_pending = False
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
@@ -177,10 +169,9 @@ class LiveSession:
             return
         previous = self.status
         self.status = "closed"
-        while not self._queue.empty():
-            handle = self._queue.get_nowait()
+        for handle in self.executions.drain():
             await self._abandon(handle, "interrupted", "session_closed")
-        current = self._current
+        current = self.executions.current
         if self._worker is not None:
             if current is not None and not keep_kernel:
                 with contextlib.suppress(Exception):
@@ -229,33 +220,16 @@ class LiveSession:
             raise GenerationMismatch.of(self.id, expected, self.generation)
 
     @property
-    def current(self) -> ExecutionHandle | None:
-        """The execution running now, if any."""
-        return self._current
-
-    @property
-    def queued(self) -> int:
-        """Executions waiting behind the running one."""
-        return self._queue.qsize()
-
-    @property
     def idle(self) -> bool:
-        return self._current is None and self._queue.empty() and self.status == "idle"
+        return self.executions.empty and self.status == "idle"
 
     @property
     def audit_degraded(self) -> bool:
         """The notebook could not be written; no new code runs until it can (R-12)."""
         return self.notebook.degraded
 
-    @property
-    def notebook_path(self) -> Path:
-        return self.notebook.path
-
     def touch(self) -> None:
         self.last_activity_at = utcnow()
-
-    def handle(self, execution_id: str) -> ExecutionHandle | None:
-        return self._handles.get(execution_id)
 
     async def retry_audit(self) -> None:
         if self.notebook.degraded:
@@ -279,19 +253,17 @@ class LiveSession:
             raise SessionClosed.cannot_run(self.id, self.status)
         if self.notebook.degraded:
             raise AuditDegraded.notebook_unwritable()
-        if self._queue.full():
-            raise SessionBusy.queue_full(self.id, self._queue.qsize())
+        if self.executions.full:
+            raise SessionBusy.queue_full(self.id, self.executions.waiting)
         self.touch()
         execution = Execution(id=new_id("ex"), session_id=self.id, status="queued", code=code)
         handle = ExecutionHandle(
-            execution=execution, seq=0, timeout_s=timeout_s, extra_meta=extra_meta or {}
+            execution, 0, timeout_s, extra_meta=extra_meta or {}, request_id=request_id
         )
-        handle.request_id = request_id
         if stream:
             # Subscribe before queueing, so not even the first event can be missed.
             handle.stream = handle.subscribe()
-        self._queue.put_nowait(handle)
-        self._handles[execution.id] = handle
+        self.executions.put(handle)
         # Awaited: an execution id handed to a client is on record even if the broker is
         # killed right after (it then comes back as `unknown`, R-07).
         await self.writer.run(partial(self._save_execution, handle))
@@ -314,10 +286,7 @@ class LiveSession:
 
     async def _work(self) -> None:
         while True:
-            handle = await self._queue.get()
-            if handle.finished.is_set():  # cancelled while it waited
-                continue
-            self._current = handle
+            handle = await self.executions.next()
             try:
                 await self._run(handle)
             except asyncio.CancelledError:
@@ -326,11 +295,7 @@ class LiveSession:
                 log.exception("execution %s failed inside the broker", handle.execution.id)
                 await self._abandon(handle, "error", "broker_error")
             finally:
-                self._current = None
-                if len(self._handles) > KEPT_HANDLES:
-                    for key in list(self._handles)[:-KEPT_HANDLES]:
-                        if self._handles[key].finished.is_set():
-                            del self._handles[key]
+                self.executions.done()
 
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
         ex = handle.execution
@@ -453,13 +418,13 @@ class LiveSession:
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed.")
         if execution_id is not None:
-            target = self._handles.get(execution_id)
+            target = self.executions.get(execution_id)
             if target is None or target.finished.is_set():
                 return
-            if target is not self._current:
+            if target is not self.executions.current:
                 await self._abandon(target, "interrupted", "cancelled")
                 return
-        handle = self._current
+        handle = self.executions.current
         if handle is not None:
             handle.interrupt_requested = True
             await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
@@ -478,8 +443,8 @@ class LiveSession:
             raise SessionClosed(self._failed_message())
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
-        if self._current is not None:
-            self._current.interrupt_requested = True
+        if self.executions.current is not None:
+            self.executions.current.interrupt_requested = True
         await self._restart("requested")
         if self.status == "dead":
             raise KernelStartFailed("The kernel could not be restarted; delete the session.")
@@ -491,10 +456,11 @@ class LiveSession:
         """Route one kernel message to the running execution, by the broker's msg_id."""
         parent = msg.get("parent_header") or {}
         parent_id = parent.get("msg_id") if isinstance(parent, dict) else None
-        handle = self._current
+        handle = self.executions.current
         if handle is None or handle.recorder is None or parent_id != handle.recorder.msg_id:
-            if channel == "iopub" and parent_id in self._finished:
-                await self._late_output(self._finished[parent_id], msg)
+            finished = self.capture.finished_cell(parent_id) if channel == "iopub" else None
+            if finished is not None:
+                await self._late_output(finished, msg)
             return
         rec = handle.recorder
         if channel == "iopub":
@@ -545,9 +511,7 @@ class LiveSession:
         self.writer.later(partial(self._save_execution, handle))
         self.writer.later(self._activity(self.status))
         handle.finish()
-        self._finished[rec.msg_id] = handle
-        while len(self._finished) > LATE_OUTPUT_CELLS:
-            del self._finished[next(iter(self._finished))]
+        self.capture.remember(rec.msg_id, handle)
 
     def _report(self, handle: ExecutionHandle) -> None:
         """Count a finished execution and log its one line (the key by its owner id)."""

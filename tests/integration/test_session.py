@@ -75,7 +75,7 @@ async def test_executions_run_in_order_and_are_recorded(parts: Parts) -> None:
         await session.close()
     record = parts.store.get_session(session.id)
     assert record is not None and record.status == "closed" and record.closed_reason == "deleted"
-    assert session.notebook_path.is_file()
+    assert session.notebook.path.is_file()
 
 
 async def test_a_streaming_watcher_sees_typed_events_in_order(parts: Parts) -> None:

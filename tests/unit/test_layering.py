@@ -76,6 +76,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.outputs", "runtime"),
     ("interpreter.kernel", "runtime"),
     ("interpreter.waiting", "runtime"),
+    ("interpreter.fifo", "runtime"),
     ("interpreter.session", "session"),
     ("interpreter.launch", "launch"),
     ("interpreter.rebuild", "launch"),

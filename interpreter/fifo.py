@@ -1,0 +1,69 @@
+"""A session's executions in order: those waiting, the one running, recent ones by id.
+
+One execution runs at a time per session; the others wait here, first in first out, up
+to a bound (the caller answers ``429`` past it). An execution cancelled while it waits
+is finished in place and skipped when its turn comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from interpreter.handle import ExecutionHandle
+
+#: Finished handles kept in memory for lookups by id (the store has them all).
+KEPT_HANDLES = 64
+
+
+class ExecutionQueue:
+    """The FIFO of a session's executions; ``current`` is the one running."""
+
+    def __init__(self, size: int) -> None:
+        self._waiting: asyncio.Queue[ExecutionHandle] = asyncio.Queue(maxsize=size)
+        self._by_id: dict[str, ExecutionHandle] = {}
+        self.current: ExecutionHandle | None = None
+
+    @property
+    def waiting(self) -> int:
+        """How many wait behind the running one."""
+        return self._waiting.qsize()
+
+    @property
+    def full(self) -> bool:
+        return self._waiting.full()
+
+    @property
+    def empty(self) -> bool:
+        """Nothing runs and nothing waits."""
+        return self.current is None and self._waiting.empty()
+
+    def get(self, execution_id: str) -> ExecutionHandle | None:
+        return self._by_id.get(execution_id)
+
+    def put(self, handle: ExecutionHandle) -> None:
+        """Queue ``handle`` (check :attr:`full` first)."""
+        self._waiting.put_nowait(handle)
+        self._by_id[handle.execution.id] = handle
+
+    async def next(self) -> ExecutionHandle:
+        """Wait for the next execution to run (skipping cancelled ones); it is current."""
+        while True:
+            handle = await self._waiting.get()
+            if not handle.finished.is_set():
+                self.current = handle
+                return handle
+
+    def done(self) -> None:
+        """The current execution ended; forget old finished ones."""
+        self.current = None
+        if len(self._by_id) > KEPT_HANDLES:
+            for key in list(self._by_id)[:-KEPT_HANDLES]:
+                if self._by_id[key].finished.is_set():
+                    del self._by_id[key]
+
+    def drain(self) -> list[ExecutionHandle]:
+        """Take every waiting execution out (the session is closing)."""
+        taken = []
+        while not self._waiting.empty():
+            taken.append(self._waiting.get_nowait())
+        return taken
