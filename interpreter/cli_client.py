@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
+from interpreter.cli_mcp import add_mcp_command
 from interpreter.client import (
     API_KEY_ENV,
     DEFAULT_URL,
@@ -35,7 +36,6 @@ from interpreter.client import (
     StdoutEvent,
 )
 from interpreter.client.render import bundle_text, strip_ansi
-from interpreter.exposure import check_bind
 from interpreter.mime import is_image
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -367,38 +367,6 @@ def cmd_tools(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    """``interp mcp [--http PORT]``: serve the tools over MCP."""
-    try:
-        from interpreter.mcp_auth import TOKEN_ENV
-        from interpreter.mcp_server import Target, run
-    except ImportError:
-        print("interp mcp needs the mcp package: pip install 'interp[mcp]'", file=sys.stderr)
-        return EXIT_SERVICE
-    tokens = [t for t in args.token if t] or [
-        t.strip() for t in os.environ.get(TOKEN_ENV, "").split(",") if t.strip()
-    ]
-    if args.http is not None:
-        # The rule of `interp serve`, before anything starts.
-        check_bind(
-            args.host,
-            authenticated=bool(tokens),
-            hint=f"pass --token TOKEN (or set {TOKEN_ENV})",
-        )
-    url = _explicit_url(args)
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
-    options: dict[str, Any] = {
-        "http_port": args.http,
-        "host": args.host,
-        "tokens": tokens or None,
-        "keep_sessions": args.keep_sessions,
-    }
-    if url:
-        return run(Target(url, key), **options)
-    with args.embed() as (embedded_url, embedded_key):
-        return run(Target(embedded_url, embedded_key), **options)
-
-
 # ------------------------------------------------------------------------ registration
 
 
@@ -498,35 +466,4 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     tools.add_argument("--format", choices=["openai", "anthropic"], default="openai")
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
-    mcp = subparsers.add_parser(
-        "mcp",
-        parents=[parent],
-        help="Serve the tools over MCP (stdio, or HTTP with --http).",
-        description="Model Context Protocol server. Talks to the service at --url / "
-        "$INTERP_URL, or starts an embedded one when neither is given.",
-    )
-    mcp.add_argument(
-        "--http",
-        type=int,
-        metavar="PORT",
-        help="Serve streamable HTTP on this port instead of stdio.",
-    )
-    mcp.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="Address for --http (default 127.0.0.1; any other needs --token).",
-    )
-    mcp.add_argument(
-        "--token",
-        action="append",
-        default=[],
-        help="Bearer token HTTP clients must send (repeatable; also INTERP_MCP_TOKENS, "
-        "comma-separated).",
-    )
-    mcp.add_argument(
-        "--keep-sessions",
-        action="store_true",
-        help="Keep the interpreter sessions a client created after it disconnects "
-        "(default: delete them; their notebooks stay readable).",
-    )
-    mcp.set_defaults(func=_quiet_http_log(cmd_mcp), embed=embed)
+    add_mcp_command(subparsers, parent, embed, _quiet_http_log)

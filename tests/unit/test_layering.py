@@ -94,6 +94,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.replay.*", "consumers"),
     ("interpreter.mcp_server", "consumers"),
     ("interpreter.cli_settings", "consumers"),
+    ("interpreter.cli_mcp", "consumers"),
     ("interpreter.mcp_executor", "consumers"),
     ("interpreter.mcp_auth", "consumers"),
     ("interpreter.mcp_service", "consumers"),
