@@ -325,6 +325,7 @@ class SessionBroker:
         *,
         stream: bool = False,
         request_id: str | None = None,
+        reject_if_busy: bool = False,
     ) -> ExecutionHandle:
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
@@ -334,7 +335,9 @@ class SessionBroker:
                 f"timeout_s {timeout:g} exceeds the server maximum {self.settings.max_timeout_s:g}."
             )
         session = await self.require_live(owner, session_id)
-        return await session.submit(code, timeout, stream=stream, request_id=request_id)
+        return await session.submit(
+            code, timeout, stream=stream, request_id=request_id, reject_if_busy=reject_if_busy
+        )
 
     async def execute_once(
         self,
@@ -346,6 +349,7 @@ class SessionBroker:
         *,
         stream: bool = False,
         request_id: str | None = None,
+        reject_if_busy: bool = False,
     ) -> tuple[ExecutionHandle, bool]:
         """:meth:`execute` under an Idempotency-Key: a retry gets the first run, never a new one.
 
@@ -358,7 +362,13 @@ class SessionBroker:
         async def action() -> str:
             started.append(
                 await self.execute(
-                    owner, session_id, code, timeout_s, stream=stream, request_id=request_id
+                    owner,
+                    session_id,
+                    code,
+                    timeout_s,
+                    stream=stream,
+                    request_id=request_id,
+                    reject_if_busy=reject_if_busy,
                 )
             )
             return started[0].execution.id

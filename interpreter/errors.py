@@ -41,6 +41,8 @@ class InterpreterError(Exception):
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
+        #: Fields the error body carries beside type and message (see models.ErrorDetail).
+        self.details: dict[str, object] = {}
 
 
 class BadRequest(InterpreterError):
@@ -89,6 +91,21 @@ class SessionClosed(Conflict):
     @classmethod
     def cannot_run(cls, session_id: str, status: str) -> SessionClosed:
         return cls(f"Session '{session_id}' is {status}; create a new session to run code.")
+
+
+class SessionRunning(Conflict):
+    """The request asked not to queue, and the session runs (or has queued) other code."""
+
+    code = "session_running"
+
+    def __init__(self, session_id: str, execution_id: str, running_for_s: float) -> None:
+        super().__init__(
+            f"Session '{session_id}' is running execution '{execution_id}' (for "
+            f"{running_for_s:.1f} s) and the request asked not to queue: wait for it "
+            "(GET its execution), interrupt it, or send the request again with "
+            "if_busy='queue'."
+        )
+        self.details = {"execution_id": execution_id, "running_for_s": round(running_for_s, 3)}
 
 
 class GenerationMismatch(Conflict):

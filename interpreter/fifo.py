@@ -37,6 +37,12 @@ class ExecutionQueue:
         """Nothing runs and nothing waits."""
         return self.current is None and self._waiting.empty()
 
+    def ahead(self) -> ExecutionHandle | None:
+        """What a new execution would wait for: the running one, else the first that waits."""
+        if self.current is not None:
+            return self.current
+        return next((h for h in self._by_id.values() if not h.finished.is_set()), None)
+
     def get(self, execution_id: str) -> ExecutionHandle | None:
         return self._by_id.get(execution_id)
 

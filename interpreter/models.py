@@ -115,6 +115,16 @@ class ExecuteRequest(_Request):
     timeout_s: float | None = Field(
         None, gt=0, le=86400, description="Wall-clock limit; on expiry interrupt, then restart."
     )
+    on_disconnect: Literal["continue", "interrupt"] = Field(
+        "continue",
+        description="When the client goes away before the result: keep running (its result "
+        "stays retrievable by id) or interrupt this execution.",
+    )
+    if_busy: Literal["queue", "reject"] = Field(
+        "queue",
+        description="When another execution runs or waits: queue behind it, or refuse at once "
+        "(409 session_running, naming the running execution and its age).",
+    )
 
     @field_validator("code")
     @classmethod
@@ -263,6 +273,12 @@ class FileList(BaseModel):
 class ErrorDetail(BaseModel):
     type: str
     message: str
+    execution_id: str | None = Field(
+        None, description="session_running: the execution that runs now."
+    )
+    running_for_s: float | None = Field(
+        None, description="session_running: how long it has run (0 while it waits to start)."
+    )
 
 
 class ErrorBody(BaseModel):

@@ -37,6 +37,7 @@ from interpreter.errors import (
     KernelStartFailed,
     SessionBusy,
     SessionClosed,
+    SessionRunning,
     session_failed_message,
 )
 from interpreter.execution import ExecutionRecorder
@@ -245,14 +246,21 @@ class LiveSession:
         extra_meta: dict[str, Any] | None = None,
         stream: bool = False,
         request_id: str | None = None,
+        reject_if_busy: bool = False,
     ) -> ExecutionHandle:
-        """Queue one execution; raises SessionClosed, SessionBusy or AuditDegraded."""
+        """Queue one execution; raises SessionClosed, SessionBusy, SessionRunning (with
+        ``reject_if_busy``) or AuditDegraded."""
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
             raise SessionClosed.cannot_run(self.id, self.status)
         if self.notebook.degraded:
             raise AuditDegraded.notebook_unwritable()
+        ahead = self.executions.ahead() if reject_if_busy else None
+        if ahead is not None:
+            started = ahead.execution.started_at
+            age = (utcnow() - started).total_seconds() if started is not None else 0.0
+            raise SessionRunning(self.id, ahead.execution.id, age)
         if self.executions.full:
             raise SessionBusy.queue_full(self.id, self.executions.waiting)
         self.touch()

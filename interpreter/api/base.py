@@ -288,8 +288,9 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        details: dict[str, object] = {}
         if isinstance(exc, InterpreterError):
-            code, message = exc.code, exc.message
+            code, message, details = exc.code, exc.message, exc.details
             if exc.retry_after is not None:
                 self.set_header("Retry-After", str(max(1, int(exc.retry_after))))
         elif isinstance(exc, tornado.web.HTTPError):
@@ -305,7 +306,7 @@ class BaseHandler(tornado.web.RequestHandler):
             code, message = "internal_error", "Internal error; the service logged the details."
         self.error_type = code
         self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.finish(json.dumps({"error": {"type": code, "message": message}}))
+        self.finish(json.dumps({"error": {"type": code, "message": message, **details}}))
 
     def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

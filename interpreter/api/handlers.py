@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 from typing import Any
 
@@ -13,7 +14,8 @@ from tornado.iostream import StreamClosedError
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
 from interpreter.api.info import service_info
-from interpreter.errors import FileNotFoundInWorkspace
+from interpreter.errors import FileNotFoundInWorkspace, InterpreterError
+from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
     CreateSessionRequest,
@@ -22,6 +24,8 @@ from interpreter.models import (
     SessionList,
 )
 from interpreter.openapi import openapi_document
+
+log = logging.getLogger(__name__)
 
 SSE_KEEPALIVE_S = 15.0
 #: Set on answers that repeat an earlier request's result (same Idempotency-Key).
@@ -57,11 +61,23 @@ class SessionHandler(BaseHandler):
 
 
 class ExecuteHandler(BaseHandler):
+    """Runs code; answers the Execution as JSON, or streams it as server-sent events.
+
+    Either way the ``X-Execution-Id`` header goes out as soon as the execution is queued,
+    so a client that gives up can poll it. A client that goes away leaves it running,
+    unless it asked ``on_disconnect: interrupt``.
+    """
+
+    handle: ExecutionHandle | None = None
+    interrupt_on_close = False
+    _stopping: asyncio.Task[None] | None = None
+
     async def post(self, session_id: str) -> None:
         req = self.parse(ExecuteRequest)
         stream = "text/event-stream" in self.request.headers.get("Accept", "")
         key = self.idempotency_key()
         replayed = False
+        reject = req.if_busy == "reject"
         if key is None:
             handle = await self.broker.execute(
                 self.owner,
@@ -70,6 +86,7 @@ class ExecuteHandler(BaseHandler):
                 req.timeout_s,
                 stream=stream,
                 request_id=self.request_id,
+                reject_if_busy=reject,
             )
         else:
             handle, replayed = await self.broker.execute_once(
@@ -80,13 +97,20 @@ class ExecuteHandler(BaseHandler):
                 key,
                 stream=stream,
                 request_id=self.request_id,
+                reject_if_busy=reject,
             )
+        self.handle = handle
+        self.interrupt_on_close = req.on_disconnect == "interrupt"
         self.set_header("X-Execution-Id", handle.execution.id)
         if replayed:
             self.set_header(REPLAYED_HEADER, "true")
         if not stream:
+            self.set_header("Content-Type", "application/json; charset=utf-8")
+            with contextlib.suppress(StreamClosedError):
+                await self.flush()  # the headers, with the id, before the result
             await handle.finished.wait()
-            self.send_json(handle.execution)
+            with contextlib.suppress(StreamClosedError):
+                self.finish(handle.execution.model_dump_json())
             return
         # A replay watches the first run from now on; its final `done` event is complete.
         own = handle.stream if not replayed else None
@@ -115,6 +139,20 @@ class ExecuteHandler(BaseHandler):
             return
         with contextlib.suppress(StreamClosedError):
             self.finish()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        handle = self.handle
+        if self.interrupt_on_close and handle is not None and not handle.finished.is_set():
+            self._stopping = asyncio.create_task(self._interrupt(handle))
+
+    async def _interrupt(self, handle: ExecutionHandle) -> None:
+        """``on_disconnect: interrupt``: stop exactly this execution (cancelled if queued)."""
+        ex = handle.execution
+        try:
+            await self.broker.interrupt(self.owner, ex.session_id, execution_id=ex.id)
+        except InterpreterError as exc:  # the session ended meanwhile: nothing runs
+            log.info("no interrupt after a disconnect from %s: %s", ex.id, exc.message)
 
 
 class ExecutionHandler(BaseHandler):

@@ -33,6 +33,7 @@ from interpreter.client._errors import (
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import AsyncArtifact, AsyncRunResult
 from interpreter.client._retry import connection_failed
+from interpreter.client.protocol import IfBusy, OnDisconnect
 from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList, ServiceInfo
 from interpreter.models import Session as SessionInfo
 
@@ -277,9 +278,18 @@ class AsyncSession:
         timeout_s: float | None = None,
         raise_on_error: bool = False,
         idempotency_key: str | None = None,
+        on_disconnect: OnDisconnect | None = None,
+        if_busy: IfBusy | None = None,
     ) -> AsyncRunResult:
         """Run code and wait for it; see :meth:`Session.run`."""
-        call = proto.execute(self.id, code, timeout_s, idempotency_key)
+        call = proto.execute(
+            self.id,
+            code,
+            timeout_s,
+            idempotency_key,
+            on_disconnect=on_disconnect,
+            if_busy=if_busy,
+        )
         execution = await self.client._call(call)
         result = self._wrap(execution)
         if raise_on_error and not result.ok:
@@ -293,6 +303,8 @@ class AsyncSession:
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
         on_start: Callable[[str], object] | None = None,
+        on_disconnect: OnDisconnect | None = None,
+        if_busy: IfBusy | None = None,
     ) -> AsyncIterator[AsyncStreamEvent]:
         """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
 
@@ -300,7 +312,14 @@ class AsyncSession:
             >>> async for event in session.stream("print('hi')"):  # doctest: +SKIP
             ...     print(event)
         """
-        call = proto.stream_request(self.id, code, timeout_s, idempotency_key)
+        call = proto.stream_request(
+            self.id,
+            code,
+            timeout_s,
+            idempotency_key,
+            on_disconnect=on_disconnect,
+            if_busy=if_busy,
+        )
         execution_id: str | None = None
         try:
             async with self.client._stream(call) as (events, execution_id):

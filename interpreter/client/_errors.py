@@ -34,16 +34,25 @@ class APIError(ClientError):
         code: Stable machine name from the error body (e.g. ``session_not_found``).
         message: The service's human-readable explanation.
         retry_after: Seconds to wait before retrying, when the service said so.
+        details: Further fields of the error body, e.g. ``execution_id`` and
+            ``running_for_s`` of a ``session_running`` refusal.
     """
 
     def __init__(
-        self, message: str, *, status: int, code: str, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        status: int,
+        code: str,
+        retry_after: float | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
         self.retry_after = retry_after
+        self.details: dict[str, Any] = dict(details or {})
 
     def __str__(self) -> str:
         return f"{self.message} ({self.code}, HTTP {self.status})"
@@ -52,14 +61,19 @@ class APIError(ClientError):
         # Keyword-only constructor arguments do not survive the default pickling.
         return (
             _rebuild_api_error,
-            (type(self), self.message, self.status, self.code, self.retry_after),
+            (type(self), self.message, self.status, self.code, self.retry_after, self.details),
         )
 
 
 def _rebuild_api_error(
-    cls: type[APIError], message: str, status: int, code: str, retry_after: float | None
+    cls: type[APIError],
+    message: str,
+    status: int,
+    code: str,
+    retry_after: float | None,
+    details: dict[str, Any] | None = None,
 ) -> APIError:
-    return cls(message, status=status, code=code, retry_after=retry_after)
+    return cls(message, status=status, code=code, retry_after=retry_after, details=details)
 
 
 class BadRequestError(APIError):

@@ -29,6 +29,7 @@ from interpreter.client._errors import (
 from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import Artifact, RunResult
 from interpreter.client._retry import connection_failed
+from interpreter.client.protocol import IfBusy, OnDisconnect
 from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList, ServiceInfo
 from interpreter.models import Session as SessionInfo
 
@@ -265,6 +266,8 @@ class Session:
         timeout_s: float | None = None,
         raise_on_error: bool = False,
         idempotency_key: str | None = None,
+        on_disconnect: OnDisconnect | None = None,
+        if_busy: IfBusy | None = None,
     ) -> RunResult:
         """Run code in the session and wait for it to finish.
 
@@ -276,6 +279,11 @@ class Session:
                 Otherwise an exception in the code is data: ``result.error``.
             idempotency_key: Makes a retry safe: the same key (with the same code) returns
                 the first run's result instead of running the code again.
+            on_disconnect: ``"interrupt"`` stops the run if this client goes away before
+                its result (the service's default is to keep running).
+            if_busy: ``"reject"`` refuses at once (``ConflictError`` with code
+                ``session_running`` and ``details`` naming the running execution and its
+                age) instead of queueing behind other code.
 
         Returns:
             The run's outputs, status and error; artifacts can be fetched from it.
@@ -285,7 +293,14 @@ class Session:
             >>> r.status, r.error.ename  # doctest: +SKIP
             ('error', 'ZeroDivisionError')
         """
-        call = proto.execute(self.id, code, timeout_s, idempotency_key)
+        call = proto.execute(
+            self.id,
+            code,
+            timeout_s,
+            idempotency_key,
+            on_disconnect=on_disconnect,
+            if_busy=if_busy,
+        )
         result = self._wrap(self.client._call(call))
         if raise_on_error and not result.ok:
             raise ExecutionError(result.execution)
@@ -298,6 +313,8 @@ class Session:
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
         on_start: Callable[[str], object] | None = None,
+        on_disconnect: OnDisconnect | None = None,
+        if_busy: IfBusy | None = None,
     ) -> Iterator[StreamEvent]:
         """Run code and yield events as they happen; the last one is a :class:`DoneEvent`.
 
@@ -312,7 +329,14 @@ class Session:
             ...     elif isinstance(event, DoneEvent):
             ...         print(event.result.status)
         """
-        call = proto.stream_request(self.id, code, timeout_s, idempotency_key)
+        call = proto.stream_request(
+            self.id,
+            code,
+            timeout_s,
+            idempotency_key,
+            on_disconnect=on_disconnect,
+            if_busy=if_busy,
+        )
         execution_id: str | None = None
         try:
             with self.client._stream(call) as (events, execution_id):

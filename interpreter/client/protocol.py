@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -168,10 +168,12 @@ _STATUS_CLASSES: dict[int, type[APIError]] = {
 def error_from_response(resp: httpx.Response) -> APIError:
     """The exception for an error answer (body already read), with the service's message."""
     code, message = "http_error", ""
+    details: dict[str, Any] = {}
     try:
         detail = json.loads(resp.content)["error"]
         code = str(detail.get("type") or code)
         message = str(detail.get("message") or "")
+        details = {k: v for k, v in detail.items() if k not in ("type", "message")}
     except (ValueError, KeyError, TypeError, AttributeError):
         # Not our error body (a proxy, or a crash before the handler): keep what there is.
         message = resp.text.strip()[:500]
@@ -182,7 +184,9 @@ def error_from_response(resp: httpx.Response) -> APIError:
         cls: type[APIError] = ServerError
     else:
         cls = _STATUS_CLASSES.get(resp.status_code, BadRequestError)
-    return cls(message, status=resp.status_code, code=code, retry_after=retry_after)
+    return cls(
+        message, status=resp.status_code, code=code, retry_after=retry_after, details=details
+    )
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -278,15 +282,27 @@ def delete_session(session_id: str, generation: int | None = None) -> Call[None]
     return Call("DELETE", session_url(session_id), _parse_nothing, params=_fence(generation))
 
 
+#: What the service does with a run whose client goes away, and with one that would queue.
+OnDisconnect = Literal["continue", "interrupt"]
+IfBusy = Literal["queue", "reject"]
+
+
 def execute(
     session_id: str,
     code: str,
     timeout_s: float | None = None,
     idempotency_key: str | None = None,
+    *,
+    on_disconnect: OnDisconnect | None = None,
+    if_busy: IfBusy | None = None,
 ) -> Call[Execution]:
     body: dict[str, Any] = {"code": code}
     if timeout_s is not None:
         body["timeout_s"] = timeout_s
+    if on_disconnect is not None:
+        body["on_disconnect"] = on_disconnect
+    if if_busy is not None:
+        body["if_busy"] = if_busy
     return Call(
         "POST",
         session_url(session_id, "execute"),
@@ -367,10 +383,18 @@ def health() -> Call[dict[str, Any]]:
 
 
 def stream_request(
-    session_id: str, code: str, timeout_s: float | None, idempotency_key: str | None = None
+    session_id: str,
+    code: str,
+    timeout_s: float | None,
+    idempotency_key: str | None = None,
+    *,
+    on_disconnect: OnDisconnect | None = None,
+    if_busy: IfBusy | None = None,
 ) -> Call[None]:
     """The streaming form of :func:`execute`; the body is read as events, not parsed."""
-    call = execute(session_id, code, timeout_s, idempotency_key)
+    call = execute(
+        session_id, code, timeout_s, idempotency_key, on_disconnect=on_disconnect, if_busy=if_busy
+    )
     return Call(
         call.method,
         call.url,

@@ -378,3 +378,75 @@ def test_interrupt_by_execution_id_hits_only_that_run(server: Server) -> None:
             await session.close()
 
     asyncio.run(scenario())
+
+
+def _await_status(api: httpx.Client, sid: str, eid: str, wanted: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        execution: dict[str, Any] = api.get(f"/v1/sessions/{sid}/executions/{eid}").json()
+        if execution["status"] in wanted:
+            return execution
+        assert time.monotonic() < deadline, execution
+        time.sleep(0.05)
+
+
+def test_json_answer_names_the_execution_before_its_result(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    """A JSON client that gives up still has the id (the header comes first) and can poll;
+    by default the run goes on without it."""
+    sid = new_session()
+    body = {"code": "import time\ntime.sleep(2)\n'finished'"}
+    with api.stream("POST", f"/v1/sessions/{sid}/execute", json=body) as resp:
+        assert resp.status_code == 200
+        eid = resp.headers["X-Execution-Id"]
+        # The headers arrived while the code still runs: the client leaves here.
+        assert api.get(f"/v1/sessions/{sid}/executions/{eid}").json()["status"] in {
+            "queued",
+            "running",
+        }
+    done = _await_status(api, sid, eid, {"ok"})
+    assert done["outputs"][-1]["data"]["text/plain"] == "'finished'"
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/event-stream"])
+def test_on_disconnect_interrupt_stops_the_run_of_a_client_that_left(
+    api: httpx.Client, new_session: Callable[..., str], accept: str
+) -> None:
+    sid = new_session()
+    run(api, sid, "kept = 7")
+    body = {
+        "code": "import time\nwhile True:\n    time.sleep(0.05)",
+        "on_disconnect": "interrupt",
+    }
+    headers = {"Accept": accept}
+    with api.stream("POST", f"/v1/sessions/{sid}/execute", json=body, headers=headers) as resp:
+        eid = resp.headers["X-Execution-Id"]
+        _await_status(api, sid, eid, {"running"})
+    # The client closed its connection mid-run: the service interrupts that run.
+    left = _await_status(api, sid, eid, {"interrupted", "ok", "error", "timeout"})
+    assert left["status"] == "interrupted"
+    assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "7"
+
+
+def test_if_busy_reject_answers_at_once_with_the_running_execution(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    with api.stream(
+        "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
+    ) as resp:
+        running_id = resp.headers["X-Execution-Id"]
+        _await_status(api, sid, running_id, {"running"})
+        refused = api.post(
+            f"/v1/sessions/{sid}/execute", json={"code": "1 + 1", "if_busy": "reject"}
+        )
+        assert refused.status_code == 409
+        error = refused.json()["error"]
+        assert error["type"] == "session_running"
+        assert error["execution_id"] == running_id and error["running_for_s"] >= 0
+        assert running_id in error["message"]
+        api.post(f"/v1/sessions/{sid}/interrupt", params={"execution_id": running_id})
+    assert _await_status(api, sid, running_id, {"interrupted"})["status"] == "interrupted"
+    # Nothing was queued by the refused request.
+    assert run(api, sid, "1 + 1", if_busy="reject")["outputs"][0]["data"]["text/plain"] == "2"

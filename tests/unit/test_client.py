@@ -664,3 +664,24 @@ def test_every_sdk_name_the_readme_uses_exists() -> None:
         if not any(hasattr(t, n) for t in (Client, Session, RunResult, sdk)) and n not in arguments
     ]
     assert missing == []
+
+
+def test_execute_options_and_error_details_cross_the_wire() -> None:
+    from interpreter.client import ConflictError
+    from interpreter.client import protocol as proto
+
+    call = proto.execute("s_1", "x", on_disconnect="interrupt", if_busy="reject")
+    assert call.json == {"code": "x", "on_disconnect": "interrupt", "if_busy": "reject"}
+    assert proto.execute("s_1", "x").json == {"code": "x"}
+    body = {
+        "error": {
+            "type": "session_running",
+            "message": "busy",
+            "execution_id": "ex_1",
+            "running_for_s": 1.5,
+        }
+    }
+    error = proto.error_from_response(httpx.Response(409, json=body))
+    assert isinstance(error, ConflictError) and error.code == "session_running"
+    assert error.details == {"execution_id": "ex_1", "running_for_s": 1.5}
+    assert pickle.loads(pickle.dumps(error)).details == error.details
