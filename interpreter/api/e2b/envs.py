@@ -8,6 +8,10 @@ in the notebook with ``e2b_role: env_vars``.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
+from interpreter.api.base import describe_validation
+from interpreter.errors import ValidationFailed
 from interpreter.models import CreateSessionRequest
 
 SAVED = "_e2b_saved_env"
@@ -15,7 +19,10 @@ SAVED = "_e2b_saved_env"
 
 def checked(env: dict[str, str]) -> dict[str, str]:
     """The variables, validated like a session's ``env`` (422 on a bad name or size)."""
-    return CreateSessionRequest(env=env).env
+    try:
+        return CreateSessionRequest(env=env).env
+    except ValidationError as exc:
+        raise ValidationFailed(describe_validation(exc)) from exc
 
 
 def setup_code(env: dict[str, str]) -> str:

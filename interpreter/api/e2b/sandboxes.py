@@ -18,6 +18,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from interpreter.api.e2b import envs
 from interpreter.broker import SessionBroker
 from interpreter.errors import NotFound
 from interpreter.models import CreateSessionRequest
@@ -72,7 +73,7 @@ class Sandboxes:
     ) -> E2BSandbox:
         req = CreateSessionRequest(
             idle_timeout_s=timeout_s,
-            env=env or {},
+            env=envs.checked(env or {}),
             metadata={"origin": "e2b", "e2b_template": template, **(metadata or {})},
         )
         session = await self.broker.create(owner, req)
