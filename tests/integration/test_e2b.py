@@ -8,6 +8,7 @@ runs on both backends on free ports; debug mode (``E2B_DEBUG``) needs E2B's fixe
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import socket
 import tempfile
@@ -226,6 +227,28 @@ def test_bad_input_gets_precise_errors_in_e2b_shape(e2b: E2BServer, sbx: Sandbox
         unknown = raw.post("/execute", json={"code": "1", "context_id": "nope"})
         assert unknown.status_code == 404
         assert raw.get("/nowhere").json()["code"] == 404
+
+
+def test_raw_stream_is_ndjson_with_keepalives_and_ends_last(e2b: E2BServer, sbx: Sandbox) -> None:
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    body = {"code": "import time\nprint('a', flush=True)\ntime.sleep(5)\n7"}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        resp = raw.post("/execute", json=body)
+    assert resp.headers["content-type"].startswith("application/x-ndjson")
+    items = [json.loads(line) for line in resp.text.splitlines()]
+    types = [item["type"] for item in items]
+    assert types[0] == "stdout" and isinstance(items[0]["timestamp"], int)
+    assert "keepalive" in types  # 5 s of silence: at least one
+    assert types[-1] == "end_of_execution"
+    [result] = [item for item in items if item["type"] == "result"]
+    assert result["text"] == "7" and result["is_main_result"] is True
+    assert [i["execution_count"] for i in items if i["type"] == "number_of_executions"]
+
+
+def test_no_key_refuses_a_non_loopback_e2b_port(tmp_path: Path) -> None:
+    settings = test_settings(tmp_path, api_keys=[], host="0.0.0.0", e2b_port=0)
+    with pytest.raises(SystemExit, match="without an API key"):
+        ServerThread(settings, backend="local").start()
 
 
 def test_keys_separate_sandboxes(e2b: E2BServer, sbx: Sandbox) -> None:
