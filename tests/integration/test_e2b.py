@@ -7,6 +7,7 @@ runs on both backends on free ports; debug mode (``E2B_DEBUG``) needs E2B's fixe
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shutil
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from e2b import AuthenticationException, InvalidArgumentException, SandboxException
-from e2b_code_interpreter import Sandbox
+from e2b_code_interpreter import AsyncSandbox, Sandbox
 from e2b_code_interpreter.charts import ChartType
 
 from interpreter.server import ServerThread
@@ -284,6 +285,25 @@ def test_create_timeout_info_and_kill(e2b: E2BServer) -> None:
         assert v1.get(f"/v1/sessions/{sandbox.sandbox_id}").json()["status"] == "closed"
     with pytest.raises(SandboxException):
         sandbox.run_code("1")
+
+
+def test_the_async_sdk_works_the_same(e2b: E2BServer) -> None:
+    async def main() -> tuple[list[str], str | None, str]:
+        sandbox = await AsyncSandbox.create(
+            api_key=KEY, api_url=e2b.e2b_url, sandbox_url=e2b.e2b_url
+        )
+        seen: list[str] = []
+
+        async def on_stdout(msg: Any) -> None:
+            seen.append(msg.line)
+
+        execution = await sandbox.run_code("print('async')\n6 * 7", on_stdout=on_stdout)
+        await sandbox.files.write("a.txt", "from async")
+        text = await sandbox.files.read("/home/user/a.txt")
+        await sandbox.kill()
+        return seen, execution.text, text
+
+    assert asyncio.run(main()) == (["async\n"], "42", "from async")
 
 
 # ------------------------------------------------------------------------- debug mode
