@@ -25,7 +25,8 @@ from e2b_code_interpreter import AsyncSandbox, Sandbox
 from e2b_code_interpreter.charts import ChartType
 
 from interpreter.server import ServerThread
-from tests.conftest import KEY, OTHER_KEY, require_docker, test_settings
+from tests.conftest import KEY, OTHER_KEY, require_docker
+from tests.conftest import test_settings as settings_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,7 +53,7 @@ def e2b(request: pytest.FixtureRequest) -> Iterator[E2BServer]:
     if backend == "docker":
         require_docker()
     data_dir = Path(tempfile.mkdtemp(prefix=f"interp-e2b-{backend}-"))
-    settings = test_settings(data_dir, backend=backend, e2b_port=0, interrupt_grace_s=2.0)
+    settings = settings_for(data_dir, backend=backend, e2b_port=0, interrupt_grace_s=2.0)
     thread = ServerThread(settings, backend=backend).start()
     yield E2BServer(thread, data_dir)
     thread.stop()
@@ -247,7 +248,7 @@ def test_raw_stream_is_ndjson_with_keepalives_and_ends_last(e2b: E2BServer, sbx:
 
 
 def test_no_key_refuses_a_non_loopback_e2b_port(tmp_path: Path) -> None:
-    settings = test_settings(tmp_path, api_keys=[], host="0.0.0.0", e2b_port=0)
+    settings = settings_for(tmp_path, api_keys=[], host="0.0.0.0", e2b_port=0)
     with pytest.raises(SystemExit, match="without an API key"):
         ServerThread(settings, backend="local").start()
 
@@ -325,7 +326,7 @@ def test_debug_mode_clients_get_a_default_sandbox(monkeypatch: pytest.MonkeyPatc
     if taken:
         pytest.fail(f"debug mode needs E2B's fixed ports; taken here: {taken}")
     data_dir = Path(tempfile.mkdtemp(prefix="interp-e2b-debug-"))
-    settings = test_settings(
+    settings = settings_for(
         data_dir, backend="local", api_keys=[], e2b_port=49999, e2b_envd_port=49983
     )
     monkeypatch.setenv("E2B_DEBUG", "true")
