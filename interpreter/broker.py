@@ -285,6 +285,12 @@ class SessionBroker:
         live.check_generation(generation)
         await self._close(live, "deleted")
 
+    async def set_idle_timeout(self, owner: str, session_id: str, seconds: float) -> None:
+        """Cull ``session_id`` after ``seconds`` without activity from now on (0: never)."""
+        session = await self.require_live(owner, session_id)
+        session.idle_timeout_s = seconds
+        session.touch()
+
     def watch(self, session: LiveSession) -> None:
         """Close ``session`` once it fails (R-03), after its running execution is recorded."""
 
@@ -326,7 +332,10 @@ class SessionBroker:
         stream: bool = False,
         request_id: str | None = None,
         reject_if_busy: bool = False,
+        extra_meta: dict[str, Any] | None = None,
     ) -> ExecutionHandle:
+        """Queue ``code`` in a session; ``extra_meta`` goes into its notebook cell's metadata
+        (e.g. the surface it came through)."""
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
         timeout = timeout_s if timeout_s is not None else self.settings.default_timeout_s
@@ -336,7 +345,12 @@ class SessionBroker:
             )
         session = await self.require_live(owner, session_id)
         return await session.submit(
-            code, timeout, stream=stream, request_id=request_id, reject_if_busy=reject_if_busy
+            code,
+            timeout,
+            stream=stream,
+            request_id=request_id,
+            reject_if_busy=reject_if_busy,
+            extra_meta=extra_meta,
         )
 
     async def execute_once(

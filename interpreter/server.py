@@ -19,6 +19,7 @@ from tornado.netutil import bind_sockets
 from interpreter import backends, exposure
 from interpreter.api.app import make_app
 from interpreter.api.base import DRAIN_LIMIT
+from interpreter.api.e2b.app import make_e2b_app
 from interpreter.broker import SessionBroker
 from interpreter.errors import BackendUnavailable
 from interpreter.settings import Settings
@@ -39,13 +40,19 @@ class RunningServer:
     broker: SessionBroker
     http: HTTPServer
     url: str
+    #: The E2B-compatible surface, when enabled: its server and its URL(s), code port first.
+    e2b_http: HTTPServer | None = None
+    e2b_urls: tuple[str, ...] = ()
 
     async def stop(self) -> None:
-        self.http.stop()
+        servers = [self.http] + ([self.e2b_http] if self.e2b_http is not None else [])
+        for server in servers:
+            server.stop()
         await self.broker.shutdown()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(5):
-                await self.http.close_all_connections()
+        for server in servers:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await server.close_all_connections()
 
 
 async def start(settings: Settings, backend: str | None = None) -> RunningServer:
@@ -74,7 +81,29 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     http.add_sockets(sockets)
     port = sockets[0].getsockname()[1]
     host = settings.host if ":" not in settings.host else f"[{settings.host}]"
-    return RunningServer(broker=broker, http=http, url=f"http://{host}:{port}")
+    running = RunningServer(broker=broker, http=http, url=f"http://{host}:{port}")
+    ports = [p for p in (settings.e2b_port, settings.e2b_envd_port) if p is not None]
+    if ports:
+        e2b = HTTPServer(
+            make_e2b_app(broker, settings),
+            max_body_size=cap,
+            max_buffer_size=cap + (1 << 20),
+            idle_connection_timeout=300,
+            body_timeout=600,
+        )
+        urls = []
+        for wanted in ports:
+            try:
+                bound = bind_sockets(wanted, settings.host)
+            except OSError as exc:
+                await running.stop()
+                raise SystemExit(
+                    f"Cannot serve the E2B surface on {settings.host}:{wanted}: {exc.strerror}."
+                ) from None
+            e2b.add_sockets(bound)
+            urls.append(f"http://{host}:{bound[0].getsockname()[1]}")
+        running.e2b_http, running.e2b_urls = e2b, tuple(urls)
+    return running
 
 
 def serve(settings: Settings) -> int:
@@ -96,6 +125,8 @@ def serve(settings: Settings) -> int:
             )
         backend = running.broker.backend.name
         print(f"interp ({backend} backend) listening on {running.url}", flush=True)
+        if running.e2b_urls:
+            print(f"E2B-compatible surface on {', '.join(running.e2b_urls)}", flush=True)
         await stop.wait()
         print("Shutting down: stopping kernels and flushing notebooks...", flush=True)
         await running.stop()
@@ -117,6 +148,7 @@ class ServerThread:
         self.settings = settings
         self.backend = backend
         self.url = ""
+        self.e2b_urls: tuple[str, ...] = ()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: RunningServer | None = None
         self._ready = threading.Event()
@@ -135,6 +167,7 @@ class ServerThread:
         try:
             self._running = loop.run_until_complete(start(self.settings, self.backend))
             self.url = self._running.url
+            self.e2b_urls = self._running.e2b_urls
         except BaseException as exc:
             self._error = exc
             self._ready.set()

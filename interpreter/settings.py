@@ -37,6 +37,21 @@ class Settings(BaseSettings):
         min_length=8,
         description="Operator key: when set, /metrics answers only to it (tenant keys get 403).",
     )
+    e2b_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description=(
+            "Serve the E2B-compatible surface (code, contexts, files, sandboxes) on this port "
+            "of the same host; 49999 for E2B_DEBUG clients, any port for E2B_SANDBOX_URL."
+        ),
+    )
+    e2b_envd_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Also serve the E2B surface here: 49983, where E2B_DEBUG clients send files.",
+    )
     log_format: LogFormat = Field(
         "text", description="Log lines of `interp serve`: 'text', or 'json' (one object a line)."
     )

@@ -1,0 +1,89 @@
+"""The handler base of the E2B surface: who is asking, which sandbox, and E2B's error shape.
+
+Auth follows ``/v1``: without configured keys every request is the anonymous owner (and
+the service binds loopback only); with keys, a request carries one of them (``X-API-Key``
+as E2B's control plane gets it, or ``Authorization: Bearer``), or the access token of a
+sandbox the control plane made (``X-Access-Token``, ``E2B-Traffic-Access-Token``), which
+acts for the key that created it. Errors are ``{"code": <status>, "message": ...}``, the
+body E2B's API and envd answer with, plus our ``type``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tornado.web
+
+from interpreter.api.base import BaseHandler, _matching
+from interpreter.api.e2b.sandboxes import E2BSandbox, Sandboxes
+from interpreter.broker import SessionBroker, owner_of
+from interpreter.errors import InterpreterError, NotFound, Unauthorized
+from interpreter.settings import Settings
+
+SANDBOX_HEADER = "E2b-Sandbox-Id"
+TOKEN_HEADERS = ("X-Access-Token", "E2B-Traffic-Access-Token")
+
+
+class E2BHandler(BaseHandler):
+    def initialize(  # type: ignore[override]
+        self, broker: SessionBroker, settings: Settings, sandboxes: Sandboxes, route: str = ""
+    ) -> None:
+        super().initialize(broker, settings, route or "e2b:unmatched")
+        self.sandboxes = sandboxes
+
+    def check_auth(self) -> None:
+        keys = self.conf.api_keys
+        if not keys:
+            self.key_id = self.owner
+            return
+        headers = self.request.headers
+        presented = headers.get("X-API-Key")
+        if presented is None and headers.get("Authorization"):
+            presented = self.bearer_token()
+        if presented is not None:
+            key = _matching(presented.strip(), keys)
+            if key is None:
+                raise Unauthorized("Invalid API key.")
+            self.owner = self.key_id = owner_of(key)
+            return
+        for name in TOKEN_HEADERS:
+            token = headers.get(name)
+            sandbox = self.sandboxes.by_token(token) if token else None
+            if sandbox is not None:
+                self.owner = self.key_id = sandbox.owner
+                return
+        raise Unauthorized(
+            "Missing API key: send 'X-API-Key: <key>' (E2B_API_KEY), or the access token of "
+            "a sandbox created through this service's control plane (E2B_API_URL)."
+        )
+
+    async def sandbox(self) -> E2BSandbox:
+        """The sandbox this data-plane request is for (debug clients: the key's default)."""
+        return await self.sandboxes.resolve(self.owner, self.request.headers.get(SANDBOX_HEADER))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, InterpreterError):
+            code, message = exc.code, exc.message
+            if exc.retry_after is not None:
+                self.set_header("Retry-After", str(max(1, int(exc.retry_after))))
+        elif isinstance(exc, tornado.web.HTTPError) and exc.status_code in (404, 405):
+            code = "not_found" if exc.status_code == 404 else "method_not_allowed"
+            message = f"Method {self.request.method} is not allowed on {self.request.path}."
+            if exc.status_code == 404:
+                message = exc.log_message or f"No route {self.request.path}."
+        else:
+            code, message = "internal_error", "Internal error; the service logged the details."
+        self.error_type = code
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps({"code": status_code, "message": message, "type": code}))
+
+
+class E2BNotFoundHandler(E2BHandler):
+    def prepare(self) -> None:
+        super().prepare()
+        if self._rejected is None:
+            self._reject_after_body(
+                NotFound(f"No route {self.request.path} on the E2B-compatible surface.")
+            )

@@ -1,0 +1,80 @@
+"""Our chart description (``application/vnd.chart+json``) in the shape E2B's SDK decodes.
+
+E2B's ``Result.chart`` is one chart, or a ``superchart`` holding one per Axes. Line and
+scatter series become point elements, bars become (label, group, value) elements, pie
+wedges get their angle in degrees. Axes kinds E2B has no type for (histograms, images,
+mixed axes) become ``unknown`` charts with their title, never a wrong reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def e2b_chart(described: object) -> dict[str, Any] | None:
+    """The E2B chart of a figure description, or None when there is nothing to show."""
+    if not isinstance(described, dict):
+        return None
+    axes = [a for a in described.get("axes") or [] if isinstance(a, dict)]
+    charts = [_axes_chart(a) for a in axes if a.get("kind") != "empty"]
+    if not charts:
+        return None
+    if len(charts) == 1:
+        return charts[0]
+    title = described.get("suptitle")
+    return {"type": "superchart", "title": title, "elements": charts}
+
+
+def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
+    kind = axes.get("kind")
+    series = [s for s in axes.get("series") or [] if isinstance(s, dict)]
+    base: dict[str, Any] = {"title": axes.get("title")}
+    two_d = {
+        "x_label": axes.get("xlabel"),
+        "y_label": axes.get("ylabel"),
+        "x_unit": None,
+        "y_unit": None,
+    }
+    if kind in ("line", "scatter"):
+        elements = [
+            {
+                "label": s.get("label") or "",
+                "points": [list(p) for p in zip(s.get("x") or [], s.get("y") or [], strict=False)],
+            }
+            for s in series
+        ]
+        return {
+            **base,
+            **two_d,
+            "type": kind,
+            "x_ticks": [],
+            "x_tick_labels": [],
+            "x_scale": "linear",
+            "y_ticks": [],
+            "y_tick_labels": [],
+            "y_scale": "linear",
+            "elements": elements,
+        }
+    if kind in ("bar", "barh"):
+        bars = [
+            {"label": str(category), "group": s.get("label") or "", "value": value}
+            for s in series
+            for category, value in zip(
+                s.get("categories") or [], s.get("values") or [], strict=False
+            )
+        ]
+        return {**base, **two_d, "type": "bar", "elements": bars}
+    if kind == "pie" and series:
+        wedges = series[0]
+        return {
+            **base,
+            "type": "pie",
+            "elements": [
+                {"label": str(label), "angle": round(float(size) * 360, 6), "radius": 1}
+                for label, size in zip(
+                    wedges.get("labels") or [], wedges.get("sizes") or [], strict=False
+                )
+                if isinstance(size, int | float)
+            ],
+        }
+    return {**base, "type": "unknown", "elements": []}

@@ -1,0 +1,203 @@
+"""The code endpoints of E2B's code interpreter: ``/execute`` (NDJSON) and ``/contexts``.
+
+An execution is submitted to the broker like any ``/v1`` execution (same queue, limits,
+timeout, output budget, notebook and record), with ``origin: e2b`` in its cell metadata.
+Unlike ``/v1``, and like E2B, a client that goes away while its code runs interrupts that
+run (and only it), so the sandbox is free for the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tornado.iostream import StreamClosedError
+
+from interpreter.api.base import describe_validation
+from interpreter.api.e2b import envs, results
+from interpreter.api.e2b.base import E2BHandler
+from interpreter.errors import BadRequest, ValidationFailed
+from interpreter.handle import Done, ErrorRaised, Event, ExecutionHandle, OutputAdded, StreamText
+from interpreter.models import ExecuteRequest
+
+#: Longest silence on an execution stream; E2B's SDK expects a line at least every 5 s.
+KEEPALIVE_S = 4.0
+LANGUAGES = ("python",)
+#: Where E2B's code contexts start; ours start in the session's workspace (same files).
+DEFAULT_CWD = "/home/user"
+ORIGIN = {"origin": "e2b"}
+
+
+class ExecuteBody(BaseModel):
+    """Body of ``POST /execute``, as E2B's SDK sends it (unknown fields are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    code: str
+    context_id: str | None = Field(None, max_length=100)
+    language: str | None = Field(None, max_length=100)
+    env_vars: dict[str, str] | None = None
+
+
+class ContextBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    language: str | None = Field(None, max_length=100)
+    cwd: str | None = Field(None, max_length=4096)
+
+
+def check_language(language: str | None) -> None:
+    """Python only (for now): anything else is a 400 naming what is supported."""
+    if language is None or language.strip().lower() in LANGUAGES:
+        return
+    raise BadRequest(
+        f"Language {language[:100]!r} is not supported: this service runs Python only "
+        "(pass language='python' or none)."
+    )
+
+
+def context_json(context_id: str, cwd: str | None = None) -> dict[str, Any]:
+    return {"id": context_id, "language": "python", "cwd": cwd or DEFAULT_CWD}
+
+
+class ExecuteHandler(E2BHandler):
+    _handle: ExecutionHandle | None = None
+    _session_id = ""
+    _tasks: set[asyncio.Task[Any]]
+
+    async def post(self) -> None:
+        body = self.parse(ExecuteBody)
+        try:
+            code = ExecuteRequest(code=body.code).code
+        except ValidationError as exc:
+            raise ValidationFailed(describe_validation(exc)) from exc
+        check_language(body.language)
+        env = envs.checked(body.env_vars) if body.env_vars else {}
+        sandbox = await self.sandbox()
+        self._session_id = sandbox.session_of(body.context_id)
+        if env:
+            await self._submit(envs.setup_code(env), role="env_vars")
+        handle = await self._submit(code, stream=True)
+        self._handle = handle
+        if env:
+            await self._submit(envs.restore_code(), role="env_vars")
+        assert handle.stream is not None
+        await self._stream(handle, handle.stream)
+
+    async def _submit(self, code: str, *, stream: bool = False, role: str = "") -> ExecutionHandle:
+        meta = {**ORIGIN, "e2b_role": role} if role else dict(ORIGIN)
+        return await self.broker.execute(
+            self.owner,
+            self._session_id,
+            code,
+            None,
+            stream=stream,
+            request_id=self.request_id,
+            extra_meta=meta,
+        )
+
+    async def _stream(self, handle: ExecutionHandle, queue: asyncio.Queue[Event | None]) -> None:
+        self.set_header("Content-Type", "application/x-ndjson; charset=utf-8")
+        self.set_header("X-Accel-Buffering", "no")
+        self.set_header("X-Execution-Id", handle.execution.id)
+        error_sent = False
+        try:
+            await self.flush()
+            while True:
+                try:
+                    async with asyncio.timeout(KEEPALIVE_S):
+                        event = await queue.get()
+                except TimeoutError:
+                    self.write(results.line(results.KEEPALIVE))
+                    await self.flush()
+                    continue
+                if event is None:
+                    break
+                for item in await self._items(event, error_sent):
+                    error_sent = error_sent or item["type"] == "error"
+                    self.write(results.line(item))
+                if queue.empty():
+                    await self.flush()
+        except StreamClosedError:
+            self._interrupt()
+            return
+        with contextlib.suppress(StreamClosedError):
+            self.finish()
+
+    async def _items(self, event: Event, error_sent: bool) -> list[dict[str, Any]]:
+        if isinstance(event, StreamText):
+            return [results.stream_item(event.name, event.text)]
+        if isinstance(event, OutputAdded):
+            return [await results.result_item(event.output, self._read_artifact)]
+        if isinstance(event, ErrorRaised):
+            return [results.error_item(event.error)]
+        if isinstance(event, Done):
+            ex = event.execution
+            items = []
+            if ex.error is not None and not error_sent:
+                items.append(results.error_item(ex.error))
+            count = results.count_item(ex)
+            if count is not None:
+                items.append(count)
+            return [*items, results.END]
+        return []  # a cleared output area: E2B's stream has no such item
+
+    async def _read_artifact(self, artifact_id: str) -> bytes:
+        path, _, _ = await self.broker.artifact(self.owner, self._session_id, artifact_id)
+        return await asyncio.to_thread(path.read_bytes)
+
+    def on_connection_close(self) -> None:
+        """The client went away: interrupt its run (E2B's behaviour; /v1 keeps running)."""
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        handle = self._handle
+        if handle is None or handle.finished.is_set():
+            return
+        if not hasattr(self, "_tasks"):
+            self._tasks = set()
+        task = asyncio.ensure_future(
+            self.broker.interrupt(self.owner, self._session_id, execution_id=handle.execution.id)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._interrupted)
+
+    def _interrupted(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            # The session may have closed meanwhile: then there is nothing to interrupt.
+            task.exception()
+
+
+class ContextsHandler(E2BHandler):
+    async def post(self) -> None:
+        body = self.parse(ContextBody, optional=True)
+        check_language(body.language)
+        sandbox = await self.sandbox()
+        context_id = await self.sandboxes.add_context(sandbox)
+        self.send_json(context_json(context_id, body.cwd))
+
+    async def get(self) -> None:
+        sandbox = await self.sandbox()
+        ids = [sandbox.id, *sandbox.contexts]
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps([context_json(i) for i in ids]))
+
+
+class ContextHandler(E2BHandler):
+    async def delete(self, context_id: str) -> None:
+        sandbox = await self.sandbox()
+        await self.sandboxes.remove_context(sandbox, context_id)
+        self.set_status(204)
+        self.finish()
+
+
+class ContextRestartHandler(E2BHandler):
+    async def post(self, context_id: str) -> None:
+        self.raw_body()
+        sandbox = await self.sandbox()
+        session_id = sandbox.session_of(context_id)
+        await self.broker.restart(self.owner, session_id, recover=False)
+        self.set_status(204)
+        self.finish()

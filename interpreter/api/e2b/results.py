@@ -1,0 +1,92 @@
+"""Execution events as E2B's newline-delimited JSON items.
+
+One item per line: ``stdout``/``stderr`` (text and a timestamp in nanoseconds),
+``result`` (one rich output, its forms under E2B's names), ``error`` (name, value and the
+traceback as one string), ``number_of_executions``, ``keepalive`` and, last,
+``end_of_execution``. Binary forms the broker moved to artifacts are read back and sent as
+base64, as E2B does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from interpreter.api.e2b.charts import e2b_chart
+from interpreter.mime import CHART_MIME, DATAFRAME_MIME
+from interpreter.models import ErrorInfo, Execution, Output
+
+#: Reads an artifact's bytes by id (the session's artifact store).
+ArtifactReader = Callable[[str], Awaitable[bytes]]
+
+#: Our MIME types under E2B's result field names; the rest goes to ``extra``.
+FIELDS = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    DATAFRAME_MIME: "data",
+}
+BINARY_FIELDS = frozenset({"png", "jpeg", "pdf"})
+
+
+def line(item: dict[str, Any]) -> str:
+    """One NDJSON line (JSON escapes newlines inside strings, so framing holds)."""
+    return json.dumps(item, ensure_ascii=False) + "\n"
+
+
+def stream_item(name: str, text: str) -> dict[str, Any]:
+    return {"type": name, "text": text, "timestamp": time.time_ns()}
+
+
+def error_item(error: ErrorInfo) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "name": error.ename,
+        "value": error.evalue,
+        "traceback": "\n".join(error.traceback),
+    }
+
+
+def count_item(execution: Execution) -> dict[str, Any] | None:
+    if execution.execution_count is None:
+        return None
+    return {"type": "number_of_executions", "execution_count": execution.execution_count}
+
+
+KEEPALIVE = {"type": "keepalive"}
+END = {"type": "end_of_execution"}
+
+
+async def result_item(output: Output, read_artifact: ArtifactReader) -> dict[str, Any]:
+    """One rich output as an E2B ``result`` item."""
+    item: dict[str, Any] = {"type": "result", "is_main_result": output.type == "execute_result"}
+    extra: dict[str, Any] = {}
+    for mime, value in output.data.items():
+        text = "".join(value) if isinstance(value, list) and mime.startswith("text/") else value
+        if mime == CHART_MIME:
+            chart = e2b_chart(text)
+            if chart is not None:
+                item["chart"] = chart
+        elif mime in FIELDS:
+            item[FIELDS[mime]] = text
+        else:
+            extra[mime] = text
+    for ref in output.artifacts:
+        name = FIELDS.get(ref.mime)
+        if name in BINARY_FIELDS:
+            item[name] = base64.b64encode(await read_artifact(ref.id)).decode("ascii")
+        elif name is not None and name not in item:
+            item[name] = (await read_artifact(ref.id)).decode("utf-8", "replace")
+    if extra:
+        item["extra"] = extra
+    return item

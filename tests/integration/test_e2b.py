@@ -1,0 +1,350 @@
+"""The unmodified E2B Code Interpreter SDK (from PyPI) against a real broker and real kernels.
+
+URL mode (``api_url`` and ``sandbox_url``, as ``E2B_API_URL``/``E2B_SANDBOX_URL`` set them)
+runs on both backends on free ports; debug mode (``E2B_DEBUG``) needs E2B's fixed ports
+49999 and 49983 and runs once, on the local backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2b import AuthenticationException, InvalidArgumentException, SandboxException
+from e2b_code_interpreter import AsyncSandbox, Sandbox
+from e2b_code_interpreter.charts import ChartType
+
+from interpreter.server import ServerThread
+from tests.conftest import KEY, OTHER_KEY, require_docker
+from tests.conftest import test_settings as settings_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class E2BServer:
+    def __init__(self, thread: ServerThread, data_dir: Path) -> None:
+        self.thread = thread
+        self.data_dir = data_dir
+        self.url = thread.url
+        self.e2b_url = thread.e2b_urls[0]
+
+    def sandbox(self, key: str = KEY, **opts: Any) -> Sandbox:
+        return Sandbox.create(api_key=key, api_url=self.e2b_url, sandbox_url=self.e2b_url, **opts)
+
+    def v1(self, key: str = KEY) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        )
+
+
+@pytest.fixture(scope="module", params=["local", "docker"])
+def e2b(request: pytest.FixtureRequest) -> Iterator[E2BServer]:
+    backend = request.param
+    if backend == "docker":
+        require_docker()
+    data_dir = Path(tempfile.mkdtemp(prefix=f"interp-e2b-{backend}-"))
+    settings = settings_for(data_dir, backend=backend, e2b_port=0, interrupt_grace_s=2.0)
+    thread = ServerThread(settings, backend=backend).start()
+    yield E2BServer(thread, data_dir)
+    thread.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sbx(e2b: E2BServer) -> Iterator[Sandbox]:
+    sandbox = e2b.sandbox()
+    yield sandbox
+    sandbox.kill()
+
+
+def cells(e2b: E2BServer, session_id: str) -> list[dict[str, Any]]:
+    with e2b.v1() as v1:
+        resp = v1.get(f"/v1/sessions/{session_id}/notebook")
+        assert resp.status_code == 200, resp.text
+        found: list[dict[str, Any]] = resp.json()["cells"]
+        return found
+
+
+def test_state_is_kept_and_output_streams_while_code_runs(e2b: E2BServer, sbx: Sandbox) -> None:
+    sbx.run_code("x = 41")
+    # The code waits until the stdout callback has written a file: it only finishes if
+    # the first line reached the client while the code was still running.
+    code = (
+        "import os, time\n"
+        "print('first', flush=True)\n"
+        "deadline = time.monotonic() + 30\n"
+        "while not os.path.exists('go') and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print('streamed' if os.path.exists('go') else 'not streamed')\n"
+        "x + 1"
+    )
+    seen: list[str] = []
+
+    def on_stdout(msg: Any) -> None:
+        seen.append(msg.line)
+        if msg.line.startswith("first"):
+            sbx.files.write("/home/user/go", "1")
+
+    execution = sbx.run_code(code, on_stdout=on_stdout)
+    assert seen == ["first\n", "streamed\n"]
+    assert execution.logs.stdout == ["first\n", "streamed\n"]
+    assert execution.text == "42"
+    assert execution.results[0].is_main_result
+    assert execution.error is None
+    assert isinstance(execution.execution_count, int)
+
+
+def test_stderr_results_and_errors_reach_their_callbacks(sbx: Sandbox) -> None:
+    got: dict[str, list[Any]] = {"stderr": [], "result": [], "error": []}
+    execution = sbx.run_code(
+        "import sys\nsys.stderr.write('warn\\n')\ndisplay('shown')\nraise ValueError('bad input')",
+        on_stderr=got["stderr"].append,
+        on_result=got["result"].append,
+        on_error=got["error"].append,
+    )
+    assert [m.line for m in got["stderr"]] == ["warn\n"]
+    assert [r.text for r in got["result"]] == ["'shown'"]
+    assert not got["result"][0].is_main_result
+    error = execution.error
+    assert error is not None and got["error"] == [error]
+    assert (error.name, error.value) == ("ValueError", "bad input")
+    assert "raise ValueError('bad input')" in error.traceback
+    assert "\x1b[" not in error.traceback
+
+
+def test_matplotlib_figure_gives_png_text_and_chart(sbx: Sandbox) -> None:
+    execution = sbx.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [4, 5, 6], label='s')\n"
+        "plt.title('growth'); plt.xlabel('day'); plt.ylabel('n')\n"
+        "plt.show()"
+    )
+    [result] = execution.results
+    assert base64.b64decode(result.png).startswith(b"\x89PNG\r\n\x1a\n")
+    assert result.text.startswith("<Figure size")
+    chart = result.chart
+    assert chart is not None and chart.type == ChartType.LINE
+    assert (chart.title, chart.x_label, chart.y_label) == ("growth", "day", "n")
+    assert [(e.label, e.points) for e in chart.elements] == [("s", [(1, 4), (2, 5), (3, 6)])]
+
+
+def test_dataframe_gives_html_and_data(sbx: Sandbox) -> None:
+    execution = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    [result] = execution.results
+    assert result.is_main_result
+    assert "<table" in result.html
+    assert result.data is not None and result.data["shape"] == [2, 2]
+    assert "a" in result.text
+
+
+def test_envs_apply_to_that_run_only(sbx: Sandbox) -> None:
+    assert sbx.run_code("import os\nos.environ.get('E2B_T')", envs={"E2B_T": "v1"}).text == "'v1'"
+    assert sbx.run_code("repr(os.environ.get('E2B_T'))").text == "'None'"
+    with pytest.raises(SandboxException, match="'PATH' is reserved"):
+        sbx.run_code("1", envs={"PATH": "/nowhere"})
+    with pytest.raises(SandboxException, match="invalid variable name"):
+        sbx.run_code("1", envs={"1BAD": "x"})
+
+
+def test_contexts_have_their_own_state_and_restart(sbx: Sandbox) -> None:
+    sbx.run_code("shared = 'default'")
+    context = sbx.create_code_context()
+    assert context.language == "python"
+    assert sbx.run_code("'shared' in dir()", context=context).text == "False"
+    sbx.run_code("own = 1", context=context)
+    assert sbx.run_code("own", context=context).text == "1"
+    assert context.id in [c.id for c in sbx.list_code_contexts()]
+    sbx.restart_code_context(context)
+    assert sbx.run_code("'own' in dir()", context=context).text == "False"
+    assert sbx.run_code("shared").text == "'default'"
+    sbx.remove_code_context(context)
+    assert context.id not in [c.id for c in sbx.list_code_contexts()]
+
+
+def test_files_write_read_and_stay_in_the_workspace(sbx: Sandbox) -> None:
+    info = sbx.files.write("/home/user/data/in.csv", "a,b\n1,2\n")
+    assert (info.name, info.path) == ("in.csv", "/home/user/data/in.csv")
+    assert sbx.run_code("open('data/in.csv').read()").text == "'a,b\\n1,2\\n'"
+    sbx.run_code("open('out.bin', 'wb').write(bytes(range(256)))")
+    assert bytes(sbx.files.read("out.bin", format="bytes")) == bytes(range(256))
+    assert sbx.files.read("/home/user/data/in.csv") == "a,b\n1,2\n"
+    with pytest.raises(InvalidArgumentException, match="outside /home/user"):
+        sbx.files.write("/etc/passwd", "x")
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.write("/home/user/../../etc/x", "x")
+
+
+def test_other_languages_are_refused_by_name(sbx: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="Python only"):
+        sbx.run_code("console.log(1)", language="javascript")
+    with pytest.raises(SandboxException, match="Python only"):
+        sbx.create_code_context(language="r")
+
+
+def test_a_client_that_goes_away_interrupts_its_run(e2b: E2BServer, sbx: Sandbox) -> None:
+    sbx.run_code("progress = 0")
+    began = time.monotonic()
+    with pytest.raises(Exception, match="timed out"):
+        sbx.run_code("import time\nfor progress in range(10**6):\n    time.sleep(0.1)", timeout=2)
+    assert sbx.run_code("1 + 1").text == "2"
+    assert time.monotonic() - began < 15
+    stopped = int(sbx.run_code("progress").text)
+    assert 0 < stopped < 150  # interrupted soon after the client left, state kept
+    [cell] = [c for c in cells(e2b, sbx.sandbox_id) if "10**6" in "".join(c["source"])]
+    assert cell["metadata"]["interp"]["status"] == "interrupted"
+
+
+def test_every_execution_is_recorded_with_its_origin(e2b: E2BServer, sbx: Sandbox) -> None:
+    sbx.run_code("recorded = 'yes'")
+    [cell] = [c for c in cells(e2b, sbx.sandbox_id) if "".join(c["source"]) == "recorded = 'yes'"]
+    meta = cell["metadata"]["interp"]
+    assert meta["origin"] == "e2b" and meta["status"] == "ok"
+    with e2b.v1() as v1:
+        resp = v1.get(f"/v1/sessions/{sbx.sandbox_id}/executions/{meta['execution_id']}")
+        assert resp.status_code == 200 and resp.json()["status"] == "ok"
+        metrics = v1.get("/metrics").text
+    assert 'interp_http_requests_total{method="POST",route="e2b:/execute"' in metrics
+
+
+def test_bad_input_gets_precise_errors_in_e2b_shape(e2b: E2BServer, sbx: Sandbox) -> None:
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        nul = raw.post("/execute", json={"code": "print(1)\x00"})
+        assert nul.status_code == 422 and "NUL" in nul.json()["message"]
+        assert nul.json()["code"] == 422
+        big = raw.post("/execute", content=b"x" * (2 << 20))
+        assert big.status_code == 413
+        bad = raw.post("/execute", content=b"{not json")
+        assert bad.status_code == 422 and "Malformed JSON" in bad.json()["message"]
+        unknown = raw.post("/execute", json={"code": "1", "context_id": "nope"})
+        assert unknown.status_code == 404
+        assert raw.get("/nowhere").json()["code"] == 404
+
+
+def test_raw_stream_is_ndjson_with_keepalives_and_ends_last(e2b: E2BServer, sbx: Sandbox) -> None:
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    body = {"code": "import time\nprint('a', flush=True)\ntime.sleep(5)\n7"}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        resp = raw.post("/execute", json=body)
+    assert resp.headers["content-type"].startswith("application/x-ndjson")
+    items = [json.loads(line) for line in resp.text.splitlines()]
+    types = [item["type"] for item in items]
+    assert types[0] == "stdout" and isinstance(items[0]["timestamp"], int)
+    assert "keepalive" in types  # 5 s of silence: at least one
+    assert types[-1] == "end_of_execution"
+    [result] = [item for item in items if item["type"] == "result"]
+    assert result["text"] == "7" and result["is_main_result"] is True
+    assert [i["execution_count"] for i in items if i["type"] == "number_of_executions"]
+
+
+def test_no_key_refuses_a_non_loopback_e2b_port(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path, api_keys=[], host="0.0.0.0", e2b_port=0)
+    with pytest.raises(SystemExit, match="without an API key"):
+        ServerThread(settings, backend="local").start()
+
+
+def test_keys_separate_sandboxes(e2b: E2BServer, sbx: Sandbox) -> None:
+    with pytest.raises(AuthenticationException):
+        e2b.sandbox(key="not-a-key")
+    other = httpx.Client(base_url=e2b.e2b_url, headers={"X-API-Key": OTHER_KEY}, timeout=30)
+    with other:
+        assert other.get(f"/sandboxes/{sbx.sandbox_id}").status_code == 404
+        assert other.delete(f"/sandboxes/{sbx.sandbox_id}").status_code == 404
+        run = other.post("/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": sbx.sandbox_id})
+        assert run.status_code == 404
+    anonymous = httpx.post(
+        f"{e2b.e2b_url}/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": sbx.sandbox_id}
+    )
+    assert anonymous.status_code == 401
+
+
+def test_create_timeout_info_and_kill(e2b: E2BServer) -> None:
+    with pytest.raises(SandboxException, match="'PATH' is reserved"):
+        e2b.sandbox(envs={"PATH": "/x"})
+    sandbox = e2b.sandbox(timeout=120, envs={"AT_CREATE": "yes"}, metadata={"team": "t1"})
+    assert sandbox.run_code("import os; os.environ['AT_CREATE']").text == "'yes'"
+    info = sandbox.get_info()
+    assert info.metadata == {"team": "t1"} and info.sandbox_id == sandbox.sandbox_id
+    sandbox.set_timeout(900)
+    with e2b.v1() as v1:
+        session = v1.get(f"/v1/sessions/{sandbox.sandbox_id}").json()
+    assert session["idle_timeout_s"] == 900 and session["metadata"]["origin"] == "e2b"
+    assert sandbox.is_running()
+    sandbox.kill()
+    assert not sandbox.is_running()
+    with e2b.v1() as v1:
+        assert v1.get(f"/v1/sessions/{sandbox.sandbox_id}").json()["status"] == "closed"
+    with pytest.raises(SandboxException):
+        sandbox.run_code("1")
+
+
+def test_the_async_sdk_works_the_same(e2b: E2BServer) -> None:
+    async def main() -> tuple[list[str], str | None, str]:
+        sandbox = await AsyncSandbox.create(
+            api_key=KEY, api_url=e2b.e2b_url, sandbox_url=e2b.e2b_url
+        )
+        seen: list[str] = []
+
+        async def on_stdout(msg: Any) -> None:
+            seen.append(msg.line)
+
+        execution = await sandbox.run_code("print('async')\n6 * 7", on_stdout=on_stdout)
+        await sandbox.files.write("a.txt", "from async")
+        text = await sandbox.files.read("/home/user/a.txt")
+        await sandbox.kill()
+        return seen, execution.text, text
+
+    assert asyncio.run(main()) == (["async\n"], "42", "from async")
+
+
+# ------------------------------------------------------------------------- debug mode
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As the server binds (tornado sets SO_REUSEADDR): a TIME_WAIT is no obstacle.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_debug_mode_clients_get_a_default_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = [p for p in (49999, 49983) if not _port_free(p)]
+    if taken:
+        pytest.fail(f"debug mode needs E2B's fixed ports; taken here: {taken}")
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-e2b-debug-"))
+    settings = settings_for(
+        data_dir, backend="local", api_keys=[], e2b_port=49999, e2b_envd_port=49983
+    )
+    monkeypatch.setenv("E2B_DEBUG", "true")
+    try:
+        with ServerThread(settings, backend="local") as thread:
+            sandbox = Sandbox.create()
+            assert sandbox.sandbox_id == "debug_sandbox_id"
+            sandbox.run_code("kept = 7")
+            again = Sandbox.create()  # a second client: the same default session
+            assert again.run_code("kept * 6").text == "42"
+            again.files.write("note.txt", "from debug")
+            assert sandbox.files.read("/home/user/note.txt") == "from debug"
+            assert sandbox.run_code("open('note.txt').read()").text == "'from debug'"
+            sandbox.kill()  # debug mode: the SDK sends nothing, the session stays
+            with httpx.Client(base_url=thread.url) as v1:
+                sessions = v1.get("/v1/sessions").json()["sessions"]
+                assert [s["metadata"]["origin"] for s in sessions] == ["e2b"]
+                nb = v1.get(f"/v1/sessions/{sessions[0]['id']}/notebook").json()
+            assert {c["metadata"]["interp"]["origin"] for c in nb["cells"]} == {"e2b"}
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
