@@ -143,13 +143,14 @@ def test_dataframe_gives_html_and_data(sbx: Sandbox) -> None:
     [result] = execution.results
     assert result.is_main_result
     assert "<table" in result.html
-    assert result.data is not None and result.data["shape"] == [2, 2]
+    assert result.data == {"a": [1, 2], "b": ["x", "y"]}  # each column's values
     assert "a" in result.text
 
 
 def test_envs_apply_to_that_run_only(sbx: Sandbox) -> None:
-    assert sbx.run_code("import os\nos.environ.get('E2B_T')", envs={"E2B_T": "v1"}).text == "'v1'"
-    assert sbx.run_code("repr(os.environ.get('E2B_T'))").text == "'None'"
+    # A string result reads as its text, without its repr's quotes (as on E2B).
+    assert sbx.run_code("import os\nos.environ.get('E2B_T')", envs={"E2B_T": "v1"}).text == "v1"
+    assert sbx.run_code("repr(os.environ.get('E2B_T'))").text == "None"
     with pytest.raises(SandboxException, match="'PATH' is reserved"):
         sbx.run_code("1", envs={"PATH": "/nowhere"})
     with pytest.raises(SandboxException, match="invalid variable name"):
@@ -166,7 +167,7 @@ def test_contexts_have_their_own_state_and_restart(sbx: Sandbox) -> None:
     assert context.id in [c.id for c in sbx.list_code_contexts()]
     sbx.restart_code_context(context)
     assert sbx.run_code("'own' in dir()", context=context).text == "False"
-    assert sbx.run_code("shared").text == "'default'"
+    assert sbx.run_code("shared").text == "default"
     sbx.remove_code_context(context)
     assert context.id not in [c.id for c in sbx.list_code_contexts()]
 
@@ -174,7 +175,7 @@ def test_contexts_have_their_own_state_and_restart(sbx: Sandbox) -> None:
 def test_files_write_read_and_stay_in_the_workspace(sbx: Sandbox) -> None:
     info = sbx.files.write("/home/user/data/in.csv", "a,b\n1,2\n")
     assert (info.name, info.path) == ("in.csv", "/home/user/data/in.csv")
-    assert sbx.run_code("open('data/in.csv').read()").text == "'a,b\\n1,2\\n'"
+    assert sbx.run_code("open('data/in.csv').read()").text == "a,b\n1,2\n"
     sbx.run_code("open('out.bin', 'wb').write(bytes(range(256)))")
     assert bytes(sbx.files.read("out.bin", format="bytes")) == bytes(range(256))
     assert sbx.files.read("/home/user/data/in.csv") == "a,b\n1,2\n"
@@ -272,7 +273,7 @@ def test_create_timeout_info_and_kill(e2b: E2BServer) -> None:
     with pytest.raises(SandboxException, match="'PATH' is reserved"):
         e2b.sandbox(envs={"PATH": "/x"})
     sandbox = e2b.sandbox(timeout=120, envs={"AT_CREATE": "yes"}, metadata={"team": "t1"})
-    assert sandbox.run_code("import os; os.environ['AT_CREATE']").text == "'yes'"
+    assert sandbox.run_code("import os; os.environ['AT_CREATE']").text == "yes"
     info = sandbox.get_info()
     assert info.metadata == {"team": "t1"} and info.sandbox_id == sandbox.sandbox_id
     sandbox.set_timeout(900)
@@ -339,7 +340,7 @@ def test_debug_mode_clients_get_a_default_sandbox(monkeypatch: pytest.MonkeyPatc
             assert again.run_code("kept * 6").text == "42"
             again.files.write("note.txt", "from debug")
             assert sandbox.files.read("/home/user/note.txt") == "from debug"
-            assert sandbox.run_code("open('note.txt').read()").text == "'from debug'"
+            assert sandbox.run_code("open('note.txt').read()").text == "from debug"
             sandbox.kill()  # debug mode: the SDK sends nothing, the session stays
             with httpx.Client(base_url=thread.url) as v1:
                 sessions = v1.get("/v1/sessions").json()["sessions"]

@@ -70,3 +70,24 @@ def test_paths_outside_the_home_are_refused(given: str) -> None:
 def test_paths_that_name_no_file_are_refused(given: str) -> None:
     with pytest.raises(BadRequest):
         workspace_path(given)
+
+
+def test_units_come_from_labels_and_scales_from_values() -> None:
+    line = {"type": "line", "label": "s", "x": ["2023-09-01", "2023-09-02"], "y": [1.0, 2.0]}
+    described = {**axes("line", line), "xlabel": "Time (s)", "ylabel": "Y-axis (log scale)"}
+    chart = decoded(described)
+    assert (chart.x_unit, chart.y_unit) == ("s", "log scale")
+    assert (chart.x_scale, chart.y_scale) == ("datetime", "linear")
+    points = {"type": "scatter", "label": None, "x": [1, 2], "y": ["low", "high"]}
+    assert decoded(axes("scatter", points)).y_scale == "categorical"
+    assert decoded(axes("scatter", points)).x_unit is None
+
+
+def test_string_results_lose_their_quotes_and_frames_give_columns() -> None:
+    from interpreter.api.e2b.results import frame_data, plain_text
+
+    assert plain_text("['a']") == "['a']"  # not a string: kept as the repr
+    assert plain_text("'a\\nb'") == "a\nb"
+    assert plain_text("42") == "42"
+    summary = {"columns": [{"name": "a"}, {"name": "b"}], "rows": [[1, "x"], [2, "y"]]}
+    assert frame_data(summary) == {"a": [1, 2], "b": ["x", "y"]}

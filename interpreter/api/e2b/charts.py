@@ -8,7 +8,12 @@ mixed axes) become ``unknown`` charts with their title, never a wrong reading.
 
 from __future__ import annotations
 
+import re
+from datetime import date
 from typing import Any
+
+#: A unit at the end of an axis label, as in "Time (s)" or "Y-axis (log scale)".
+UNIT = re.compile(r"\(([^()]+)\)\s*$")
 
 
 def e2b_chart(described: object) -> dict[str, Any] | None:
@@ -32,8 +37,8 @@ def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
     two_d = {
         "x_label": axes.get("xlabel"),
         "y_label": axes.get("ylabel"),
-        "x_unit": None,
-        "y_unit": None,
+        "x_unit": _unit(axes.get("xlabel")),
+        "y_unit": _unit(axes.get("ylabel")),
     }
     if kind in ("line", "scatter"):
         elements = [
@@ -49,10 +54,10 @@ def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
             "type": kind,
             "x_ticks": [],
             "x_tick_labels": [],
-            "x_scale": "linear",
+            "x_scale": _scale([v for s in series for v in s.get("x") or []]),
             "y_ticks": [],
             "y_tick_labels": [],
-            "y_scale": "linear",
+            "y_scale": _scale([v for s in series for v in s.get("y") or []]),
             "elements": elements,
         }
     if kind in ("bar", "barh"):
@@ -78,3 +83,23 @@ def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
             ],
         }
     return {**base, "type": "unknown", "elements": []}
+
+
+def _unit(label: object) -> str | None:
+    """The unit an axis label ends with in parentheses, as E2B reads it."""
+    match = UNIT.search(label) if isinstance(label, str) else None
+    return match.group(1).strip() if match else None
+
+
+def _scale(values: list[Any]) -> str:
+    """``datetime`` for ISO dates (a date axis), ``categorical`` for other text, else
+    ``linear`` (a log axis is not in our description, so it reads as linear)."""
+    texts = [v for v in values if isinstance(v, str)]
+    if not texts or len(texts) < len(values):
+        return "linear"
+    try:
+        for text in texts[:50]:
+            date.fromisoformat(text[:10])
+    except ValueError:
+        return "categorical"
+    return "datetime"

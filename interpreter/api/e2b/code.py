@@ -176,13 +176,15 @@ class ContextsHandler(E2BHandler):
         check_language(body.language)
         sandbox = await self.sandbox()
         context_id = await self.sandboxes.add_context(sandbox)
+        if body.cwd:
+            sandbox.cwds[context_id] = body.cwd
         self.send_json(context_json(context_id, body.cwd))
 
     async def get(self) -> None:
         sandbox = await self.sandbox()
         ids = [sandbox.id, *sandbox.contexts]
         self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.finish(json.dumps([context_json(i) for i in ids]))
+        self.finish(json.dumps([context_json(i, sandbox.cwds.get(i)) for i in ids]))
 
 
 class ContextHandler(E2BHandler):

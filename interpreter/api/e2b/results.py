@@ -9,6 +9,7 @@ base64, as E2B does.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import time
@@ -77,6 +78,10 @@ async def result_item(output: Output, read_artifact: ArtifactReader) -> dict[str
             chart = e2b_chart(text)
             if chart is not None:
                 item["chart"] = chart
+        elif mime == DATAFRAME_MIME:
+            item["data"] = frame_data(text)
+        elif mime == "text/plain" and item["is_main_result"]:
+            item["text"] = plain_text(text)
         elif mime in FIELDS:
             item[FIELDS[mime]] = text
         else:
@@ -90,3 +95,30 @@ async def result_item(output: Output, read_artifact: ArtifactReader) -> dict[str
     if extra:
         item["extra"] = extra
     return item
+
+
+def plain_text(text: object) -> object:
+    """A string result as its text, without the quotes of its repr (as E2B shows it)."""
+    if isinstance(text, str) and 2 <= len(text) <= 100_000 and text[0] in "'\"":
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return text
+        if isinstance(value, str):
+            return value
+    return text
+
+
+def frame_data(summary: object) -> object:
+    """Our table summary as E2B's ``data``: each column's values (the rows the summary
+    holds: the first ones of a long table), by column name."""
+    if not isinstance(summary, dict):
+        return summary
+    columns, rows = summary.get("columns"), summary.get("rows")
+    if not isinstance(columns, list) or not isinstance(rows, list):
+        return summary
+    names = [str(c.get("name")) if isinstance(c, dict) else str(c) for c in columns]
+    return {
+        name: [row[i] for row in rows if isinstance(row, list) and i < len(row)]
+        for i, name in enumerate(names)
+    }

@@ -42,6 +42,8 @@ class E2BSandbox:
     timeout_s: float | None
     metadata: dict[str, str] = field(default_factory=dict)
     contexts: list[str] = field(default_factory=list)
+    #: The ``cwd`` each context was created with (echoed back; see docs/design.md).
+    cwds: dict[str, str] = field(default_factory=dict)
     killed: bool = False
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ends_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -152,5 +154,6 @@ class Sandboxes:
         if session_id == sandbox.id:
             raise NotFound("The default context cannot be removed; kill the sandbox instead.")
         sandbox.contexts.remove(session_id)
+        sandbox.cwds.pop(session_id, None)
         if session_id in self.broker.live:
             await self.broker.delete(sandbox.owner, session_id)
