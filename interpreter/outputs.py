@@ -80,7 +80,7 @@ def conclude(
     """Set the status, reason, state loss and the broker's own error of a finished cell.
 
     Args:
-        ending: how waiting ended: ``done``, ``timeout`` or ``died``.
+        ending: how waiting ended: ``done``, ``timeout``, ``died`` or ``restarted``.
         reason: the kernel's exit reason when it died.
         state_lost: for a timeout, whether the kernel had to be restarted.
         interrupted: whether a client (or a restart) interrupted the cell.
@@ -93,6 +93,14 @@ def conclude(
             rec,
             "ExecutionTimeout",
             f"Execution exceeded timeout_s={timeout_s:g}; the kernel was {tail}.",
+        )
+    elif ending == "restarted":
+        ex.status, ex.reason, ex.state_lost = "interrupted", "restarted", True
+        ex.error = _broker_error(
+            rec,
+            "KernelRestarted",
+            "The kernel was restarted on request while this cell ran; the session's "
+            "variables are gone, re-run the setup code.",
         )
     elif ending == "died":
         ex.status, ex.reason, ex.state_lost = "kernel_died", reason, True

@@ -120,6 +120,9 @@ class LiveSession:
         self._worker: asyncio.Task[None] | None = None
         self.executions = ExecutionQueue(settings.queue_size)
         self._state_lost_pending = False
+        #: Clear while the kernel is being replaced: the worker starts no cell meanwhile.
+        self._replaced = asyncio.Event()
+        self._replaced.set()
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
         #: Called once when the session fails; the broker then closes it.
@@ -320,6 +323,7 @@ class LiveSession:
     async def _run(self, handle: ExecutionHandle) -> None:
         ex = handle.execution
         loop = asyncio.get_running_loop()
+        await self._replaced.wait()  # a restart in progress finishes first
         if self.status == "dead" or not await self.kernel.is_alive():
             # The kernel died while nobody was running anything: replace it first.
             self._state_lost_pending = True
@@ -386,20 +390,24 @@ class LiveSession:
         if self.failed_reason is not None:
             return
         self.status = "starting"
-        outcome = await self.kernel.restart(automatic=reason != "requested")
-        if outcome is Restart.OVER_BUDGET:
-            await self._fail("restart_limit")
-            return
-        self.metrics.restarts.labels(reason.split(":")[0]).inc()
-        if outcome is Restart.FAILED:
-            self.status = "dead"
-            await self.writer.run(partial(self.store.set_status, self.id, "dead"))
-            return
-        self.notebook.set_kernel_info(self.kernel.language_info)
-        self.status = "idle"
-        self.generation += 1
-        self.touch()
-        await self._persist_kernel()
+        self._replaced.clear()
+        try:
+            outcome = await self.kernel.restart(automatic=reason != "requested")
+            if outcome is Restart.OVER_BUDGET:
+                await self._fail("restart_limit")
+                return
+            self.metrics.restarts.labels(reason.split(":")[0]).inc()
+            if outcome is Restart.FAILED:
+                self.status = "dead"
+                await self.writer.run(partial(self.store.set_status, self.id, "dead"))
+                return
+            self.notebook.set_kernel_info(self.kernel.language_info)
+            self.status = "idle"
+            self.generation += 1
+            self.touch()
+            await self._persist_kernel()
+        finally:
+            self._replaced.set()
 
     async def _fail(self, reason: str) -> None:
         """Give up on the kernel: the session is dead and the broker will close it."""
@@ -451,9 +459,12 @@ class LiveSession:
             raise SessionClosed(self._failed_message())
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
-        if self.executions.current is not None:
-            self.executions.current.interrupt_requested = True
+        running = self.executions.current
+        if running is not None:
+            running.interrupt_requested = True
         await self._restart("requested")
+        if running is not None:
+            running.changed.set()  # its wait sees the new kernel at once
         if self.status == "dead":
             raise KernelStartFailed("The kernel could not be restarted; delete the session.")
         self._state_lost_pending = False

@@ -32,9 +32,10 @@ NO_REPLY_GRACE_S = 5.0
 @dataclass(frozen=True)
 class Ending:
     """How waiting for a cell ended: ``done`` (reply and idle, or reply and a quiet
-    iopub), ``timeout`` (the deadline passed) or ``died`` (with the kernel's exit reason)."""
+    iopub), ``timeout`` (the deadline passed), ``died`` (with the kernel's exit reason) or
+    ``restarted`` (the kernel was replaced on request while the cell ran)."""
 
-    kind: Literal["done", "timeout", "died"]
+    kind: Literal["done", "timeout", "died", "restarted"]
     reason: str | None = None
 
 
@@ -72,9 +73,13 @@ async def until_end(
     loop = asyncio.get_running_loop()
     half_seen_at: float | None = None
     last_check = loop.time()
+    incarnation = kernel.restarts
     while True:
         if rec.done:
             return Ending("done")
+        if kernel.restarts != incarnation:
+            # Replaced under the cell (a requested restart): it will never answer.
+            return Ending("restarted")
         now = loop.time()
         if rec.reply is not None or rec.idle:
             half_seen_at = half_seen_at or now

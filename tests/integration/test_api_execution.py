@@ -450,3 +450,32 @@ def test_if_busy_reject_answers_at_once_with_the_running_execution(
     assert _await_status(api, sid, running_id, {"interrupted"})["status"] == "interrupted"
     # Nothing was queued by the refused request.
     assert run(api, sid, "1 + 1", if_busy="reject")["outputs"][0]["data"]["text/plain"] == "2"
+
+
+def test_a_requested_restart_ends_the_running_cell_once(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    """The cell that ran ends at once as interrupted by the restart (state lost), and the
+    kernel is replaced exactly once: the old kernel's end is not taken for a death."""
+    sid = new_session()
+    run(api, sid, "x = 1")
+    before = api.get(f"/v1/sessions/{sid}").json()["generation"]
+    with api.stream(
+        "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(60)"}
+    ) as resp:
+        eid = resp.headers["X-Execution-Id"]
+        _await_status(api, sid, eid, {"running"})
+        restarted = api.post(f"/v1/sessions/{sid}/restart")
+        assert restarted.status_code == 200, restarted.text
+        assert restarted.json()["generation"] == before + 1
+    started = time.monotonic()
+    ended = _await_status(api, sid, eid, {"interrupted", "kernel_died", "ok", "timeout"})
+    assert time.monotonic() - started < 15
+    assert (ended["status"], ended["reason"], ended["state_lost"]) == (
+        "interrupted",
+        "restarted",
+        True,
+    )
+    assert ended["error"]["ename"] == "KernelRestarted"
+    assert run(api, sid, "x")["error"]["ename"] == "NameError"
+    assert api.get(f"/v1/sessions/{sid}").json()["generation"] == before + 1

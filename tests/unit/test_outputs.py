@@ -217,6 +217,7 @@ def ended(name: str) -> ExecutionRecorder:
         ("none", "timeout", False, False, ("timeout", "timeout", False, "ExecutionTimeout")),
         ("none", "timeout", True, False, ("timeout", "timeout", True, "ExecutionTimeout")),
         ("error", "died", False, False, ("kernel_died", "signal:9", True, "KernelDied")),
+        ("none", "restarted", False, True, ("interrupted", "restarted", True, "KernelRestarted")),
     ],
 )
 def test_conclude(
