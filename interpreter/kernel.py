@@ -195,22 +195,30 @@ class Kernel:
     async def restart(self, *, automatic: bool) -> Restart:
         """Replace the kernel with a fresh one (a new process or container).
 
-        Automatic restarts (deaths, timeouts, ``exit()``) are subject to the budget.
+        Automatic restarts (deaths, timeouts, ``exit()``) are subject to the budget. A
+        fresh kernel that dies before it answers is replaced once more, as at start (seen
+        once in CI right after an out-of-memory death, under load).
         """
         assert self.km is not None
         async with self._lock:
             if automatic and not self.budget.allow(asyncio.get_running_loop().time()):
                 return Restart.OVER_BUDGET
             self.restarts += 1
-            await self._disconnect()
-            try:
-                async with asyncio.timeout(self.start_timeout_s):
-                    await self.km.restart_kernel(now=True)
-                await self._connect()
-            except Exception:
-                log.exception("session %s: kernel restart failed", self.name)
-                return Restart.FAILED
-            return Restart.DONE
+            for attempt in range(1, START_ATTEMPTS + 1):
+                await self._disconnect()
+                try:
+                    async with asyncio.timeout(self.start_timeout_s):
+                        await self.km.restart_kernel(now=True)
+                    await self._connect()
+                    return Restart.DONE
+                except Exception as exc:
+                    # Why the fresh kernel did not answer (its exit reason, its output).
+                    await self._log_start_failure(exc)
+                    if attempt < START_ATTEMPTS and isinstance(exc, RuntimeError):
+                        continue  # it died before replying: one more fresh kernel, as at start
+                    log.exception("session %s: kernel restart failed", self.name)
+                    return Restart.FAILED
+            return Restart.FAILED
 
     async def stop(self) -> None:
         """Stop the kernel (its process or container); never raises."""
