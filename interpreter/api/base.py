@@ -8,14 +8,16 @@ that names no host path (docs/security.md H-41, H-43, I-6).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import re
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import tornado.web
 from pydantic import BaseModel, ValidationError
+from tornado.iostream import StreamClosedError
 
 from interpreter.api import access
 from interpreter.broker import SessionBroker, owner_of
@@ -34,6 +36,8 @@ from interpreter.settings import Settings
 
 #: What an execution id the service hands out looks like (as in the route table).
 EXECUTION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+#: Bytes read from a file per write when sending one.
+DOWNLOAD_CHUNK = 256 << 10
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -277,6 +281,21 @@ class BaseHandler(tornado.web.RequestHandler):
         """The request's ``Idempotency-Key`` header, checked; None when absent."""
         raw = self.request.headers.get(IDEMPOTENCY_HEADER)
         return None if raw is None else check_key(raw)
+
+    async def send_file(self, fh: IO[bytes], size: int) -> None:
+        """Send an open file's bytes in chunks read off the loop, then finish; closes it.
+        A client that goes away ends the sending quietly."""
+        try:
+            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header("Content-Length", str(size))
+            while chunk := await asyncio.to_thread(fh.read, DOWNLOAD_CHUNK):
+                self.write(chunk)
+                await self.flush()
+        except StreamClosedError:
+            return
+        finally:
+            fh.close()
+        self.finish()
 
     def send_json(self, data: BaseModel | dict[str, Any], status: int = 200) -> None:
         self.set_status(status)

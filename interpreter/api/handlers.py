@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 SSE_KEEPALIVE_S = 15.0
 #: Set on answers that repeat an earlier request's result (same Idempotency-Key).
 REPLAYED_HEADER = "Idempotent-Replayed"
-DOWNLOAD_CHUNK = 256 << 10
 
 
 class SessionsHandler(BaseHandler):
@@ -196,22 +195,8 @@ class FileHandler(BaseHandler):
     async def get(self, session_id: str, path: str) -> None:
         workspace = await self.broker.workspace(self.owner, session_id)
         fh, size = await asyncio.to_thread(workspace.open_read, path)
-        try:
-            self.set_header("Content-Type", "application/octet-stream")
-            self.set_header("Content-Length", str(size))
-            name = path.rsplit("/", 1)[-1]
-            self.set_header("Content-Disposition", _attachment(name))
-            while True:
-                chunk = await asyncio.to_thread(fh.read, DOWNLOAD_CHUNK)
-                if not chunk:
-                    break
-                self.write(chunk)
-                await self.flush()
-        except StreamClosedError:
-            return
-        finally:
-            fh.close()
-        self.finish()
+        self.set_header("Content-Disposition", _attachment(path.rsplit("/", 1)[-1]))
+        await self.send_file(fh, size)
 
     async def put(self, session_id: str, path: str) -> None:
         workspace = await self.broker.workspace(self.owner, session_id)

@@ -14,14 +14,12 @@ import json
 import posixpath
 
 from tornado.httputil import HTTPFile, parse_body_arguments
-from tornado.iostream import StreamClosedError
 
 from interpreter.api.e2b.base import SANDBOX_HEADER, E2BHandler
 from interpreter.api.e2b.sandboxes import DEBUG_SANDBOX_ID
 from interpreter.errors import BadRequest, InterpreterError, PathNotAllowed
 
 HOME = "/home/user"
-DOWNLOAD_CHUNK = 256 << 10
 
 
 def workspace_path(path: str) -> str:
@@ -51,17 +49,7 @@ class FilesHandler(E2BHandler):
         path = workspace_path(self.get_query_argument("path", ""))
         workspace = await self.broker.workspace(self.owner, sandbox.id)
         fh, size = await asyncio.to_thread(workspace.open_read, path)
-        try:
-            self.set_header("Content-Type", "application/octet-stream")
-            self.set_header("Content-Length", str(size))
-            while chunk := await asyncio.to_thread(fh.read, DOWNLOAD_CHUNK):
-                self.write(chunk)
-                await self.flush()
-        except StreamClosedError:
-            return
-        finally:
-            fh.close()
-        self.finish()
+        await self.send_file(fh, size)
 
     async def post(self) -> None:
         sandbox = await self.sandbox()
