@@ -109,29 +109,34 @@ def _describe(exc: ValidationError, from_flags: set[str]) -> str:
     return " ".join(lines)
 
 
+def _base(annotation: Any) -> tuple[Any, bool]:
+    """The type of a setting without ``None``, and whether it may be unset."""
+    args = typing.get_args(annotation)
+    if type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else annotation), True
+    return annotation, False
+
+
 def accepts(field: str) -> str:
     """What values a settings field takes, in words."""
     info = Settings.model_fields[field]
-    annotation = info.annotation
-    args = typing.get_args(annotation)
+    annotation, optional = _base(info.annotation)
     if typing.get_origin(annotation) is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    kind = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
-    if annotation in kind:
-        text = kind[annotation]
-    elif type(None) in args:
-        text = "text, or empty for none"
+        text = "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
     elif typing.get_origin(annotation) is list:
         text = "a comma-separated list"
     else:
-        text = "a path" if "Path" in str(annotation) else "a value"
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+        text = kind.get(annotation, "a path" if "Path" in str(annotation) else "a value")
     bounds = [
         f"{symbol} {getattr(m, attr)}"
         for m in info.metadata
         for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
         if getattr(m, attr, None) is not None
     ]
-    return text + (" " + " and ".join(bounds) if bounds else "")
+    text += " " + " and ".join(bounds) if bounds else ""
+    return text + (", or unset for none" if optional else "")
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +152,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _flag(info: FieldInfo) -> dict[str, Any]:
-    annotation = info.annotation
+    annotation, _ = _base(info.annotation)
     if annotation is bool:
         return {"action": argparse.BooleanOptionalAction}
     if typing.get_origin(annotation) is list:

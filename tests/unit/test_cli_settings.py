@@ -100,7 +100,8 @@ def test_bad_values_are_one_line_naming_the_source(monkeypatch: pytest.MonkeyPat
     with pytest.raises(SettingsError, match=r"^--backend='podman' .*one of 'local', 'docker'"):
         load({"backend": "podman"})
     assert accepts("max_cpus") == "a number > 0"
-    assert accepts("docker_runtime") == "text, or empty for none"
+    assert accepts("docker_runtime") == "text, or unset for none"
+    assert accepts("e2b_port") == "an integer >= 0 and <= 65535, or unset for none"
 
 
 def test_the_old_key_variable_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
