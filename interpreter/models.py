@@ -13,10 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SessionStatus = Literal["starting", "idle", "busy", "dead", "closed"]
 ExecutionStatus = Literal[
-    "queued", "running", "ok", "error", "timeout", "interrupted", "kernel_died", "unknown"
+    "queued",
+    "pending_approval",
+    "running",
+    "ok",
+    "error",
+    "timeout",
+    "interrupted",
+    "kernel_died",
+    "cancelled",
+    "denied",
+    "unknown",
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {"ok", "error", "timeout", "interrupted", "kernel_died", "unknown"}
+    {"ok", "error", "timeout", "interrupted", "kernel_died", "cancelled", "denied", "unknown"}
 )
 
 
