@@ -26,6 +26,7 @@ from interpreter.errors import (
     SessionClosed,
     SessionExpired,
     SessionNotFound,
+    SessionReattaching,
     ShuttingDown,
     TooManySessions,
     ValidationFailed,
@@ -37,7 +38,7 @@ from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Execution
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import NOTEBOOK_NAME
-from interpreter.recovery import recover
+from interpreter.recovery import Recovery
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
@@ -78,6 +79,8 @@ class SessionBroker:
         self.closing = False
         self._creating = 0
         self._cull_task: asyncio.Task[None] | None = None
+        self.recovery: Recovery | None = None
+        self._recovery_task: asyncio.Task[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
@@ -85,29 +88,58 @@ class SessionBroker:
     # ---------------------------------------------------------------- start / stop
 
     async def open(self) -> None:
-        """Deal with what an earlier broker left behind and start background tasks."""
+        """Deal with what an earlier broker left behind and start background tasks.
+
+        Returns quickly: sessions of an earlier broker are reattached in the background
+        (:mod:`interpreter.recovery`) while the broker serves; their requests get 503 with
+        ``Retry-After`` until then. Call before the backend's warm pool starts (its
+        kernels would otherwise look like leftovers).
+        """
         self.settings.sessions_dir.mkdir(parents=True, exist_ok=True)
-        unknown = await self.writer.run(self.store.mark_unfinished_unknown)
-        if unknown:
+        unfinished = await self.writer.run(self.store.mark_unfinished)
+        if unfinished:
             log.warning(
-                "%d executions were in flight when the broker stopped: outcome "
-                "unknown (not re-run)",
-                len(unknown),
+                "%d executions were queued or running when the broker stopped: running "
+                "ones are unknown, queued ones cancelled (none is re-run)",
+                len(unfinished),
             )
         records = await asyncio.to_thread(self.store.list_sessions)
-        report = await recover(
-            records,
+        self.recovery = Recovery(
+            records=[r for r in records if r.status != "closed"],
+            leftovers=await self.backend.leftovers(self.broker_id),
+            unfinished=unfinished,
             backend=self.backend,
             factory=self.factory,
             store=self.store,
             writer=self.writer,
-            broker_id=self.broker_id,
             adopt=self._adopt,
+            on_closed=self._count_recovered_closed,
         )
-        self.reconcile_report = report.as_dict()
-        if report.closed:
-            self.metrics.sessions_closed.labels("broker_restarted").inc(len(report.closed))
+        self._recovery_task = asyncio.create_task(self._recover(), name="recovery")
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")
+
+    async def _recover(self) -> None:
+        assert self.recovery is not None
+        report = await self.recovery.run()
+        self.reconcile_report = report.as_dict()
+
+    @property
+    def reattaching(self) -> int:
+        """Sessions of an earlier broker not yet reattached or closed."""
+        return len(self.recovery.pending) if self.recovery is not None else 0
+
+    @property
+    def recovery_done(self) -> bool:
+        """Startup recovery has finished (leftover kernels removed included)."""
+        return self._recovery_task is None or self._recovery_task.done()
+
+    async def recovered(self) -> None:
+        """Wait until startup recovery is done."""
+        if self._recovery_task is not None:
+            await asyncio.shield(self._recovery_task)
+
+    def _count_recovered_closed(self, ids: list[str]) -> None:
+        self.metrics.sessions_closed.labels("broker_restarted").inc(len(ids))
 
     def _adopt(self, session: LiveSession) -> None:
         self.watch(session)
@@ -116,6 +148,10 @@ class SessionBroker:
     async def shutdown(self) -> None:
         """Stop culling, close or detach every live session, flush notebooks."""
         self.closing = True
+        if self._recovery_task is not None and not self._recovery_task.done():
+            self._recovery_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._recovery_task
         if self._cull_task is not None:
             self._cull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -253,7 +289,10 @@ class SessionBroker:
         live = self._live(owner, session_id)
         if live is not None:
             return live.info()
-        return (await self._record(owner, session_id)).to_model()
+        model = (await self._record(owner, session_id)).to_model()
+        if self.recovery is not None and session_id in self.recovery.pending:
+            model.status = "starting"  # being reattached
+        return model
 
     async def list_for(self, owner: str) -> list[SessionModel]:
         records = await asyncio.to_thread(self.store.list_sessions, owner)
@@ -268,6 +307,8 @@ class SessionBroker:
         if live is not None:
             return live
         record = await self._record(owner, session_id)
+        if self.recovery is not None and session_id in self.recovery.pending:
+            raise SessionReattaching.of(session_id)
         reason = record.closed_reason or "stopped"
         tail = (
             "; its notebook and artifacts stay readable. Create a new session (from_session "
@@ -281,6 +322,8 @@ class SessionBroker:
         live = self._live(owner, session_id)
         if live is None:
             await self._record(owner, session_id)  # 404 when unknown; closed: no-op
+            if self.recovery is not None and session_id in self.recovery.pending:
+                raise SessionReattaching.of(session_id)
             return
         live.check_generation(generation)
         await self._close(live, "deleted")

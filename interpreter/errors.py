@@ -23,6 +23,7 @@ InterpreterError
 ├── KernelStartFailed (503)
 ├── BackendUnavailable (503)
 ├── ShuttingDown (503)
+├── SessionReattaching (503)
 └── AuditDegraded (507)
 
 Domain code raises these; only ``interpreter.api`` turns them into HTTP responses.
@@ -187,6 +188,18 @@ class BackendUnavailable(InterpreterError):
 
 class ShuttingDown(InterpreterError):
     code, status = "shutting_down", 503
+
+
+class SessionReattaching(InterpreterError):
+    code, status = "session_reattaching", 503
+
+    @classmethod
+    def of(cls, session_id: str) -> SessionReattaching:
+        return cls(
+            f"Session '{session_id}' is being reattached after a broker restart; retry in a "
+            "few seconds.",
+            retry_after=2,
+        )
 
 
 class AuditDegraded(InterpreterError):

@@ -77,6 +77,7 @@ class ExecutionHandle:
         last_iopub_at: loop time of the last iopub message for it.
         stream: the subscription made at submission for a streaming request.
         request_id: the ``X-Request-Id`` of the HTTP request that submitted it, if any.
+        resumed: an earlier broker sent it to the kernel; this one only awaits its end.
     """
 
     execution: Execution
@@ -91,6 +92,7 @@ class ExecutionHandle:
     last_iopub_at: float = 0.0
     stream: Subscription | None = None
     request_id: str | None = None
+    resumed: bool = False
     _subscribers: list[Subscription] = field(default_factory=list)
 
     @classmethod

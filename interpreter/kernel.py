@@ -78,6 +78,22 @@ async def send_interrupt(kc: Any, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -
     return False
 
 
+async def _control_kernel_info(kc: Any, timeout_s: float) -> dict[str, Any]:
+    """``kernel_info`` over the control channel (answered even while a cell runs)."""
+    msg = kc.session.msg("kernel_info_request", content={})
+    kc.control_channel.send(msg)
+    async with asyncio.timeout(timeout_s):
+        while True:
+            try:
+                reply: dict[str, Any] = await kc.get_control_msg(timeout=timeout_s)
+            except queue.Empty:
+                continue
+            except Exception:  # a bad message on the control channel: not ours (H-34)
+                continue
+            if (reply.get("parent_header") or {}).get("msg_id") == msg["header"]["msg_id"]:
+                return reply
+
+
 class RestartBudget:
     """At most ``limit`` automatic restarts within any ``window_s`` seconds (R-03)."""
 
@@ -146,6 +162,8 @@ class Kernel:
         #: Held while an interrupt is on its way, so that no cell is sent meanwhile.
         self._interrupting = asyncio.Lock()
         self._bad_messages = 0
+        #: Shell requests of :meth:`settle` awaiting their reply, by msg_id.
+        self._probes: dict[str, asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -182,7 +200,12 @@ class Kernel:
             raise
 
     async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
-        """Connect to a kernel that outlived an earlier broker process (R-07)."""
+        """Connect to a kernel that outlived an earlier broker process (R-07).
+
+        The handshake goes over the control channel, which ipykernel serves from its own
+        thread: a kernel still busy with a cell of the earlier broker answers at once
+        (on the shell channel it would answer only once that cell ends).
+        """
         km = self._new_manager()
         conn = dict(connection)
         if isinstance(conn.get("key"), str):
@@ -190,7 +213,20 @@ class Kernel:
         # The connection info is stored once, in its own column; the provisioner wants it too.
         await self.backend.reattach(km, {**provisioner, "connection_info": conn}, self.options)
         self.km = km
-        await self._connect()
+        await self._connect(busy_ok=True)
+
+    async def settle(self) -> None:
+        """Return once the kernel has finished every request sent before this call,
+        including a cell an earlier broker left running: a ``kernel_info_request`` on the
+        shell channel, which the kernel answers in order, after them."""
+        msg = self.kc.session.msg("kernel_info_request", content={})
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._probes[msg["header"]["msg_id"]] = waiter
+        try:
+            self.kc.shell_channel.send(msg)
+            await waiter
+        finally:
+            self._probes.pop(msg["header"]["msg_id"], None)
 
     async def restart(self, *, automatic: bool) -> Restart:
         """Replace the kernel with a fresh one (a new process or container).
@@ -248,13 +284,22 @@ class Kernel:
     async def is_alive(self) -> bool:
         return self.km is not None and bool(await self.km.is_alive())
 
-    async def execute(self, code: str) -> str:
-        """Send ``code`` for execution; returns the request's msg_id. Waits for an
+    async def execute(self, code: str, msg_id: str) -> str:
+        """Send ``code`` for execution as request ``msg_id`` (the execution's id, so that
+        a later broker can still tell its output apart); returns ``msg_id``. Waits for an
         interrupt on its way to arrive first, so that it cannot hit this cell."""
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        msg = self.kc.session.msg("execute_request", content)
+        msg["header"]["msg_id"] = msg["msg_id"] = msg_id
         async with self._interrupting:
-            msg_id: str = self.kc.execute(
-                code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
-            )
+            self.kc.shell_channel.send(msg)
         return msg_id
 
     async def interrupt(self, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -> None:
@@ -318,7 +363,7 @@ class Kernel:
         self.backend.configure(km, self.options)
         return km
 
-    async def _connect(self) -> None:
+    async def _connect(self, *, busy_ok: bool = False) -> None:
         assert self.km is not None
         if self._ctx is None:
             ctx = zmq.asyncio.Context()
@@ -336,8 +381,11 @@ class Kernel:
         kc = self.km.client(context=self._ctx, session=session)
         kc.start_channels()
         try:
-            await kc.wait_for_ready(timeout=self.start_timeout_s)
-            reply = await kc.kernel_info(reply=True, timeout=KERNEL_INFO_TIMEOUT_S)
+            if busy_ok:
+                reply = await _control_kernel_info(kc, KERNEL_INFO_TIMEOUT_S)
+            else:
+                await kc.wait_for_ready(timeout=self.start_timeout_s)
+                reply = await kc.kernel_info(reply=True, timeout=KERNEL_INFO_TIMEOUT_S)
         except Exception:
             kc.stop_channels()
             raise
@@ -373,6 +421,11 @@ class Kernel:
                 raise
             except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
                 self._note_bad_message(exc)
+                continue
+            probe = self._probes.get((msg.get("parent_header") or {}).get("msg_id", ""))
+            if probe is not None and channel == "shell":
+                if not probe.done():
+                    probe.set_result(None)
                 continue
             try:
                 await self.on_message(channel, msg)

@@ -2,27 +2,45 @@
 
 (a) a session record whose kernel still runs: reattach it; (b) a kernel of this broker
 that no record claims (a labelled container): remove it; (c) a record whose kernel is
-gone, or cannot be reattached: close it. Which kernels can outlive a broker is the
-backend's business (:meth:`~interpreter.backends.Backend.can_reattach`): local kernels die
-with their broker, so for the local backend every open record is closed.
+gone, or cannot be reattached: close it, leaving nothing behind. Which kernels can outlive
+a broker is the backend's business (:meth:`~interpreter.backends.Backend.can_reattach`):
+local kernels die with their broker, so for the local backend every open record is closed.
 
-Executions that were queued or running are marked ``unknown`` by the store, never re-run.
+It runs while the broker already serves: sessions reattach concurrently, each over the
+kernel's control channel (answered while a cell runs), and a session is closed only when
+its kernel does not answer there. Until a session is done, the broker answers its
+requests with 503 and ``Retry-After``. A cell the earlier broker had sent to the kernel
+stays ``unknown`` (never re-run); it is written into the notebook with a note, and a
+reattached session attaches what the cell still prints.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
+from interpreter.models import Execution
+from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
 from interpreter.session import LiveSession
-from interpreter.store import SessionRecord, Store, Writer
+from interpreter.store import SessionRecord, Store, Unfinished, Writer
 
 log = logging.getLogger(__name__)
+
+#: Sessions reattached at the same time.
+CONCURRENCY = 8
+#: Notebook note on a cell that was running when the broker stopped, its kernel gone.
+CLOSED_NOTE = (
+    "The broker restarted while this cell ran, and its kernel did not survive: its "
+    "outcome is unknown."
+)
 
 
 @dataclass
@@ -41,42 +59,99 @@ class RecoveryReport:
         }
 
 
-async def recover(
-    records: list[SessionRecord],
-    *,
-    backend: Backend,
-    factory: SessionFactory,
-    store: Store,
-    writer: Writer,
-    broker_id: str,
-    adopt: Callable[[LiveSession], None],
-) -> RecoveryReport:
-    """Reattach, close and remove as above; ``adopt`` takes each reattached session
-    (after it is attached and before its record says so)."""
-    report = RecoveryReport()
-    leftovers = await backend.leftovers(broker_id)
-    claimed: set[str] = set()
-    for record in records:
-        if record.status == "closed":
-            continue
-        if backend.can_reattach(record.backend):
-            match = _leftover_of(backend, record, leftovers)
-            if match is not None and await _reattach(factory, record, adopt):
-                claimed.add(match.id)
-                await writer.run(partial(store.set_status, record.id, "idle"))
-                report.reattached.append(record.id)
-                continue
-        await writer.run(partial(store.close_session, record.id, "broker_restarted"))
-        report.closed.append(record.id)
-    for leftover in leftovers:
-        # Before this broker's pool starts, every unclaimed kernel is a leftover.
-        if leftover.id not in claimed:
-            await backend.remove(leftover)
-            report.removed.append(leftover.id)
-    for key, items in report.as_dict().items():
-        if items:
-            log.warning("startup recovery: %s %s", key, ", ".join(items))
-    return report
+@dataclass
+class Recovery:
+    """One startup's recovery. ``pending`` holds the ids of sessions not yet dealt with.
+
+    Args:
+        records: the open session records.
+        leftovers: this broker's kernels found before its warm pool started.
+        unfinished: executions the earlier broker left queued or running.
+        adopt: takes each reattached session (after it is attached, before its record
+            says so).
+        on_closed: called with the ids of the sessions closed (metrics).
+    """
+
+    records: list[SessionRecord]
+    leftovers: list[Leftover]
+    unfinished: list[Unfinished]
+    backend: Backend
+    factory: SessionFactory
+    store: Store
+    writer: Writer
+    adopt: Callable[[LiveSession], None]
+    on_closed: Callable[[list[str]], None]
+    report: RecoveryReport = field(default_factory=RecoveryReport)
+    pending: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.pending = {r.id for r in self.records}
+
+    async def run(self) -> RecoveryReport:
+        """Reattach or close every record (concurrently), then remove unclaimed kernels."""
+        claimed: set[str] = set()
+        limit = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(record: SessionRecord) -> None:
+            async with limit:
+                try:
+                    match = await self._recover(record)
+                    if match is not None:
+                        claimed.add(match)
+                except Exception:
+                    log.exception("startup recovery of session %s failed", record.id)
+                finally:
+                    self.pending.discard(record.id)
+
+        await asyncio.gather(*(one(r) for r in self.records))
+        for leftover in self.leftovers:
+            # Before this broker's pool started, every unclaimed kernel was a leftover.
+            if leftover.id not in claimed:
+                await self.backend.remove(leftover)
+                self.report.removed.append(leftover.id)
+        for key, items in self.report.as_dict().items():
+            if items:
+                log.warning("startup recovery: %s %s", key, ", ".join(items))
+        if self.report.closed:
+            self.on_closed(self.report.closed)
+        return self.report
+
+    async def _recover(self, record: SessionRecord) -> str | None:
+        """Reattach or close one session; returns the id of the kernel it claimed."""
+        in_flight = [
+            (u.seq, u.execution)
+            for u in self.unfinished
+            if u.session_id == record.id and u.execution.status == "unknown"
+        ]
+        if self.backend.can_reattach(record.backend):
+            match = _leftover_of(self.backend, record, self.leftovers)
+            if match is not None and await self._reattach(record, in_flight):
+                await self.writer.run(partial(self.store.set_status, record.id, "idle"))
+                self.report.reattached.append(record.id)
+                return match.id
+        await asyncio.to_thread(
+            _close_files, self.factory.settings.session_dir(record.id), record.id, in_flight
+        )
+        runtime = self.factory.launch_options(record.id, record.owner).runtime_dir
+        await asyncio.to_thread(shutil.rmtree, runtime, True)
+        await self.writer.run(partial(self.store.close_session, record.id, "broker_restarted"))
+        self.report.closed.append(record.id)
+        return None
+
+    async def _reattach(
+        self, record: SessionRecord, in_flight: list[tuple[int, Execution]]
+    ) -> bool:
+        if not record.connection or not record.provisioner:
+            return False
+        session = await self.factory.restore(record)
+        try:
+            await session.attach(record.connection, record.provisioner, in_flight)
+        except Exception as exc:
+            log.warning("could not reattach session %s: %s", record.id, exc)
+            session.kernel.close()
+            return False
+        self.adopt(session)
+        return True
 
 
 def _leftover_of(
@@ -88,16 +163,31 @@ def _leftover_of(
     return None
 
 
-async def _reattach(
-    factory: SessionFactory, record: SessionRecord, adopt: Callable[[LiveSession], None]
-) -> bool:
-    if not record.connection or not record.provisioner:
-        return False
-    session = await factory.restore(record)
+def _close_files(
+    session_dir: Path, session_id: str, in_flight: list[tuple[int, Execution]]
+) -> None:
+    """Write the cells that were running into the notebook of a session being closed."""
+    if not in_flight:
+        return
+    path = session_dir / NOTEBOOK_NAME
     try:
-        await session.attach(record.connection, record.provisioner)
+        recorder = NotebookRecorder.load(path)
     except Exception as exc:
-        log.warning("could not reattach session %s: %s", record.id, exc)
-        return False
-    adopt(session)
-    return True
+        log.warning(
+            "session %s: notebook unreadable (%s); in-flight cells not added", session_id, exc
+        )
+        return
+    for _, ex in in_flight:
+        recorder.add_cell(
+            ex.code,
+            [],
+            execution_id=ex.id,
+            execution_count=ex.execution_count,
+            status=ex.status,
+            started_at=ex.started_at,
+            duration_ms=ex.duration_ms,
+            state_lost=True,
+            reason=ex.reason,
+            extra={"note": CLOSED_NOTE},
+        )
+    recorder.save()

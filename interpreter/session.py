@@ -57,6 +57,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
+#: Notebook note on a cell that was running when the broker stopped.
+RESUMED_NOTE = (
+    "The broker restarted while this cell ran: its outcome is unknown. Output it printed "
+    "before the restart is lost; output printed after it is kept here."
+)
 
 
 class LiveSession:
@@ -142,9 +147,23 @@ class LiveSession:
         self.touch()  # idle time counts from when the session became usable
         await self._persist_kernel()
 
-    async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
-        """Reconnect to a kernel that outlived a previous broker process (R-07)."""
+    async def attach(
+        self,
+        connection: dict[str, Any],
+        provisioner: dict[str, Any],
+        in_flight: list[tuple[int, Execution]] | None = None,
+    ) -> None:
+        """Reconnect to a kernel that outlived a previous broker process (R-07).
+
+        ``in_flight``: (seq, execution) of the cell the previous broker had sent to the
+        kernel. It stays ``unknown``; the worker first waits for it to end (new cells
+        queue behind it) and attaches what it still prints (:meth:`_resume`).
+        """
         await self.kernel.attach(connection, provisioner)
+        for seq, execution in in_flight or []:
+            handle = ExecutionHandle(execution, seq, self.settings.max_timeout_s, resumed=True)
+            handle.extra_meta["note"] = RESUMED_NOTE
+            self.executions.put(handle)
         self._kernel_ready()
 
     def _kernel_ready(self) -> None:
@@ -321,6 +340,9 @@ class LiveSession:
     # ------------------------------------------------------------------ running
 
     async def _run(self, handle: ExecutionHandle) -> None:
+        if handle.resumed:
+            await self._resume(handle)
+            return
         ex = handle.execution
         loop = asyncio.get_running_loop()
         await self._replaced.wait()  # a restart in progress finishes first
@@ -340,7 +362,7 @@ class LiveSession:
         started = loop.time()
         self.writer.later(partial(self._save_execution, handle))
         rec = ExecutionRecorder(
-            await self.kernel.execute(ex.code),
+            await self.kernel.execute(ex.code, ex.id),
             hard_limit=self.settings.max_output_hard_bytes,
             rich_limit=self.settings.max_output_hard_bytes * 3,
         )
@@ -380,6 +402,46 @@ class LiveSession:
         if rec.execution_count is not None:
             ex.execution_count = rec.execution_count
             self.execution_count = max(self.execution_count, rec.execution_count)
+        if self.status == "busy":
+            self.status = "idle"
+        await self._finalize(handle, rec)
+
+    async def _resume(self, handle: ExecutionHandle) -> None:
+        """Wait out a cell an earlier broker left running; record what it still prints.
+
+        Its status stays ``unknown`` (reason ``broker_restarted``): what it did before
+        this broker attached is not known. It is bounded like any cell (the service's
+        maximum timeout from when it started), then interrupted, then the kernel replaced.
+        """
+        ex = handle.execution
+        loop = asyncio.get_running_loop()
+        rec = ExecutionRecorder(
+            ex.id,
+            hard_limit=self.settings.max_output_hard_bytes,
+            rich_limit=self.settings.max_output_hard_bytes * 3,
+        )
+        handle.recorder = rec
+        self.status = "busy"
+        started = ex.started_at or utcnow()
+        ran_for = (utcnow() - started).total_seconds()
+        settled = asyncio.ensure_future(self.kernel.settle())
+        try:
+            ending = await waiting.until_settled(
+                handle,
+                settled,
+                self.kernel,
+                deadline=loop.time() + max(handle.timeout_s - ran_for, 0.0),
+                interrupt_grace_s=self.settings.interrupt_grace_s,
+            )
+        finally:
+            settled.cancel()
+        if ending.kind in ("timeout", "died"):
+            await self._restart("timeout" if ending.kind == "timeout" else ending.reason or "died")
+        ex.state_lost = ending.kind != "done"
+        ex.status, ex.reason = "unknown", "broker_restarted"
+        ex.duration_ms = round((utcnow() - started).total_seconds() * 1000, 3)
+        if rec.execution_count is not None:
+            ex.execution_count = rec.execution_count
         if self.status == "busy":
             self.status = "idle"
         await self._finalize(handle, rec)
@@ -443,7 +505,8 @@ class LiveSession:
         handle = self.executions.current
         if handle is not None:
             handle.interrupt_requested = True
-            await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
+            if not handle.resumed:
+                await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
             if handle.finished.is_set():
                 return
         # Exactly one interrupt per request, acknowledged by the kernel before any other

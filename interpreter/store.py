@@ -75,6 +75,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@dataclass
+class Unfinished:
+    """An execution a stopped broker left queued or running, as now recorded."""
+
+    session_id: str
+    seq: int
+    execution: Execution
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -316,27 +325,30 @@ class Store:
             )
             return int(cur.fetchone()[0]) + 1
 
-    def mark_unfinished_unknown(self) -> list[tuple[str, str]]:
-        """Executions left queued/running by a broker that stopped: outcome ``unknown``.
+    def mark_unfinished(self) -> list[Unfinished]:
+        """Executions a broker that stopped left unfinished, marked for what is known.
 
-        They are never re-run (docs/security.md R-07). Returns (session id, execution id) pairs.
+        A ``running`` one had reached the kernel: ``unknown`` (docs/security.md R-07), never
+        re-run. A ``queued`` (or ``pending_approval``) one never reached it: ``cancelled``.
+        Both with reason ``broker_restarted``.
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, session_id, data_json FROM executions"
-                " WHERE status IN ('queued', 'running')"
+                "SELECT id, session_id, seq, data_json FROM executions"
+                " WHERE status IN ('queued', 'pending_approval', 'running')"
+                " ORDER BY session_id, seq"
             ).fetchall()
         changed = []
         for row in rows:
             ex = Execution.model_validate_json(row["data_json"])
-            ex.status = "unknown"
+            ex.status = "unknown" if ex.status == "running" else "cancelled"
             ex.reason = "broker_restarted"
             with self._tx() as db:
                 db.execute(
-                    "UPDATE executions SET status = 'unknown', data_json = ? WHERE id = ?",
-                    (ex.model_dump_json(), row["id"]),
+                    "UPDATE executions SET status = ?, data_json = ? WHERE id = ?",
+                    (ex.status, ex.model_dump_json(), row["id"]),
                 )
-            changed.append((row["session_id"], row["id"]))
+            changed.append(Unfinished(row["session_id"], row["seq"], ex))
         return changed
 
     # -- idempotency keys ----------------------------------------------------------------

@@ -131,3 +131,41 @@ async def until_started(handle: ExecutionHandle, limit_s: float) -> None:
             return
         # Polled: the worker alone waits on (and clears) ``handle.changed``.
         await asyncio.sleep(0.02)
+
+
+async def until_settled(
+    handle: ExecutionHandle,
+    settled: asyncio.Future[None],
+    kernel: Kernel,
+    *,
+    deadline: float,
+    interrupt_grace_s: float,
+) -> Ending:
+    """Wait for a cell an earlier broker left running (a reattached session) to end.
+
+    No reply of its own will come (the kernel answers the client that sent it), so its
+    end is ``settled``: the kernel's reply to a later shell request. Past ``deadline`` the
+    cell is interrupted once; ``timeout`` if it still runs ``interrupt_grace_s`` later.
+    """
+    loop = asyncio.get_running_loop()
+    incarnation = kernel.restarts
+    interrupted = False
+    last_check = loop.time()
+    while not settled.done():
+        if kernel.restarts != incarnation:
+            return Ending("restarted")
+        now = loop.time()
+        if now >= deadline:
+            if interrupted:
+                return Ending("timeout")
+            interrupted = True
+            with contextlib.suppress(Exception):
+                await kernel.interrupt(ack_within=interrupt_grace_s)
+            deadline = max(deadline, loop.time()) + interrupt_grace_s
+            continue
+        await changed(handle, min(deadline - now, ALIVE_CHECK_S))
+        if loop.time() - last_check >= ALIVE_CHECK_S and not settled.done():
+            last_check = loop.time()
+            if not await kernel.is_alive():
+                return Ending("died", await kernel.exit_reason())
+    return Ending("done")

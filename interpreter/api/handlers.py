@@ -248,6 +248,8 @@ class HealthHandler(BaseHandler):
                 "status": status,
                 "backend": self.broker.backend.name,
                 "audit_degraded_sessions": degraded,
+                "reattaching_sessions": self.broker.reattaching,
+                "recovery": "done" if self.broker.recovery_done else "running",
             }
         )
 

@@ -7,8 +7,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -63,6 +65,17 @@ def client(url: str) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
 
 
+def reattached(api: httpx.Client, sid: str, within_s: float = 60) -> dict[str, Any]:
+    """Wait (bounded) until a restarted broker has dealt with ``sid``; its session JSON."""
+    deadline = time.monotonic() + within_s
+    while True:
+        info: dict[str, Any] = api.get(f"/v1/sessions/{sid}").json()
+        if info["status"] != "starting":
+            return info
+        assert time.monotonic() < deadline, f"session {sid} still reattaching"
+        time.sleep(0.1)
+
+
 def test_sigterm_then_restart_keeps_variables(broker: Start) -> None:
     proc, url = broker()
     with client(url) as api:
@@ -72,7 +85,7 @@ def test_sigterm_then_restart_keeps_variables(broker: Start) -> None:
     assert proc.wait(60) == 0
     _, url = broker()
     with client(url) as api:
-        assert api.get(f"/v1/sessions/{sid}").json()["status"] == "idle"
+        assert reattached(api, sid)["status"] == "idle"
         assert run(api, sid, "x")["outputs"][0]["data"]["text/plain"] == "'still here'"
         # A reattached kernel can be restarted like any other.
         assert api.post(f"/v1/sessions/{sid}/restart").status_code == 200
@@ -97,6 +110,7 @@ def test_sigkill_mid_execution_reattaches_and_reports_unknown(broker: Start) -> 
             proc.wait()
     _, url = broker()
     with client(url) as api:
+        reattached(api, sid)
         resp = api.get(f"/v1/sessions/{sid}/executions/{execution_id}")
         assert resp.status_code == 200, resp.text
         ex = resp.json()
@@ -130,7 +144,12 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
     remove_container(lost_container)
     _, url = broker()
     with client(url) as api:
-        assert api.get(f"/v1/sessions/{lost}").json()["status"] == "closed"
+        assert reattached(api, lost)["status"] == "closed"
+        assert not (data_dir / "run" / lost[-12:]).exists()
+        deadline = time.monotonic() + 60
+        while api.get("/healthz").json()["recovery"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
     remaining = {c.id for c in list_broker_containers(broker_id)}
     assert orphan_container not in remaining
 
@@ -159,3 +178,57 @@ def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "interp images build" in out.stderr and "does-not-exist" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_broker_killed_with_busy_sessions_serves_at_once_and_keeps_them(
+    broker: Start, data_dir: Path
+) -> None:
+    """Two sessions run long cells; the broker is SIGKILLed and started again. It answers
+    at once, reattaches both while their cells still run (never closing a busy session),
+    records each in-flight cell as unknown in SQLite and the notebook, attaches what the
+    cell prints afterwards, and keeps each session's state."""
+    proc, url = broker()
+    loop = "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.5)"
+    sessions: dict[str, str] = {}
+    with client(url) as api:
+        for _ in range(2):
+            sid = api.post("/v1/sessions").json()["id"]
+            run(api, sid, "kept = 'yes'")
+            with api.stream(
+                "POST",
+                f"/v1/sessions/{sid}/execute",
+                json={"code": loop, "on_disconnect": "continue"},
+                headers={"Accept": "text/event-stream"},
+            ) as resp:
+                sessions[sid] = resp.headers["X-Execution-Id"]
+                # Running once it printed; the client then goes away, the cell goes on.
+                next(line for line in resp.iter_lines() if line.startswith("data:"))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _, url = broker()
+    with client(url) as api:
+        health = api.get("/healthz")
+        assert health.status_code == 200
+        for sid, ex_id in sessions.items():
+            info = reattached(api, sid)
+            # Reattached while the cell runs: busy, not closed.
+            assert info["status"] == "busy", info
+            ex = api.get(f"/v1/sessions/{sid}/executions/{ex_id}").json()
+            assert ex["status"] == "unknown" and ex["reason"] == "broker_restarted"
+        for sid, ex_id in sessions.items():
+            # The cell ends on its own (the new broker bounds it like any cell).
+            deadline = time.monotonic() + 60
+            while api.get(f"/v1/sessions/{sid}").json()["status"] != "idle":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            ex = api.get(f"/v1/sessions/{sid}/executions/{ex_id}").json()
+            assert ex["status"] == "unknown"
+            # What it printed after the restart is attached, up to its last line.
+            assert ex["stdout"].split()[-1] == "39", ex["stdout"][-200:]
+            assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "'yes'"
+            cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+            cell = next(c for c in cells if c["metadata"]["interp"]["execution_id"] == ex_id)
+            meta = cell["metadata"]["interp"]
+            assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
+            assert cell["source"] == loop
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
