@@ -476,12 +476,18 @@ class SessionBroker:
         return session.info()
 
     async def restart(
-        self, owner: str, session_id: str, *, recover: bool, generation: int | None = None
+        self,
+        owner: str,
+        session_id: str,
+        *,
+        recover: bool,
+        generation: int | None = None,
+        keep_queued: bool = False,
     ) -> SessionModel:
         session = await self.require_live(owner, session_id)
         session.check_generation(generation)
         snapshot = await session.notebook.snapshot() if recover else None
-        await session.restart()
+        await session.restart(keep_queued=keep_queued)
         if snapshot is not None:
             await self._rebuild(session, snapshot, f"session:{session_id}")
         return session.info()

@@ -148,6 +148,14 @@ class RestartRequest(_Request):
     recover: bool = Field(
         False, description="After the restart, rebuild state by replaying the good cells."
     )
+    keep_queued: bool | None = Field(
+        None,
+        description=(
+            "Run the cells queued behind the restart on the fresh kernel. Default: only with "
+            "recover (their state is rebuilt first); otherwise they are cancelled (status "
+            "cancelled, state_lost true), since they were written against the lost state."
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- responses

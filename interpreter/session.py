@@ -46,7 +46,7 @@ from interpreter.handle import ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, Restart, RestartBudget
 from interpreter.metrics import Metrics
-from interpreter.models import Execution, ExecutionStatus, SessionStatus
+from interpreter.models import ErrorInfo, Execution, ExecutionStatus, SessionStatus
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture, conclude
@@ -516,8 +516,13 @@ class LiveSession:
         # running; the client may interrupt again, and a timeout still ends it.
         await self.kernel.interrupt()
 
-    async def restart(self) -> None:
-        """Restart on request: a fresh kernel, state cleared, same session and notebook."""
+    async def restart(self, *, keep_queued: bool = False) -> None:
+        """Restart on request: a fresh kernel, state cleared, same session and notebook.
+
+        The running cell ends ``interrupted`` (reason ``restarted``); cells queued behind
+        it are cancelled, since they were written against the state the restart throws
+        away, unless ``keep_queued``.
+        """
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status == "closed" or not self.kernel.started:
@@ -525,6 +530,17 @@ class LiveSession:
         running = self.executions.current
         if running is not None:
             running.interrupt_requested = True
+        if not keep_queued:
+            for handle in self.executions.drain():
+                handle.execution.state_lost = True
+                handle.execution.error = ErrorInfo(
+                    ename="Cancelled",
+                    evalue=(
+                        "Not run: the kernel was restarted on request while this cell "
+                        "waited, and its state is gone. Run it again if it still applies."
+                    ),
+                )
+                await self._abandon(handle, "cancelled", "restarted")
         await self._restart("requested")
         if running is not None:
             running.changed.set()  # its wait sees the new kernel at once

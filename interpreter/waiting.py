@@ -95,6 +95,9 @@ async def until_end(
         if loop.time() - last_check >= ALIVE_CHECK_S and not rec.done:
             last_check = loop.time()
             if not await kernel.is_alive():
+                if kernel.restarts != incarnation:
+                    # Killed by a requested restart that began while we slept.
+                    return Ending("restarted")
                 return Ending("died", await kernel.exit_reason())
 
 
@@ -167,5 +170,8 @@ async def until_settled(
         if loop.time() - last_check >= ALIVE_CHECK_S and not settled.done():
             last_check = loop.time()
             if not await kernel.is_alive():
+                if kernel.restarts != incarnation:
+                    # Killed by a requested restart that began while we slept.
+                    return Ending("restarted")
                 return Ending("died", await kernel.exit_reason())
     return Ending("done")

@@ -177,7 +177,11 @@ class RestartHandler(BaseHandler):
         req = self.parse(RestartRequest, optional=True)
         self.send_json(
             await self.broker.restart(
-                self.owner, session_id, recover=req.recover, generation=self.generation()
+                self.owner,
+                session_id,
+                recover=req.recover,
+                generation=self.generation(),
+                keep_queued=req.recover if req.keep_queued is None else req.keep_queued,
             )
         )
 

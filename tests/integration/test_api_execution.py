@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -479,3 +480,44 @@ def test_a_requested_restart_ends_the_running_cell_once(
     assert ended["error"]["ename"] == "KernelRestarted"
     assert run(api, sid, "x")["error"]["ename"] == "NameError"
     assert api.get(f"/v1/sessions/{sid}").json()["generation"] == before + 1
+
+
+def test_a_requested_restart_cancels_the_queue_unless_asked_to_keep_it(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    """Cells queued behind a requested restart were written against the state it throws
+    away: they are cancelled (state_lost, with a message), unless keep_queued. Requested
+    restarts never count against the automatic-restart budget."""
+    sid = new_session()
+    sleep = {"code": "import time\ntime.sleep(60)"}
+    for keep in (False, True):
+        with contextlib.ExitStack() as stack:
+            first = stack.enter_context(
+                api.stream("POST", f"/v1/sessions/{sid}/execute", json=sleep)
+            )
+            running = first.headers["X-Execution-Id"]
+            _await_status(api, sid, running, {"running"})
+            queued = [
+                stack.enter_context(
+                    api.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": f"{n} * 2"})
+                ).headers["X-Execution-Id"]
+                for n in (1, 2)
+            ]
+            resp = api.post(f"/v1/sessions/{sid}/restart", json={"keep_queued": keep})
+            assert resp.status_code == 200, resp.text
+            for n, eid in zip((1, 2), queued, strict=True):
+                ended = _await_status(api, sid, eid, {"cancelled", "ok"})
+                if keep:
+                    assert ended["status"] == "ok"
+                    assert ended["outputs"][0]["data"]["text/plain"] == str(n * 2)
+                else:
+                    assert (ended["status"], ended["reason"], ended["state_lost"]) == (
+                        "cancelled",
+                        "restarted",
+                        True,
+                    )
+                    assert "restarted on request" in ended["error"]["evalue"]
+    # More requested restarts than the automatic budget allows: the session lives on.
+    for _ in range(7):
+        assert api.post(f"/v1/sessions/{sid}/restart").status_code == 200
+    assert run(api, sid, "40 + 2")["outputs"][0]["data"]["text/plain"] == "42"
