@@ -110,6 +110,9 @@ class LiveSession:
             start_timeout_s=settings.kernel_start_timeout_s,
             budget=RestartBudget(settings.restart_limit, settings.restart_window_s),
             on_message=self._on_message,
+            heartbeat_s=settings.heartbeat_interval_s,
+            heartbeat_misses=settings.heartbeat_misses,
+            on_unresponsive=self._kernel_unresponsive,
         )
         self.kernel.info = record.kernel
         self.capture = OutputCapture(
@@ -127,6 +130,8 @@ class LiveSession:
         self.failed_reason: str | None = None
         #: Called once when the session fails; the broker then closes it.
         self.on_failed: Callable[[LiveSession], None] | None = None
+        #: Replaces a kernel whose heartbeat stopped while no cell ran.
+        self._recovery: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,6 +178,8 @@ class LiveSession:
             return
         previous = self.status
         self.status = "closed"
+        if self._recovery is not None:
+            self._recovery.cancel()
         for handle in self.executions.drain():
             await self._abandon(handle, "interrupted", "session_closed")
         current = self.executions.current
@@ -406,6 +413,23 @@ class LiveSession:
             self.generation += 1
             self.touch()
             await self._persist_kernel()
+        finally:
+            self._replaced.set()
+
+    def _kernel_unresponsive(self) -> None:
+        """The heartbeat gave up on the kernel (frozen or gone). A running cell's wait
+        sees it as a death (``kernel_unresponsive``); an idle session replaces its kernel
+        now, as for a death, and its next cell says that state was lost."""
+        if self.executions.current is None and self.status == "idle":
+            self._recovery = asyncio.create_task(self._recover_idle(), name=f"hb-{self.id}")
+
+    async def _recover_idle(self) -> None:
+        if self.executions.current is not None or not self.kernel.unresponsive:
+            return  # the worker took a cell first: its run replaces the kernel
+        self._state_lost_pending = True
+        self._replaced.clear()  # no cell starts on the lost kernel meanwhile
+        try:
+            await self._restart(await self.kernel.exit_reason())
         finally:
             self._replaced.set()
 

@@ -77,6 +77,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.kernel", "runtime"),
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
+    ("interpreter.heartbeat", "runtime"),
     ("interpreter.session", "session"),
     ("interpreter.launch", "launch"),
     ("interpreter.rebuild", "launch"),
