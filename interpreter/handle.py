@@ -77,6 +77,7 @@ class ExecutionHandle:
         last_iopub_at: loop time of the last iopub message for it.
         stream: the subscription made at submission for a streaming request.
         request_id: the ``X-Request-Id`` of the HTTP request that submitted it, if any.
+        notebook_sha256: the digest of its notebook cell (``interpreter/audit.py``).
     """
 
     execution: Execution
@@ -91,6 +92,8 @@ class ExecutionHandle:
     last_iopub_at: float = 0.0
     stream: Subscription | None = None
     request_id: str | None = None
+    #: Digest of its notebook cell, once written (the audit chain covers it).
+    notebook_sha256: str | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
 
     @classmethod

@@ -29,6 +29,7 @@ from typing import Any
 
 from interpreter import logs, waiting
 from interpreter.artifacts import ArtifactStore
+from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.errors import (
@@ -300,7 +301,9 @@ class LiveSession:
     def _save_execution(self, handle: ExecutionHandle) -> None:
         if handle.seq == 0:
             handle.seq = self.store.next_seq(self.id)
-        self.store.save_execution(handle.seq, handle.execution)
+        self.store.save_execution(
+            handle.seq, handle.execution, notebook_sha256=handle.notebook_sha256
+        )
 
     async def _work(self) -> None:
         while True:
@@ -527,7 +530,10 @@ class LiveSession:
         if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):
             return
         outputs = self.capture.late_streams(handle.execution, rec)
-        await self.notebook.replace_outputs(handle.execution.id, outputs)
+        handle.notebook_sha256 = cell_digest(handle.execution.code, outputs)
+        await self.notebook.replace_outputs(
+            handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
+        )
         self.writer.later(partial(self._save_execution, handle))
 
     # ------------------------------------------------------------------ finishing
@@ -535,6 +541,7 @@ class LiveSession:
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution
         nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs)
+        handle.notebook_sha256 = cell_digest(ex.code, nb_outputs)
         self.touch()
         # The cell is in the in-memory notebook (which the API serves) before anyone is
         # told the execution is done; the file follows in the background.
@@ -548,7 +555,7 @@ class LiveSession:
             duration_ms=ex.duration_ms,
             state_lost=ex.state_lost,
             reason=ex.reason,
-            extra=handle.extra_meta,
+            extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
         )
         self._report(handle)
         self.writer.later(partial(self._save_execution, handle))
