@@ -80,6 +80,17 @@ def test_sigstopped_idle_kernel_is_replaced_before_the_next_cell(local: Server) 
         assert after["generation"] == 2
 
 
+def test_vanished_idle_kernel_is_replaced_without_a_call(local: Server) -> None:
+    with local.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        pid = int(run(api, sid, "import os\nos.getpid()")["outputs"][0]["data"]["text/plain"])
+        os.kill(pid, signal.SIGKILL)
+        # Nobody runs anything: the heartbeat alone notices, and the kernel is replaced.
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["generation"] == 2)
+        after = run(api, sid, "1 + 1")
+        assert (after["status"], after["state_lost"]) == ("ok", True)
+
+
 def resume(pid: int) -> None:
     """Never leave a stopped process behind, whatever the test saw."""
     with contextlib.suppress(ProcessLookupError):
