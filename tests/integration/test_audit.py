@@ -23,13 +23,14 @@ import pytest
 from interpreter.audit_verify import verify
 from interpreter.cli import main
 from tests.conftest import REPO, run, start_server
+from tests.integration.test_api_rich import PLOT
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A data directory with one session of four cells (ok, error, cut output with its
-    full-text artifact, late output of a background thread), written by a real broker
-    that has since stopped."""
+    """A data directory with one session of five cells (ok, error, cut output with its
+    full-text artifact, late output of a background thread, a plot with its PNG), written
+    by a real broker that has since stopped."""
     data = tmp_path_factory.mktemp("audit") / "data"
     srv = start_server("local", data, max_output_bytes=1000)
     try:
@@ -38,6 +39,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             ok = run(api, sid, "x = 6 * 7\nprint(x)")
             err = run(api, sid, "1 / 0")
             cut = run(api, sid, "print('y' * 5000)")
+            plot = run(api, sid, PLOT)
+            assert plot["status"] == "ok", plot
             late = run(
                 api,
                 sid,
@@ -60,7 +63,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     yield {
         "data": data,
         "sid": sid,
-        "ids": [ok["id"], err["id"], cut["id"], late["id"]],
+        "ids": [ok["id"], err["id"], cut["id"], late["id"], plot["id"]],
         "artifact": cut["artifacts"][0]["id"],
     }
 
@@ -91,11 +94,11 @@ def test_an_untouched_record_verifies(written: dict[str, Any], copy: Path) -> No
     assert f"{written['sid']}: ok" in out
     report = verify(copy).to_dict()
     (session,) = report["sessions"]
-    assert session["records"] == 4 and session["not_chained"] == 0
-    # Four final records, plus one amendment: the late output changed a finished cell.
-    assert session["links"] == 5
-    assert session["cells"] == 4 and session["cells_not_chained"] == 0
-    assert session["artifacts"] == 1
+    assert session["records"] == 5 and session["not_chained"] == 0
+    # Five final records, plus one amendment: the late output changed a finished cell.
+    assert session["links"] == 6
+    assert session["cells"] == 5 and session["cells_not_chained"] == 0
+    assert session["artifacts"] == 2  # the cut output's full text, the plot's PNG
 
 
 def test_a_tampered_row_is_named(written: dict[str, Any], copy: Path) -> None:
