@@ -42,9 +42,13 @@ class Problem:
     where: str  # chain, record, notebook or artifact
     message: str
     execution_id: str | None = None
+    #: The chain link it concerns (problems are listed by link: the first is the first
+    #: broken link); None when it concerns no one link.
+    link: int | None = None
 
     def __str__(self) -> str:
-        at = f" execution {self.execution_id}" if self.execution_id else ""
+        at = f" link {self.link}" if self.link is not None else ""
+        at += f" execution {self.execution_id}" if self.execution_id else ""
         return f"session {self.session_id}{at}: {self.where}: {self.message}"
 
 
@@ -92,6 +96,7 @@ class AuditReport:
                     "problems": [
                         {
                             "where": p.where,
+                            "link": p.link,
                             "execution_id": p.execution_id,
                             "message": p.message,
                         }
@@ -150,6 +155,8 @@ def _verify_session(
     _check_records(db, sid, latest, result)
     _check_notebook(session_dir / "notebook.ipynb", sid, latest, result)
     _check_artifacts(session_dir / "artifacts", sid, latest, result)
+    # By link, earliest first (stable: for one link, chain, record, notebook, artifact).
+    result.problems.sort(key=lambda p: p.link if p.link is not None else 1 << 62)
     return result
 
 
@@ -167,10 +174,10 @@ def _check_links(db: sqlite3.Connection, sid: str, result: SessionAudit) -> dict
         eid = row["execution_id"]
 
         def broken(message: str, eid: str = eid, idx: int = row["idx"]) -> None:
-            result.problems.append(Problem(sid, "chain", f"link {idx}: {message}", eid))
+            result.problems.append(Problem(sid, "chain", message, eid, idx))
 
         if row["idx"] != position:
-            broken(f"expected link {position} here: a link is missing")
+            broken(f"the link before it is missing (expected link {position} here)")
         if row["prev_hash"] != expected_prev:
             broken("its prev_hash is not the hash of the link before it")
         if audit.link_hash(row["prev_hash"], row["content_json"]) != row["hash"]:
@@ -209,13 +216,13 @@ def _check_records(
                 result.not_chained += 1
             continue
 
-        def broken(message: str, eid: str = eid) -> None:
-            result.problems.append(Problem(sid, "record", message, eid))
+        def broken(message: str, eid: str = eid, idx: int = link.idx) -> None:
+            result.problems.append(Problem(sid, "record", message, eid, idx))
 
         try:
             ex = Execution.model_validate_json(row["data_json"])
         except ValidationError:
-            broken(f"the record does not parse (chained at link {link.idx})")
+            broken("the record does not parse")
             continue
         actual = audit.content_of(ex, row["notebook_sha256"] if has_hash else None)
         diff = audit.differences(link.content, actual)
@@ -227,12 +234,10 @@ def _check_records(
             shown = ", ".join(_show(f, link.content, actual) for f in diff)
             broken(f"differs from chain link {link.idx}: {shown}")
         elif has_hash and (row["hash"], row["prev_hash"]) != (link.hash, link.prev_hash):
-            broken(f"its hash/prev_hash are not those of chain link {link.idx}")
+            broken("its hash/prev_hash are not those of its chain link")
     for eid, link in latest.items():
         if eid not in seen:
-            result.problems.append(
-                Problem(sid, "record", f"chained at link {link.idx} but the record is gone", eid)
-            )
+            result.problems.append(Problem(sid, "record", "the record is gone", eid, link.idx))
 
 
 def _show(name: str, chained: dict[str, Any], actual: dict[str, Any]) -> str:
@@ -248,7 +253,7 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
         if expected:
             first = min(expected.values(), key=lambda k: k.idx)
             result.problems.append(
-                Problem(sid, "notebook", f"{path.name} is missing", first.execution_id)
+                Problem(sid, "notebook", f"{path.name} is missing", first.execution_id, first.idx)
             )
         return
     try:
@@ -259,7 +264,7 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
         return
     found = set()
     for index, cell in enumerate(cells):
-        meta = ((cell.get("metadata") or {}).get("interp") or {}) if isinstance(cell, dict) else {}
+        meta = _interp_meta(cell)
         eid = meta.get("execution_id")
         if not eid:
             continue
@@ -278,6 +283,7 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
                     "notebook",
                     f"cell {index}: its source or outputs differ from its recorded digest",
                     eid,
+                    link.idx,
                 )
             )
         elif recorded != link.content.get("notebook_sha256"):
@@ -285,15 +291,21 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
                 Problem(
                     sid,
                     "notebook",
-                    f"cell {index}: its digest is not the one chain link {link.idx} recorded",
+                    f"cell {index}: its digest is not the one its chain link recorded",
                     eid,
+                    link.idx,
                 )
             )
     for eid, link in sorted(expected.items(), key=lambda item: item[1].idx):
         if eid not in found:
-            result.problems.append(
-                Problem(sid, "notebook", f"the cell chained at link {link.idx} is missing", eid)
-            )
+            result.problems.append(Problem(sid, "notebook", "its cell is missing", eid, link.idx))
+
+
+def _interp_meta(cell: Any) -> dict[str, Any]:
+    """A cell's ``metadata.interp``, or {} for anything that is not shaped like one."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    interp = meta.get("interp") if isinstance(meta, dict) else None
+    return interp if isinstance(interp, dict) else {}
 
 
 def _check_artifacts(root: Path, sid: str, latest: dict[str, _Link], result: SessionAudit) -> None:
@@ -304,12 +316,12 @@ def _check_artifacts(root: Path, sid: str, latest: dict[str, _Link], result: Ses
             try:
                 digest = _sha256_file(path)
             except OSError:
-                message = f"artifact {aid} (chain link {link.idx}) is missing"
+                message = f"artifact {aid} is missing"
             else:
                 if digest == aid:
                     continue
-                message = f"artifact {aid} (chain link {link.idx}): its bytes hash to {digest}"
-            result.problems.append(Problem(sid, "artifact", message, link.execution_id))
+                message = f"artifact {aid}: its bytes hash to {digest}"
+            result.problems.append(Problem(sid, "artifact", message, link.execution_id, link.idx))
 
 
 def _sha256_file(path: Path) -> str:

@@ -142,8 +142,9 @@ def test_a_rewritten_chain_link_is_named(written: dict[str, Any], copy: Path) ->
     problems = verify(copy).sessions[0].problems
     assert problems[0].where == "chain"
     assert problems[0].execution_id == written["ids"][1]
-    assert "link 2: its hash does not match its content" in problems[0].message
-    assert any("expected link 4 here" in p.message for p in problems)
+    assert problems[0].link == 2
+    assert problems[0].message == "its hash does not match its content (the link was edited)"
+    assert any(p.link == 5 and "expected link 4 here" in p.message for p in problems)
 
 
 def test_a_tampered_notebook_cell_is_named(written: dict[str, Any], copy: Path) -> None:

@@ -103,7 +103,7 @@ def test_a_deleted_record_is_named(tmp_path: Path) -> None:
     db.close()
     (problem,) = verify(tmp_path).sessions[0].problems
     assert (problem.where, problem.execution_id) == ("record", "ex_a")
-    assert "chained at link 1 but the record is gone" in problem.message
+    assert (problem.link, problem.message) == (1, "the record is gone")
 
 
 def test_differences_name_the_fields_in_order() -> None:
