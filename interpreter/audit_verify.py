@@ -184,8 +184,10 @@ def _check_links(db: sqlite3.Connection, sid: str, result: SessionAudit) -> dict
             broken("its hash does not match its content (the link was edited)")
         try:
             content = json.loads(row["content_json"])
-        except ValueError:
-            broken("its content is not JSON")
+        except (TypeError, ValueError):
+            content = None
+        if not isinstance(content, dict):
+            broken("its content is not a JSON object")
             content = {}
         if content.get("id") != eid or content.get("session_id") != sid:
             broken("its content belongs to another execution or session")
@@ -310,7 +312,8 @@ def _interp_meta(cell: Any) -> dict[str, Any]:
 
 def _check_artifacts(root: Path, sid: str, latest: dict[str, _Link], result: SessionAudit) -> None:
     for link in sorted(latest.values(), key=lambda k: k.idx):
-        for aid in link.content.get("artifacts") or []:
+        ids = link.content.get("artifacts")
+        for aid in ids if isinstance(ids, list) else []:
             result.artifacts += 1
             path = root / str(aid)
             try:

@@ -109,6 +109,24 @@ def test_busy_kernel_is_not_taken_for_frozen(local: Server) -> None:
         assert api.get(f"/v1/sessions/{sid}").json()["generation"] == 1
 
 
+def test_kernel_holding_the_gil_is_not_taken_for_frozen(local: Server) -> None:
+    """A regex that backtracks for seconds holds the GIL in C all along; the kernel's
+    heartbeat echo needs no GIL, so it still answers."""
+    with local.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        # Longer and longer matches until one holds the GIL for over 3 s (the bound is 2 s).
+        code = (
+            "import re, time\nn = 18\nwhile True:\n"
+            "    t = time.time()\n    re.match(r'(a+)+$', 'a' * n + 'b')\n"
+            "    held = time.time() - t\n    if held > 3:\n        break\n    n += 1\nheld"
+        )
+        ex = run(api, sid, code, timeout_s=120)
+        assert ex["status"] == "ok", ex
+        held = float(ex["outputs"][0]["data"]["text/plain"])
+        assert held > 3
+        assert api.get(f"/v1/sessions/{sid}").json()["generation"] == 1
+
+
 @pytest.mark.docker
 def test_paused_container_is_noticed_and_replaced(tmp_path: Path) -> None:
     require_docker()

@@ -120,3 +120,26 @@ def test_cell_digest_reads_lines_and_strings_alike() -> None:
     split = [{"output_type": "stream", "name": "stdout", "text": ["a\n", "b\n"]}]
     assert cell_digest("x = 1\ny", outputs) == cell_digest(["x = 1\n", "y"], split)
     assert cell_digest("x = 1\ny", outputs) != cell_digest("x = 2\ny", outputs)
+
+
+def test_bad_inputs_get_one_line_each(tmp_path: Path) -> None:
+    (tmp_path / "state.db").write_bytes(b"not a database at all" * 100)
+    report = verify(tmp_path)
+    assert not report.ok and report.error is not None
+    assert report.error.startswith("cannot read") and "state.db" in report.error
+    assert format_report(report).count("\n") == 0
+
+    data = tmp_path / "odd"
+    store = new_store(data)
+    store.save_execution(1, Execution(id="ex_a", session_id="s_1", status="ok", code="1"))
+    store.close()
+    db = sqlite3.connect(data / "state.db")
+    db.execute("UPDATE audit_links SET content_json = '[1, 2]'")
+    db.commit()
+    db.close()
+    nb = data / "sessions" / "s_1" / "notebook.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text('{"cells": [{"metadata": "odd"}, 7, {"metadata": {"interp": []}}]}')
+    problems = verify(data).sessions[0].problems
+    assert [p.where for p in problems][:2] == ["chain", "chain"]
+    assert "not a JSON object" in problems[1].message
