@@ -62,6 +62,8 @@ def test_sigstopped_kernel_mid_cell_is_noticed_and_replaced(local: Server) -> No
         # The whole kernel process stops, its heartbeat thread with it.
         ex = run(api, sid, "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)", timeout_s=300)
         assert_frozen_and_recovered(api, sid, ex)
+        metrics = api.get("/metrics").text
+        assert 'interp_kernel_restarts_total{reason="kernel_unresponsive"} 1.0' in metrics
 
 
 def test_sigstopped_idle_kernel_is_replaced_before_the_next_cell(local: Server) -> None:
@@ -153,6 +155,15 @@ def test_paused_container_is_noticed_and_replaced(tmp_path: Path) -> None:
             worker.join(NOTICE_WITHIN_S + 60)
             assert not worker.is_alive(), "the paused kernel was not noticed"
             assert_frozen_and_recovered(api, sid, result)
+            # The fresh container, paused while idle, is replaced without a call.
+            record = srv.thread.broker.store.get_session(sid)
+            assert record is not None and record.provisioner is not None
+            fresh = record.provisioner["container_id"]
+            assert fresh != container_id
+            docker_client().api.pause(fresh)
+            wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["generation"] == 3)
+            after = run(api, sid, "1 + 1")
+            assert (after["status"], after["state_lost"]) == ("ok", True)
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
     finally:
         srv.thread.stop()
