@@ -97,6 +97,17 @@ def _openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit_verify(args: argparse.Namespace) -> int:
+    from interpreter.audit_verify import format_report, verify
+
+    report = verify(Path(args.data_dir).expanduser(), args.session)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_report(report))
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from interpreter.cli_settings import add_flags
 
@@ -124,6 +135,22 @@ def build_parser() -> argparse.ArgumentParser:
     openapi = sub.add_parser("openapi", help="Print (or write) the OpenAPI document.")
     openapi.add_argument("-o", "--output", help="Write to this file.")
     openapi.set_defaults(func=_openapi)
+
+    audit = sub.add_parser("audit", help="The tamper-evident record of executions.")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True, metavar="COMMAND")
+    check = audit_sub.add_parser(
+        "verify",
+        help="Check each session's hash chain, notebook and artifacts; name the first broken "
+        "link (exit 1 if any).",
+    )
+    check.add_argument(
+        "--data-dir",
+        default=os.environ.get("INTERP_DATA_DIR", ".data"),
+        help="The service's data directory (default $INTERP_DATA_DIR, else ./.data).",
+    )
+    check.add_argument("--session", help="Check only this session.")
+    check.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    check.set_defaults(func=_audit_verify)
 
     try:
         from interpreter.cli_client import add_commands

@@ -78,6 +78,7 @@ class ExecutionHandle:
         stream: the subscription made at submission for a streaming request.
         request_id: the ``X-Request-Id`` of the HTTP request that submitted it, if any.
         resumed: an earlier broker sent it to the kernel; this one only awaits its end.
+        notebook_sha256: the digest of its notebook cell (``interpreter/audit.py``).
     """
 
     execution: Execution
@@ -93,6 +94,8 @@ class ExecutionHandle:
     stream: Subscription | None = None
     request_id: str | None = None
     resumed: bool = False
+    #: Digest of its notebook cell, once written (the audit chain covers it).
+    notebook_sha256: str | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
 
     @classmethod

@@ -32,6 +32,7 @@ from jupyter_client.session import Session as JupyterSession
 from interpreter.backends import Backend
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
 from interpreter.errors import KernelStartFailed
+from interpreter.heartbeat import Heartbeat, hb_url
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.models import KernelInfo
 
@@ -45,6 +46,9 @@ START_ATTEMPTS = 2
 KERNEL_INFO_TIMEOUT_S = 10
 #: Seconds a message-mode kernel gets to acknowledge an interrupt.
 INTERRUPT_ACK_TIMEOUT_S = 10.0
+
+#: The exit reason of a kernel that stopped answering its heartbeat but has not exited.
+UNRESPONSIVE = "kernel_unresponsive"
 
 #: ``await on_message(channel, msg)`` for every message read from iopub or shell, in order:
 #: a channel's next message is read once the callback returned.
@@ -132,6 +136,9 @@ class Kernel:
         start_timeout_s: how long a start or restart may take.
         budget: the automatic-restart budget.
         on_message: receives every iopub and shell message, on the event loop.
+        heartbeat_s: seconds between heartbeat pings; 0 turns the heartbeat off.
+        heartbeat_misses: unanswered pings in a row after which the kernel is lost.
+        on_unresponsive: called (on the event loop) when the heartbeat gives up.
     """
 
     def __init__(
@@ -143,6 +150,9 @@ class Kernel:
         start_timeout_s: float,
         budget: RestartBudget,
         on_message: MessageCallback,
+        heartbeat_s: float = 0.0,
+        heartbeat_misses: int = 5,
+        on_unresponsive: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.backend = backend
@@ -164,6 +174,10 @@ class Kernel:
         self._bad_messages = 0
         #: Shell requests of :meth:`settle` awaiting their reply, by msg_id.
         self._probes: dict[str, asyncio.Future[None]] = {}
+        self.heartbeat_s = heartbeat_s
+        self.heartbeat_misses = heartbeat_misses
+        self.on_unresponsive = on_unresponsive
+        self._heartbeat: Heartbeat | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -281,7 +295,15 @@ class Kernel:
     def started(self) -> bool:
         return self.km is not None
 
+    @property
+    def unresponsive(self) -> bool:
+        """The heartbeat gave up on this kernel: it is frozen or gone."""
+        return self._heartbeat is not None and self._heartbeat.lost
+
     async def is_alive(self) -> bool:
+        """Whether the kernel runs and answers its heartbeat (a frozen kernel is not)."""
+        if self.unresponsive:
+            return False
         return self.km is not None and bool(await self.km.is_alive())
 
     async def execute(self, code: str, msg_id: str) -> str:
@@ -335,8 +357,9 @@ class Kernel:
         return conn, info
 
     async def exit_reason(self) -> str:
-        """Why the kernel is gone: the backend's reason, a signal or exit code, or
-        ``unresponsive``."""
+        """Why the kernel is gone: the backend's reason, a signal or exit code,
+        ``kernel_unresponsive`` (it still exists but stopped answering its heartbeat:
+        frozen), or ``unresponsive``."""
         assert self.km is not None
         prov = self.km.provisioner
         exit_reason = getattr(prov, "exit_reason", None)
@@ -351,7 +374,7 @@ class Kernel:
                 code = await prov.poll()
         if isinstance(code, int):
             return f"signal:{-code}" if code < 0 else f"exit:{code}"
-        return "unresponsive"
+        return UNRESPONSIVE if self.unresponsive else "unresponsive"
 
     # ------------------------------------------------------------------ connection
 
@@ -400,8 +423,21 @@ class Kernel:
             asyncio.create_task(self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"),
             asyncio.create_task(self._read(kc.get_shell_msg, "shell"), name=f"shell-{self.name}"),
         ]
+        if self.heartbeat_s > 0:
+            self._heartbeat = Heartbeat(
+                name=self.name,
+                ctx=self._ctx,
+                url=hb_url(self.km.get_connection_info()),
+                interval_s=self.heartbeat_s,
+                misses=self.heartbeat_misses,
+                on_lost=self.on_unresponsive,
+            )
+            self._heartbeat.start()
 
     async def _disconnect(self) -> None:
+        if self._heartbeat is not None:
+            await self._heartbeat.stop()
+            self._heartbeat = None
         for task in self._readers:
             task.cancel()
         for task in self._readers:

@@ -191,12 +191,17 @@ class LiveNotebook:
             self.recorder.add_cell(code, outputs, **meta)
         self.request_save()
 
-    async def replace_outputs(self, execution_id: str, outputs: list[dict[str, Any]]) -> None:
-        """Replace the outputs of the cell recorded for ``execution_id`` (late output)."""
+    async def replace_outputs(
+        self, execution_id: str, outputs: list[dict[str, Any]], *, audit_sha256: str | None = None
+    ) -> None:
+        """Replace the outputs of the cell recorded for ``execution_id`` (late output);
+        ``audit_sha256`` is the cell's new digest (``interpreter/audit.py``)."""
         async with self._lock:
             for cell in reversed(self.recorder.nb.cells):
                 if cell.metadata.get("interp", {}).get("execution_id") == execution_id:
                     cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
+                    if audit_sha256 is not None:
+                        cell.metadata["interp"]["audit_sha256"] = audit_sha256
                     break
         self.request_save()
 

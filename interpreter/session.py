@@ -29,6 +29,7 @@ from typing import Any
 
 from interpreter import logs, waiting
 from interpreter.artifacts import ArtifactStore
+from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.errors import (
@@ -115,6 +116,9 @@ class LiveSession:
             start_timeout_s=settings.kernel_start_timeout_s,
             budget=RestartBudget(settings.restart_limit, settings.restart_window_s),
             on_message=self._on_message,
+            heartbeat_s=settings.heartbeat_interval_s,
+            heartbeat_misses=settings.heartbeat_misses,
+            on_unresponsive=self._kernel_unresponsive,
         )
         self.kernel.info = record.kernel
         self.capture = OutputCapture(
@@ -132,6 +136,8 @@ class LiveSession:
         self.failed_reason: str | None = None
         #: Called once when the session fails; the broker then closes it.
         self.on_failed: Callable[[LiveSession], None] | None = None
+        #: Replaces a kernel whose heartbeat stopped while no cell ran.
+        self._recovery: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,6 +198,8 @@ class LiveSession:
             return
         previous = self.status
         self.status = "closed"
+        if self._recovery is not None:
+            self._recovery.cancel()
         for handle in self.executions.drain():
             await self._abandon(handle, "interrupted", "session_closed")
         current = self.executions.current
@@ -312,7 +320,9 @@ class LiveSession:
     def _save_execution(self, handle: ExecutionHandle) -> None:
         if handle.seq == 0:
             handle.seq = self.store.next_seq(self.id)
-        self.store.save_execution(handle.seq, handle.execution)
+        self.store.save_execution(
+            handle.seq, handle.execution, notebook_sha256=handle.notebook_sha256
+        )
 
     async def _work(self) -> None:
         while True:
@@ -471,6 +481,23 @@ class LiveSession:
         finally:
             self._replaced.set()
 
+    def _kernel_unresponsive(self) -> None:
+        """The heartbeat gave up on the kernel (frozen or gone). A running cell's wait
+        sees it as a death (``kernel_unresponsive``); an idle session replaces its kernel
+        now, as for a death, and its next cell says that state was lost."""
+        if self.executions.current is None and self.status == "idle":
+            self._recovery = asyncio.create_task(self._recover_idle(), name=f"hb-{self.id}")
+
+    async def _recover_idle(self) -> None:
+        if self.executions.current is not None or not self.kernel.unresponsive:
+            return  # the worker took a cell first: its run replaces the kernel
+        self._state_lost_pending = True
+        self._replaced.clear()  # no cell starts on the lost kernel meanwhile
+        try:
+            await self._restart(await self.kernel.exit_reason())
+        finally:
+            self._replaced.set()
+
     async def _fail(self, reason: str) -> None:
         """Give up on the kernel: the session is dead and the broker will close it."""
         log.warning("session %s failed: %s", self.id, reason)
@@ -582,7 +609,10 @@ class LiveSession:
         if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):
             return
         outputs = self.capture.late_streams(handle.execution, rec)
-        await self.notebook.replace_outputs(handle.execution.id, outputs)
+        handle.notebook_sha256 = cell_digest(handle.execution.code, outputs)
+        await self.notebook.replace_outputs(
+            handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
+        )
         self.writer.later(partial(self._save_execution, handle))
 
     # ------------------------------------------------------------------ finishing
@@ -590,6 +620,7 @@ class LiveSession:
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution
         nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs)
+        handle.notebook_sha256 = cell_digest(ex.code, nb_outputs)
         self.touch()
         # The cell is in the in-memory notebook (which the API serves) before anyone is
         # told the execution is done; the file follows in the background.
@@ -603,7 +634,7 @@ class LiveSession:
             duration_ms=ex.duration_ms,
             state_lost=ex.state_lost,
             reason=ex.reason,
-            extra=handle.extra_meta,
+            extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
         )
         self._report(handle)
         self.writer.later(partial(self._save_execution, handle))

@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     idempotency_ttl_s: float = Field(
         86400.0, gt=0, description="How long an Idempotency-Key is remembered."
     )
+    heartbeat_interval_s: float = Field(
+        1.0, ge=0, description="Seconds between kernel heartbeat pings; 0 = no heartbeat."
+    )
+    heartbeat_misses: int = Field(
+        5, ge=1, description="Unanswered heartbeats in a row after which a kernel is frozen."
+    )
     iopub_grace_s: float = Field(
         2.0, gt=0, description="After execute_reply, wait this long for the iopub idle."
     )

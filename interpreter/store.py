@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from interpreter import audit
 from interpreter.models import Execution, KernelInfo, RebuildReport, Session, SessionStatus
 
 _SCHEMA = """
@@ -56,6 +57,17 @@ CREATE TABLE IF NOT EXISTS executions (
     data_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS executions_session ON executions(session_id, seq);
+CREATE TABLE IF NOT EXISTS audit_links (
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    execution_id TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    content_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+);
+CREATE INDEX IF NOT EXISTS audit_links_execution ON audit_links(session_id, execution_id, idx);
 CREATE TABLE IF NOT EXISTS idempotency (
     owner TEXT NOT NULL,
     scope TEXT NOT NULL,
@@ -68,7 +80,11 @@ CREATE TABLE IF NOT EXISTS idempotency (
 """
 
 #: Columns added after the first release, with their definitions: added to older databases.
-_ADDED_COLUMNS = {"sessions": {"generation": "INTEGER NOT NULL DEFAULT 0"}}
+#: Executions written before the audit chain existed keep NULL hashes: "not chained".
+_ADDED_COLUMNS = {
+    "sessions": {"generation": "INTEGER NOT NULL DEFAULT 0"},
+    "executions": {"prev_hash": "TEXT", "hash": "TEXT", "notebook_sha256": "TEXT"},
+}
 
 
 log = logging.getLogger(__name__)
@@ -285,16 +301,23 @@ class Store:
 
     # -- executions ----------------------------------------------------------------------
 
-    def save_execution(self, seq: int, execution: Execution) -> None:
+    def save_execution(
+        self, seq: int, execution: Execution, *, notebook_sha256: str | None = None
+    ) -> None:
+        """Insert or update an execution; a final one is chained (see ``audit.py``).
+
+        ``notebook_sha256`` is the digest of its notebook cell, if it has one.
+        """
         data = execution.model_dump_json()
         started = execution.started_at.isoformat() if execution.started_at else None
         with self._tx() as db:
             db.execute(
                 "INSERT INTO executions (id, session_id, seq, status, code, created_at,"
-                " started_at, duration_ms, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " started_at, duration_ms, data_json, notebook_sha256)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET status = excluded.status,"
                 " started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
-                " data_json = excluded.data_json",
+                " data_json = excluded.data_json, notebook_sha256 = excluded.notebook_sha256",
                 (
                     execution.id,
                     execution.session_id,
@@ -305,8 +328,10 @@ class Store:
                     started,
                     execution.duration_ms,
                     data,
+                    notebook_sha256,
                 ),
             )
+            _chain(db, execution, notebook_sha256)
 
     def get_execution(self, session_id: str, execution_id: str) -> Execution | None:
         with self._lock:
@@ -334,7 +359,7 @@ class Store:
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, session_id, seq, data_json FROM executions"
+                "SELECT id, session_id, seq, data_json, notebook_sha256 FROM executions"
                 " WHERE status IN ('queued', 'pending_approval', 'running')"
                 " ORDER BY session_id, seq"
             ).fetchall()
@@ -348,6 +373,7 @@ class Store:
                     "UPDATE executions SET status = ?, data_json = ? WHERE id = ?",
                     (ex.status, ex.model_dump_json(), row["id"]),
                 )
+                _chain(db, ex, row["notebook_sha256"])
             changed.append(Unfinished(row["session_id"], row["seq"], ex))
         return changed
 
@@ -404,6 +430,36 @@ def _log_write_failure(future: Future[object]) -> None:
     exc = future.exception()
     if exc is not None:
         log.error("a store write failed: %r", exc)
+
+
+def _chain(db: sqlite3.Connection, execution: Execution, notebook_sha256: str | None) -> None:
+    """Append a link for a final execution whose covered content changed (``audit.py``)."""
+    if execution.status in audit.UNFINISHED:
+        return
+    content = audit.canonical(audit.content_of(execution, notebook_sha256))
+    sid = execution.session_id
+    last = db.execute(
+        "SELECT idx, hash FROM audit_links WHERE session_id = ? ORDER BY idx DESC LIMIT 1",
+        (sid,),
+    ).fetchone()
+    mine = db.execute(
+        "SELECT content_json FROM audit_links WHERE session_id = ? AND execution_id = ?"
+        " ORDER BY idx DESC LIMIT 1",
+        (sid, execution.id),
+    ).fetchone()
+    if mine is not None and mine[0] == content:
+        return
+    idx = last[0] + 1 if last else 1
+    prev = last[1] if last else audit.genesis(sid)
+    digest = audit.link_hash(prev, content)
+    db.execute(
+        "INSERT INTO audit_links (session_id, idx, execution_id, prev_hash, hash,"
+        " content_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (sid, idx, execution.id, prev, digest, content, utcnow().isoformat()),
+    )
+    db.execute(
+        "UPDATE executions SET prev_hash = ?, hash = ? WHERE id = ?", (prev, digest, execution.id)
+    )
 
 
 def _decode(row: sqlite3.Row) -> SessionRecord:

@@ -1,0 +1,138 @@
+"""The tamper-evident record: what an execution's hash covers, and how links chain.
+
+Every execution that reaches a final status becomes a *link* of its session's chain (in
+``state.db``, table ``audit_links``). A link holds the execution's *content*, a small
+canonical JSON object of digests and facts (:func:`content_of`), the hash of the link
+before it (``prev_hash``; the first link of a session follows :func:`genesis`) and its own
+hash, ``sha256(prev_hash + canonical(content))`` (:func:`link_hash`). The execution's row
+carries the hash and prev_hash of its latest link.
+
+Which writes extend the chain: a write of an execution in a final status whose content
+differs from its latest link (or that has none yet). So the first final write appends a
+link; a later rewrite that changes what is covered (output that arrived after the cell
+ended, an ``unknown`` outcome resolved) appends an *amendment* link for the same
+execution; rewrites that change nothing covered append nothing. Queued and running
+states are never chained. Links are only ever appended.
+
+The notebook cell of an execution carries ``metadata.interp.audit_sha256``, the digest of
+its source and outputs (:func:`cell_digest`); the content covers that digest and the ids
+(SHA-256) of the execution's artifacts, so ``interp audit verify`` can check the notebook
+and the artifact files against the chain.
+
+This is tamper *evidence* against edits of part of the record (a row, a cell, a file):
+nothing is keyed, so whoever can rewrite every piece consistently can rewrite the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from interpreter.models import Execution
+
+#: Statuses that are not final: never chained.
+UNFINISHED = frozenset({"queued", "running", "pending_approval"})
+#: What the content covers, in the order a difference is reported.
+FIELDS = (
+    "id",
+    "session_id",
+    "code_sha256",
+    "status",
+    "reason",
+    "started_at",
+    "duration_ms",
+    "generation",
+    "execution_count",
+    "state_lost",
+    "truncated",
+    "stdout_sha256",
+    "stderr_sha256",
+    "outputs_sha256",
+    "error_sha256",
+    "artifacts",
+    "notebook_sha256",
+)
+
+
+def canonical(value: Any) -> str:
+    """The one JSON text of ``value``: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def genesis(session_id: str) -> str:
+    """The ``prev_hash`` of a session's first link (binds the chain to its session)."""
+    return sha256_text(f"interp-audit-v1:{session_id}")
+
+
+def link_hash(prev_hash: str, content_json: str) -> str:
+    """The hash of a link: over the previous link's hash and this link's content."""
+    return sha256_text(prev_hash + content_json)
+
+
+def artifact_ids(execution: Execution) -> list[str]:
+    """The ids (SHA-256 of the bytes) of every artifact the execution refers to."""
+    ids = {ref.id for ref in execution.artifacts}
+    for output in execution.outputs:
+        ids.update(ref.id for ref in output.artifacts)
+    return sorted(ids)
+
+
+def content_of(execution: Execution, notebook_sha256: str | None) -> dict[str, Any]:
+    """What an execution's hash covers: its code, status and times, digests of its
+    outputs, its artifact ids and the digest of its notebook cell (None: no cell)."""
+    ex = execution
+    return {
+        "id": ex.id,
+        "session_id": ex.session_id,
+        "code_sha256": sha256_text(ex.code),
+        "status": ex.status,
+        "reason": ex.reason,
+        "started_at": ex.started_at.isoformat() if ex.started_at else None,
+        "duration_ms": ex.duration_ms,
+        "generation": ex.generation,
+        "execution_count": ex.execution_count,
+        "state_lost": ex.state_lost,
+        "truncated": ex.truncated,
+        "stdout_sha256": sha256_text(ex.stdout),
+        "stderr_sha256": sha256_text(ex.stderr),
+        "outputs_sha256": sha256_text(canonical([o.model_dump(mode="json") for o in ex.outputs])),
+        "error_sha256": sha256_text(canonical(ex.error.model_dump(mode="json")))
+        if ex.error
+        else None,
+        "artifacts": artifact_ids(ex),
+        "notebook_sha256": notebook_sha256,
+    }
+
+
+def differences(chained: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """The covered fields whose values differ, in :data:`FIELDS` order."""
+    return [f for f in FIELDS if chained.get(f) != actual.get(f)]
+
+
+def _joined(value: Any) -> Any:
+    """nbformat allows multi-line strings as lists of lines: one string either way."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return value
+
+
+def _normal_output(output: dict[str, Any]) -> dict[str, Any]:
+    out = dict(output)
+    if "text" in out:
+        out["text"] = _joined(out["text"])
+    if isinstance(out.get("data"), dict):
+        out["data"] = {k: _joined(v) for k, v in out["data"].items()}
+    return out
+
+
+def cell_digest(source: Any, outputs: list[dict[str, Any]]) -> str:
+    """The digest of a notebook cell's source and outputs (as written to the notebook;
+    sources and texts split into lines, as Jupyter saves them, give the same digest)."""
+    return sha256_text(
+        canonical({"source": _joined(source), "outputs": [_normal_output(o) for o in outputs]})
+    )

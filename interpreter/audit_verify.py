@@ -1,0 +1,360 @@
+"""``interp audit verify``: check a data directory against its audit chains.
+
+For each session (or the one asked for), in this order:
+
+1. its chain in ``state.db``: links numbered 1, 2, ... without a gap, each ``prev_hash``
+   the hash of the link before (the first one :func:`~interpreter.audit.genesis`), each
+   hash the hash of its own content;
+2. its execution records: each final record's content (recomputed from the row) equals
+   its latest link's, and the row's ``hash``/``prev_hash`` are that link's; a link whose
+   record is gone is reported;
+3. its notebook: each cell of a chained execution has the digest the chain recorded, and
+   its source and outputs still give that digest; a chained cell missing is reported;
+4. its artifacts: each file the chain names exists and its SHA-256 is its name.
+
+A problem names the session, the link or execution and what differs. Records written
+before the chain existed (no hash) are counted as *not chained*, not as broken; so are
+notebook cells without a digest. Reads only: the database is opened read-only, and a
+running broker may keep writing meanwhile (a cell still being written may then show as
+missing from the notebook; run again once it is idle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from interpreter import audit
+from interpreter.models import Execution
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken link: where, which execution, and what differs."""
+
+    session_id: str
+    where: str  # chain, record, notebook or artifact
+    message: str
+    execution_id: str | None = None
+    #: The chain link it concerns (problems are listed by link: the first is the first
+    #: broken link); None when it concerns no one link.
+    link: int | None = None
+
+    def __str__(self) -> str:
+        at = f" link {self.link}" if self.link is not None else ""
+        at += f" execution {self.execution_id}" if self.execution_id else ""
+        return f"session {self.session_id}{at}: {self.where}: {self.message}"
+
+
+@dataclass
+class SessionAudit:
+    """What was checked in one session, and what was found."""
+
+    session_id: str
+    links: int = 0
+    records: int = 0
+    not_chained: int = 0
+    cells: int = 0
+    cells_not_chained: int = 0
+    artifacts: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class AuditReport:
+    sessions: list[SessionAudit] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(s.ok for s in self.sessions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "error": self.error,
+            "sessions": [
+                {
+                    "session_id": s.session_id,
+                    "ok": s.ok,
+                    "links": s.links,
+                    "records": s.records,
+                    "not_chained": s.not_chained,
+                    "cells": s.cells,
+                    "cells_not_chained": s.cells_not_chained,
+                    "artifacts": s.artifacts,
+                    "problems": [
+                        {
+                            "where": p.where,
+                            "link": p.link,
+                            "execution_id": p.execution_id,
+                            "message": p.message,
+                        }
+                        for p in s.problems
+                    ],
+                }
+                for s in self.sessions
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class _Link:
+    idx: int
+    execution_id: str
+    prev_hash: str
+    hash: str
+    content: dict[str, Any]
+
+
+def verify(data_dir: Path, session_id: str | None = None) -> AuditReport:
+    """Check ``data_dir`` (``state.db`` and ``sessions/``); see the module docstring."""
+    db_path = data_dir / "state.db"
+    if not db_path.is_file():
+        return AuditReport(error=f"no state.db in {data_dir}")
+    db = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        if session_id is None:
+            ids = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY created_at")]
+        elif db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+            ids = [session_id]
+        else:
+            return AuditReport(error=f"no session {session_id!r} in {db_path}")
+        chained = _has_table(db, "audit_links")
+        report = AuditReport()
+        for sid in ids:
+            report.sessions.append(_verify_session(db, data_dir / "sessions" / sid, sid, chained))
+        return report
+    except sqlite3.DatabaseError as exc:
+        return AuditReport(error=f"cannot read {db_path}: {exc}")
+    finally:
+        db.close()
+
+
+def _has_table(db: sqlite3.Connection, name: str) -> bool:
+    row = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+    return row.fetchone() is not None
+
+
+def _verify_session(
+    db: sqlite3.Connection, session_dir: Path, sid: str, chained: bool
+) -> SessionAudit:
+    result = SessionAudit(sid)
+    latest = _check_links(db, sid, result) if chained else {}
+    _check_records(db, sid, latest, result)
+    _check_notebook(session_dir / "notebook.ipynb", sid, latest, result)
+    _check_artifacts(session_dir / "artifacts", sid, latest, result)
+    # By link, earliest first (stable: for one link, chain, record, notebook, artifact).
+    result.problems.sort(key=lambda p: p.link if p.link is not None else 1 << 62)
+    return result
+
+
+def _check_links(db: sqlite3.Connection, sid: str, result: SessionAudit) -> dict[str, _Link]:
+    """Walk the chain; returns each execution's latest link (the intact ones)."""
+    latest: dict[str, _Link] = {}
+    expected_prev = audit.genesis(sid)
+    rows = db.execute(
+        "SELECT idx, execution_id, prev_hash, hash, content_json FROM audit_links"
+        " WHERE session_id = ? ORDER BY idx",
+        (sid,),
+    ).fetchall()
+    for position, row in enumerate(rows, start=1):
+        result.links += 1
+        eid = row["execution_id"]
+
+        def broken(message: str, eid: str = eid, idx: int = row["idx"]) -> None:
+            result.problems.append(Problem(sid, "chain", message, eid, idx))
+
+        if row["idx"] != position:
+            broken(f"the link before it is missing (expected link {position} here)")
+        if row["prev_hash"] != expected_prev:
+            broken("its prev_hash is not the hash of the link before it")
+        if audit.link_hash(row["prev_hash"], row["content_json"]) != row["hash"]:
+            broken("its hash does not match its content (the link was edited)")
+        try:
+            content = json.loads(row["content_json"])
+        except (TypeError, ValueError):
+            content = None
+        if not isinstance(content, dict):
+            broken("its content is not a JSON object")
+            content = {}
+        if content.get("id") != eid or content.get("session_id") != sid:
+            broken("its content belongs to another execution or session")
+        expected_prev = row["hash"]
+        latest[eid] = _Link(row["idx"], eid, row["prev_hash"], row["hash"], content)
+    return latest
+
+
+def _check_records(
+    db: sqlite3.Connection, sid: str, latest: dict[str, _Link], result: SessionAudit
+) -> None:
+    columns = {r["name"] for r in db.execute("PRAGMA table_info(executions)")}
+    has_hash = {"hash", "prev_hash", "notebook_sha256"} <= columns
+    extra = ", hash, prev_hash, notebook_sha256" if has_hash else ""
+    rows = db.execute(
+        f"SELECT id, status, code, data_json{extra} FROM executions"
+        " WHERE session_id = ? ORDER BY seq",
+        (sid,),
+    ).fetchall()
+    seen = set()
+    for row in rows:
+        eid = row["id"]
+        seen.add(eid)
+        result.records += 1
+        link = latest.get(eid)
+        if link is None:
+            if row["status"] not in audit.UNFINISHED:
+                result.not_chained += 1
+            continue
+
+        def broken(message: str, eid: str = eid, idx: int = link.idx) -> None:
+            result.problems.append(Problem(sid, "record", message, eid, idx))
+
+        try:
+            ex = Execution.model_validate_json(row["data_json"])
+        except ValidationError:
+            broken("the record does not parse")
+            continue
+        actual = audit.content_of(ex, row["notebook_sha256"] if has_hash else None)
+        diff = audit.differences(link.content, actual)
+        if audit.sha256_text(row["code"]) != link.content.get("code_sha256"):
+            diff.append("code (column)")
+        if row["status"] != link.content.get("status") and "status" not in diff:
+            diff.append("status (column)")
+        if diff:
+            shown = ", ".join(_show(f, link.content, actual) for f in diff)
+            broken(f"differs from chain link {link.idx}: {shown}")
+        elif has_hash and (row["hash"], row["prev_hash"]) != (link.hash, link.prev_hash):
+            broken("its hash/prev_hash are not those of its chain link")
+    for eid, link in latest.items():
+        if eid not in seen:
+            result.problems.append(Problem(sid, "record", "the record is gone", eid, link.idx))
+
+
+def _show(name: str, chained: dict[str, Any], actual: dict[str, Any]) -> str:
+    """One differing field, with both values when they are short facts, not digests."""
+    if name.endswith("sha256") or name == "artifacts" or "(" in name:
+        return name
+    return f"{name} (chain: {chained.get(name)!r}, record: {actual.get(name)!r})"
+
+
+def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: SessionAudit) -> None:
+    expected = {eid: k for eid, k in latest.items() if k.content.get("notebook_sha256")}
+    if not path.is_file():
+        if expected:
+            first = min(expected.values(), key=lambda k: k.idx)
+            result.problems.append(
+                Problem(sid, "notebook", f"{path.name} is missing", first.execution_id, first.idx)
+            )
+        return
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cells = nb["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        result.problems.append(Problem(sid, "notebook", f"cannot read {path.name}: {exc}"))
+        return
+    found = set()
+    for index, cell in enumerate(cells):
+        meta = _interp_meta(cell)
+        eid = meta.get("execution_id")
+        if not eid:
+            continue
+        result.cells += 1
+        recorded = meta.get("audit_sha256")
+        link = latest.get(eid)
+        if recorded is None or link is None:
+            result.cells_not_chained += 1
+            continue
+        found.add(eid)
+        digest = audit.cell_digest(cell.get("source", ""), cell.get("outputs") or [])
+        if digest != recorded:
+            result.problems.append(
+                Problem(
+                    sid,
+                    "notebook",
+                    f"cell {index}: its source or outputs differ from its recorded digest",
+                    eid,
+                    link.idx,
+                )
+            )
+        elif recorded != link.content.get("notebook_sha256"):
+            result.problems.append(
+                Problem(
+                    sid,
+                    "notebook",
+                    f"cell {index}: its digest is not the one its chain link recorded",
+                    eid,
+                    link.idx,
+                )
+            )
+    for eid, link in sorted(expected.items(), key=lambda item: item[1].idx):
+        if eid not in found:
+            result.problems.append(Problem(sid, "notebook", "its cell is missing", eid, link.idx))
+
+
+def _interp_meta(cell: Any) -> dict[str, Any]:
+    """A cell's ``metadata.interp``, or {} for anything that is not shaped like one."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    interp = meta.get("interp") if isinstance(meta, dict) else None
+    return interp if isinstance(interp, dict) else {}
+
+
+def _check_artifacts(root: Path, sid: str, latest: dict[str, _Link], result: SessionAudit) -> None:
+    for link in sorted(latest.values(), key=lambda k: k.idx):
+        ids = link.content.get("artifacts")
+        for aid in ids if isinstance(ids, list) else []:
+            result.artifacts += 1
+            path = root / str(aid)
+            try:
+                digest = _sha256_file(path)
+            except OSError:
+                message = f"artifact {aid} is missing"
+            else:
+                if digest == aid:
+                    continue
+                message = f"artifact {aid}: its bytes hash to {digest}"
+            result.problems.append(Problem(sid, "artifact", message, link.execution_id, link.idx))
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def format_report(report: AuditReport) -> str:
+    """Human-readable lines: one per session, then its problems (the first is the first
+    broken link)."""
+    if report.error is not None:
+        return f"error: {report.error}"
+    lines = []
+    for s in report.sessions:
+        state = "ok" if s.ok else "BROKEN"
+        lines.append(
+            f"{s.session_id}: {state} ({s.links} links, {s.records} records"
+            f" of which {s.not_chained} not chained, {s.cells} notebook cells"
+            f" of which {s.cells_not_chained} not chained, {s.artifacts} artifacts)"
+        )
+        for n, p in enumerate(s.problems):
+            lead = "first broken link" if n == 0 else "also"
+            lines.append(f"  {lead}: {p}")
+    broken = sum(not s.ok for s in report.sessions)
+    lines.append(
+        f"{len(report.sessions)} sessions checked, {broken} broken"
+        if report.sessions
+        else "no sessions"
+    )
+    return "\n".join(lines)

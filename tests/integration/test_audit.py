@@ -1,0 +1,192 @@
+"""The tamper-evident record (issue 14 item 6): every final execution is a link of its
+session's hash chain in state.db, and ``interp audit verify`` checks the chain, the
+records, the notebook and the artifacts against it, naming the first broken link.
+
+One real broker (local backend) writes a data directory once; each test verifies or
+tampers with its own copy.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interpreter.audit_verify import verify
+from interpreter.cli import main
+from tests.conftest import REPO, run, start_server
+from tests.integration.test_api_rich import PLOT
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A data directory with one session of five cells (ok, error, cut output with its
+    full-text artifact, late output of a background thread, a plot with its PNG), written
+    by a real broker that has since stopped."""
+    data = tmp_path_factory.mktemp("audit") / "data"
+    srv = start_server("local", data, max_output_bytes=1000)
+    try:
+        with srv.client() as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            ok = run(api, sid, "x = 6 * 7\nprint(x)")
+            err = run(api, sid, "1 / 0")
+            cut = run(api, sid, "print('y' * 5000)")
+            plot = run(api, sid, PLOT)
+            assert plot["status"] == "ok", plot
+            late = run(
+                api,
+                sid,
+                "import threading, time\n"
+                "threading.Thread(target=lambda: (time.sleep(0.5), print('late', flush=True)))"
+                ".start()",
+            )
+            # The late line reaches the finished cell's record (and a chain amendment).
+            deadline = time.monotonic() + 30
+            while (
+                "late"
+                not in api.get(f"/v1/sessions/{sid}/executions/{late['id']}").json()["stdout"]
+            ):
+                assert time.monotonic() < deadline, "the late output never arrived"
+                time.sleep(0.1)
+            assert (ok["status"], err["status"], cut["truncated"]) == ("ok", "error", True)
+            assert cut["artifacts"], cut
+    finally:
+        srv.thread.stop()
+    yield {
+        "data": data,
+        "sid": sid,
+        "ids": [ok["id"], err["id"], cut["id"], late["id"], plot["id"]],
+        "artifact": cut["artifacts"][0]["id"],
+    }
+
+
+@pytest.fixture
+def copy(written: dict[str, Any], tmp_path: Path) -> Path:
+    target = tmp_path / "data"
+    shutil.copytree(written["data"], target)
+    return target
+
+
+def cli(data: Path, *args: str) -> tuple[int, str]:
+    """``interp audit verify`` as a real command: exit code and output."""
+    interp = Path(sys.executable).parent / "interp"
+    proc = subprocess.run(
+        [str(interp), "audit", "verify", "--data-dir", str(data), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_an_untouched_record_verifies(written: dict[str, Any], copy: Path) -> None:
+    code, out = cli(copy)
+    assert code == 0, out
+    assert f"{written['sid']}: ok" in out
+    report = verify(copy).to_dict()
+    (session,) = report["sessions"]
+    assert session["records"] == 5 and session["not_chained"] == 0
+    # Five final records, plus one amendment: the late output changed a finished cell.
+    assert session["links"] == 6
+    assert session["cells"] == 5 and session["cells_not_chained"] == 0
+    assert session["artifacts"] == 2  # the cut output's full text, the plot's PNG
+
+
+def test_a_tampered_row_is_named(written: dict[str, Any], copy: Path) -> None:
+    target = written["ids"][0]
+    db = sqlite3.connect(copy / "state.db")
+    db.execute(
+        "UPDATE executions SET data_json = json_set(data_json, '$.stdout', 'forged\n')"
+        " WHERE id = ?",
+        (target,),
+    )
+    db.commit()
+    db.close()
+    code, out = cli(copy)
+    assert code == 1, out
+    first = out.splitlines()[1]
+    assert "first broken link" in first
+    assert written["sid"] in first and target in first
+    assert "record" in first and "stdout_sha256" in first
+
+
+def test_a_tampered_status_column_is_named(written: dict[str, Any], copy: Path) -> None:
+    target = written["ids"][1]
+    db = sqlite3.connect(copy / "state.db")
+    db.execute("UPDATE executions SET status = 'ok' WHERE id = ?", (target,))
+    db.commit()
+    db.close()
+    (problem,) = verify(copy).sessions[0].problems
+    assert problem.execution_id == target
+    assert "status (column)" in problem.message
+
+
+def test_a_rewritten_chain_link_is_named(written: dict[str, Any], copy: Path) -> None:
+    db = sqlite3.connect(copy / "state.db")
+    db.execute(
+        "UPDATE audit_links SET content_json = replace(content_json, '\"error\"', '\"ok\"')"
+        " WHERE idx = 2"
+    )
+    db.execute("DELETE FROM audit_links WHERE idx = 4")
+    db.commit()
+    db.close()
+    problems = verify(copy).sessions[0].problems
+    assert problems[0].where == "chain"
+    assert problems[0].execution_id == written["ids"][1]
+    assert problems[0].link == 2
+    assert problems[0].message == "its hash does not match its content (the link was edited)"
+    assert any(p.link == 5 and "expected link 4 here" in p.message for p in problems)
+
+
+def test_a_tampered_notebook_cell_is_named(written: dict[str, Any], copy: Path) -> None:
+    path = copy / "sessions" / written["sid"] / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    cell = nb["cells"][0]
+    assert cell["metadata"]["interp"]["execution_id"] == written["ids"][0]
+    cell["outputs"][0]["text"] = "43\n"
+    path.write_text(json.dumps(nb))
+    code, out = cli(copy)
+    assert code == 1, out
+    (problem,) = verify(copy).sessions[0].problems
+    assert problem.where == "notebook" and problem.execution_id == written["ids"][0]
+    assert "cell 0: its source or outputs differ" in problem.message
+
+
+def test_a_notebook_saved_by_jupyter_still_verifies(written: dict[str, Any], copy: Path) -> None:
+    """Jupyter writes sources and texts as lists of lines: the digest is the same."""
+    path = copy / "sessions" / written["sid"] / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        cell["source"] = cell["source"].splitlines(keepends=True)
+        for output in cell["outputs"]:
+            if isinstance(output.get("text"), str):
+                output["text"] = output["text"].splitlines(keepends=True)
+    path.write_text(json.dumps(nb, indent=1))
+    assert verify(copy).ok
+
+
+def test_a_tampered_artifact_is_named(written: dict[str, Any], copy: Path) -> None:
+    path = copy / "sessions" / written["sid"] / "artifacts" / written["artifact"]
+    path.write_bytes(path.read_bytes().replace(b"y", b"z", 1))
+    code, out = cli(copy, "--session", written["sid"])
+    assert code == 1, out
+    (problem,) = verify(copy).sessions[0].problems
+    assert problem.where == "artifact" and problem.execution_id == written["ids"][2]
+    assert written["artifact"] in problem.message and "hash to" in problem.message
+
+
+def test_bad_arguments_get_one_line(copy: Path, tmp_path: Path) -> None:
+    code, out = cli(copy, "--session", "s_nope")
+    assert code == 1 and out.strip() == f"error: no session 's_nope' in {copy / 'state.db'}"
+    code, out = cli(tmp_path / "missing")
+    assert code == 1 and "no state.db" in out and "Traceback" not in out
+    assert main(["audit", "verify", "--data-dir", str(copy), "--json"]) == 0

@@ -1,0 +1,145 @@
+"""Which store writes extend an execution chain, and how a database from before the chain
+reads: against a real SQLite file through :class:`~interpreter.store.Store`."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from interpreter.audit import cell_digest, content_of, differences
+from interpreter.audit_verify import format_report, verify
+from interpreter.models import Execution
+from interpreter.store import SessionRecord, Store
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def new_store(data: Path, sid: str = "s_1") -> Store:
+    store = Store(data / "state.db")
+    store.insert_session(
+        SessionRecord(
+            id=sid, owner="o", status="idle", backend="local", created_at=T0, last_activity_at=T0
+        )
+    )
+    return store
+
+
+def links(data: Path) -> list[tuple[int, str, str]]:
+    db = sqlite3.connect(data / "state.db")
+    try:
+        rows = db.execute(
+            "SELECT idx, execution_id, json_extract(content_json, '$.status') FROM audit_links"
+            " ORDER BY idx"
+        ).fetchall()
+    finally:
+        db.close()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def test_only_final_writes_that_change_the_content_extend_the_chain(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    ex = Execution(id="ex_a", session_id="s_1", status="queued", code="print(1)")
+    store.save_execution(1, ex)
+    ex.status, ex.started_at = "running", T0
+    store.save_execution(1, ex)
+    assert links(tmp_path) == []  # queued and running are never chained
+    ex.status, ex.stdout, ex.duration_ms = "ok", "1\n", 12.5
+    store.save_execution(1, ex, notebook_sha256="n1")
+    store.save_execution(1, ex, notebook_sha256="n1")  # same content: nothing new
+    assert links(tmp_path) == [(1, "ex_a", "ok")]
+    ex.stdout = "1\nlate\n"  # output that arrived after the end: an amendment
+    store.save_execution(1, ex, notebook_sha256="n2")
+    other = Execution(id="ex_b", session_id="s_1", status="running", code="while True: pass")
+    store.save_execution(2, other)
+    assert [u.execution.id for u in store.mark_unfinished()] == ["ex_b"]
+    store.close()
+    assert links(tmp_path) == [(1, "ex_a", "ok"), (2, "ex_a", "ok"), (3, "ex_b", "unknown")]
+    (session,) = verify(tmp_path).sessions
+    assert session.links == 3 and session.records == 2
+    # The chain is intact; the notebook whose cell it names (digest n2) is not there.
+    (problem,) = session.problems
+    assert (problem.where, problem.execution_id) == ("notebook", "ex_a")
+    assert problem.message == "notebook.ipynb is missing"
+
+
+def test_a_database_from_before_the_chain_is_not_chained_not_broken(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.executescript(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, owner TEXT NOT NULL, status TEXT NOT NULL,"
+        " backend TEXT NOT NULL, created_at TEXT NOT NULL, last_activity_at TEXT NOT NULL,"
+        " closed_reason TEXT);"
+        "CREATE TABLE executions (id TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, status TEXT NOT NULL, code TEXT NOT NULL,"
+        " created_at TEXT NOT NULL, started_at TEXT, duration_ms REAL, data_json TEXT NOT NULL);"
+    )
+    old = Execution(id="ex_old", session_id="s_old", status="ok", code="1")
+    db.execute(
+        "INSERT INTO sessions VALUES ('s_old', 'o', 'closed', 'local', ?, ?, 'deleted')",
+        (T0.isoformat(), T0.isoformat()),
+    )
+    db.execute(
+        "INSERT INTO executions VALUES ('ex_old', 's_old', 1, 'ok', '1', ?, NULL, NULL, ?)",
+        (T0.isoformat(), old.model_dump_json()),
+    )
+    db.commit()
+    db.close()
+    before = verify(tmp_path)  # never opened by a broker that chains: read as it is
+    assert before.ok and before.sessions[0].not_chained == 1
+    Store(tmp_path / "state.db").close()  # the migration adds the columns and the table
+    after = verify(tmp_path)
+    assert after.ok, format_report(after)
+    assert (after.sessions[0].records, after.sessions[0].not_chained) == (1, 1)
+    assert "1 records of which 1 not chained" in format_report(after)
+
+
+def test_a_deleted_record_is_named(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    store.save_execution(1, Execution(id="ex_a", session_id="s_1", status="error", code="1/0"))
+    store.close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("DELETE FROM executions")
+    db.commit()
+    db.close()
+    (problem,) = verify(tmp_path).sessions[0].problems
+    assert (problem.where, problem.execution_id) == ("record", "ex_a")
+    assert (problem.link, problem.message) == (1, "the record is gone")
+
+
+def test_differences_name_the_fields_in_order() -> None:
+    ex = Execution(id="ex_a", session_id="s", status="ok", code="x", stdout="1")
+    forged = ex.model_copy(update={"status": "error", "stdout": "2"})
+    assert differences(content_of(ex, None), content_of(forged, None)) == [
+        "status",
+        "stdout_sha256",
+    ]
+
+
+def test_cell_digest_reads_lines_and_strings_alike() -> None:
+    outputs = [{"output_type": "stream", "name": "stdout", "text": "a\nb\n"}]
+    split = [{"output_type": "stream", "name": "stdout", "text": ["a\n", "b\n"]}]
+    assert cell_digest("x = 1\ny", outputs) == cell_digest(["x = 1\n", "y"], split)
+    assert cell_digest("x = 1\ny", outputs) != cell_digest("x = 2\ny", outputs)
+
+
+def test_bad_inputs_get_one_line_each(tmp_path: Path) -> None:
+    (tmp_path / "state.db").write_bytes(b"not a database at all" * 100)
+    report = verify(tmp_path)
+    assert not report.ok and report.error is not None
+    assert report.error.startswith("cannot read") and "state.db" in report.error
+    assert format_report(report).count("\n") == 0
+
+    data = tmp_path / "odd"
+    store = new_store(data)
+    store.save_execution(1, Execution(id="ex_a", session_id="s_1", status="ok", code="1"))
+    store.close()
+    db = sqlite3.connect(data / "state.db")
+    db.execute("UPDATE audit_links SET content_json = '[1, 2]'")
+    db.commit()
+    db.close()
+    nb = data / "sessions" / "s_1" / "notebook.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text('{"cells": [{"metadata": "odd"}, 7, {"metadata": {"interp": []}}]}')
+    problems = verify(data).sessions[0].problems
+    assert [p.where for p in problems][:2] == ["chain", "chain"]
+    assert "not a JSON object" in problems[1].message
