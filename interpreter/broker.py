@@ -81,6 +81,7 @@ class SessionBroker:
         self._cull_task: asyncio.Task[None] | None = None
         self.recovery: Recovery | None = None
         self._recovery_task: asyncio.Task[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
@@ -145,9 +146,23 @@ class SessionBroker:
         self.watch(session)
         self.live[session.id] = session
 
-    async def shutdown(self) -> None:
-        """Stop culling, close or detach every live session, flush notebooks."""
+    async def drain(self) -> None:
+        """Refuse new work (503 ``shutting_down``), close or detach every live session and
+        flush notebooks; reads keep working. Idempotent."""
         self.closing = True
+        if self._drained is None:
+            self._drained = asyncio.ensure_future(self._drain())
+        await asyncio.shield(self._drained)
+
+    async def shutdown(self) -> None:
+        """:meth:`drain`, then stop the backend and close the store."""
+        await self.drain()
+        with contextlib.suppress(Exception):
+            await self.backend.close()
+        self.writer.close()
+        self.store.close()
+
+    async def _drain(self) -> None:
         if self._recovery_task is not None and not self._recovery_task.done():
             self._recovery_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -167,10 +182,6 @@ class SessionBroker:
             return_exceptions=True,
         )
         self.live.clear()
-        with contextlib.suppress(Exception):
-            await self.backend.close()
-        self.writer.close()
-        self.store.close()
 
     def _status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -95,7 +95,7 @@ class SessionFactory:
             tmp_size_mb=s.tmp_size_mb,
             image=s.docker_image,
             runtime=s.docker_runtime,
-            extra={"broker_id": self.broker_id},
+            extra={"broker_id": self.broker_id, "orphan_after_s": s.orphan_kernel_timeout_s},
         )
 
     def pool_template(self) -> LaunchOptions:

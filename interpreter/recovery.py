@@ -109,6 +109,11 @@ class Recovery:
             if leftover.id not in claimed:
                 await self.backend.remove(leftover)
                 self.report.removed.append(leftover.id)
+        # Kernels of any broker on this engine whose data directory is gone for good.
+        try:
+            self.report.removed.extend(await self.backend.sweep_abandoned())
+        except Exception:
+            log.exception("sweeping abandoned kernels failed")
         for key, items in self.report.as_dict().items():
             if items:
                 log.warning("startup recovery: %s %s", key, ", ".join(items))

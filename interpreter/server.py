@@ -45,7 +45,10 @@ class RunningServer:
     e2b_urls: tuple[str, ...] = ()
 
     async def stop(self) -> None:
+        """Drain while still listening (new work gets 503 ``shutting_down``, ``/healthz``
+        503 ``draining``), then stop listening and close the broker."""
         servers = [self.http] + ([self.e2b_http] if self.e2b_http is not None else [])
+        await self.broker.drain()
         for server in servers:
             server.stop()
         await self.broker.shutdown()

@@ -193,15 +193,22 @@ class LiveSession:
         )
 
     async def close(self, *, reason: str = "deleted", keep_kernel: bool = False) -> None:
-        """Stop the session: fail queued work, stop (or detach from) the kernel, flush."""
+        """Stop the session: cancel queued work, stop (or detach from) the kernel, flush.
+
+        A stopped kernel's running cell is interrupted (``interrupted``). With
+        ``keep_kernel`` (a broker shutting down, kernels kept for the next one) it goes on
+        running, so it is recorded ``unknown`` (reason ``broker_shutdown``): the next
+        broker reattaches it, waits for it and attaches what it prints.
+        """
         if self.status == "closed":
             return
         previous = self.status
         self.status = "closed"
         if self._recovery is not None:
             self._recovery.cancel()
+        closed_by = "broker_shutdown" if reason == "broker_shutdown" else "session_closed"
         for handle in self.executions.drain():
-            await self._abandon(handle, "interrupted", "session_closed")
+            await self._abandon(handle, "cancelled", closed_by)  # never reached the kernel
         current = self.executions.current
         if self._worker is not None:
             if current is not None and not keep_kernel:
@@ -211,7 +218,10 @@ class LiveSession:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
         if current is not None and not current.finished.is_set():
-            await self._abandon(current, "interrupted", "session_closed")
+            if keep_kernel:
+                await self._abandon(current, "unknown", closed_by)
+            else:
+                await self._abandon(current, "interrupted", closed_by)
         if keep_kernel:
             await self.kernel.detach()
         else:

@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     max_lifetime_s: float = Field(
         86400.0, ge=0, description="Close a session this long after its creation; 0 = off."
     )
+    orphan_kernel_timeout_s: float = Field(
+        1800.0,
+        ge=0,
+        description=(
+            "A Docker kernel kept running with no broker looking after it ends itself after "
+            "this long (0: never)."
+        ),
+    )
     kernel_start_timeout_s: float = Field(60.0, gt=0, description="Kernel start deadline.")
     restart_limit: int = Field(
         5, ge=1, description="Automatic kernel restarts allowed within restart_window_s."

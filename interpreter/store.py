@@ -361,12 +361,15 @@ class Store:
             rows = self._db.execute(
                 "SELECT id, session_id, seq, data_json, notebook_sha256 FROM executions"
                 " WHERE status IN ('queued', 'pending_approval', 'running')"
+                " OR (status = 'unknown'"
+                " AND json_extract(data_json, '$.reason') = 'broker_shutdown')"
                 " ORDER BY session_id, seq"
             ).fetchall()
         changed = []
         for row in rows:
             ex = Execution.model_validate_json(row["data_json"])
-            ex.status = "unknown" if ex.status == "running" else "cancelled"
+            # Left running (or kept running by a shutdown): it reached the kernel.
+            ex.status = "unknown" if ex.status in ("running", "unknown") else "cancelled"
             ex.reason = "broker_restarted"
             with self._tx() as db:
                 db.execute(

@@ -247,6 +247,11 @@ class HealthHandler(BaseHandler):
     async def get(self) -> None:
         degraded = sum(1 for s in self.broker.live.values() if s.audit_degraded)
         status = "degraded" if degraded else "ok"
+        code = 200
+        if self.broker.closing:
+            # Shutting down: load balancers stop sending work; new work gets 503 anyway.
+            status, code = "draining", 503
+            self.set_header("Retry-After", "5")
         self.send_json(
             {
                 "status": status,
@@ -254,7 +259,8 @@ class HealthHandler(BaseHandler):
                 "audit_degraded_sessions": degraded,
                 "reattaching_sessions": self.broker.reattaching,
                 "recovery": "done" if self.broker.recovery_done else "running",
-            }
+            },
+            code,
         )
 
 

@@ -99,6 +99,10 @@ class Backend(Protocol):
     async def remove(self, leftover: Leftover) -> None:
         """Remove a leftover kernel nobody reattached. Called at startup recovery."""
 
+    async def sweep_abandoned(self) -> list[str]:
+        """Remove the kernels of any broker whose data directory is gone (no broker can
+        ever reattach them); returns their ids. Called once at startup recovery."""
+
 
 def create(name: str, settings: Settings) -> Backend:
     """The backend called ``name`` (``local`` or ``docker``), without availability checks.

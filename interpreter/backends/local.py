@@ -84,5 +84,8 @@ class LocalBackend:
     def matches(self, leftover: Any, session_id: str, provisioner_info: Any) -> bool:
         return False
 
+    async def sweep_abandoned(self) -> list[str]:
+        return []
+
     async def remove(self, leftover: Any) -> None:
         return None

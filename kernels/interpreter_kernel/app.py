@@ -11,7 +11,9 @@ with a stock ipykernel, the kernel:
 * reads EOF from standard input, and ``input()``/``getpass()`` fail at once
   (:class:`~interpreter_kernel.kernel.InterpreterKernel`);
 * prints no console banner, keeps no on-disk input history;
-* calls :func:`interpreter_kernel.configure.setup` on its shell before any user code runs.
+* calls :func:`interpreter_kernel.configure.setup` on its shell before any user code runs;
+* ends itself when no broker has looked after it for a while, if asked to
+  (:mod:`interpreter_kernel.watchdog`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from traitlets.config import Config
 
 from .configure import setup
 from .ipythondir import private_ipython_dir
+from .watchdog import start_from_environment
 
 
 class InterpreterKernelApp(IPKernelApp):
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     private_ipython_dir()
     _stdin_from_devnull()
+    start_from_environment()
     InterpreterKernelApp.launch_instance(argv, config=_config())
 
 

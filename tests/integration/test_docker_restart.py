@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -232,3 +233,103 @@ def test_broker_killed_with_busy_sessions_serves_at_once_and_keeps_them(
             assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
             assert cell["source"] == loop
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+
+
+def test_sigterm_keeps_running_cells_and_records_them_truthfully(
+    broker: Start, data_dir: Path
+) -> None:
+    """SIGTERM with cells running: the Docker backend keeps their containers, so the cells
+    run to their end. They are recorded `unknown` (reason broker_shutdown), never
+    `interrupted`; the next broker reattaches them and attaches what they print."""
+    proc, url = broker()
+    code = (
+        "import time\nprint('start', flush=True)\ntime.sleep(6)\n"
+        "open('done.txt', 'w').write('1')\nprint('end', flush=True)"
+    )
+    sessions: dict[str, str] = {}
+    with client(url) as api:
+        for _ in range(3):
+            sid = api.post("/v1/sessions").json()["id"]
+            with api.stream(
+                "POST",
+                f"/v1/sessions/{sid}/execute",
+                json={"code": code, "on_disconnect": "continue"},
+                headers={"Accept": "text/event-stream"},
+            ) as resp:
+                sessions[sid] = resp.headers["X-Execution-Id"]
+                next(line for line in resp.iter_lines() if "start" in line)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    db = sqlite3.connect(data_dir / "state.db")
+    for ex_id in sessions.values():
+        (data,) = db.execute("SELECT data_json FROM executions WHERE id = ?", (ex_id,)).fetchone()
+        assert (json.loads(data)["status"], json.loads(data)["reason"]) == (
+            "unknown",
+            "broker_shutdown",
+        )
+    db.close()
+    _, url = broker()
+    with client(url) as api:
+        for sid, ex_id in sessions.items():
+            reattached(api, sid)
+            deadline = time.monotonic() + 60
+            while api.get(f"/v1/sessions/{sid}").json()["status"] != "idle":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            # The cell really ran to its end, and the record does not claim otherwise.
+            assert api.get(f"/v1/sessions/{sid}/files/done.txt").content == b"1"
+            ex = api.get(f"/v1/sessions/{sid}/executions/{ex_id}").json()
+            assert ex["status"] == "unknown", ex
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+
+
+def test_kept_containers_end_without_a_broker_and_are_swept_when_their_data_is_gone(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A broker stops for good: its kept container ends itself once no broker has stamped
+    it for the orphan timeout. A container whose data directory is deleted is removed by
+    the next broker started on the same engine, whatever its data directory."""
+    import hashlib
+    import shutil
+
+    require_docker()
+    broker_id = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+
+    def serve(path: Path, orphan_s: str) -> tuple[subprocess.Popen[str], str]:
+        return spawn_serve(
+            "--backend",
+            "docker",
+            "--data-dir",
+            str(path),
+            "--api-key",
+            KEY,
+            "--pool-size",
+            "0",
+            "--orphan-kernel-timeout-s",
+            orphan_s,
+        )
+
+    proc, url = serve(data_dir, "3")
+    with client(url) as api:
+        api.post("/v1/sessions").raise_for_status()
+        sid = api.post("/v1/sessions").json()["id"]
+        # While the broker runs, its kernels outlive the orphan timeout.
+        assert run(api, sid, "import time; time.sleep(5); 'alive'")["status"] == "ok"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    deadline = time.monotonic() + 60
+    while any(c.status == "running" for c in list_broker_containers(broker_id)):
+        assert time.monotonic() < deadline, "kept containers still run with no broker"
+        time.sleep(0.5)
+    # Their data directory disappears for good; another broker on this engine sweeps them.
+    assert list_broker_containers(broker_id)
+    shutil.rmtree(data_dir)
+    other, _ = serve(tmp_path / "other-data", "0")
+    try:
+        deadline = time.monotonic() + 60
+        while list_broker_containers(broker_id):
+            assert time.monotonic() < deadline, "abandoned containers were not swept"
+            time.sleep(0.5)
+    finally:
+        other.send_signal(signal.SIGTERM)
+        other.wait(60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -119,9 +120,63 @@ def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_d
     with httpx.Client(base_url=url2, headers=headers, timeout=60) as api:
         ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
         assert ex["status"] == "unknown"
-        assert api.get(f"/v1/sessions/{sid}").json()["status"] == "closed"
+        # Recovery runs while the broker serves: the session is closed once it is done.
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "closed")
         # It ran once before the crash and was not run again after it.
         assert api.get(f"/v1/sessions/{sid}/files/runs.txt").content == b"xy"
+        # The cell that was running is in the notebook, with what is known of it.
+        cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+        meta = cells[-1]["metadata"]["interp"]
+        assert (meta["execution_id"], meta["status"]) == (execution_id, "unknown")
+        assert "broker restarted" in meta["note"]
+
+
+def test_a_draining_broker_refuses_new_work_and_still_answers_reads(data_dir: Path) -> None:
+    """During a shutdown's drain new work gets 503 with Retry-After, /healthz says
+    draining (503), and what is recorded stays readable; queued cells are cancelled."""
+    srv = start_server("local", data_dir)
+    try:
+        with srv.client() as api:
+            sid = api.post("/v1/sessions").json()["id"]
+            done = run(api, sid, "x = 1")
+            with contextlib.ExitStack() as stack:
+                running = stack.enter_context(
+                    api.stream(
+                        "POST",
+                        f"/v1/sessions/{sid}/execute",
+                        json={"code": "import time\ntime.sleep(60)"},
+                    )
+                ).headers["X-Execution-Id"]
+                queued = stack.enter_context(
+                    api.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": "2"})
+                ).headers["X-Execution-Id"]
+                wait_for(
+                    lambda: (
+                        api.get(f"/v1/sessions/{sid}/executions/{running}").json()["status"]
+                        == "running"
+                    )
+                )
+                srv.thread.call(srv.thread.broker.drain())
+            health = api.get("/healthz")
+            assert health.status_code == 503 and health.json()["status"] == "draining"
+            assert health.headers["Retry-After"]
+            for resp in (
+                api.post("/v1/sessions"),
+                api.post(f"/v1/sessions/{sid}/execute", json={"code": "1"}),
+            ):
+                assert resp.status_code == 503, resp.text
+                assert resp.json()["error"]["type"] == "shutting_down"
+                assert resp.headers["Retry-After"]
+            got = api.get(f"/v1/sessions/{sid}/executions/{done['id']}")
+            assert got.status_code == 200 and got.json()["status"] == "ok"
+            # The local kernel stopped with the broker: the running cell was interrupted,
+            # the queued one never ran.
+            ended = api.get(f"/v1/sessions/{sid}/executions/{running}").json()
+            assert (ended["status"], ended["reason"]) == ("interrupted", "broker_shutdown")
+            never = api.get(f"/v1/sessions/{sid}/executions/{queued}").json()
+            assert (never["status"], never["reason"]) == ("cancelled", "broker_shutdown")
+    finally:
+        srv.thread.stop()
 
 
 def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path) -> None:

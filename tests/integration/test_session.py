@@ -109,7 +109,7 @@ async def test_a_full_queue_is_refused_and_closing_fails_what_waits(parts: Parts
     assert (
         running.execution.status == "interrupted" and running.execution.reason == "session_closed"
     )
-    assert [h.execution.status for h in queued] == ["interrupted", "interrupted"]
+    assert [h.execution.status for h in queued] == ["cancelled", "cancelled"]
     with pytest.raises(SessionClosed):
         await session.submit("1", 60)
 

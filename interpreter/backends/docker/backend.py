@@ -9,14 +9,20 @@ list for notebook metadata.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from interpreter.backends.base import LaunchOptions, Leftover
-from interpreter.backends.docker.engine import list_broker_containers, remove_container
+from interpreter.backends.docker.engine import (
+    abandoned_containers,
+    list_broker_containers,
+    remove_container,
+)
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
+from interpreter.backends.docker.stamps import stamp_forever, stamp_interval
 from interpreter.image import image_status
 from interpreter.settings import Settings
 
@@ -38,12 +44,19 @@ class DockerBackend:
         self.image: str | None = settings.docker_image
         self.packages: Mapping[str, str] = dict(image_status(settings.docker_image).packages)
         self.pool: ContainerPool | None = None
+        self._stamping: asyncio.Task[None] | None = None
 
     def configure(self, manager: AsyncKernelManager, options: LaunchOptions) -> None:
         # The provisioner sets the transport (ipc in the runtime directory) at pre_launch.
         options.pool = self.pool
 
     async def start(self, template: LaunchOptions) -> None:
+        orphan_after = self.settings.orphan_kernel_timeout_s
+        if orphan_after > 0:
+            self._stamping = asyncio.create_task(
+                stamp_forever(self.settings.data_dir, stamp_interval(orphan_after)),
+                name="broker-stamps",
+            )
         if self.settings.pool_size <= 0:
             return
         # The pool lives in <data_dir>/pool, on the same filesystem as the sessions'
@@ -58,6 +71,11 @@ class DockerBackend:
         self.pool = pool
 
     async def close(self) -> None:
+        if self._stamping is not None:
+            self._stamping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stamping
+            self._stamping = None
         if self.pool is not None:
             pool, self.pool = self.pool, None
             await pool.close()
@@ -85,6 +103,12 @@ class DockerBackend:
     ) -> bool:
         # A pooled container keeps its pool labels: match by the id the record holds.
         return leftover.session_id == session_id or leftover.id in json.dumps(provisioner_info)
+
+    async def sweep_abandoned(self) -> list[str]:
+        gone = await asyncio.to_thread(abandoned_containers)
+        for container_id in gone:
+            await asyncio.to_thread(remove_container, container_id)
+        return gone
 
     async def remove(self, leftover: Leftover) -> None:
         await asyncio.to_thread(remove_container, leftover.id)

@@ -26,6 +26,8 @@ KERNEL_GID = 10001
 CONTAINER_WORKSPACE = "/workspace"
 #: Where the session's ipc runtime directory appears in the container.
 CONTAINER_RUNTIME_DIR = "/run/interp"
+#: File in a kernel's runtime directory that a broker touches while it looks after it.
+BROKER_STAMP = "broker-alive"
 #: The connection file the kernel reads (inside the runtime directory).
 CONNECTION_FILE_NAME = "kernel.json"
 CONTAINER_CONNECTION_FILE = f"{CONTAINER_RUNTIME_DIR}/{CONNECTION_FILE_NAME}"
@@ -138,7 +140,7 @@ def build_container_config(
         "command": list(command),
         "name": name,
         "labels": dict(labels),
-        "environment": options.kernel_env(home=KERNEL_HOME),
+        "environment": _environment(options),
         "user": user.spec,
         "working_dir": CONTAINER_WORKSPACE,
         "detach": True,
@@ -187,6 +189,17 @@ def build_container_config(
     if options.runtime:
         config["runtime"] = options.runtime  # H-06, e.g. gVisor's runsc
     return config
+
+
+def _environment(options: LaunchOptions) -> dict[str, str]:
+    env = options.kernel_env(home=KERNEL_HOME)
+    orphan_after = float(options.extra.get("orphan_after_s") or 0)
+    if orphan_after > 0:
+        # The kernel's watchdog (interpreter_kernel.watchdog) ends a kept container that
+        # no broker has stamped for this long.
+        env["INTERP_BROKER_STAMP"] = f"{CONTAINER_RUNTIME_DIR}/{BROKER_STAMP}"
+        env["INTERP_ORPHAN_AFTER_S"] = f"{orphan_after:g}"
+    return env
 
 
 def _bind(source: Path, target: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +22,13 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from interpreter.backends.docker.config import LABEL_BROKER, LABEL_OWNER, LABEL_POOL, LABEL_SESSION
+from interpreter.backends.docker.config import (
+    CONTAINER_RUNTIME_DIR,
+    LABEL_BROKER,
+    LABEL_OWNER,
+    LABEL_POOL,
+    LABEL_SESSION,
+)
 from interpreter.errors import BackendUnavailable, InterpreterError, KernelStartFailed
 from interpreter.image import DEFAULT_IMAGE, missing_image_message
 
@@ -185,6 +192,31 @@ def list_broker_containers(broker_id: str) -> list[ContainerSummary]:
             )
         )
     return summaries
+
+
+def abandoned_containers() -> list[str]:
+    """Ids of kernel containers (of any broker on this engine) whose runtime directory is
+    gone from the host: their data directory was deleted, so no broker can ever reattach
+    them (synchronous). Brokers sharing an engine see the same host paths (bind mounts
+    need that anyway).
+
+    Raises:
+        BackendUnavailable: the engine cannot be reached.
+    """
+    with docker_errors("list kernel containers"):
+        rows = docker_client().api.containers(all=True, filters={"label": LABEL_BROKER})
+    gone = []
+    for row in rows:
+        for mount in row.get("Mounts") or []:
+            if mount.get("Destination") != CONTAINER_RUNTIME_DIR or not mount.get("Source"):
+                continue
+            try:
+                os.stat(mount["Source"])
+            except FileNotFoundError:
+                gone.append(row["Id"])
+            except OSError:
+                pass  # not ours to judge (e.g. no permission): leave it
+    return gone
 
 
 def remove_container(container_id: str) -> None:
