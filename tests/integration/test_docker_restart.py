@@ -233,6 +233,13 @@ def test_broker_killed_with_busy_sessions_serves_at_once_and_keeps_them(
             assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
             assert cell["source"] == loop
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    audit = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 def test_sigterm_keeps_running_cells_and_records_them_truthfully(

@@ -129,6 +129,14 @@ def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_d
         meta = cells[-1]["metadata"]["interp"]
         assert (meta["execution_id"], meta["status"]) == (execution_id, "unknown")
         assert "broker restarted" in meta["note"]
+    # The record of what happened still verifies end to end.
+    audit = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 def test_a_draining_broker_refuses_new_work_and_still_answers_reads(data_dir: Path) -> None:
