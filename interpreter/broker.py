@@ -34,9 +34,11 @@ from interpreter.handle import ExecutionHandle
 from interpreter.idempotency import IdempotencyKeys, request_hash
 from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
-from interpreter.models import CreateSessionRequest, Execution
+from interpreter.models import CreateSessionRequest, Execution, Limits
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import NOTEBOOK_NAME
+from interpreter.policy.gate import PolicyGate
+from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import recover
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
@@ -81,11 +83,19 @@ class SessionBroker:
         self.reconcile_report: dict[str, list[str]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
+        #: The policy stage; without a policy file it allows everything.
+        self.policy = PolicyGate(None)
 
     # ---------------------------------------------------------------- start / stop
 
     async def open(self) -> None:
-        """Deal with what an earlier broker left behind and start background tasks."""
+        """Deal with what an earlier broker left behind and start background tasks.
+        Raises PolicyFileError when the policy file cannot be used."""
+        if self.settings.policy_file is not None:
+            loaded = await asyncio.to_thread(load, self.settings.policy_file)
+            watcher = PolicyWatcher(loaded, self.settings.policy_poll_s)
+            self.policy = PolicyGate(watcher)
+            watcher.start()
         self.settings.sessions_dir.mkdir(parents=True, exist_ok=True)
         unknown = await self.writer.run(self.store.mark_unfinished_unknown)
         if unknown:
@@ -116,6 +126,8 @@ class SessionBroker:
     async def shutdown(self) -> None:
         """Stop culling, close or detach every live session, flush notebooks."""
         self.closing = True
+        if self.policy.watcher is not None:
+            await self.policy.watcher.stop()
         if self._cull_task is not None:
             self._cull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -161,6 +173,9 @@ class SessionBroker:
                 f"This API key already has {mine} live sessions (the maximum); delete some.",
                 retry_after=10,
             )
+        limits = self.policy.session_limits(owner, req.limits, self._default_limits(), mine)
+        if limits is not req.limits:
+            req = req.model_copy(update={"limits": limits})
         source = await self._rebuild_source(owner, req)
         self._creating += 1
         try:
@@ -174,6 +189,10 @@ class SessionBroker:
                 )
             await self._rebuild(session, source.notebook, source.description)
         return session.info()
+
+    def _default_limits(self) -> Limits:
+        s = self.settings
+        return Limits(memory_mb=s.default_memory_mb, cpus=s.default_cpus, pids=s.default_pids)
 
     async def create_once(
         self, owner: str, req: CreateSessionRequest, idempotency_key: str
@@ -338,12 +357,27 @@ class SessionBroker:
         (e.g. the surface it came through)."""
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
-        timeout = timeout_s if timeout_s is not None else self.settings.default_timeout_s
+        timeout = self.policy.timeout(owner, timeout_s, self.settings.default_timeout_s)
         if timeout > self.settings.max_timeout_s:
             raise ValidationFailed(
                 f"timeout_s {timeout:g} exceeds the server maximum {self.settings.max_timeout_s:g}."
             )
         session = await self.require_live(owner, session_id)
+        self.policy.count_execution(owner)
+        verdict = self.policy.decide(
+            owner,
+            code,
+            timeout_s=timeout,
+            metadata=session.record.metadata,
+            workspace=str(session.options.workspace),
+        )
+        if verdict is not None and verdict.decision == "deny":
+            return await session.record_denied(
+                code, verdict, extra_meta=extra_meta, request_id=request_id
+            )
+        hold = None
+        if verdict is not None and verdict.decision == "approve":
+            hold = partial(self.policy.hold, owner=owner, verdict=verdict)
         return await session.submit(
             code,
             timeout,
@@ -351,6 +385,8 @@ class SessionBroker:
             request_id=request_id,
             reject_if_busy=reject_if_busy,
             extra_meta=extra_meta,
+            policy=verdict,
+            hold=hold,
         )
 
     async def execute_once(

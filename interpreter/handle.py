@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from interpreter.execution import ExecutionRecorder
-from interpreter.models import ErrorInfo, Execution, Output
+from interpreter.models import Approval, ErrorInfo, Execution, Output
+from interpreter.policy.approvals import PendingApproval
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,20 @@ class ErrorRaised:
 
 
 @dataclass(frozen=True)
+class ApprovalRequired:
+    """The execution waits for a person's approval (policy decision ``approve``)."""
+
+    approval: Approval
+
+
+@dataclass(frozen=True)
 class Done:
     """The last event: the execution as finally recorded."""
 
     execution: Execution
 
 
-Event = StreamText | OutputAdded | OutputCleared | ErrorRaised | Done
+Event = StreamText | OutputAdded | OutputCleared | ErrorRaised | ApprovalRequired | Done
 #: What a subscription yields: events, then ``None`` once the execution is done.
 Subscription = asyncio.Queue[Event | None]
 
@@ -77,6 +85,7 @@ class ExecutionHandle:
         last_iopub_at: loop time of the last iopub message for it.
         stream: the subscription made at submission for a streaming request.
         request_id: the ``X-Request-Id`` of the HTTP request that submitted it, if any.
+        approval: the approval it waits for before it may run (policy ``approve``).
     """
 
     execution: Execution
@@ -91,6 +100,7 @@ class ExecutionHandle:
     last_iopub_at: float = 0.0
     stream: Subscription | None = None
     request_id: str | None = None
+    approval: PendingApproval | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
 
     @classmethod

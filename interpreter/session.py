@@ -42,14 +42,15 @@ from interpreter.errors import (
 )
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
-from interpreter.handle import ExecutionHandle
+from interpreter.handle import ApprovalRequired, ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, Restart, RestartBudget
 from interpreter.metrics import Metrics
-from interpreter.models import Execution, ExecutionStatus, SessionStatus
+from interpreter.models import Execution, ExecutionStatus, PolicyResult, SessionStatus
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture, conclude
+from interpreter.policy.approvals import PendingApproval
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 
@@ -250,9 +251,13 @@ class LiveSession:
         stream: bool = False,
         request_id: str | None = None,
         reject_if_busy: bool = False,
+        policy: PolicyResult | None = None,
+        hold: Callable[[Execution], PendingApproval] | None = None,
     ) -> ExecutionHandle:
         """Queue one execution; raises SessionClosed, SessionBusy, SessionRunning (with
-        ``reject_if_busy``) or AuditDegraded."""
+        ``reject_if_busy``) or AuditDegraded. ``policy`` is the policy's decision on it;
+        with ``hold`` it waits in the queue, ``pending_approval``, for the approval that
+        ``hold`` opens."""
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
@@ -267,18 +272,102 @@ class LiveSession:
         if self.executions.full:
             raise SessionBusy.queue_full(self.id, self.executions.waiting)
         self.touch()
-        execution = Execution(id=new_id("ex"), session_id=self.id, status="queued", code=code)
+        execution = Execution(
+            id=new_id("ex"), session_id=self.id, status="queued", code=code, policy=policy
+        )
         handle = ExecutionHandle(
-            execution, 0, timeout_s, extra_meta=extra_meta or {}, request_id=request_id
+            execution, 0, timeout_s, extra_meta=dict(extra_meta or {}), request_id=request_id
         )
         if stream:
             # Subscribe before queueing, so not even the first event can be missed.
             handle.stream = handle.subscribe()
+        if hold is not None:
+            handle.approval = hold(execution)
+            execution.status = "pending_approval"
+        if policy is not None:
+            handle.extra_meta["policy"] = policy.model_dump(mode="json")
         self.executions.put(handle)
+        if handle.approval is not None:
+            handle.publish(ApprovalRequired(handle.approval.model()))
         # Awaited: an execution id handed to a client is on record even if the broker is
         # killed right after (it then comes back as `unknown`, R-07).
         await self.writer.run(partial(self._save_execution, handle))
         return handle
+
+    async def record_denied(
+        self,
+        code: str,
+        policy: PolicyResult,
+        *,
+        extra_meta: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> ExecutionHandle:
+        """Record code the policy denied: never sent to the kernel, kept in SQLite and as
+        a notebook cell with the decision and no outputs."""
+        if self.status in ("closed", "dead") or self.failed_reason is not None:
+            raise SessionClosed.cannot_run(self.id, self.status)
+        self.touch()
+        execution = Execution(
+            id=new_id("ex"),
+            session_id=self.id,
+            status="denied",
+            code=code,
+            policy=policy,
+            reason="policy",
+        )
+        handle = ExecutionHandle(
+            execution, 0, 0, extra_meta=dict(extra_meta or {}), request_id=request_id
+        )
+        await self._record_unrun(handle)
+        return handle
+
+    async def _record_unrun(self, handle: ExecutionHandle) -> None:
+        """Finish an execution that never ran (denied): notebook cell, store, watchers."""
+        ex = handle.execution
+        if ex.policy is not None:
+            handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
+        await self.notebook.add_cell(
+            ex.code,
+            [],
+            execution_id=ex.id,
+            execution_count=None,
+            status=ex.status,
+            started_at=None,
+            duration_ms=None,
+            state_lost=False,
+            reason=ex.reason,
+            extra=handle.extra_meta,
+        )
+        self._report(handle)
+        await self.writer.run(partial(self._save_execution, handle))
+        handle.finish()
+
+    async def _await_approval(self, handle: ExecutionHandle) -> bool:
+        """Hold the queue until ``handle``'s approval is decided; whether it may run."""
+        approval = handle.approval
+        if approval is None:
+            return True
+        if not approval.decided.is_set():
+            waits = [asyncio.ensure_future(approval.decided.wait())]
+            waits.append(asyncio.ensure_future(handle.finished.wait()))
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waits:
+                    task.cancel()
+        if handle.finished.is_set():  # cancelled while it waited
+            return False
+        ex = handle.execution
+        if ex.policy is not None:
+            ex.policy.approval = approval.outcome
+            handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
+        if approval.approved:
+            ex.status = "queued"
+            return True
+        ex.status = "denied"
+        ex.reason = "approval_" + (approval.outcome.decision if approval.outcome else "denied")
+        await self._record_unrun(handle)
+        return False
 
     def _activity(self, status: SessionStatus) -> partial[None]:
         """The store write that records the session's activity (its status as given)."""
@@ -310,6 +399,8 @@ class LiveSession:
 
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
         ex = handle.execution
+        if handle.approval is not None:
+            handle.approval.withdraw(reason)
         ex.status = status
         ex.reason = reason
         if ex.started_at is not None:
@@ -323,6 +414,8 @@ class LiveSession:
     async def _run(self, handle: ExecutionHandle) -> None:
         ex = handle.execution
         loop = asyncio.get_running_loop()
+        if not await self._await_approval(handle):
+            return
         await self._replaced.wait()  # a restart in progress finishes first
         if self.status == "dead" or not await self.kernel.is_alive():
             # The kernel died while nobody was running anything: replace it first.

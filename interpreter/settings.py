@@ -37,6 +37,19 @@ class Settings(BaseSettings):
         min_length=8,
         description="Operator key: when set, /metrics answers only to it (tenant keys get 403).",
     )
+    operator_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Operator keys (comma-separated): they decide approvals (/v1/approvals); "
+        "agents' API keys cannot.",
+    )
+    policy_file: Path | None = Field(
+        None,
+        description="Policy file (TOML): per-key rules (allow, deny, approve) and limits, "
+        "reloaded when it changes. None: no policy stage.",
+    )
+    policy_poll_s: float = Field(
+        2.0, gt=0, description="How often the policy file is checked for changes."
+    )
     e2b_port: int | None = Field(
         None,
         ge=0,
@@ -121,7 +134,7 @@ class Settings(BaseSettings):
         # the ipc socket paths built from it) would point somewhere else.
         return value.expanduser().absolute()
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "operator_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
