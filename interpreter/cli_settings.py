@@ -35,7 +35,7 @@ OTHER_VARIABLES: dict[str, str] = {
     "INTERP_FUZZ_EXAMPLES": "the test suite: examples per API fuzzing case",
 }
 #: Settings whose values never appear in a message.
-SECRET_FIELDS = frozenset({"api_keys", "metrics_key"})
+SECRET_FIELDS = frozenset({"api_keys", "metrics_key", "operator_keys"})
 #: Names that changed, with what to use instead.
 RENAMED: dict[str, str] = {"INTERP_API_KEYS": API_KEY_ENV}
 
