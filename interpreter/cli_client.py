@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
+from interpreter.cli_approvals import add_approvals_command
 from interpreter.cli_mcp import add_mcp_command
 from interpreter.client import (
     API_KEY_ENV,
@@ -467,3 +468,4 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
     add_mcp_command(subparsers, parent, embed, _quiet_http_log)
+    add_approvals_command(subparsers, parent, _quiet_http_log)

@@ -178,7 +178,11 @@ class PolicyGate:
             rule=verdict.rule,
             message=verdict.message,
             facts=verdict.facts,
-            expire_after_s=self.expire_after_s,
+            expire_after_s=(
+                kp.policy.approval_expire_after_s
+                if kp is not None and kp.policy.approval_expire_after_s is not None
+                else self.expire_after_s
+            ),
         )
         verdict.approval_id = approval.id
         return approval

@@ -71,6 +71,9 @@ class PolicyLimits(_Strict):
 class Policy(_Strict):
     default: Literal["allow", "deny"]
     default_message: str = Field("", max_length=2000)
+    approval_expire_after_s: float | None = Field(
+        None, gt=0, le=7 * 86400, description="Overrides [approvals] expire_after_s."
+    )
     limits: PolicyLimits = Field(default_factory=PolicyLimits)
     rules: list[Rule] = Field(default_factory=list)
 

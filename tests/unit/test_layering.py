@@ -101,6 +101,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.mcp_server", "consumers"),
     ("interpreter.cli_settings", "consumers"),
     ("interpreter.cli_mcp", "consumers"),
+    ("interpreter.cli_approvals", "consumers"),
     ("interpreter.mcp_executor", "consumers"),
     ("interpreter.mcp_auth", "consumers"),
     ("interpreter.mcp_service", "consumers"),
