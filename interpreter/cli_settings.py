@@ -55,7 +55,8 @@ def env_name(field: str) -> str:
 
 def flag_name(field: str) -> str:
     """The ``interp serve`` flag of a settings field."""
-    return "--api-key" if field == "api_keys" else "--" + field.replace("_", "-")
+    singular = {"api_keys": "--api-key", "operator_keys": "--operator-key"}
+    return singular.get(field) or "--" + field.replace("_", "-")
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:

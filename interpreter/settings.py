@@ -14,6 +14,8 @@ ENV_PREFIX = "INTERP_"
 #: The API key has one name everywhere: the server reads it (comma-separated keys), the
 #: SDK, the CLI and MCP hosts send it.
 API_KEY_ENV = "INTERP_API_KEY"
+#: Operator keys (comma-separated): the only keys that decide approvals.
+OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
 
 
 class Settings(BaseSettings):
@@ -39,6 +41,7 @@ class Settings(BaseSettings):
     )
     operator_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
+        validation_alias=AliasChoices(OPERATOR_KEY_ENV),
         description="Operator keys (comma-separated): they decide approvals (/v1/approvals); "
         "agents' API keys cannot.",
     )
