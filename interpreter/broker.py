@@ -247,7 +247,9 @@ class SessionBroker:
         return None
 
     async def _rebuild(self, session: LiveSession, nb: dict[str, Any], source: str) -> None:
-        report = await rebuild.replay_into(session, nb, source, self.settings.default_timeout_s)
+        report = await rebuild.replay_into(
+            session, nb, source, self.settings.default_timeout_s, partial(self._submit, session)
+        )
         session.record.rebuild = report
         await self.writer.run(partial(self.store.save_rebuild, session.id, report))
 
@@ -364,30 +366,39 @@ class SessionBroker:
             )
         session = await self.require_live(owner, session_id)
         self.policy.count_execution(owner)
-        verdict = self.policy.decide(
-            owner,
-            code,
-            timeout_s=timeout,
-            metadata=session.record.metadata,
-            workspace=str(session.options.workspace),
-        )
-        if verdict is not None and verdict.decision == "deny":
-            return await session.record_denied(
-                code, verdict, extra_meta=extra_meta, request_id=request_id
-            )
-        hold = None
-        if verdict is not None and verdict.decision == "approve":
-            hold = partial(self.policy.hold, owner=owner, verdict=verdict)
-        return await session.submit(
+        return await self._submit(
+            session,
             code,
             timeout,
             stream=stream,
             request_id=request_id,
             reject_if_busy=reject_if_busy,
             extra_meta=extra_meta,
-            policy=verdict,
-            hold=hold,
         )
+
+    async def _submit(
+        self, session: LiveSession, code: str, timeout_s: float, **options: Any
+    ) -> ExecutionHandle:
+        """Queue ``code`` after the policy stage: denied code is recorded and never queued;
+        code that needs approval waits for it in the queue."""
+        verdict = self.policy.decide(
+            session.owner,
+            code,
+            timeout_s=timeout_s,
+            metadata=session.record.metadata,
+            workspace=str(session.options.workspace),
+        )
+        if verdict is not None and verdict.decision == "deny":
+            return await session.record_denied(
+                code,
+                verdict,
+                extra_meta=options.get("extra_meta"),
+                request_id=options.get("request_id"),
+            )
+        hold = None
+        if verdict is not None and verdict.decision == "approve":
+            hold = partial(self.policy.hold, owner=session.owner, verdict=verdict)
+        return await session.submit(code, timeout_s, policy=verdict, hold=hold, **options)
 
     async def execute_once(
         self,

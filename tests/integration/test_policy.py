@@ -412,3 +412,29 @@ def test_hot_reload_keeps_sessions_and_a_broken_edit_keeps_the_last_good_policy(
         path.write_text(POLICY)
         reloaded_to(hashlib.sha256(POLICY.encode()).hexdigest(), error=False)
         op.close()
+
+
+def test_a_rebuild_goes_through_the_policy_too(policy_server: Server) -> None:
+    """A notebook cannot smuggle denied code past the policy as a recorded 'ok' cell."""
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {"id": f"c{i}", "cell_type": "code", "source": src, "metadata": {},
+             "outputs": [], "execution_count": None}
+            for i, src in enumerate(("import subprocess\nsmuggled = True", "x = 1"))
+        ],
+    }  # fmt: skip
+    with policy_server.client() as client:
+        created = client.post("/v1/sessions", json={"from_notebook": nb})
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        try:
+            assert created.json()["rebuild"]["failed"] == [0]
+            check = _run(client, sid, "('smuggled' in globals(), x)")
+            assert check["outputs"][0]["data"]["text/plain"] == "(False, 1)"
+            cells = client.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+            assert cells[0]["metadata"]["interp"]["status"] == "denied"
+        finally:
+            client.delete(f"/v1/sessions/{sid}")
