@@ -394,6 +394,7 @@ class SessionBroker:
                 verdict,
                 extra_meta=options.get("extra_meta"),
                 request_id=options.get("request_id"),
+                stream=bool(options.get("stream")),
             )
         hold = None
         if verdict is not None and verdict.decision == "approve":

@@ -301,9 +301,11 @@ class LiveSession:
         *,
         extra_meta: dict[str, Any] | None = None,
         request_id: str | None = None,
+        stream: bool = False,
     ) -> ExecutionHandle:
         """Record code the policy denied: never sent to the kernel, kept in SQLite and as
-        a notebook cell with the decision and no outputs."""
+        a notebook cell with the decision and no outputs. With ``stream``, the handle's
+        subscription holds just the final event."""
         if self.status in ("closed", "dead") or self.failed_reason is not None:
             raise SessionClosed.cannot_run(self.id, self.status)
         self.touch()
@@ -319,6 +321,8 @@ class LiveSession:
             execution, 0, 0, extra_meta=dict(extra_meta or {}), request_id=request_id
         )
         await self._record_unrun(handle)
+        if stream:
+            handle.stream = handle.subscribe()
         return handle
 
     async def _record_unrun(self, handle: ExecutionHandle) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
 from interpreter.mime import strip_ansi as strip_ansi
 from interpreter.models import Execution, Output
+from interpreter.policy.explain import policy_text
 
 _HTML_TAG = re.compile(r"<[^>]+>")
 
@@ -147,39 +148,6 @@ def execution_header(execution: Execution) -> str:
             "are gone. Re-run the setup code before continuing."
         )
     return head
-
-
-def policy_text(execution: Execution) -> str:
-    """What the service's policy decided about this code, for the agent to act on."""
-    policy = execution.policy
-    if policy is None or policy.decision == "allow":
-        return ""
-    rule = (
-        f"rule {policy.rule!r} of policy {policy.policy!r}"
-        if policy.rule
-        else (f"the default of policy {policy.policy!r}")
-    )
-    said = f": {policy.message}" if policy.message else "."
-    outcome = policy.approval
-    if policy.decision == "deny":
-        return (
-            f"The service's policy refused this code before it ran (nothing was executed; "
-            f"{rule}){said}\nRewrite the code so that it does not need what the rule forbids."
-        )
-    if outcome is None:
-        return f"This code waits for a person's approval ({rule}){said}"
-    why = f" ({outcome.comment})" if outcome.comment else ""
-    if outcome.decision == "approved":
-        return f"A person's approval was required ({rule}); {outcome.decided_by} approved it{why}."
-    if outcome.decision == "expired":
-        return (
-            f"This code needed a person's approval ({rule}){said}\nNobody decided in time, so "
-            "it was not run; try a way that needs no approval, or ask the user."
-        )
-    return (
-        f"This code needed a person's approval ({rule}){said}\n{outcome.decided_by} denied "
-        f"it{why}; it was not run. Rewrite it without what the rule guards."
-    )
 
 
 def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:

@@ -23,6 +23,12 @@ POLICY = """\
 default = "allow"
 
 [[policies.default.rules]]
+id = "no-subprocess"
+decision = "deny"
+message = "subprocess is not allowed for this key; use pandas to read the file"
+match.imports = ["subprocess"]
+
+[[policies.default.rules]]
 id = "delete-needs-approval"
 decision = "approve"
 message = "deleting files needs a person's approval"
@@ -35,7 +41,11 @@ def held_server() -> Iterator[Server]:
     root = Path(tempfile.mkdtemp(prefix="interp-policy-cli-"))
     (root / "policy.toml").write_text(POLICY)
     srv = start_server(
-        "local", root / "data", operator_keys=[OPERATOR], policy_file=root / "policy.toml"
+        "local",
+        root / "data",
+        operator_keys=[OPERATOR],
+        policy_file=root / "policy.toml",
+        e2b_port=0,
     )
     yield srv
     srv.thread.stop()
@@ -54,7 +64,7 @@ def test_serve_refuses_a_bad_policy_file_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "line 6: policies.default.rules.0.decision" in lines[0]
+    assert "line 12: policies.default.rules.1.decision" in lines[0]
     assert str(bad) in lines[0]
 
 
@@ -97,3 +107,18 @@ def test_approvals_list_approve_and_watch(held_server: Server) -> None:
         assert result.json()["status"] == "error"  # it ran: the file is missing
         twice = interp(held_server, "approvals", "deny", approval_id, env_extra=operator)
         assert twice.returncode == 2 and "already decided" in twice.stderr
+
+
+def test_the_e2b_surface_reports_a_denial_as_the_runs_error(held_server: Server) -> None:
+    from e2b_code_interpreter import Sandbox
+
+    url = held_server.thread.e2b_urls[0]
+    sbx = Sandbox.create(api_key=KEY, api_url=url, sandbox_url=url)
+    try:
+        execution = sbx.run_code("import subprocess\nprint('ran')")
+        assert execution.logs.stdout == []
+        assert execution.error is not None and execution.error.name == "PolicyDenied"
+        assert "use pandas to read the file" in execution.error.value
+        assert sbx.run_code("print('fine')").logs.stdout == ["fine\n"]
+    finally:
+        sbx.kill()

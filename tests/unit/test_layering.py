@@ -75,6 +75,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.policy", "base"),
     ("interpreter.policy.facts", "base"),
     ("interpreter.policy.rules", "base"),
+    ("interpreter.policy.explain", "base"),
     ("interpreter.policy.loader", "storage"),
     ("interpreter.policy.approvals", "runtime"),
     ("interpreter.policy.gate", "runtime"),
