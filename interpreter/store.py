@@ -317,14 +317,14 @@ class Store:
             return int(cur.fetchone()[0]) + 1
 
     def mark_unfinished_unknown(self) -> list[tuple[str, str]]:
-        """Executions left queued/running by a broker that stopped: outcome ``unknown``.
+        """Executions left queued, held or running by a broker that stopped: ``unknown``.
 
         They are never re-run (docs/security.md R-07). Returns (session id, execution id) pairs.
         """
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, session_id, data_json FROM executions"
-                " WHERE status IN ('queued', 'running')"
+                " WHERE status IN ('queued', 'pending_approval', 'running')"
             ).fetchall()
         changed = []
         for row in rows:
