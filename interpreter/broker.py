@@ -387,6 +387,7 @@ class SessionBroker:
             timeout_s=timeout_s,
             metadata=session.record.metadata,
             workspace=str(session.options.workspace),
+            limits=session.record.limits,
         )
         if verdict is not None and verdict.decision == "deny":
             return await session.record_denied(

@@ -9,6 +9,7 @@ as denied.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from interpreter.ids import new_id
 from interpreter.models import Approval, ApprovalOutcome
 from interpreter.store import utcnow
 
+log = logging.getLogger(__name__)
 Outcome = Literal["approved", "denied", "expired"]
 #: Decided approvals kept in memory for GET (each execution keeps its own record too).
 KEPT_DECIDED = 256
@@ -67,6 +69,16 @@ class PendingApproval:
             decision=decision, decided_by=by, decided_at=utcnow(), comment=why
         )
         self.decided.set()
+        log.info(
+            "approval %s of execution %s (session %s, key %s, rule %s): %s by %s",
+            self.id,
+            self.execution_id,
+            self.session_id,
+            self.key,
+            self.rule,
+            decision,
+            by,
+        )
         if self.on_change is not None:
             self.on_change()
 

@@ -148,6 +148,7 @@ class PolicyGate:
         timeout_s: float,
         metadata: dict[str, object],
         workspace: str | None,
+        limits: dict[str, object] | None = None,
     ) -> PolicyResult | None:
         """The policy's decision on ``code``; None without a policy file."""
         kp = self.for_key(owner)
@@ -155,7 +156,12 @@ class PolicyGate:
             return None
         roots = WORKSPACE_ROOTS if workspace is None else (*WORKSPACE_ROOTS, workspace)
         facts = analyse(code, roots)
-        request = Request(key=kp.key, session_metadata=dict(metadata), timeout_s=timeout_s)
+        request = Request(
+            key=kp.key,
+            session_metadata=dict(metadata),
+            timeout_s=timeout_s,
+            limits=dict(limits or {}),
+        )
         verdict = evaluate(kp.policy, kp.name, facts, request)
         return PolicyResult(
             decision=verdict.decision,

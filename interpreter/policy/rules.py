@@ -42,6 +42,9 @@ class Match(_Strict):
     keys: list[str] | None = Field(None, description="Key names (fnmatch).")
     session_metadata: dict[str, str | int | float | bool] | None = None
     timeout_s_over: float | None = Field(None, ge=0)
+    limits_over: dict[Literal["memory_mb", "cpus", "pids"], float] | None = Field(
+        None, description="The session's limits: any above these."
+    )
 
     @model_validator(mode="after")
     def _not_empty(self) -> Match:
@@ -143,6 +146,7 @@ class Request:
     key: str
     session_metadata: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 0.0
+    limits: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,14 @@ def matches(match: Match, facts: Facts, request: Request) -> bool:
         checks.append(all(meta.get(k) == v for k, v in match.session_metadata.items()))
     if match.timeout_s_over is not None:
         checks.append(request.timeout_s > match.timeout_s_over)
+    if match.limits_over is not None:
+        asked = request.limits
+        checks.append(
+            any(
+                isinstance(asked.get(k), int | float) and asked[k] > most
+                for k, most in match.limits_over.items()
+            )
+        )
     return all(checks)
 
 

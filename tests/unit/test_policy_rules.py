@@ -73,6 +73,9 @@ def test_all_conditions_of_a_rule_must_hold() -> None:
         ({"session_metadata": {"project": "x"}}, "1", Request("k", {"project": "y"}), False),
         ({"timeout_s_over": 60}, "1", Request("k", timeout_s=61), True),
         ({"timeout_s_over": 60}, "1", Request("k", timeout_s=60), False),
+        ({"limits_over": {"memory_mb": 1024}}, "1", Request("k", limits={"memory_mb": 2048}), True),
+        ({"limits_over": {"memory_mb": 1024}}, "1", Request("k", limits={"memory_mb": 512}), False),
+        ({"limits_over": {"cpus": 1}}, "1", Request("k"), False),
     ],
 )
 def test_each_condition_kind(
