@@ -306,8 +306,16 @@ def test_an_unanswered_approval_expires_as_denied_and_is_announced_on_sse(
     with (
         Client(policy_server.url, api_key=OTHER_KEY, timeout=120) as client,
         client.create_session() as sess,
+        policy_server.client(OTHER_KEY) as raw,
+        ExitStack() as stack,
     ):
-        events = list(sess.stream("import os\nos.remove('nothing-here')"))
+        events = []
+        behind: httpx.Response | None = None
+        for event in sess.stream("import os\nos.remove('nothing-here')"):
+            events.append(event)
+            if isinstance(event, ApprovalRequiredEvent):
+                # Queued behind the held one while it waits: it must not overtake it.
+                behind = _submit(stack, raw, sess.id, "print('behind')")
         assert isinstance(events[0], ApprovalRequiredEvent)
         assert events[0].approval.status == "pending"
         done = events[-1]
@@ -315,8 +323,12 @@ def test_an_unanswered_approval_expires_as_denied_and_is_announced_on_sse(
         ex = done.execution
         assert ex.status == "denied" and ex.reason == "approval_expired"
         assert ex.policy is not None and ex.policy.approval is not None
-        assert ex.policy.approval.decision == "expired"
-        assert ex.policy.approval.decided_by == "service"
+        outcome = ex.policy.approval
+        assert outcome.decision == "expired" and outcome.decided_by == "service"
+        assert behind is not None
+        after = _result(behind)
+        assert after.status == "ok" and after.stdout == "behind\n"
+        assert after.started_at is not None and after.started_at >= outcome.decided_at
         assert sess.run("1 + 1").text == "2"  # the queue goes on
 
 
