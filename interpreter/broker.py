@@ -47,6 +47,8 @@ from interpreter.workspace import Workspace, copy_tree_safely
 
 log = logging.getLogger(__name__)
 
+#: Cells longer than this are analysed by the policy in a worker thread.
+INLINE_ANALYSIS_CHARS = 8192
 #: Closed reasons that mean the service ended the session on its own: 410 session_expired.
 EXPIRY_REASONS = frozenset({"idle_timeout", "max_lifetime"})
 
@@ -381,7 +383,8 @@ class SessionBroker:
     ) -> ExecutionHandle:
         """Queue ``code`` after the policy stage: denied code is recorded and never queued;
         code that needs approval waits for it in the queue."""
-        verdict = self.policy.decide(
+        decide = partial(
+            self.policy.decide,
             session.owner,
             code,
             timeout_s=timeout_s,
@@ -389,6 +392,9 @@ class SessionBroker:
             workspace=str(session.options.workspace),
             limits=session.record.limits,
         )
+        # Analysing a long cell takes a while (seconds at 1 MB): never on the loop.
+        big = self.policy.active and len(code) > INLINE_ANALYSIS_CHARS
+        verdict = await asyncio.to_thread(decide) if big else decide()
         if verdict is not None and verdict.decision == "deny":
             return await session.record_denied(
                 code,

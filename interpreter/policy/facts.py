@@ -25,6 +25,8 @@ from typing import Any
 SHELL_MAGICS = frozenset(
     {"sx", "system", "sh", "bash", "script", "pip", "conda", "mamba", "run", "perl", "ruby"}
 )
+#: Characters without which IPython leaves a cell as it is (magics, shell, help).
+_IPYTHON_MARKS = ("!", "%", "?")
 #: Calls that open a path for writing when given a writing mode.
 _OPENERS = frozenset({"open", "io.open", "os.open", "pathlib.Path.open", "codecs.open"})
 _PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir"})
@@ -94,6 +96,8 @@ def analyse(code: str, workspaces: tuple[str, ...] = WORKSPACE_ROOTS) -> Facts:
 
 def _python_of(code: str) -> str:
     """The Python IPython would run for ``code`` (its magics and ``!`` made calls)."""
+    if not any(mark in code for mark in _IPYTHON_MARKS):
+        return code  # nothing for IPython to transform (and its transforms are slow)
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:  # pragma: no cover - IPython comes with ipykernel

@@ -183,6 +183,16 @@ def test_each_rule_kind_denies_and_denied_code_never_reaches_the_kernel(
     assert allowed["outputs"][0]["data"]["text/plain"] == "0"  # nothing denied ever ran
 
 
+def test_a_long_cell_is_analysed_off_the_loop_and_still_denied(
+    session: tuple[httpx.Client, str],
+) -> None:
+    client, sid = session
+    code = "x = 1\n" * 30_000 + "import subprocess\n"
+    ex = _run(client, sid, code)
+    assert ex["status"] == "denied" and ex["policy"]["rule"] == "no-subprocess"
+    assert client.get("/healthz").status_code == 200
+
+
 def test_a_syntax_error_reaches_the_kernel_and_a_known_evasion_runs(
     session: tuple[httpx.Client, str],
 ) -> None:
