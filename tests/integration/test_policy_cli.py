@@ -122,3 +122,29 @@ def test_the_e2b_surface_reports_a_denial_as_the_runs_error(held_server: Server)
         assert sbx.run_code("print('fine')").logs.stdout == ["fine\n"]
     finally:
         sbx.kill()
+
+
+def test_mcp_run_code_returns_the_denial_as_text_the_model_reads(held_server: Server) -> None:
+    import anyio
+    from mcp import Client as MCPClient
+    from mcp import StdioServerParameters
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": held_server.url, "INTERP_API_KEY": KEY})
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "interpreter", "mcp"], env=env, cwd=str(REPO)
+    )
+    texts: list[str] = []
+    flags: list[bool] = []
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with MCPClient(params) as client:
+                result = await client.call_tool("run_code", {"code": "import subprocess"})
+                flags.append(bool(result.is_error))
+                texts.extend(getattr(part, "text", "") for part in result.content)
+
+    anyio.run(main)
+    text = "\n".join(texts)
+    assert flags == [True]
+    assert text.startswith("status: denied") and "use pandas to read the file" in text
