@@ -51,6 +51,7 @@ from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.policy.approvals import PendingApproval
+from interpreter.policy.held import PolicyStage
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 INTERRUPT_START_WAIT_S = 5
 
 
-class LiveSession:
+class LiveSession(PolicyStage):
     """A session whose kernel is (or is being) run by this broker.
 
     Build it with :class:`~interpreter.launch.SessionFactory`, which also starts or
@@ -293,85 +294,6 @@ class LiveSession:
         # killed right after (it then comes back as `unknown`, R-07).
         await self.writer.run(partial(self._save_execution, handle))
         return handle
-
-    async def record_denied(
-        self,
-        code: str,
-        policy: PolicyResult,
-        *,
-        extra_meta: dict[str, Any] | None = None,
-        request_id: str | None = None,
-        stream: bool = False,
-    ) -> ExecutionHandle:
-        """Record code the policy denied: never sent to the kernel, kept in SQLite and as
-        a notebook cell with the decision and no outputs. With ``stream``, the handle's
-        subscription holds just the final event."""
-        if self.status in ("closed", "dead") or self.failed_reason is not None:
-            raise SessionClosed.cannot_run(self.id, self.status)
-        self.touch()
-        execution = Execution(
-            id=new_id("ex"),
-            session_id=self.id,
-            status="denied",
-            code=code,
-            policy=policy,
-            reason="policy",
-        )
-        handle = ExecutionHandle(
-            execution, 0, 0, extra_meta=dict(extra_meta or {}), request_id=request_id
-        )
-        await self._record_unrun(handle)
-        if stream:
-            handle.stream = handle.subscribe()
-        return handle
-
-    async def _record_unrun(self, handle: ExecutionHandle) -> None:
-        """Finish an execution that never ran (denied): notebook cell, store, watchers."""
-        ex = handle.execution
-        if ex.policy is not None:
-            handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
-        await self.notebook.add_cell(
-            ex.code,
-            [],
-            execution_id=ex.id,
-            execution_count=None,
-            status=ex.status,
-            started_at=None,
-            duration_ms=None,
-            state_lost=False,
-            reason=ex.reason,
-            extra=handle.extra_meta,
-        )
-        self._report(handle)
-        await self.writer.run(partial(self._save_execution, handle))
-        handle.finish()
-
-    async def _await_approval(self, handle: ExecutionHandle) -> bool:
-        """Hold the queue until ``handle``'s approval is decided; whether it may run."""
-        approval = handle.approval
-        if approval is None:
-            return True
-        if not approval.decided.is_set():
-            waits = [asyncio.ensure_future(approval.decided.wait())]
-            waits.append(asyncio.ensure_future(handle.finished.wait()))
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in waits:
-                    task.cancel()
-        if handle.finished.is_set():  # cancelled while it waited
-            return False
-        ex = handle.execution
-        if ex.policy is not None:
-            ex.policy.approval = approval.outcome
-            handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
-        if approval.approved:
-            ex.status = "queued"
-            return True
-        ex.status = "denied"
-        ex.reason = "approval_" + (approval.outcome.decision if approval.outcome else "denied")
-        await self._record_unrun(handle)
-        return False
 
     def _activity(self, status: SessionStatus) -> partial[None]:
         """The store write that records the session's activity (its status as given)."""

@@ -79,6 +79,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.policy.loader", "storage"),
     ("interpreter.policy.approvals", "runtime"),
     ("interpreter.policy.gate", "runtime"),
+    ("interpreter.policy.held", "session"),
     ("interpreter.handle", "runtime"),
     ("interpreter.outputs", "runtime"),
     ("interpreter.kernel", "runtime"),
