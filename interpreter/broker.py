@@ -47,8 +47,6 @@ from interpreter.workspace import Workspace, copy_tree_safely
 
 log = logging.getLogger(__name__)
 
-#: Cells longer than this are analysed by the policy in a worker thread.
-INLINE_ANALYSIS_CHARS = 8192
 #: Closed reasons that mean the service ended the session on its own: 410 session_expired.
 EXPIRY_REASONS = frozenset({"idle_timeout", "max_lifetime"})
 
@@ -381,32 +379,8 @@ class SessionBroker:
     async def _submit(
         self, session: LiveSession, code: str, timeout_s: float, **options: Any
     ) -> ExecutionHandle:
-        """Queue ``code`` after the policy stage: denied code is recorded and never queued;
-        code that needs approval waits for it in the queue."""
-        decide = partial(
-            self.policy.decide,
-            session.owner,
-            code,
-            timeout_s=timeout_s,
-            metadata=session.record.metadata,
-            workspace=str(session.options.workspace),
-            limits=session.record.limits,
-        )
-        # Analysing a long cell takes a while (seconds at 1 MB): never on the loop.
-        big = self.policy.active and len(code) > INLINE_ANALYSIS_CHARS
-        verdict = await asyncio.to_thread(decide) if big else decide()
-        if verdict is not None and verdict.decision == "deny":
-            return await session.record_denied(
-                code,
-                verdict,
-                extra_meta=options.get("extra_meta"),
-                request_id=options.get("request_id"),
-                stream=bool(options.get("stream")),
-            )
-        hold = None
-        if verdict is not None and verdict.decision == "approve":
-            hold = partial(self.policy.hold, owner=session.owner, verdict=verdict)
-        return await session.submit(code, timeout_s, policy=verdict, hold=hold, **options)
+        """Queue ``code`` after the policy stage (policy/held.py)."""
+        return await session.submit_checked(self.policy, code, timeout_s, **options)
 
     async def execute_once(
         self,

@@ -10,21 +10,32 @@ decision, so nothing behind it overtakes it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from interpreter.backends.base import LaunchOptions
 from interpreter.errors import SessionClosed
 from interpreter.handle import ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.models import Execution, PolicyResult, SessionStatus
 from interpreter.notebook import LiveNotebook
-from interpreter.store import Writer
+from interpreter.policy.gate import PolicyGate
+from interpreter.store import SessionRecord, Writer
+
+#: Cells longer than this are analysed by the policy in a worker thread.
+INLINE_ANALYSIS_CHARS = 8192
 
 
 class PolicyStage:
     """Mixed into LiveSession, whose attributes and methods these are."""
 
     id: str
+    owner: str
+    record: SessionRecord
+    options: LaunchOptions
+    #: LiveSession.submit: queue one execution.
+    submit: Callable[..., Awaitable[ExecutionHandle]]
     status: SessionStatus
     failed_reason: str | None
     notebook: LiveNotebook
@@ -38,6 +49,36 @@ class PolicyStage:
 
     def _save_execution(self, handle: ExecutionHandle) -> None:
         raise NotImplementedError
+
+    async def submit_checked(
+        self, gate: PolicyGate, code: str, timeout_s: float, **options: Any
+    ) -> ExecutionHandle:
+        """Queue ``code`` after the policy stage: denied code is recorded and never queued;
+        code that needs approval waits for it in the queue. ``options`` go to submit."""
+        decide = partial(
+            gate.decide,
+            self.owner,
+            code,
+            timeout_s=timeout_s,
+            metadata=self.record.metadata,
+            workspace=str(self.options.workspace),
+            limits=self.record.limits,
+        )
+        # Analysing a long cell takes a while (seconds at 1 MB): never on the loop.
+        big = gate.active and len(code) > INLINE_ANALYSIS_CHARS
+        verdict = await asyncio.to_thread(decide) if big else decide()
+        if verdict is not None and verdict.decision == "deny":
+            return await self.record_denied(
+                code,
+                verdict,
+                extra_meta=options.get("extra_meta"),
+                request_id=options.get("request_id"),
+                stream=bool(options.get("stream")),
+            )
+        hold = None
+        if verdict is not None and verdict.decision == "approve":
+            hold = partial(gate.hold, owner=self.owner, verdict=verdict)
+        return await self.submit(code, timeout_s, policy=verdict, hold=hold, **options)
 
     async def record_denied(
         self,
