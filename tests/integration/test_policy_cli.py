@@ -148,3 +148,40 @@ def test_mcp_run_code_returns_the_denial_as_text_the_model_reads(held_server: Se
     text = "\n".join(texts)
     assert flags == [True]
     assert text.startswith("status: denied") and "use pandas to read the file" in text
+
+
+def test_interp_run_says_why_code_was_denied(held_server: Server) -> None:
+    out = interp(held_server, "run", "-c", "import subprocess\nprint('ran')")
+    assert out.returncode == 1 and "ran" not in out.stdout
+    assert "status denied (policy)" in out.stderr
+    assert "use pandas to read the file" in out.stderr
+
+
+def test_the_async_client_lists_and_denies_approvals(held_server: Server) -> None:
+    import anyio
+
+    from interpreter.client import AsyncClient
+
+    async def decide(execution_id: str) -> tuple[str, str | None, list[str]]:
+        async with AsyncClient(held_server.url, api_key=OPERATOR) as client:
+            pending = await client.list_approvals(wait_s=10)
+            mine = next(a for a in pending if a.execution_id == execution_id)
+            await client.deny(mine.id, "not today")
+            again = await client.get_approval(mine.id)
+            assert again.outcome is not None
+            denied = [a.id for a in await client.list_approvals("denied")]
+            return again.status, again.outcome.comment, denied
+
+    with held_server.client(KEY) as client, ExitStack() as stack:
+        sid = client.post("/v1/sessions", json={}).json()["id"]
+        stack.callback(client.delete, f"/v1/sessions/{sid}")
+        held = stack.enter_context(
+            client.stream(
+                "POST", f"/v1/sessions/{sid}/execute", json={"code": "import os\nos.remove('x')"}
+            )
+        )
+        status, comment, denied = anyio.run(decide, held.headers["X-Execution-Id"])
+        held.read()
+        assert held.json()["status"] == "denied"
+    assert (status, comment) == ("denied", "not today")
+    assert denied
