@@ -130,6 +130,52 @@ class ScriptedModel:
         return {"role": "assistant", "content": [{"type": "text", "text": text}, *tool_uses]}
 
 
+class ShellFirstModel(ScriptedModel):
+    """A model that first reaches for a shell command, as models often do.
+
+    Against a service whose policy denies ``subprocess`` (README "Policies"), the run comes
+    back ``status: denied`` with the rule's message; this model reads that message and
+    rewrites the code with pandas instead. Without such a policy the first try just works.
+    """
+
+    TASK = "How many data rows does sales.csv have?"
+
+    def reply(self, messages: list[Message], tools: list[dict[str, Any]]) -> Message:
+        self.turn += 1
+        seen = _last_tool_result_text(messages)
+        if self.turn == 1:
+            return self._say(
+                "I'll upload the file and count its lines.",
+                _tool_use("s1", "upload_file", path="sales.csv", content=SALES_CSV),
+            )
+        if self.turn == 2:
+            return self._say(
+                "Counting with wc.",
+                _tool_use(
+                    "s2",
+                    "run_code",
+                    code="import subprocess\n"
+                    "out = subprocess.run(['wc', '-l', 'sales.csv'], capture_output=True)\n"
+                    "print('rows:', int(out.stdout.split()[0]) - 1)",
+                ),
+            )
+        if self.turn == 3 and "status: denied" in seen:
+            # The policy said what it allows instead: follow its message.
+            hint = "pandas" if "pandas" in seen else "plain Python"
+            return self._say(
+                f"Subprocesses are not allowed here; the policy suggests {hint}. Rewriting.",
+                _tool_use(
+                    "s3",
+                    "run_code",
+                    code="import pandas as pd\nprint('rows:', len(pd.read_csv('sales.csv')))",
+                ),
+            )
+        found = re.search(r"rows: (\d+)", seen)
+        if found is None:
+            raise RuntimeError(f"could not read the row count from:\n{seen}")
+        return self._say(f"sales.csv has {found.group(1)} data rows.")
+
+
 def run_agent(
     client: Client,
     task: str,
@@ -177,9 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="Service URL (default $INTERP_URL or the local port).")
     parser.add_argument("--api-key", help="API key (default $INTERP_API_KEY).")
+    parser.add_argument(
+        "--shell-first",
+        action="store_true",
+        help="Play a model that tries a subprocess first (see ShellFirstModel).",
+    )
     args = parser.parse_args(argv)
+    model = ShellFirstModel() if args.shell_first else ScriptedModel()
+    task = ShellFirstModel.TASK if args.shell_first else TASK
     with Client(args.url, api_key=args.api_key, timeout=60) as client:
-        answer, _ = run_agent(client, TASK, ScriptedModel())
+        answer, _ = run_agent(client, task, model)
     print(f"\nfinal answer: {answer}")
     return 0
 

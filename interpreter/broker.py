@@ -35,9 +35,11 @@ from interpreter.handle import ExecutionHandle
 from interpreter.idempotency import IdempotencyKeys, request_hash
 from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
-from interpreter.models import CreateSessionRequest, Execution
+from interpreter.models import CreateSessionRequest, Execution, Limits
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import NOTEBOOK_NAME
+from interpreter.policy.gate import PolicyGate
+from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import Recovery
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
@@ -85,6 +87,8 @@ class SessionBroker:
         self.reconcile_report: dict[str, list[str]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
+        #: The policy stage; without a policy file it allows everything.
+        self.policy = PolicyGate(None)
 
     # ---------------------------------------------------------------- start / stop
 
@@ -95,7 +99,14 @@ class SessionBroker:
         (:mod:`interpreter.recovery`) while the broker serves; their requests get 503 with
         ``Retry-After`` until then. Call before the backend's warm pool starts (its
         kernels would otherwise look like leftovers).
+
+        Raises PolicyFileError when the policy file cannot be used.
         """
+        if self.settings.policy_file is not None:
+            loaded = await asyncio.to_thread(load, self.settings.policy_file)
+            watcher = PolicyWatcher(loaded, self.settings.policy_poll_s)
+            self.policy = PolicyGate(watcher)
+            watcher.start()
         self.settings.sessions_dir.mkdir(parents=True, exist_ok=True)
         unfinished = await self.writer.run(self.store.mark_unfinished)
         if unfinished:
@@ -167,6 +178,8 @@ class SessionBroker:
             self._recovery_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._recovery_task
+        if self.policy.watcher is not None:
+            await self.policy.watcher.stop()
         if self._cull_task is not None:
             self._cull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -208,6 +221,9 @@ class SessionBroker:
                 f"This API key already has {mine} live sessions (the maximum); delete some.",
                 retry_after=10,
             )
+        limits = self.policy.session_limits(owner, req.limits, self._default_limits(), mine)
+        if limits is not req.limits:
+            req = req.model_copy(update={"limits": limits})
         source = await self._rebuild_source(owner, req)
         self._creating += 1
         try:
@@ -221,6 +237,10 @@ class SessionBroker:
                 )
             await self._rebuild(session, source.notebook, source.description)
         return session.info()
+
+    def _default_limits(self) -> Limits:
+        s = self.settings
+        return Limits(memory_mb=s.default_memory_mb, cpus=s.default_cpus, pids=s.default_pids)
 
     async def create_once(
         self, owner: str, req: CreateSessionRequest, idempotency_key: str
@@ -275,7 +295,9 @@ class SessionBroker:
         return None
 
     async def _rebuild(self, session: LiveSession, nb: dict[str, Any], source: str) -> None:
-        report = await rebuild.replay_into(session, nb, source, self.settings.default_timeout_s)
+        report = await rebuild.replay_into(
+            session, nb, source, self.settings.default_timeout_s, partial(self._submit, session)
+        )
         session.record.rebuild = report
         await self.writer.run(partial(self.store.save_rebuild, session.id, report))
 
@@ -392,13 +414,15 @@ class SessionBroker:
         (e.g. the surface it came through)."""
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
-        timeout = timeout_s if timeout_s is not None else self.settings.default_timeout_s
+        timeout = self.policy.timeout(owner, timeout_s, self.settings.default_timeout_s)
         if timeout > self.settings.max_timeout_s:
             raise ValidationFailed(
                 f"timeout_s {timeout:g} exceeds the server maximum {self.settings.max_timeout_s:g}."
             )
         session = await self.require_live(owner, session_id)
-        return await session.submit(
+        self.policy.count_execution(owner)
+        return await self._submit(
+            session,
             code,
             timeout,
             stream=stream,
@@ -406,6 +430,12 @@ class SessionBroker:
             reject_if_busy=reject_if_busy,
             extra_meta=extra_meta,
         )
+
+    async def _submit(
+        self, session: LiveSession, code: str, timeout_s: float, **options: Any
+    ) -> ExecutionHandle:
+        """Queue ``code`` after the policy stage (policy/held.py)."""
+        return await session.submit_checked(self.policy, code, timeout_s, **options)
 
     async def execute_once(
         self,

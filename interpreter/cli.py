@@ -52,6 +52,14 @@ def _serve(args: argparse.Namespace) -> int:
     from interpreter.server import serve
 
     settings = _settings(flag_overrides(args))
+    if settings.policy_file is not None:
+        from interpreter.policy.loader import PolicyFileError, load
+
+        try:
+            load(settings.policy_file)
+        except PolicyFileError as exc:
+            print(f"interp: error: {exc}", file=sys.stderr, flush=True)
+            return 2
     verbose = getattr(args, "verbose", False)
     logs.configure(settings.log_format, logging.DEBUG if verbose else logging.INFO)
     return serve(settings)

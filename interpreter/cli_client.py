@@ -20,11 +20,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
+from interpreter.cli_approvals import add_approvals_command
 from interpreter.cli_mcp import add_mcp_command
 from interpreter.client import (
     API_KEY_ENV,
     DEFAULT_URL,
     URL_ENV,
+    ApprovalRequiredEvent,
     Artifact,
     Client,
     ClientError,
@@ -37,6 +39,7 @@ from interpreter.client import (
 )
 from interpreter.client.render import bundle_text, strip_ansi
 from interpreter.mime import is_image
+from interpreter.policy.explain import policy_text
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -119,6 +122,13 @@ def stream_to_terminal(
         elif isinstance(event, ErrorEvent):
             tb = "\n".join(event.error.traceback) or f"{event.error.ename}: {event.error.evalue}"
             sys.stderr.write(strip_ansi(tb).rstrip("\n") + "\n")
+        elif isinstance(event, ApprovalRequiredEvent):
+            print(
+                f"interp: held for approval {event.approval.id} "
+                f"({event.approval.message or event.approval.rule}); waiting for an operator",
+                file=sys.stderr,
+                flush=True,
+            )
         elif isinstance(event, DoneEvent):
             execution = event.execution
             if execution.status not in ("ok", "error"):
@@ -127,6 +137,8 @@ def stream_to_terminal(
                     f"interp: execution ended with status {execution.status}{reason}",
                     file=sys.stderr,
                 )
+            if policy_text(execution):
+                print(f"interp: {policy_text(execution)}", file=sys.stderr)
             if execution.state_lost:
                 print(
                     "interp: the kernel was restarted; the session's state is lost", file=sys.stderr
@@ -467,3 +479,4 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
     add_mcp_command(subparsers, parent, embed, _quiet_http_log)
+    add_approvals_command(subparsers, parent, _quiet_http_log)

@@ -35,7 +35,7 @@ OTHER_VARIABLES: dict[str, str] = {
     "INTERP_FUZZ_EXAMPLES": "the test suite: examples per API fuzzing case",
 }
 #: Settings whose values never appear in a message.
-SECRET_FIELDS = frozenset({"api_keys", "metrics_key"})
+SECRET_FIELDS = frozenset({"api_keys", "metrics_key", "operator_keys"})
 #: Names that changed, with what to use instead.
 RENAMED: dict[str, str] = {"INTERP_API_KEYS": API_KEY_ENV}
 
@@ -55,7 +55,8 @@ def env_name(field: str) -> str:
 
 def flag_name(field: str) -> str:
     """The ``interp serve`` flag of a settings field."""
-    return "--api-key" if field == "api_keys" else "--" + field.replace("_", "-")
+    singular = {"api_keys": "--api-key", "operator_keys": "--operator-key"}
+    return singular.get(field) or "--" + field.replace("_", "-")
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:

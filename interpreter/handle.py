@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from interpreter.execution import ExecutionRecorder
-from interpreter.models import ErrorInfo, Execution, Output
+from interpreter.models import Approval, ErrorInfo, Execution, Output
+from interpreter.policy.approvals import PendingApproval
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,20 @@ class ErrorRaised:
 
 
 @dataclass(frozen=True)
+class ApprovalRequired:
+    """The execution waits for a person's approval (policy decision ``approve``)."""
+
+    approval: Approval
+
+
+@dataclass(frozen=True)
 class Done:
     """The last event: the execution as finally recorded."""
 
     execution: Execution
 
 
-Event = StreamText | OutputAdded | OutputCleared | ErrorRaised | Done
+Event = StreamText | OutputAdded | OutputCleared | ErrorRaised | ApprovalRequired | Done
 #: What a subscription yields: events, then ``None`` once the execution is done.
 Subscription = asyncio.Queue[Event | None]
 
@@ -79,6 +87,7 @@ class ExecutionHandle:
         request_id: the ``X-Request-Id`` of the HTTP request that submitted it, if any.
         resumed: an earlier broker sent it to the kernel; this one only awaits its end.
         notebook_sha256: the digest of its notebook cell (``interpreter/audit.py``).
+        approval: the approval it waits for before it may run (policy ``approve``).
     """
 
     execution: Execution
@@ -96,6 +105,7 @@ class ExecutionHandle:
     resumed: bool = False
     #: Digest of its notebook cell, once written (the audit chain covers it).
     notebook_sha256: str | None = None
+    approval: PendingApproval | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
 
     @classmethod

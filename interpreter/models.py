@@ -224,6 +224,65 @@ class ErrorInfo(BaseModel):
     traceback: list[str] = Field(default_factory=list)
 
 
+class ApprovalOutcome(BaseModel):
+    """How a held execution was decided: by whom (a key's name, or ``service`` for an
+    expiry), when and why."""
+
+    decision: Literal["approved", "denied", "expired"]
+    decided_by: str
+    decided_at: datetime
+    comment: str | None = None
+
+
+class PolicyResult(BaseModel):
+    """The policy stage's decision on an execution, and what it was based on."""
+
+    decision: Literal["allow", "deny", "approve"] = Field(
+        ..., description="'approve': held for a person's decision (see approval)."
+    )
+    policy: str = Field(..., description="The policy that decided (by its name in the file).")
+    rule: str | None = Field(None, description="The rule that matched; null: the default.")
+    message: str = Field("", description="The rule's message, for the agent.")
+    facts: dict[str, Any] = Field(
+        default_factory=dict, description="What the analyser found in the code."
+    )
+    approval_id: str | None = None
+    approval: ApprovalOutcome | None = None
+
+
+class Approval(BaseModel):
+    """An execution held for approval (``GET /v1/approvals``)."""
+
+    id: str
+    status: Literal["pending", "approved", "denied", "expired"]
+    session_id: str
+    execution_id: str
+    key: str = Field(..., description="The name of the key that submitted it.")
+    code: str
+    policy: str
+    rule: str | None = None
+    message: str = ""
+    facts: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    expires_at: datetime
+    outcome: ApprovalOutcome | None = None
+
+
+class ApprovalList(BaseModel):
+    approvals: list[Approval]
+
+
+class DecideRequest(_Request):
+    """Body of ``POST /v1/approvals/{id}/approve`` and ``.../deny`` (optional)."""
+
+    comment: str | None = Field(None, max_length=2000, description="Why, for the record.")
+
+    @field_validator("comment")
+    @classmethod
+    def _check_comment(cls, comment: str | None) -> str | None:
+        return None if comment is None else _check_text(comment)
+
+
 class Execution(BaseModel):
     id: str
     session_id: str
@@ -246,6 +305,9 @@ class Execution(BaseModel):
     )
     generation: int | None = Field(
         None, description="The kernel generation that ran it (see Session.generation)."
+    )
+    policy: PolicyResult | None = Field(
+        None, description="The policy decision, when a policy file is in use."
     )
 
 
@@ -305,7 +367,7 @@ class ErrorBody(BaseModel):
 
 # ------------------------------------------------------------------------------ stream
 
-EventName = Literal["stdout", "stderr", "output", "clear", "error", "done"]
+EventName = Literal["stdout", "stderr", "output", "clear", "error", "approval_required", "done"]
 
 
 class TextChunk(BaseModel):

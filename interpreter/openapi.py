@@ -25,6 +25,9 @@ _MODELS: list[type[BaseModel]] = [
     models.ClearEvent,
     models.ErrorInfo,
     models.ServiceInfo,
+    models.Approval,
+    models.ApprovalList,
+    models.DecideRequest,
 ]
 
 
@@ -113,7 +116,9 @@ def openapi_document() -> dict[str, Any]:
             "post": {
                 "summary": "Run code; JSON result, or SSE with Accept: text/event-stream",
                 "description": "SSE events: stdout, stderr (TextChunk), output (Output), clear "
-                "(ClearEvent), error (ErrorInfo), done (Execution).",
+                "(ClearEvent), error (ErrorInfo), approval_required (Approval: the policy "
+                "holds it for a person), done (Execution). A policy may deny the code "
+                "(status denied, never run; see Execution.policy).",
                 "parameters": [idempotency],
                 "requestBody": _body(models.ExecuteRequest),
                 "responses": {
@@ -255,6 +260,7 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    paths.update(_policy_paths())
     return {
         "openapi": "3.1.0",
         "info": {
@@ -270,4 +276,75 @@ def openapi_document() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "paths": paths,
+    }
+
+
+def _policy_paths() -> dict[str, Any]:
+    """The operator routes of the policy stage (operator keys only: agents get 403)."""
+    aid = {"name": "approval_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    decide = {
+        "requestBody": _body(models.DecideRequest, False),
+        "responses": {
+            "200": _json(models.Approval, "The decided approval"),
+            **_errors(401, 403, 404, 409, 422),
+        },
+    }
+    return {
+        "/v1/approvals": {
+            "get": {
+                "summary": "Executions held for approval (operator key)",
+                "parameters": [
+                    {
+                        "name": "status",
+                        "in": "query",
+                        "required": False,
+                        "schema": {
+                            "type": "string",
+                            "enum": ["pending", "approved", "denied", "expired", "all"],
+                        },
+                    },
+                    {
+                        "name": "wait_s",
+                        "in": "query",
+                        "required": False,
+                        "description": "When none match, wait up to this long for a change.",
+                        "schema": {"type": "number", "minimum": 0, "maximum": 60},
+                    },
+                ],
+                "responses": {
+                    "200": _json(models.ApprovalList, "Approvals"),
+                    **_errors(401, 403, 422),
+                },
+            }
+        },
+        "/v1/approvals/{approval_id}": {
+            "parameters": [aid],
+            "get": {
+                "summary": "One approval (operator key)",
+                "responses": {
+                    "200": _json(models.Approval, "Approval"),
+                    **_errors(401, 403, 404),
+                },
+            },
+        },
+        "/v1/approvals/{approval_id}/approve": {
+            "parameters": [aid],
+            "post": {"summary": "Let the held execution run (operator key)", **decide},
+        },
+        "/v1/approvals/{approval_id}/deny": {
+            "parameters": [aid],
+            "post": {"summary": "Deny the held execution (operator key)", **decide},
+        },
+        "/v1/policy": {
+            "get": {
+                "summary": "The policy in use and why a change was refused (operator key)",
+                "responses": {
+                    "200": {
+                        "description": "Policy status",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    **_errors(401, 403),
+                },
+            }
+        },
     }

@@ -8,6 +8,7 @@ cells); the result is a :class:`~interpreter.models.RebuildReport` on the sessio
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,12 @@ import nbformat
 
 from interpreter.cells import plan
 from interpreter.errors import ValidationFailed
+from interpreter.handle import ExecutionHandle
 from interpreter.models import RebuildReport
 from interpreter.session import LiveSession
+
+#: Queues one cell: (code, timeout_s, extra_meta=...) -> its handle.
+Submit = Callable[..., Awaitable[ExecutionHandle]]
 
 
 @dataclass(frozen=True)
@@ -47,20 +52,27 @@ def from_notebook(nb: dict[str, Any]) -> RebuildSource:
 
 
 async def replay_into(
-    session: LiveSession, nb: dict[str, Any], source: str, timeout_s: float
+    session: LiveSession,
+    nb: dict[str, Any],
+    source: str,
+    timeout_s: float,
+    submit: Submit | None = None,
 ) -> RebuildReport:
     """Re-run the cells of ``nb`` that the cell rule keeps, in order, in ``session``.
 
     The report counts the cells with code (empty ones are not counted); ``failed`` holds
-    positions among the re-run cells.
+    positions among the re-run cells. ``submit`` queues one cell (default
+    ``session.submit``; the broker passes one that applies the key's policy).
     """
+    if submit is None:
+        submit = session.submit
     cells = [c for c in plan(nb) if c.skip != "empty"]
     sources = [c.source for c in cells if c.rerun]
     report = RebuildReport(
         source=source, cells_total=len(cells), cells_skipped=len(cells) - len(sources)
     )
     for index, code in enumerate(sources):
-        handle = await session.submit(
+        handle = await submit(
             code, timeout_s, extra_meta={"replay_of": index, "replay_source": source}
         )
         await handle.finished.wait()

@@ -43,14 +43,22 @@ from interpreter.errors import (
 )
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
-from interpreter.handle import ExecutionHandle
+from interpreter.handle import ApprovalRequired, ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, Restart, RestartBudget
 from interpreter.metrics import Metrics
-from interpreter.models import ErrorInfo, Execution, ExecutionStatus, SessionStatus
+from interpreter.models import (
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    PolicyResult,
+    SessionStatus,
+)
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture, conclude
+from interpreter.policy.approvals import PendingApproval
+from interpreter.policy.held import PolicyStage
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 
@@ -65,7 +73,7 @@ RESUMED_NOTE = (
 )
 
 
-class LiveSession:
+class LiveSession(PolicyStage):
     """A session whose kernel is (or is being) run by this broker.
 
     Build it with :class:`~interpreter.launch.SessionFactory`, which also starts or
@@ -287,9 +295,13 @@ class LiveSession:
         stream: bool = False,
         request_id: str | None = None,
         reject_if_busy: bool = False,
+        policy: PolicyResult | None = None,
+        hold: Callable[[Execution], PendingApproval] | None = None,
     ) -> ExecutionHandle:
         """Queue one execution; raises SessionClosed, SessionBusy, SessionRunning (with
-        ``reject_if_busy``) or AuditDegraded."""
+        ``reject_if_busy``) or AuditDegraded. ``policy`` is the policy's decision on it;
+        with ``hold`` it waits in the queue, ``pending_approval``, for the approval that
+        ``hold`` opens."""
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
@@ -304,14 +316,23 @@ class LiveSession:
         if self.executions.full:
             raise SessionBusy.queue_full(self.id, self.executions.waiting)
         self.touch()
-        execution = Execution(id=new_id("ex"), session_id=self.id, status="queued", code=code)
+        execution = Execution(
+            id=new_id("ex"), session_id=self.id, status="queued", code=code, policy=policy
+        )
         handle = ExecutionHandle(
-            execution, 0, timeout_s, extra_meta=extra_meta or {}, request_id=request_id
+            execution, 0, timeout_s, extra_meta=dict(extra_meta or {}), request_id=request_id
         )
         if stream:
             # Subscribe before queueing, so not even the first event can be missed.
             handle.stream = handle.subscribe()
+        if hold is not None:
+            handle.approval = hold(execution)
+            execution.status = "pending_approval"
+        if policy is not None:
+            handle.extra_meta["policy"] = policy.model_dump(mode="json")
         self.executions.put(handle)
+        if handle.approval is not None:
+            handle.publish(ApprovalRequired(handle.approval.model()))
         # Awaited: an execution id handed to a client is on record even if the broker is
         # killed right after (it then comes back as `unknown`, R-07).
         await self.writer.run(partial(self._save_execution, handle))
@@ -349,6 +370,8 @@ class LiveSession:
 
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
         ex = handle.execution
+        if handle.approval is not None:
+            handle.approval.withdraw(reason)
         ex.status = status
         ex.reason = reason
         if ex.started_at is not None:
@@ -365,6 +388,8 @@ class LiveSession:
             return
         ex = handle.execution
         loop = asyncio.get_running_loop()
+        if not await self._await_approval(handle):
+            return
         await self._replaced.wait()  # a restart in progress finishes first
         if self.status == "dead" or not await self.kernel.is_alive():
             # The kernel died while nobody was running anything: replace it first.

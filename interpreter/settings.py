@@ -14,6 +14,8 @@ ENV_PREFIX = "INTERP_"
 #: The API key has one name everywhere: the server reads it (comma-separated keys), the
 #: SDK, the CLI and MCP hosts send it.
 API_KEY_ENV = "INTERP_API_KEY"
+#: Operator keys (comma-separated): the only keys that decide approvals.
+OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
 
 
 class Settings(BaseSettings):
@@ -36,6 +38,20 @@ class Settings(BaseSettings):
         None,
         min_length=8,
         description="Operator key: when set, /metrics answers only to it (tenant keys get 403).",
+    )
+    operator_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices(OPERATOR_KEY_ENV),
+        description="Operator keys (comma-separated): they decide approvals (/v1/approvals); "
+        "agents' API keys cannot.",
+    )
+    policy_file: Path | None = Field(
+        None,
+        description="Policy file (TOML): per-key rules (allow, deny, approve) and limits, "
+        "reloaded when it changes. None: no policy stage.",
+    )
+    policy_poll_s: float = Field(
+        2.0, gt=0, description="How often the policy file is checked for changes."
     )
     e2b_port: int | None = Field(
         None,
@@ -135,7 +151,7 @@ class Settings(BaseSettings):
         # the ipc socket paths built from it) would point somewhere else.
         return value.expanduser().absolute()
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "operator_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from interpreter.handle import Done, ErrorRaised, Event, OutputAdded, OutputCleared, StreamText
+from interpreter.handle import (
+    ApprovalRequired,
+    Done,
+    ErrorRaised,
+    Event,
+    OutputAdded,
+    OutputCleared,
+    StreamText,
+)
 from interpreter.models import ClearEvent, TextChunk
 
 
@@ -28,6 +36,8 @@ def _named_payload(event: Event) -> tuple[str, BaseModel]:
         return "clear", ClearEvent(wait=event.wait)
     if isinstance(event, ErrorRaised):
         return "error", event.error
+    if isinstance(event, ApprovalRequired):
+        return "approval_required", event.approval
     if isinstance(event, Done):
         return "done", event.execution
     raise TypeError(f"not an execution event: {event!r}")

@@ -11,6 +11,13 @@ from typing import Any
 
 from tornado.iostream import StreamClosedError
 
+from interpreter.api.approvals import (
+    ApprovalHandler,
+    ApprovalsHandler,
+    DecideHandler,
+    DenyHandler,
+    PolicyHandler,
+)
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
 from interpreter.api.info import service_info
@@ -316,12 +323,18 @@ ROUTES: list[tuple[str, type[BaseHandler]]] = [
     ("/v1/sessions/{session_id}/files/{path}", FileHandler),
     ("/v1/sessions/{session_id}/notebook", NotebookHandler),
     ("/v1/sessions/{session_id}/artifacts/{artifact_id}", ArtifactHandler),
+    ("/v1/approvals/?", ApprovalsHandler),
+    ("/v1/approvals/{approval_id}", ApprovalHandler),
+    ("/v1/approvals/{approval_id}/approve", DecideHandler),
+    ("/v1/approvals/{approval_id}/deny", DenyHandler),
+    ("/v1/policy", PolicyHandler),
 ]
 PARAMS = {
     "session_id": r"[A-Za-z0-9_-]{1,100}",
     "execution_id": r"[A-Za-z0-9_-]{1,100}",
     "path": r".+",
     "artifact_id": r"[^/]{1,100}",
+    "approval_id": r"[A-Za-z0-9_-]{1,100}",
 }
 
 

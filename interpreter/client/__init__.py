@@ -28,6 +28,7 @@ from interpreter.client._errors import (
     ServerError,
 )
 from interpreter.client._events import (
+    ApprovalRequiredEvent,
     ClearOutputEvent,
     DoneEvent,
     ErrorEvent,
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_RETRIES_ENV",
     "URL_ENV",
     "APIError",
+    "ApprovalRequiredEvent",
     "Artifact",
     "AsyncArtifact",
     "AsyncClient",

@@ -17,6 +17,7 @@ import anyio
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from interpreter.client import _approvals as approvals
 from interpreter.client import protocol as proto
 from interpreter.client._config import (
     SOCKET_OPTIONS,
@@ -34,7 +35,14 @@ from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import AsyncArtifact, AsyncRunResult
 from interpreter.client._retry import connection_failed
 from interpreter.client.protocol import IfBusy, OnDisconnect
-from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList, ServiceInfo
+from interpreter.models import (
+    TERMINAL_STATUSES,
+    Approval,
+    ArtifactRef,
+    Execution,
+    FileList,
+    ServiceInfo,
+)
 from interpreter.models import Session as SessionInfo
 
 T = TypeVar("T")
@@ -137,6 +145,24 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         """The service's liveness answer."""
         return await self._call(proto.health())
+
+    async def list_approvals(
+        self, status: str = "pending", *, wait_s: float | None = None
+    ) -> list[Approval]:
+        """Held executions (operator key); ``wait_s``: wait that long for one to appear."""
+        return await self._call(approvals.list_approvals(status, wait_s))
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        """One held execution and its decision, if made (operator key)."""
+        return await self._call(approvals.get_approval(approval_id))
+
+    async def approve(self, approval_id: str, comment: str | None = None) -> Approval:
+        """Let a held execution run (operator key); the comment is recorded."""
+        return await self._call(approvals.decide(approval_id, approve=True, comment=comment))
+
+    async def deny(self, approval_id: str, comment: str | None = None) -> Approval:
+        """Refuse a held execution (operator key): it ends ``denied``, never run."""
+        return await self._call(approvals.decide(approval_id, approve=False, comment=comment))
 
     # -- plumbing -----------------------------------------------------------------------
 

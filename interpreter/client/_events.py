@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
-from interpreter.models import ErrorInfo, Execution, Output
+from interpreter.models import Approval, ErrorInfo, Execution, Output
 
 R = TypeVar("R")
 
@@ -51,6 +51,15 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True)
+class ApprovalRequiredEvent:
+    """The service's policy holds the code for a person's approval; it runs (or is
+    denied) once an operator decides, or is denied when the approval expires."""
+
+    approval: Approval
+    name: ClassVar[str] = "approval_required"
+
+
+@dataclass(frozen=True)
 class DoneEvent(Generic[R]):
     """The last event: the finished execution, and the same wrapped as a run result."""
 
@@ -59,5 +68,7 @@ class DoneEvent(Generic[R]):
     name: ClassVar[str] = "done"
 
 
-ProgressEvent = StdoutEvent | StderrEvent | OutputEvent | ClearOutputEvent | ErrorEvent
+ProgressEvent = (
+    StdoutEvent | StderrEvent | OutputEvent | ClearOutputEvent | ErrorEvent | ApprovalRequiredEvent
+)
 """Every event but the final ``DoneEvent``."""

@@ -12,7 +12,14 @@ import anyio
 
 from interpreter.client._errors import ExecutionError
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
-from interpreter.models import ArtifactRef, ErrorInfo, Execution, ExecutionStatus, Output
+from interpreter.models import (
+    ArtifactRef,
+    ErrorInfo,
+    Execution,
+    ExecutionStatus,
+    Output,
+    PolicyResult,
+)
 
 A = TypeVar("A", bound="_ArtifactBase")
 
@@ -121,6 +128,16 @@ class _RunResultBase(Generic[A]):
     def ok(self) -> bool:
         """True when the code ran to the end without raising."""
         return self.execution.status == "ok"
+
+    @property
+    def denied(self) -> bool:
+        """True when the service's policy refused the code (it never ran); see ``policy``."""
+        return self.execution.status == "denied"
+
+    @property
+    def policy(self) -> PolicyResult | None:
+        """The policy's decision (rule, message, facts, approval); None without a policy."""
+        return self.execution.policy
 
     @property
     def stdout(self) -> str:

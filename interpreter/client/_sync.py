@@ -13,6 +13,7 @@ from typing import IO, Any, TypeVar
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from interpreter.client import _approvals as approvals
 from interpreter.client import protocol as proto
 from interpreter.client._config import (
     SOCKET_OPTIONS,
@@ -30,7 +31,14 @@ from interpreter.client._events import DoneEvent, ProgressEvent
 from interpreter.client._results import Artifact, RunResult
 from interpreter.client._retry import connection_failed
 from interpreter.client.protocol import IfBusy, OnDisconnect
-from interpreter.models import TERMINAL_STATUSES, ArtifactRef, Execution, FileList, ServiceInfo
+from interpreter.models import (
+    TERMINAL_STATUSES,
+    Approval,
+    ArtifactRef,
+    Execution,
+    FileList,
+    ServiceInfo,
+)
 from interpreter.models import Session as SessionInfo
 
 T = TypeVar("T")
@@ -149,6 +157,24 @@ class Client:
     def health(self) -> dict[str, Any]:
         """The service's liveness answer."""
         return self._call(proto.health())
+
+    def list_approvals(
+        self, status: str = "pending", *, wait_s: float | None = None
+    ) -> list[Approval]:
+        """Held executions (operator key); ``wait_s``: wait that long for one to appear."""
+        return self._call(approvals.list_approvals(status, wait_s))
+
+    def get_approval(self, approval_id: str) -> Approval:
+        """One held execution and its decision, if made (operator key)."""
+        return self._call(approvals.get_approval(approval_id))
+
+    def approve(self, approval_id: str, comment: str | None = None) -> Approval:
+        """Let a held execution run (operator key); the comment is recorded."""
+        return self._call(approvals.decide(approval_id, approve=True, comment=comment))
+
+    def deny(self, approval_id: str, comment: str | None = None) -> Approval:
+        """Refuse a held execution (operator key): it ends ``denied``, never run."""
+        return self._call(approvals.decide(approval_id, approve=False, comment=comment))
 
     # -- plumbing -----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from interpreter.client._errors import (
     ServerError,
 )
 from interpreter.client._events import (
+    ApprovalRequiredEvent,
     ClearOutputEvent,
     ErrorEvent,
     OutputEvent,
@@ -39,6 +40,7 @@ from interpreter.client._events import (
     StdoutEvent,
 )
 from interpreter.models import (
+    Approval,
     ClearEvent,
     ErrorInfo,
     Execution,
@@ -425,6 +427,8 @@ def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
             return ClearOutputEvent(ClearEvent.model_validate(data).wait)
         if sse.event == "error":
             return ErrorEvent(ErrorInfo.model_validate(data))
+        if sse.event == "approval_required":
+            return ApprovalRequiredEvent(Approval.model_validate(data))
         if sse.event == "done":
             return Execution.model_validate(data)
     except (ValueError, ValidationError) as exc:

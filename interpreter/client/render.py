@@ -14,6 +14,7 @@ from typing import Any
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
 from interpreter.mime import strip_ansi as strip_ansi
 from interpreter.models import Execution, Output
+from interpreter.policy.explain import policy_text
 
 _HTML_TAG = re.compile(r"<[^>]+>")
 
@@ -136,7 +137,10 @@ def execution_header(execution: Execution) -> str:
         head += "\nThe kernel died (out of memory, a crash, or os._exit) and was restarted."
     elif execution.status == "interrupted":
         head += "\nThe code was interrupted."
-    if execution.reason and execution.status != "ok":
+    policy = policy_text(execution)
+    if policy:
+        head += "\n" + policy
+    elif execution.reason and execution.status != "ok":
         head += f" Reason: {execution.reason}."
     if execution.state_lost:
         head += (

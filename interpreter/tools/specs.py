@@ -46,7 +46,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "part again. Code running past timeout_s is interrupted; if the kernel has to be "
         "restarted the result says that all state was lost. The kernel may have no network "
         "access: do not rely on downloading data or installing packages. IPython magics "
-        "(%timeit) and shell escapes (!ls) work.",
+        "(%timeit) and shell escapes (!ls) work, unless the service's policy forbids them: "
+        "a result with status denied did not run; its message says what the policy allows "
+        "instead, so rewrite the code accordingly.",
         {
             "type": "object",
             "properties": {

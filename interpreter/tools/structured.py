@@ -71,6 +71,11 @@ RUN_CODE_OUTPUT_SCHEMA: dict[str, Any] = {
             },
         },
         "reason": {"type": ["string", "null"]},
+        "policy": {
+            **_NULLABLE_OBJECT,
+            "description": "The service policy's decision: decision (allow, deny, approve), "
+            "rule, message (what to change), facts, and a person's approval if one was asked.",
+        },
         "artifact_ids": {
             **_IDS,
             "description": "Every artifact of the run: images, large outputs, full texts.",
@@ -127,5 +132,6 @@ def execution_data(execution: Execution, *, limit: int = 20_000) -> dict[str, An
         "outputs": outputs,
         "error": error,
         "reason": execution.reason,
+        "policy": execution.policy.model_dump(mode="json") if execution.policy else None,
         "artifact_ids": artifact_ids,
     }

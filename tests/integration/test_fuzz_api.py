@@ -80,8 +80,9 @@ EXPENSIVE = {"POST /v1/sessions": 4, "POST /v1/sessions/{session_id}/restart": 6
 #: always make an optional body invalid).
 NEGATIVE_CREATES = 10
 #: What a request the schema forbids may get (413: a string over its maxLength can make
-#: the body larger than the service accepts).
-REJECTED = ["400", "401", "404", "405", "409", "410", "413", "422", "429"]
+#: the body larger than the service accepts; 403: operator routes refuse the agent's key
+#: before they read the request).
+REJECTED = ["400", "401", "403", "404", "405", "409", "410", "413", "422", "429"]
 SSE_EVENTS = {"stdout", "stderr", "output", "clear", "error", "done"}
 #: A 1x1 PNG: displayed once, it becomes the session's artifact.
 PNG = (
@@ -191,6 +192,7 @@ def target() -> Iterator[Target]:
             "execution_id": execution["id"],
             "artifact_id": execution["outputs"][0]["artifacts"][0]["id"],
             "path": "data.txt",
+            "approval_id": "ap_none",  # operator routes: the agent's key gets 403
         }
         yield Target(server, _load_schema(server.url), ids, victim, log, {sid, victim})
         with server.client() as client:

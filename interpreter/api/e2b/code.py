@@ -21,7 +21,8 @@ from interpreter.api.e2b import envs, results
 from interpreter.api.e2b.base import E2BHandler
 from interpreter.errors import BadRequest, ValidationFailed
 from interpreter.handle import Done, ErrorRaised, Event, ExecutionHandle, OutputAdded, StreamText
-from interpreter.models import ExecuteRequest
+from interpreter.models import ErrorInfo, ExecuteRequest
+from interpreter.policy.explain import policy_text
 
 #: Longest silence on an execution stream; E2B's SDK expects a line at least every 5 s.
 KEEPALIVE_S = 4.0
@@ -137,6 +138,10 @@ class ExecuteHandler(E2BHandler):
             items = []
             if ex.error is not None and not error_sent:
                 items.append(results.error_item(ex.error))
+            elif ex.status == "denied" and ex.policy is not None:
+                # E2B has no such status: the policy's answer arrives as the run's error.
+                why = ErrorInfo(ename="PolicyDenied", evalue=policy_text(ex))
+                items.append(results.error_item(why))
             count = results.count_item(ex)
             if count is not None:
                 items.append(count)

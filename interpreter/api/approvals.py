@@ -1,0 +1,89 @@
+"""Operator routes of the policy stage: ``/v1/approvals`` and ``/v1/policy``.
+
+Only an operator key (``INTERP_OPERATOR_KEY``) passes; an agent's API key gets 403, so an
+agent cannot approve its own code. Decisions are recorded under the operator key's name
+(from the policy file's ``[[keys]]``, else a hash prefix), never the key itself.
+"""
+
+from __future__ import annotations
+
+from interpreter.api.base import BaseHandler, _matching
+from interpreter.errors import Forbidden, Unauthorized, ValidationFailed
+from interpreter.models import ApprovalList, DecideRequest
+
+#: Longest ``?wait_s=`` of the list: the live view's long poll.
+MAX_WAIT_S = 60.0
+STATUSES = ("pending", "approved", "denied", "expired", "all")
+
+
+class OperatorHandler(BaseHandler):
+    operator_name = "operator"
+
+    def check_auth(self) -> None:
+        operators = self.conf.operator_keys
+        token = self.bearer_token()
+        key = _matching(token, operators) if operators else None
+        if key is not None:
+            self.key_id = self.operator_name = self.broker.policy.key_name(key)
+            return
+        if _matching(token, self.conf.api_keys) is not None or not self.conf.api_keys:
+            raise Forbidden(
+                "This route needs an operator key (INTERP_OPERATOR_KEY); an agent's API key "
+                "cannot list or decide approvals."
+                + ("" if operators else " No operator key is configured.")
+            )
+        raise Unauthorized("Invalid API key.")
+
+
+class ApprovalsHandler(OperatorHandler):
+    async def get(self) -> None:
+        status = self.get_query_argument("status", "pending")
+        if status not in STATUSES:
+            raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}.")
+        wait = self._wait_s()
+        book = self.broker.policy.approvals
+        found = book.list(status)
+        if not found and wait > 0:
+            await book.wait_change(wait)
+            found = book.list(status)
+        self.send_json(ApprovalList(approvals=[a.model() for a in found]))
+
+    def _wait_s(self) -> float:
+        raw = self.get_query_argument("wait_s", None)
+        if raw is None:
+            return 0.0
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value <= MAX_WAIT_S:
+            raise ValidationFailed(f"wait_s must be a number of seconds from 0 to {MAX_WAIT_S:g}.")
+        return value
+
+
+class ApprovalHandler(OperatorHandler):
+    async def get(self, approval_id: str) -> None:
+        self.send_json(self.broker.policy.approvals.get(approval_id).model())
+
+
+class DecideHandler(OperatorHandler):
+    approve = True
+
+    async def post(self, approval_id: str) -> None:
+        req = self.parse(DecideRequest, optional=True)
+        approval = self.broker.policy.approvals.decide(
+            approval_id, approve=self.approve, by=self.operator_name, comment=req.comment
+        )
+        self.send_json(approval.model())
+
+
+class DenyHandler(DecideHandler):
+    approve = False
+
+
+class PolicyHandler(OperatorHandler):
+    async def get(self) -> None:
+        watcher = self.broker.policy.watcher
+        self.send_json(
+            {"active": False} if watcher is None else {"active": True, **watcher.status()}
+        )

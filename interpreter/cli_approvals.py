@@ -1,0 +1,106 @@
+"""``interp approvals``: list, show, approve and deny executions held by the policy.
+
+An operator key is needed (``--api-key``, else ``$INTERP_OPERATOR_KEY``); an agent's key
+gets 403. ``--watch`` is a live view: it waits for held executions and prints each new
+one as it arrives, until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from interpreter.client import Client, ClientError
+from interpreter.models import Approval
+
+OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
+#: Seconds each long poll of the live view waits on the service.
+WATCH_POLL_S = 30.0
+Command = Callable[[argparse.Namespace], int]
+
+
+def add_approvals_command(
+    subparsers: Any, parent: argparse.ArgumentParser, wrap: Callable[[Command], Command]
+) -> None:
+    cmd = subparsers.add_parser(
+        "approvals",
+        parents=[parent],
+        help="List and decide executions the policy holds for approval (operator key).",
+        description="Without an action: list pending approvals. The key is --api-key, else "
+        f"${OPERATOR_KEY_ENV}; agents' API keys cannot decide.",
+    )
+    cmd.add_argument(
+        "action", nargs="?", choices=["list", "show", "approve", "deny"], default="list"
+    )
+    cmd.add_argument("approval_id", nargs="?", help="The approval (show, approve, deny).")
+    cmd.add_argument("-m", "--comment", help="Why, recorded with the decision.")
+    cmd.add_argument(
+        "--status",
+        default="pending",
+        choices=["pending", "approved", "denied", "expired", "all"],
+        help="Which approvals to list (default pending).",
+    )
+    cmd.add_argument("--watch", action="store_true", help="Live view: print new ones as they come.")
+    cmd.add_argument("--json", action="store_true", help="Print JSON.")
+    cmd.set_defaults(func=wrap(cmd_approvals))
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    key = args.api_key or os.environ.get(OPERATOR_KEY_ENV) or None
+    if args.action in ("show", "approve", "deny") and not args.approval_id:
+        print(f"interp: approvals {args.action} needs an approval id", file=sys.stderr)
+        return 2
+    try:
+        with Client(args.url, api_key=key, timeout=WATCH_POLL_S + 30) as client:
+            if args.watch:
+                return _watch(client, args.json)
+            if args.action == "list":
+                _print(client.list_approvals(args.status), args.json)
+            elif args.action == "show":
+                _print([client.get_approval(args.approval_id)], True)
+            else:
+                decide = client.approve if args.action == "approve" else client.deny
+                done = decide(args.approval_id, args.comment)
+                _print([done], args.json)
+    except ClientError as exc:
+        print(f"interp: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _watch(client: Client, as_json: bool) -> int:
+    seen: set[str] = set()
+    print("waiting for executions held for approval (Ctrl-C to stop)", file=sys.stderr)
+    while True:
+        fresh = [a for a in client.list_approvals(wait_s=WATCH_POLL_S) if a.id not in seen]
+        if not fresh:
+            continue
+        seen.update(a.id for a in fresh)
+        _print(fresh, as_json)
+
+
+def _print(approvals: list[Approval], as_json: bool) -> None:
+    if as_json:
+        for item in approvals:
+            print(json.dumps(json.loads(item.model_dump_json())), flush=True)
+        return
+    if not approvals:
+        print("no approvals", flush=True)
+    for a in approvals:
+        decided = ""
+        if a.outcome is not None:
+            decided = f" by {a.outcome.decided_by}" + (
+                f" ({a.outcome.comment})" if a.outcome.comment else ""
+            )
+        first = a.code.strip().splitlines()[0] if a.code.strip() else ""
+        print(
+            f"{a.id}  {a.status}{decided}  key={a.key} session={a.session_id} "
+            f"rule={a.rule or '(default)'} expires={a.expires_at:%H:%M:%S}\n    {first[:100]}",
+            flush=True,
+        )

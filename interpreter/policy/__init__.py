@@ -1,0 +1,1 @@
+"""The policy stage: facts of the code, rules, the policy file, approvals."""

@@ -1,0 +1,314 @@
+"""What a cell would do, derived from its source before it runs: the facts a policy matches.
+
+Pure: code in, :class:`Facts` out, with the standard library's :mod:`ast` (never a regex
+over the source). IPython syntax (``!cmd``, ``%magic``, ``%%cell_magic``) is turned into
+the Python IPython itself would run first, so a shell escape is seen as the
+``get_ipython().system(...)`` call it becomes.
+
+Names are resolved through the cell's own imports and simple assignments: after
+``import subprocess as sp`` the call ``sp.run`` is ``subprocess.run``; after
+``from os import system as s`` the call ``s`` is ``os.system``; ``os.path.join`` is an
+attribute chain on ``os``. What cannot be known without running the code (an import whose
+name is a variable, ``getattr`` with a computed name, ``eval`` of a string built at run
+time) is reported in :attr:`Facts.unknown` instead of guessed. A policy is not a sandbox:
+README "Policies" lists what this analysis does not catch.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+#: Line magics (after ``%``) and cell magics (after ``%%``) that run a shell.
+SHELL_MAGICS = frozenset(
+    {"sx", "system", "sh", "bash", "script", "pip", "conda", "mamba", "run", "perl", "ruby"}
+)
+#: Characters without which IPython leaves a cell as it is (magics, shell, help).
+_IPYTHON_MARKS = ("!", "%", "?")
+#: Calls that open a path for writing when given a writing mode.
+_OPENERS = frozenset({"open", "io.open", "os.open", "pathlib.Path.open", "codecs.open"})
+_PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir"})
+_DYNAMIC_RUNNERS = frozenset({"eval", "exec", "compile", "builtins.eval", "builtins.exec"})
+_IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
+#: Where a Docker session's files live; the local backend passes its own directory.
+WORKSPACE_ROOTS = ("/workspace",)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the analyser found in one cell.
+
+    Attributes:
+        syntax_error: the cell is not valid Python, even after IPython's transforms.
+        imports: modules imported, with their parents (``os.path`` adds ``os``).
+        calls: called names, resolved to dotted module paths where possible
+            (``os.system``, ``subprocess.run``, ``eval``, ``pathlib.Path.unlink``).
+        magics: IPython magics used (``bash``, ``pip``, ...), and ``!`` for a shell escape.
+        shell: the cell starts a shell (``!cmd``, ``%sx``, ``%%bash``, ``%pip`` ...).
+        dynamic_exec: ``eval``/``exec``/``compile`` of something other than a literal.
+        writes_outside_workspace: literal paths opened for writing outside the workspace.
+        unknown: what could not be determined (``import``, ``getattr``, ``write_path``,
+            ``exec_source``); a rule can match on it.
+    """
+
+    syntax_error: bool = False
+    imports: frozenset[str] = frozenset()
+    calls: frozenset[str] = frozenset()
+    magics: frozenset[str] = frozenset()
+    shell: bool = False
+    dynamic_exec: bool = False
+    writes_outside_workspace: frozenset[str] = frozenset()
+    unknown: frozenset[str] = frozenset()
+
+    def summary(self) -> dict[str, Any]:
+        """The facts as JSON data (sorted lists; empty ones left out)."""
+        out: dict[str, Any] = {}
+        for name in ("imports", "calls", "magics", "writes_outside_workspace", "unknown"):
+            values = getattr(self, name)
+            if values:
+                out[name] = sorted(values)
+        for flag in ("syntax_error", "shell", "dynamic_exec"):
+            if getattr(self, flag):
+                out[flag] = True
+        return out
+
+
+def analyse(code: str, workspaces: tuple[str, ...] = WORKSPACE_ROOTS) -> Facts:
+    """The facts of one cell (never raises); relative paths are in the workspace, and
+    absolute ones are when under one of ``workspaces``."""
+    source = _python_of(code)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return Facts(syntax_error=True, **_line_magics_only(code))
+    walker = _Walker(workspaces)
+    try:
+        walker.visit(tree)
+    except RecursionError:
+        return Facts(syntax_error=True, unknown=frozenset({"too_deep"}))
+    return walker.facts()
+
+
+# ------------------------------------------------------------------- IPython syntax
+
+
+def _python_of(code: str) -> str:
+    """The Python IPython would run for ``code`` (its magics and ``!`` made calls)."""
+    if not any(mark in code for mark in _IPYTHON_MARKS):
+        return code  # nothing for IPython to transform (and its transforms are slow)
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # pragma: no cover - IPython comes with ipykernel
+        return code
+    try:
+        result: str = TransformerManager().transform_cell(code)  # type: ignore[no-untyped-call]
+    except Exception:
+        return code
+    return result
+
+
+def _line_magics_only(code: str) -> dict[str, Any]:
+    """Magic facts of a cell that does not parse, from its lines' prefixes alone."""
+    magics: set[str] = set()
+    for line in code.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith("!"):
+            magics.add("!")
+        elif stripped.startswith("%"):
+            name = stripped.lstrip("%").split(maxsplit=1)
+            if name:
+                magics.add(name[0])
+    return {"magics": frozenset(magics), "shell": bool(magics & (SHELL_MAGICS | {"!"}))}
+
+
+# ------------------------------------------------------------------------ the walker
+
+
+class _Walker(ast.NodeVisitor):
+    def __init__(self, workspaces: tuple[str, ...]) -> None:
+        self.workspaces = workspaces
+        #: Local name -> the dotted path it stands for (``sp`` -> ``subprocess``).
+        self.aliases: dict[str, str] = {}
+        self.imports: set[str] = set()
+        self.calls: set[str] = set()
+        self.magics: set[str] = set()
+        self.writes: set[str] = set()
+        self.unknown: set[str] = set()
+        self.dynamic_exec = False
+
+    def facts(self) -> Facts:
+        shell = bool(self.magics & (SHELL_MAGICS | {"!"}))
+        return Facts(
+            imports=frozenset(self.imports),
+            calls=frozenset(self.calls),
+            magics=frozenset(self.magics),
+            shell=shell,
+            dynamic_exec=self.dynamic_exec,
+            writes_outside_workspace=frozenset(self.writes),
+            unknown=frozenset(self.unknown),
+        )
+
+    # -- names
+
+    def _import(self, module: str) -> None:
+        parts = module.split(".")
+        for i in range(1, len(parts) + 1):
+            self.imports.add(".".join(parts[:i]))
+
+    def resolve(self, node: ast.AST) -> str | None:
+        """The dotted path of a name or attribute chain, through known aliases."""
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.resolve(node.value)
+            return f"{base}.{node.attr}" if base is not None else None
+        if isinstance(node, ast.Call):
+            inner = self.resolve(node.func)
+            if inner == "getattr":
+                return self._getattr_path(node)
+            if inner in _IMPORTERS and node.args and _literal_str(node.args[0]) is not None:
+                return _literal_str(node.args[0])
+            if inner in ("get_ipython", "IPython.get_ipython"):
+                return "get_ipython()"
+            if inner is not None and inner.endswith(("pathlib.Path", "pathlib.PurePath")):
+                return "pathlib.Path"
+        return None
+
+    def _getattr_path(self, call: ast.Call) -> str | None:
+        if len(call.args) < 2:
+            return None
+        base = self.resolve(call.args[0])
+        attr = _literal_str(call.args[1])
+        if attr is None:
+            self.unknown.add("getattr")
+            return None
+        return f"{base}.{attr}" if base is not None else None
+
+    # -- statements
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._import(alias.name)
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".")[0]
+                self.aliases[top] = top
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level:
+            self.unknown.add("import")  # relative: depends on where the code runs
+        if module:
+            self._import(module)
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            full = f"{module}.{alias.name}" if module else alias.name
+            self.aliases[alias.asname or alias.name] = full
+            if module:
+                self.imports.add(full)  # `from os import path` may import a submodule
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.generic_visit(node)
+        target = node.targets[0] if len(node.targets) == 1 else None
+        if isinstance(target, ast.Name):
+            path = self.resolve(node.value)
+            if path is not None and isinstance(node.value, ast.Name | ast.Attribute | ast.Call):
+                self.aliases[target.id] = path
+            else:
+                self.aliases.pop(target.id, None)
+
+    # -- calls
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.generic_visit(node)
+        name = self.resolve(node.func)
+        if name is None:
+            return
+        self.calls.add(name)
+        if name in _IMPORTERS:
+            module = _literal_str(node.args[0]) if node.args else None
+            if module is None:
+                self.unknown.add("import")
+            else:
+                self._import(module)
+        elif name in _DYNAMIC_RUNNERS:
+            if not node.args or _literal_str(node.args[0]) is None:
+                self.dynamic_exec = True
+                self.unknown.add("exec_source")
+        elif name.startswith("get_ipython()."):
+            self._ipython_call(name.removeprefix("get_ipython()."), node)
+        self._check_write(name, node)
+
+    def _ipython_call(self, method: str, node: ast.Call) -> None:
+        if method in ("system", "getoutput"):
+            self.magics.add("!")
+        elif method in ("run_line_magic", "run_cell_magic", "magic"):
+            magic = _literal_str(node.args[0]) if node.args else None
+            if magic is None:
+                self.unknown.add("magic")
+            else:
+                self.magics.add(magic.split()[0] if magic.split() else magic)
+
+    def _check_write(self, name: str, node: ast.Call) -> None:
+        method = name.rsplit(".", 1)[-1]
+        if name in _OPENERS or (method == "open" and name.startswith("pathlib.Path")):
+            path_node: ast.AST | None = (
+                node.args[0] if node.args and name != "pathlib.Path.open" else None
+            )
+            if name == "pathlib.Path.open":
+                path_node = _path_arg(node.func)
+            mode = _mode_of(node, name)
+            if mode is None or not any(c in mode for c in "wax+"):
+                return
+            self._write_target(path_node)
+        elif name.startswith("pathlib.Path.") and method in _PATH_WRITERS:
+            self._write_target(_path_arg(node.func))
+        elif name in ("shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move"):
+            self._write_target(node.args[1] if len(node.args) > 1 else None)
+
+    def _write_target(self, node: ast.AST | None) -> None:
+        path = _literal_str(node) if node is not None else None
+        if path is None:
+            self.unknown.add("write_path")
+        elif _outside_workspace(path, self.workspaces):
+            self.writes.add(path)
+
+
+def _path_arg(func: ast.AST) -> ast.AST | None:
+    """The path given to ``Path(...)`` in ``Path(...).method``."""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and func.value.args:
+        return func.value.args[0]
+    return None
+
+
+def _mode_of(node: ast.Call, name: str) -> str | None:
+    position = 0 if name == "pathlib.Path.open" else 1
+    for kw in node.keywords:
+        if kw.arg in ("mode", "flags"):
+            return _literal_str(kw.value) or ("w" if name == "os.open" else None)
+    if len(node.args) > position:
+        value = node.args[position]
+        if name == "os.open":
+            return "w"  # flags are numbers; treat every os.open as a possible write
+        return _literal_str(value)
+    return "w" if name == "os.open" else "r"
+
+
+def _literal_str(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _outside_workspace(path: str, roots: tuple[str, ...]) -> bool:
+    if path.startswith("~"):
+        return True
+    if not path.startswith("/"):
+        normal = posixpath.normpath(path)
+        return normal == ".." or normal.startswith("../")
+    normal = posixpath.normpath(path)
+    return not any(normal == root or normal.startswith(root + "/") for root in roots)

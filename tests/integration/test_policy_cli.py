@@ -1,0 +1,187 @@
+"""``interp serve --policy-file`` refuses a bad file in one line; ``interp approvals``
+lists, decides and watches held executions with an operator key (local backend)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import KEY, REPO, Server, start_server
+from tests.integration.test_cli import interp
+
+OPERATOR = "test-operator-key-2"
+POLICY = """\
+[policies.default]
+default = "allow"
+
+[[policies.default.rules]]
+id = "no-subprocess"
+decision = "deny"
+message = "subprocess is not allowed for this key; use pandas to read the file"
+match.imports = ["subprocess"]
+
+[[policies.default.rules]]
+id = "delete-needs-approval"
+decision = "approve"
+message = "deleting files needs a person's approval"
+match.calls = ["os.remove"]
+"""
+
+
+@pytest.fixture(scope="module")
+def held_server() -> Iterator[Server]:
+    root = Path(tempfile.mkdtemp(prefix="interp-policy-cli-"))
+    (root / "policy.toml").write_text(POLICY)
+    srv = start_server(
+        "local",
+        root / "data",
+        operator_keys=[OPERATOR],
+        policy_file=root / "policy.toml",
+        e2b_port=0,
+    )
+    yield srv
+    srv.thread.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_serve_refuses_a_bad_policy_file_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.toml"
+    bad.write_text(POLICY.replace('decision = "approve"', 'decision = "perhaps"'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "interpreter", "serve", "--port", "0", "--backend", "local",
+         "--data-dir", str(tmp_path / "data"), "--policy-file", str(bad)],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "line 12: policies.default.rules.1.decision" in lines[0]
+    assert str(bad) in lines[0]
+
+
+def test_approvals_list_approve_and_watch(held_server: Server) -> None:
+    operator = {"INTERP_OPERATOR_KEY": OPERATOR}
+    agent_view = interp(held_server, "approvals")
+    assert agent_view.returncode == 2 and "operator key" in agent_view.stderr
+    with held_server.client(KEY) as client, ExitStack() as stack:
+        sid = client.post("/v1/sessions", json={}).json()["id"]
+        stack.callback(client.delete, f"/v1/sessions/{sid}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+        env.update({"INTERP_URL": held_server.url, **operator})
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "interpreter", "approvals", "--watch"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        )  # fmt: skip
+        stack.callback(watch.kill)
+        held = stack.enter_context(
+            client.stream(
+                "POST",
+                f"/v1/sessions/{sid}/execute",
+                json={"code": "import os\nos.remove('missing.txt')"},
+            )
+        )
+        execution_id = held.headers["X-Execution-Id"]
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # the live view shows it as it arrives
+        assert "pending" in first and f"session={sid}" in first
+        approval_id = first.split()[0]
+        listed = interp(held_server, "approvals", env_extra=operator)
+        assert listed.returncode == 0 and approval_id in listed.stdout
+        approved = interp(
+            held_server, "approvals", "approve", approval_id, "-m", "ok to try",
+            env_extra={**operator, "INTERP_API_KEY": ""},
+        )  # fmt: skip
+        assert approved.returncode == 0, approved.stderr
+        assert "approved by" in approved.stdout and "(ok to try)" in approved.stdout
+        held.read()
+        result = client.get(f"/v1/sessions/{sid}/executions/{execution_id}")
+        assert result.json()["status"] == "error"  # it ran: the file is missing
+        twice = interp(held_server, "approvals", "deny", approval_id, env_extra=operator)
+        assert twice.returncode == 2 and "already decided" in twice.stderr
+
+
+def test_the_e2b_surface_reports_a_denial_as_the_runs_error(held_server: Server) -> None:
+    from e2b_code_interpreter import Sandbox
+
+    url = held_server.thread.e2b_urls[0]
+    sbx = Sandbox.create(api_key=KEY, api_url=url, sandbox_url=url)
+    try:
+        execution = sbx.run_code("import subprocess\nprint('ran')")
+        assert execution.logs.stdout == []
+        assert execution.error is not None and execution.error.name == "PolicyDenied"
+        assert "use pandas to read the file" in execution.error.value
+        assert sbx.run_code("print('fine')").logs.stdout == ["fine\n"]
+    finally:
+        sbx.kill()
+
+
+def test_mcp_run_code_returns_the_denial_as_text_the_model_reads(held_server: Server) -> None:
+    import anyio
+    from mcp import Client as MCPClient
+    from mcp import StdioServerParameters
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": held_server.url, "INTERP_API_KEY": KEY})
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "interpreter", "mcp"], env=env, cwd=str(REPO)
+    )
+    texts: list[str] = []
+    flags: list[bool] = []
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with MCPClient(params) as client:
+                result = await client.call_tool("run_code", {"code": "import subprocess"})
+                flags.append(bool(result.is_error))
+                texts.extend(getattr(part, "text", "") for part in result.content)
+
+    anyio.run(main)
+    text = "\n".join(texts)
+    assert flags == [True]
+    assert text.startswith("status: denied") and "use pandas to read the file" in text
+
+
+def test_interp_run_says_why_code_was_denied(held_server: Server) -> None:
+    out = interp(held_server, "run", "-c", "import subprocess\nprint('ran')")
+    assert out.returncode == 1 and "ran" not in out.stdout
+    assert "status denied (policy)" in out.stderr
+    assert "use pandas to read the file" in out.stderr
+
+
+def test_the_async_client_lists_and_denies_approvals(held_server: Server) -> None:
+    import anyio
+
+    from interpreter.client import AsyncClient
+
+    async def decide(execution_id: str) -> tuple[str, str | None, list[str]]:
+        async with AsyncClient(held_server.url, api_key=OPERATOR) as client:
+            pending = await client.list_approvals(wait_s=10)
+            mine = next(a for a in pending if a.execution_id == execution_id)
+            await client.deny(mine.id, "not today")
+            again = await client.get_approval(mine.id)
+            assert again.outcome is not None
+            denied = [a.id for a in await client.list_approvals("denied")]
+            return again.status, again.outcome.comment, denied
+
+    with held_server.client(KEY) as client, ExitStack() as stack:
+        sid = client.post("/v1/sessions", json={}).json()["id"]
+        stack.callback(client.delete, f"/v1/sessions/{sid}")
+        held = stack.enter_context(
+            client.stream(
+                "POST", f"/v1/sessions/{sid}/execute", json={"code": "import os\nos.remove('x')"}
+            )
+        )
+        status, comment, denied = anyio.run(decide, held.headers["X-Execution-Id"])
+        held.read()
+        assert held.json()["status"] == "denied"
+    assert (status, comment) == ("denied", "not today")
+    assert denied
