@@ -75,6 +75,7 @@ _ANNOTATIONS: dict[str, types.ToolAnnotations] = {
         title="Upload a file", read_only_hint=False, destructive_hint=True, idempotent_hint=True
     ),
     "read_file": types.ToolAnnotations(title="Read a file", read_only_hint=True),
+    "read_artifact": types.ToolAnnotations(title="Read part of an artifact", read_only_hint=True),
     "list_files": types.ToolAnnotations(title="List files", read_only_hint=True),
     "restart": types.ToolAnnotations(
         title="Restart the kernel", read_only_hint=False, destructive_hint=True

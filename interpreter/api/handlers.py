@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 from tornado.iostream import StreamClosedError
@@ -14,7 +15,8 @@ from tornado.iostream import StreamClosedError
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
 from interpreter.api.info import service_info
-from interpreter.errors import FileNotFoundInWorkspace, InterpreterError
+from interpreter.api.ranges import byte_range
+from interpreter.errors import FileNotFoundInWorkspace, InterpreterError, RangeNotSatisfiable
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
@@ -224,16 +226,46 @@ class NotebookHandler(BaseHandler):
 
 
 class ArtifactHandler(BaseHandler):
+    async def head(self, session_id: str, artifact_id: str) -> None:
+        _, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
+        self._artifact_headers(artifact_id, mime)
+        self.set_header("Content-Length", str(size))
+        self.finish()
+
     async def get(self, session_id: str, artifact_id: str) -> None:
         path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
-        data = await asyncio.to_thread(path.read_bytes)
+        try:
+            wanted = byte_range(self.request.headers.get("Range"), size)
+        except RangeNotSatisfiable as exc:
+            # Answered here: the error path would drop the Content-Range header.
+            self.error_type = exc.code
+            self.set_header("Content-Range", f"bytes */{size}")
+            self.send_json({"error": {"type": exc.code, "message": exc.message}}, exc.status)
+            return
+        self._artifact_headers(artifact_id, mime)
+        if wanted is None:
+            data = await asyncio.to_thread(path.read_bytes)
+        else:
+            first, last = wanted
+            data = await asyncio.to_thread(_read_part, path, first, last - first + 1)
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.set_header("Content-Length", str(len(data)))
+        self.finish(data)
+
+    def _artifact_headers(self, artifact_id: str, mime: str) -> None:
         # Served inert: never rendered on the API origin (docs/security.md H-53).
         self.set_header("Content-Type", mime)
-        self.set_header("Content-Length", str(size))
+        self.set_header("Accept-Ranges", "bytes")
         self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
         self.set_header("Content-Disposition", _attachment(artifact_id + _extension(mime)))
         self.set_header("Cache-Control", "private, max-age=31536000, immutable")
-        self.finish(data)
+
+
+def _read_part(path: Path, offset: int, length: int) -> bytes:
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        return fh.read(length)
 
 
 class HealthHandler(BaseHandler):

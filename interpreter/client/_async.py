@@ -427,6 +427,20 @@ class AsyncSession:
         url = ref.url if isinstance(ref, ArtifactRef) else ref
         return await self.client._call(proto.artifact(url))
 
+    async def read_artifact(
+        self, ref: ArtifactRef | str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        """``length`` bytes of an artifact from byte ``offset`` (to its end when None): a
+        large output that was cut is read piece by piece. ``ref`` is a reference, its URL,
+        or the artifact id in this session."""
+        if isinstance(ref, ArtifactRef):
+            url = ref.url
+        elif "/" in ref:
+            url = ref
+        else:
+            url = proto.session_url(self.id, "artifacts", ref)
+        return (await self.client._call(proto.artifact_range(url, offset, length)))[0]
+
     async def refresh(self) -> SessionInfo:
         """Fetch the session's current record (status, counts)."""
         self.info = await self.client._call(proto.get_session(self.id))

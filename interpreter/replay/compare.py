@@ -3,7 +3,9 @@
 Outputs are compared in a normal form, not byte for byte:
 
 * text has its colour codes and what really varies between runs masked: memory addresses
-  (``0x7f...``), object ids (a number after ``id``), clock readings (times of day and
+  (``0x7f...``), object ids (a number after ``id``, or a bare integer that can only be
+  an ``id()``: 14-15 digits, 16-byte aligned, in the user-space range of 64-bit Linux
+  addresses), clock readings (times of day and
   timestamps with fractional seconds, as ``datetime.now()`` prints them), durations and
   ``timeit`` loop counts, UUIDs, artifact ids, session ids, temporary names and IPython's
   temporary cell file names; trailing whitespace is dropped. Digits that carry a value are
@@ -77,6 +79,17 @@ _SVG_IDS = re.compile(r'\s(id|clip-path|xlink:href|href)="[^"]*"|url\(#[^)]*\)')
 _SVG_METADATA = re.compile(r"<metadata>.*?</metadata>", re.DOTALL)
 
 
+#: ``id()`` of a CPython object on 64-bit Linux: a heap or mmap address, 16-byte aligned.
+_ADDRESS_RANGE = (0x550000000000, 0x7FFFFFFFFFFF)
+_BARE_INT = re.compile(r"(?<![\w.])\d{14,15}(?![\w.])")
+
+
+def _mask_address(match: re.Match[str]) -> str:
+    value = int(match.group())
+    low, high = _ADDRESS_RANGE
+    return "<id>" if low <= value <= high and value % 16 == 0 else match.group()
+
+
 def normalize_text(text: str, extra_ids: tuple[str, ...] = ()) -> str:
     """Mask what legitimately changes between runs; see the module docstring."""
     for ident in extra_ids:
@@ -84,6 +97,7 @@ def normalize_text(text: str, extra_ids: tuple[str, ...] = ()) -> str:
             text = text.replace(ident, "<session>")
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
+    text = _BARE_INT.sub(_mask_address, text)
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     return "\n".join(lines).strip("\n")
 
