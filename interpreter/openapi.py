@@ -236,7 +236,26 @@ def openapi_document() -> dict[str, Any]:
             ],
             "get": {
                 "summary": "Artifact bytes with their content type",
-                "responses": {"200": {"description": "Bytes"}, **common},
+                "description": "A single byte range (Range: bytes=A-B, bytes=A- or bytes=-N) "
+                "is answered with 206 and Content-Range; a range past the end with 416. "
+                "Any other Range header is ignored and the whole body sent.",
+                "parameters": [
+                    {
+                        "name": "Range",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "Bytes"},
+                    "206": {"description": "The requested byte range"},
+                    **_errors(401, 404, 416, 422),
+                },
+            },
+            "head": {
+                "summary": "The artifact's size (Content-Length) and content type, no body",
+                "responses": {"200": {"description": "Headers only"}, **common},
             },
         },
         "/healthz": {

@@ -35,12 +35,12 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
             raise _unsatisfiable(header, size)
         return max(size - suffix, 0), size - 1
     first = int(first_text)
-    last = int(last_text) if last_text else size - 1
-    if last < first:
+    last = int(last_text) if last_text else None
+    if last is not None and last < first:
         return None  # not a valid range: ignored
     if first >= size:
         raise _unsatisfiable(header, size)
-    return first, min(last, size - 1)
+    return first, size - 1 if last is None else min(last, size - 1)
 
 
 def _unsatisfiable(header: str, size: int) -> RangeNotSatisfiable:

@@ -428,12 +428,12 @@ class AsyncSession:
         return await self.client._call(proto.artifact(url))
 
     async def read_artifact(
-        self, ref: ArtifactRef | str, offset: int = 0, length: int | None = None
+        self, ref: ArtifactRef | AsyncArtifact | str, offset: int = 0, length: int | None = None
     ) -> bytes:
         """``length`` bytes of an artifact from byte ``offset`` (to its end when None): a
         large output that was cut is read piece by piece. ``ref`` is a reference, its URL,
         or the artifact id in this session."""
-        if isinstance(ref, ArtifactRef):
+        if not isinstance(ref, str):
             url = ref.url
         elif "/" in ref:
             url = ref
