@@ -113,7 +113,9 @@ def openapi_document() -> dict[str, Any]:
             "post": {
                 "summary": "Run code; JSON result, or SSE with Accept: text/event-stream",
                 "description": "SSE events: stdout, stderr (TextChunk), output (Output), clear "
-                "(ClearEvent), error (ErrorInfo), done (Execution).",
+                "(ClearEvent), error (ErrorInfo), done (Execution). Each carries an id "
+                "(1, 2, ...); a client whose stream broke resumes with GET "
+                ".../executions/{execution_id}/events?after=<last id>.",
                 "parameters": [idempotency],
                 "requestBody": _body(models.ExecuteRequest),
                 "responses": {
@@ -140,7 +142,47 @@ def openapi_document() -> dict[str, Any]:
             ],
             "get": {
                 "summary": "One execution, also while it runs",
+                "description": "While it runs: its output so far (stdout, stderr, the rich "
+                "outputs captured, the error if it raised).",
                 "responses": {"200": _json(models.Execution, "Execution"), **common},
+            },
+        },
+        "/v1/sessions/{session_id}/executions/{execution_id}/events": {
+            "parameters": [
+                sid,
+                {
+                    "name": "execution_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+            ],
+            "get": {
+                "summary": "An execution's SSE events after an id, then live",
+                "description": "The events whose id is above `after` (or the Last-Event-ID "
+                "header; all of them when neither is given), then the rest as they happen; "
+                "the last is done. An execution no longer in memory answers with done only.",
+                "parameters": [
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999_999},
+                    },
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "Server-sent events",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(400, 401, 404, 422),
+                },
             },
         },
         "/v1/sessions/{session_id}/interrupt": {

@@ -13,7 +13,7 @@ from typing import Any
 from tornado.iostream import StreamClosedError
 
 from interpreter.api.base import BaseHandler
-from interpreter.api.events import sse_frame
+from interpreter.api.events import resume_after, send_events
 from interpreter.api.info import service_info
 from interpreter.api.ranges import byte_range
 from interpreter.errors import FileNotFoundInWorkspace, InterpreterError, RangeNotSatisfiable
@@ -29,7 +29,6 @@ from interpreter.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
-SSE_KEEPALIVE_S = 15.0
 #: Set on answers that repeat an earlier request's result (same Idempotency-Key).
 REPLAYED_HEADER = "Idempotent-Replayed"
 
@@ -113,33 +112,15 @@ class ExecuteHandler(BaseHandler):
             with contextlib.suppress(StreamClosedError):
                 self.finish(handle.execution.model_dump_json())
             return
-        # A replay watches the first run from now on; its final `done` event is complete.
-        own = handle.stream if not replayed else None
-        queue = own if own is not None else handle.subscribe()
-        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.set_header("X-Accel-Buffering", "no")
-        try:
-            await self.flush()
-            while True:
-                try:
-                    async with asyncio.timeout(SSE_KEEPALIVE_S):
-                        item = await queue.get()
-                except TimeoutError:
-                    # A dead client is only noticed when a write fails.
-                    self.write(": keep-alive\n\n")
-                    await self.flush()
-                    continue
-                if item is None:
-                    break
-                self.write(sse_frame(item))
-                if queue.empty():
-                    await self.flush()
-        except StreamClosedError:
-            # docs/security.md decision 1: the execution goes on; its result stays
-            # retrievable by id.
-            return
-        with contextlib.suppress(StreamClosedError):
-            self.finish()
+        # A replay watches the first run from now on (or after the Last-Event-ID it gives);
+        # its final `done` event is complete. The own stream was subscribed before the
+        # execution was queued, so its first event is event 1.
+        if replayed:
+            first_id, queue = handle.watch(resume_after(self))
+        else:
+            assert handle.stream is not None
+            first_id, queue = 1, handle.stream
+        await send_events(self, queue, first_id)
 
     def on_connection_close(self) -> None:
         super().on_connection_close()
@@ -159,6 +140,19 @@ class ExecuteHandler(BaseHandler):
 class ExecutionHandler(BaseHandler):
     async def get(self, session_id: str, execution_id: str) -> None:
         self.send_json(await self.broker.execution(self.owner, session_id, execution_id))
+
+
+class ExecutionEventsHandler(BaseHandler):
+    """An execution's events as server-sent events: those after ``?after=N`` (or the
+    ``Last-Event-ID`` header) first, then the rest live; all of them when neither is
+    given. A client whose stream broke resumes here without losing or repeating one."""
+
+    async def get(self, session_id: str, execution_id: str) -> None:
+        after = resume_after(self)
+        handle = await self.broker.execution_handle(self.owner, session_id, execution_id)
+        first_id, queue = handle.watch(0 if after is None else after)
+        self.set_header("X-Execution-Id", execution_id)
+        await send_events(self, queue, first_id)
 
 
 class InterruptHandler(BaseHandler):
@@ -330,6 +324,7 @@ ROUTES: list[tuple[str, type[BaseHandler]]] = [
     ("/v1/sessions/{session_id}", SessionHandler),
     ("/v1/sessions/{session_id}/execute", ExecuteHandler),
     ("/v1/sessions/{session_id}/executions/{execution_id}", ExecutionHandler),
+    ("/v1/sessions/{session_id}/executions/{execution_id}/events", ExecutionEventsHandler),
     ("/v1/sessions/{session_id}/interrupt", InterruptHandler),
     ("/v1/sessions/{session_id}/restart", RestartHandler),
     ("/v1/sessions/{session_id}/files/?", FilesHandler),

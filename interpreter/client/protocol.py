@@ -423,6 +423,22 @@ def stream_request(
     )
 
 
+def events_request(session_id: str, execution_id: str, after: int) -> Call[None]:
+    """An execution's events after event id ``after`` as server-sent events, then live."""
+    return Call(
+        "GET",
+        session_url(session_id, "executions", execution_id, "events"),
+        _parse_nothing,
+        params={"after": str(after)},
+        unbounded=True,
+    )
+
+
+def event_id(sse: ServerSentEvent, last: int) -> int:
+    """The ``id:`` of an event (the service numbers them from 1), else ``last``."""
+    return int(sse.id) if sse.id and sse.id.isdigit() else last
+
+
 def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:
     """Turn one server-sent event into a typed event, or the final Execution for ``done``.
 

@@ -77,6 +77,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.kernel", "runtime"),
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
+    ("interpreter.snapshot", "runtime"),
     ("interpreter.session", "session"),
     ("interpreter.launch", "launch"),
     ("interpreter.rebuild", "launch"),
