@@ -46,8 +46,8 @@ def resume_after(handler: tornado.web.RequestHandler) -> int | None:
     if after is None:
         after = handler.request.headers.get("Last-Event-ID")
         source = "Last-Event-ID"
-    if after is None or after.strip() == "":
-        return None
+        if after is None or after.strip() == "":
+            return None
     if not _EVENT_ID.match(after.strip()):
         raise BadRequest(f"{source} must be an event id (a whole number >= 0), got {after!r}.")
     return int(after.strip())
