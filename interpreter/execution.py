@@ -133,6 +133,7 @@ class ExecutionRecorder:
         self.error: ErrorEvent | None = None
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
+        self._error_on_iopub = False
 
     # -- state ---------------------------------------------------------------------------
 
@@ -203,7 +204,12 @@ class ExecutionRecorder:
                 return []
             return [self._clear(False)]
         if msg_type == "error":
-            return [*self._apply_pending_clear(), self._set_error(content)]
+            self._error_on_iopub = True
+            events = [*self._apply_pending_clear(), self._set_error(content)]
+            # Kept in place: the notebook shows it where the kernel sent it (a figure the
+            # inline backend shows after a failing cell comes after the error).
+            self.items.append({"output_type": "error", "_kernel_error": True})
+            return events
         return []
 
     # -- handlers ------------------------------------------------------------------------
@@ -364,18 +370,32 @@ class ExecutionRecorder:
                 if stream_limit is not None and len(text) > stream_limit:
                     text = cut_middle(text, stream_limit)
                 outputs.append({"output_type": "stream", "name": item.name, "text": text})
+            elif item.get("_kernel_error"):
+                if self.error is not None:
+                    outputs.append(self._error_output(self.error))
             else:
                 outputs.append({k: v for k, v in item.items() if not k.startswith("_")})
-        if self.error is not None:
-            outputs.append(
-                {
-                    "output_type": "error",
-                    "ename": self.error.ename,
-                    "evalue": self.error.evalue,
-                    "traceback": self.error.traceback,
-                }
-            )
+        if self.error is not None and not self._error_shown():
+            outputs.append(self._error_output(self.error))
         return outputs
+
+    def _error_shown(self) -> bool:
+        """Whether the cell's outputs already say what the error says: the kernel sent it
+        on iopub (even if cleared since), or, with only the reply saying it, printed it on
+        stderr with no traceback (IPython's ``UsageError`` for an unknown magic), as a
+        notebook client records it."""
+        if self.error is None or self._error_on_iopub:
+            return True
+        return not self.error.traceback and self.error.evalue in self.stream_text("stderr")
+
+    @staticmethod
+    def _error_output(error: ErrorEvent) -> dict[str, Any]:
+        return {
+            "output_type": "error",
+            "ename": error.ename,
+            "evalue": error.evalue,
+            "traceback": error.traceback,
+        }
 
 
 def cut_middle(text: str, limit: int) -> str:

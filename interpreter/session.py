@@ -31,6 +31,7 @@ from interpreter import logs, waiting
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
+from interpreter.displays import EarlierDisplays
 from interpreter.errors import (
     AuditDegraded,
     GenerationMismatch,
@@ -117,6 +118,7 @@ class LiveSession:
             inline_bytes=settings.inline_rich_bytes,
             output_bytes=settings.max_output_bytes,
         )
+        self.displays = EarlierDisplays(self.capture)
         self._worker: asyncio.Task[None] | None = None
         self.executions = ExecutionQueue(settings.queue_size)
         self._state_lost_pending = False
@@ -485,6 +487,7 @@ class LiveSession:
         if channel == "iopub":
             handle.last_iopub_at = asyncio.get_running_loop().time()
             events = rec.feed_iopub(msg)
+            await self._update_earlier_displays(msg, handle)
         elif (msg.get("header") or {}).get("msg_type") == "execute_reply":
             events = rec.feed_reply(msg)
         else:
@@ -493,6 +496,12 @@ class LiveSession:
             await self.capture.publish(handle, rec, events)
         finally:
             handle.changed.set()
+
+    async def _update_earlier_displays(self, msg: dict[str, Any], current: ExecutionHandle) -> None:
+        """A display id shown by an earlier cell, updated now: update that cell too."""
+        for earlier, nb_outputs in await self.displays.apply(msg, current):
+            await self.notebook.replace_outputs(earlier.execution.id, nb_outputs)
+            self.writer.later(partial(self._save_execution, earlier))
 
     async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
         """Output of a finished cell (a background thread printing while no cell runs):
@@ -531,6 +540,7 @@ class LiveSession:
         self.writer.later(self._activity(self.status))
         handle.finish()
         self.capture.remember(rec.msg_id, handle)
+        self.displays.remember(handle)
 
     def _report(self, handle: ExecutionHandle) -> None:
         """Count a finished execution and log its one line (the key by its owner id)."""

@@ -78,6 +78,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
     ("interpreter.snapshot", "runtime"),
+    ("interpreter.displays", "runtime"),
     ("interpreter.session", "session"),
     ("interpreter.launch", "launch"),
     ("interpreter.rebuild", "launch"),
