@@ -134,6 +134,8 @@ class ExecutionRecorder:
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
         self._error_on_iopub = False
+        #: JupyterLab's ``metadata.execution`` timing: message times by their usual keys.
+        self.timing: dict[str, str] = {}
 
     # -- state ---------------------------------------------------------------------------
 
@@ -164,6 +166,11 @@ class ExecutionRecorder:
         content = msg.get("content") or {}
         if not isinstance(content, dict):
             content = {}
+        self._time(msg, "shell.execute_reply")
+        metadata = msg.get("metadata")
+        started = metadata.get("started") if isinstance(metadata, dict) else None
+        if started is not None:
+            self._time({"header": {"date": started}}, "shell.execute_reply.started")
         self.reply = content
         count = content.get("execution_count")
         if isinstance(count, int) and not isinstance(count, bool):
@@ -184,10 +191,13 @@ class ExecutionRecorder:
             state = content.get("execution_state")
             if state == "busy":
                 self.busy_seen = True
+                self._time(msg, "iopub.status.busy")
             elif state == "idle":
                 self.idle = True
+                self._time(msg, "iopub.status.idle")
             return []
         if msg_type == "execute_input":
+            self._time(msg, "iopub.execute_input")
             count = content.get("execution_count")
             if isinstance(count, int) and not isinstance(count, bool):
                 self.execution_count = count
@@ -211,6 +221,16 @@ class ExecutionRecorder:
             self.items.append({"output_type": "error", "_kernel_error": True})
             return events
         return []
+
+    def _time(self, msg: dict[str, Any], key: str) -> None:
+        """Keep the first time of ``key``: the message header's date, as ISO 8601 text."""
+        header = msg.get("header")
+        date = header.get("date") if isinstance(header, dict) else None
+        if key in self.timing or date is None:
+            return
+        text = date.isoformat() if hasattr(date, "isoformat") else clean_text(date, 64)
+        if text:
+            self.timing[key] = text.replace("+00:00", "Z")
 
     # -- handlers ------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from interpreter.metrics import Metrics
 from interpreter.models import Execution, ExecutionStatus, SessionStatus
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
+from interpreter.notes import restart_note
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
@@ -119,6 +120,8 @@ class LiveSession:
             output_bytes=settings.max_output_bytes,
         )
         self.displays = EarlierDisplays(self.capture)
+        #: A note for the notebook (a restart), written after the cell it happened in.
+        self._note: str | None = None
         self._worker: asyncio.Task[None] | None = None
         self.executions = ExecutionQueue(settings.queue_size)
         self._state_lost_pending = False
@@ -330,6 +333,7 @@ class LiveSession:
             # The kernel died while nobody was running anything: replace it first.
             self._state_lost_pending = True
             await self._restart("died_idle")
+            await self._write_note()
             if self.status == "dead":
                 await self._abandon(handle, "kernel_died", self.failed_reason or "restart_failed")
                 return
@@ -406,10 +410,18 @@ class LiveSession:
             self.notebook.set_kernel_info(self.kernel.language_info)
             self.status = "idle"
             self.generation += 1
+            self._note = restart_note(reason, self.generation)
             self.touch()
             await self._persist_kernel()
         finally:
             self._replaced.set()
+
+    async def _write_note(self) -> None:
+        """Put the pending note (a restart) in the notebook: after the cell it happened in,
+        or at once when no cell ran."""
+        note, self._note = self._note, None
+        if note is not None:
+            await self.notebook.add_markdown(note)
 
     async def _fail(self, reason: str) -> None:
         """Give up on the kernel: the session is dead and the broker will close it."""
@@ -465,6 +477,8 @@ class LiveSession:
         if running is not None:
             running.interrupt_requested = True
         await self._restart("requested")
+        if running is None or running.finished.is_set():
+            await self._write_note()
         if running is not None:
             running.changed.set()  # its wait sees the new kernel at once
         if self.status == "dead":
@@ -534,7 +548,9 @@ class LiveSession:
             state_lost=ex.state_lost,
             reason=ex.reason,
             extra=handle.extra_meta,
+            timing=rec.timing,
         )
+        await self._write_note()
         self._report(handle)
         self.writer.later(partial(self._save_execution, handle))
         self.writer.later(self._activity(self.status))
