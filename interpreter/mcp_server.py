@@ -59,7 +59,9 @@ INSTRUCTIONS = (
     "variables, imports and loaded data survive between calls, so work step by step and "
     "build on earlier results. Errors come back with their traceback; fix the code and run "
     "it again. Tables come back with a summary of shape and dtypes; plots as images. "
-    "Put input files in the workspace with upload_file; read results with read_file."
+    "Put input files in the workspace with upload_file; read results with read_file. "
+    "When output is too long it is cut and the result names the artifact that holds the "
+    "whole text: read it in parts with read_artifact."
 )
 
 # Hints for hosts deciding whether to ask the user before a call.
