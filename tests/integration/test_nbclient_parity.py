@@ -1,7 +1,8 @@
 """The service's notebook against nbclient's, for the same cells on the same kernel.
 
-Each small notebook is executed twice: by nbclient (the reference Jupyter client, in a
-kernel of the project's kernelspec) and through the service (local backend), cell by cell.
+Each small notebook (and each example in notebooks/) is executed twice: by nbclient (the
+reference Jupyter client, in a kernel of the project's kernelspec) and through the service
+(local backend), cell by cell.
 Both must record the same outputs in the same order: output types and stream names, then
 the values compared by replay's comparator (numbers as numbers, images by pixels).
 """
@@ -9,6 +10,7 @@ the values compared by replay's comparator (numbers as numbers, images by pixels
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -16,10 +18,11 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
+from interpreter.cells import source_of
 from interpreter.client import Client
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.replay import compare_outputs, outputs_from_cell
-from tests.conftest import Server
+from tests.conftest import REPO, Server
 
 NOTEBOOKS = {
     "display_updated_later": [
@@ -48,11 +51,14 @@ NOTEBOOKS = {
 }
 
 
-def with_nbclient(sources: list[str]) -> list[dict[str, Any]]:
+def with_nbclient(sources: list[str], cwd: Path) -> list[dict[str, Any]]:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
     km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
-    NotebookClient(nb, km=km, allow_errors=True, timeout=120).execute()
+    client = NotebookClient(
+        nb, km=km, allow_errors=True, timeout=120, resources={"metadata": {"path": str(cwd)}}
+    )
+    client.execute()
     cells: list[dict[str, Any]] = nbformat.from_dict(nb)["cells"]
     return [dict(c) for c in cells]
 
@@ -67,10 +73,18 @@ def shape(cell: dict[str, Any]) -> list[tuple[str, str | None]]:
     return [(o["output_type"], o.get("name")) for o in cell.get("outputs", [])]
 
 
+for example in sorted((REPO / "notebooks").glob("*.ipynb")):
+    NOTEBOOKS[example.stem] = [
+        source_of(c) for c in nbformat.read(example, as_version=4).cells if c.cell_type == "code"
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_same_outputs_in_the_same_order_as_nbclient(client: Client, name: str) -> None:
+def test_same_outputs_in_the_same_order_as_nbclient(
+    client: Client, name: str, tmp_path: Path
+) -> None:
     sources = NOTEBOOKS[name]
-    reference = with_nbclient(sources)
+    reference = with_nbclient(sources, tmp_path)
     with client.create_session() as session:
         for source in sources:
             session.run(source)
