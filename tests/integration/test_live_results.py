@@ -252,3 +252,16 @@ async def test_async_stream_resumes_after_a_cut_connection(
     assert stdout == "line 0\nline 1\nline 2\nline 3\ncut-here\nafter\n"
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.result.text == "7"
+
+
+def test_a_repeated_execute_resumes_after_its_last_event_id(
+    local_server: Server, direct: Session
+) -> None:
+    body = {"code": "for i in range(3):\n    print(i, flush=True)\n    display(i)"}
+    headers = {"Accept": "text/event-stream", "Idempotency-Key": "resume-after-2"}
+    with local_server.client() as api:
+        url = f"/v1/sessions/{direct.id}/execute"
+        first = _events(api.post(url, json=body, headers=headers).text)
+        again = api.post(url, json=body, headers={**headers, "Last-Event-ID": "2"})
+        assert again.headers["idempotent-replayed"] == "true"
+        assert _events(again.text) == first[2:]  # the same run, after event 2
