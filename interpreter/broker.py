@@ -43,6 +43,7 @@ from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import Recovery
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
+from interpreter.snapshot import output_so_far
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 from interpreter.workspace import Workspace, copy_tree_safely
 
@@ -489,14 +490,25 @@ class SessionBroker:
         live = self._live(owner, session_id)
         if live is not None:
             handle = live.executions.get(execution_id)
-            if handle is not None:
-                return handle.execution
+            if handle is not None:  # while it runs: the output so far
+                return output_so_far(handle, output_bytes=self.settings.max_output_bytes)
         else:
             await self._record(owner, session_id)
         found = await asyncio.to_thread(self.store.get_execution, session_id, execution_id)
         if found is None:
             raise ExecutionNotFound(f"No execution '{execution_id}' in session '{session_id}'.")
         return found
+
+    async def execution_handle(
+        self, owner: str, session_id: str, execution_id: str
+    ) -> ExecutionHandle:
+        """The live handle of an execution (for its events), or one made from its final
+        record when it is no longer in memory."""
+        live = self._live(owner, session_id)
+        handle = live.executions.get(execution_id) if live is not None else None
+        if handle is not None:
+            return handle
+        return ExecutionHandle.finished_with(await self.execution(owner, session_id, execution_id))
 
     async def interrupt(
         self,

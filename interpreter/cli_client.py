@@ -318,6 +318,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"interp: cannot read notebook {args.notebook}: {exc}", file=sys.stderr)
         return EXIT_SERVICE
+    if args.files and not Path(args.files).is_dir():
+        print(f"interp: --files {args.files}: not a directory", file=sys.stderr)
+        return EXIT_SERVICE
     progress = Progress(args.quiet or args.json)
     url = _explicit_url(args)
     try:
@@ -351,7 +354,18 @@ def _replay_against(
     print_cell: Any,
     print_summary: Any,
 ) -> int:
+    from interpreter.replay.inputs import copy_workspace, upload_directory
+
     with Client(url, api_key=api_key, timeout=60) as client:
+
+        def prepare(session: Session) -> None:
+            if args.from_session:
+                copied = copy_workspace(client, args.from_session, session)
+                progress(f"copied {len(copied)} files from session {args.from_session}")
+            if args.files:
+                written = upload_directory(session, Path(args.files))
+                progress(f"uploaded {len(written)} files from {args.files}")
+
         progress(f"replaying {args.notebook} against {url}...")
         report = replay_notebook(
             client,
@@ -360,6 +374,7 @@ def _replay_against(
             image_tolerance=args.image_tolerance,
             on_cell=None if args.json else print_cell,
             name=str(args.notebook),
+            prepare=prepare,
         )
     if args.json:
         print(report.model_dump_json(indent=2))
@@ -466,6 +481,18 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
         help="Stop at the first cell that does not match.",
     )
     replay.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    replay.add_argument(
+        "--files",
+        metavar="DIR",
+        help="Upload every file under DIR into the replay's workspace first (same "
+        "relative paths), for notebooks that read input files.",
+    )
+    replay.add_argument(
+        "--from-session",
+        metavar="ID",
+        help="Copy the workspace files of session ID (e.g. the one that recorded the "
+        "notebook) into the replay's workspace first; with --files, DIR's files win.",
+    )
     replay.add_argument(
         "--image-tolerance",
         type=float,

@@ -16,6 +16,7 @@ InterpreterError
 │   └── IdempotencyKeyInUse
 ├── SessionExpired (410)
 ├── PayloadTooLarge (413)
+├── RangeNotSatisfiable (416)
 ├── ValidationFailed (422)
 │   └── IdempotencyKeyReused
 ├── SessionBusy (429)
@@ -150,6 +151,10 @@ class SessionExpired(InterpreterError):
 
 class PayloadTooLarge(InterpreterError):
     code, status = "payload_too_large", 413
+
+
+class RangeNotSatisfiable(InterpreterError):
+    code, status = "range_not_satisfiable", 416
 
 
 class ValidationFailed(InterpreterError):

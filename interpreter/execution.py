@@ -133,6 +133,9 @@ class ExecutionRecorder:
         self.error: ErrorEvent | None = None
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
+        self._error_on_iopub = False
+        #: JupyterLab's ``metadata.execution`` timing: message times by their usual keys.
+        self.timing: dict[str, str] = {}
 
     # -- state ---------------------------------------------------------------------------
 
@@ -163,6 +166,11 @@ class ExecutionRecorder:
         content = msg.get("content") or {}
         if not isinstance(content, dict):
             content = {}
+        self._time(msg, "shell.execute_reply")
+        metadata = msg.get("metadata")
+        started = metadata.get("started") if isinstance(metadata, dict) else None
+        if started is not None:
+            self._time({"header": {"date": started}}, "shell.execute_reply.started")
         self.reply = content
         count = content.get("execution_count")
         if isinstance(count, int) and not isinstance(count, bool):
@@ -183,10 +191,13 @@ class ExecutionRecorder:
             state = content.get("execution_state")
             if state == "busy":
                 self.busy_seen = True
+                self._time(msg, "iopub.status.busy")
             elif state == "idle":
                 self.idle = True
+                self._time(msg, "iopub.status.idle")
             return []
         if msg_type == "execute_input":
+            self._time(msg, "iopub.execute_input")
             count = content.get("execution_count")
             if isinstance(count, int) and not isinstance(count, bool):
                 self.execution_count = count
@@ -203,8 +214,23 @@ class ExecutionRecorder:
                 return []
             return [self._clear(False)]
         if msg_type == "error":
-            return [*self._apply_pending_clear(), self._set_error(content)]
+            self._error_on_iopub = True
+            events = [*self._apply_pending_clear(), self._set_error(content)]
+            # Kept in place: the notebook shows it where the kernel sent it (a figure the
+            # inline backend shows after a failing cell comes after the error).
+            self.items.append({"output_type": "error", "_kernel_error": True})
+            return events
         return []
+
+    def _time(self, msg: dict[str, Any], key: str) -> None:
+        """Keep the first time of ``key``: the message header's date, as ISO 8601 text."""
+        header = msg.get("header")
+        date = header.get("date") if isinstance(header, dict) else None
+        if key in self.timing or date is None:
+            return
+        text = date.isoformat() if hasattr(date, "isoformat") else clean_text(date, 64)
+        if text:
+            self.timing[key] = text.replace("+00:00", "Z")
 
     # -- handlers ------------------------------------------------------------------------
 
@@ -364,18 +390,32 @@ class ExecutionRecorder:
                 if stream_limit is not None and len(text) > stream_limit:
                     text = cut_middle(text, stream_limit)
                 outputs.append({"output_type": "stream", "name": item.name, "text": text})
+            elif item.get("_kernel_error"):
+                if self.error is not None:
+                    outputs.append(self._error_output(self.error))
             else:
                 outputs.append({k: v for k, v in item.items() if not k.startswith("_")})
-        if self.error is not None:
-            outputs.append(
-                {
-                    "output_type": "error",
-                    "ename": self.error.ename,
-                    "evalue": self.error.evalue,
-                    "traceback": self.error.traceback,
-                }
-            )
+        if self.error is not None and not self._error_shown():
+            outputs.append(self._error_output(self.error))
         return outputs
+
+    def _error_shown(self) -> bool:
+        """Whether the cell's outputs already say what the error says: the kernel sent it
+        on iopub (even if cleared since), or, with only the reply saying it, printed it on
+        stderr with no traceback (IPython's ``UsageError`` for an unknown magic), as a
+        notebook client records it."""
+        if self.error is None or self._error_on_iopub:
+            return True
+        return not self.error.traceback and self.error.evalue in self.stream_text("stderr")
+
+    @staticmethod
+    def _error_output(error: ErrorEvent) -> dict[str, Any]:
+        return {
+            "output_type": "error",
+            "ename": error.ename,
+            "evalue": error.evalue,
+            "traceback": error.traceback,
+        }
 
 
 def cut_middle(text: str, limit: int) -> str:

@@ -13,6 +13,8 @@ from interpreter.handle import ExecutionHandle
 
 #: Finished handles kept in memory for lookups by id (the store has them all).
 KEPT_HANDLES = 64
+#: Finished handles whose event log is kept, for streams that resume after a break.
+KEPT_EVENT_LOGS = 8
 
 
 class ExecutionQueue:
@@ -62,6 +64,9 @@ class ExecutionQueue:
     def done(self) -> None:
         """The current execution ended; forget old finished ones."""
         self.current = None
+        finished = [h for h in self._by_id.values() if h.finished.is_set()]
+        for handle in finished[:-KEPT_EVENT_LOGS]:
+            handle.release_log()
         if len(self._by_id) > KEPT_HANDLES:
             for key in list(self._by_id)[:-KEPT_HANDLES]:
                 if self._by_id[key].finished.is_set():

@@ -6,6 +6,12 @@ them (SSE frames, or nothing but the final JSON). Nothing here knows about HTTP.
 
 A watcher subscribes before it starts reading, so it cannot miss an event; a watcher that
 subscribes after the end gets the final :class:`Done` at once.
+
+Every event is also kept in the handle's log, numbered from 1 in the order published (the
+SSE ``id:``), so a watcher that lost its connection can resume after the last id it saw:
+:meth:`ExecutionHandle.watch` replays the logged events after that id, then continues live.
+The log of an old finished execution is released (:meth:`ExecutionHandle.release_log`);
+a resume then gets its final :class:`Done`, which holds the complete record.
 """
 
 from __future__ import annotations
@@ -107,6 +113,8 @@ class ExecutionHandle:
     notebook_sha256: str | None = None
     approval: PendingApproval | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
+    _log: list[Event] | None = field(default_factory=list)
+    _published: int = 0
 
     @classmethod
     def finished_with(cls, execution: Execution) -> ExecutionHandle:
@@ -117,15 +125,40 @@ class ExecutionHandle:
 
     def subscribe(self) -> Subscription:
         """A queue of this execution's events from now on; ``None`` after :class:`Done`."""
+        return self.watch()[1]
+
+    def watch(self, after: int | None = None) -> tuple[int, Subscription]:
+        """A queue of this execution's events after event id ``after`` (from now on when
+        None), then live; ``None`` after :class:`Done`. Returns the id of the first event
+        the queue will hold (the ids that follow count up by one)."""
         queue: Subscription = asyncio.Queue()
-        if self.finished.is_set():
+        log = self._log
+        if self.finished.is_set() and (log is None or not log):
+            # Read back from the store, or its log released: the final record only.
             queue.put_nowait(Done(self.execution))
+            queue.put_nowait(None)
+            return max(self._published, 1), queue
+        assert log is not None
+        start = len(log) if after is None else min(max(after, 0), len(log))
+        if self.finished.is_set():
+            start = min(start, len(log) - 1)  # the final Done is always delivered
+        for event in log[start:]:
+            queue.put_nowait(event)
+        if self.finished.is_set():
             queue.put_nowait(None)
         else:
             self._subscribers.append(queue)
-        return queue
+        return start + 1, queue
+
+    def release_log(self) -> None:
+        """Forget the logged events of a finished execution (a resume gets ``Done``)."""
+        if self.finished.is_set():
+            self._log = None
 
     def publish(self, event: Event) -> None:
+        self._published += 1
+        if self._log is not None:
+            self._log.append(event)
         for queue in self._subscribers:
             queue.put_nowait(event)
 

@@ -59,7 +59,9 @@ INSTRUCTIONS = (
     "variables, imports and loaded data survive between calls, so work step by step and "
     "build on earlier results. Errors come back with their traceback; fix the code and run "
     "it again. Tables come back with a summary of shape and dtypes; plots as images. "
-    "Put input files in the workspace with upload_file; read results with read_file."
+    "Put input files in the workspace with upload_file; read results with read_file. "
+    "When output is too long it is cut and the result names the artifact that holds the "
+    "whole text: read it in parts with read_artifact."
 )
 
 # Hints for hosts deciding whether to ask the user before a call.
@@ -75,6 +77,7 @@ _ANNOTATIONS: dict[str, types.ToolAnnotations] = {
         title="Upload a file", read_only_hint=False, destructive_hint=True, idempotent_hint=True
     ),
     "read_file": types.ToolAnnotations(title="Read a file", read_only_hint=True),
+    "read_artifact": types.ToolAnnotations(title="Read part of an artifact", read_only_hint=True),
     "list_files": types.ToolAnnotations(title="List files", read_only_hint=True),
     "restart": types.ToolAnnotations(
         title="Restart the kernel", read_only_hint=False, destructive_hint=True

@@ -216,6 +216,11 @@ class Output(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     artifacts: list[ArtifactRef] = Field(default_factory=list)
     display_id: str | None = None
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The output's metadata as the kernel sent it, by MIME type (e.g. a "
+        "retina PNG's width and height).",
+    )
 
 
 class ErrorInfo(BaseModel):

@@ -21,6 +21,8 @@ from typing import Any
 import nbformat
 from nbformat import v4
 
+from interpreter.notes import commented_rerun
+
 NOTEBOOK_NAME = "notebook.ipynb"
 
 log = logging.getLogger(__name__)
@@ -124,9 +126,17 @@ class NotebookRecorder:
         state_lost: bool,
         reason: str | None,
         extra: dict[str, Any] | None = None,
+        timing: dict[str, str] | None = None,
     ) -> int:
-        """Append one executed cell; returns its index."""
+        """Append one executed cell; returns its index. A recovery's re-run of this
+        session's own cell is written commented out (:mod:`interpreter.notes`); ``timing``
+        is JupyterLab's ``metadata.execution`` (message times)."""
+        own = f"session:{self.nb.metadata.get('interp', {}).get('session_id')}"
+        if extra and extra.get("replay_source") == own:
+            code = commented_rerun(code)
         cell = v4.new_code_cell(source=code)  # type: ignore[no-untyped-call]
+        if timing:
+            cell.metadata["execution"] = dict(timing)
         cell.execution_count = execution_count
         cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
         meta: dict[str, Any] = {
@@ -142,6 +152,11 @@ class NotebookRecorder:
             meta.update(extra)
         cell.metadata["interp"] = meta
         self.nb.cells.append(cell)
+        return len(self.nb.cells) - 1
+
+    def add_markdown(self, text: str) -> int:
+        """Append a markdown cell (a note between cells); returns its index."""
+        self.nb.cells.append(v4.new_markdown_cell(source=text))  # type: ignore[no-untyped-call]
         return len(self.nb.cells) - 1
 
     def to_json(self) -> str:
@@ -189,6 +204,12 @@ class LiveNotebook:
         """Append an executed cell (see :meth:`NotebookRecorder.add_cell`); saved soon."""
         async with self._lock:
             self.recorder.add_cell(code, outputs, **meta)
+        self.request_save()
+
+    async def add_markdown(self, text: str) -> None:
+        """Append a markdown note (a restart, a recovery); saved soon."""
+        async with self._lock:
+            self.recorder.add_markdown(text)
         self.request_save()
 
     async def replace_outputs(

@@ -118,7 +118,9 @@ def openapi_document() -> dict[str, Any]:
                 "description": "SSE events: stdout, stderr (TextChunk), output (Output), clear "
                 "(ClearEvent), error (ErrorInfo), approval_required (Approval: the policy "
                 "holds it for a person), done (Execution). A policy may deny the code "
-                "(status denied, never run; see Execution.policy).",
+                "(status denied, never run; see Execution.policy). Each event carries an id "
+                "(1, 2, ...); a client whose stream broke resumes with GET "
+                ".../executions/{execution_id}/events?after=<last id>.",
                 "parameters": [idempotency],
                 "requestBody": _body(models.ExecuteRequest),
                 "responses": {
@@ -145,7 +147,47 @@ def openapi_document() -> dict[str, Any]:
             ],
             "get": {
                 "summary": "One execution, also while it runs",
+                "description": "While it runs: its output so far (stdout, stderr, the rich "
+                "outputs captured, the error if it raised).",
                 "responses": {"200": _json(models.Execution, "Execution"), **common},
+            },
+        },
+        "/v1/sessions/{session_id}/executions/{execution_id}/events": {
+            "parameters": [
+                sid,
+                {
+                    "name": "execution_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                },
+            ],
+            "get": {
+                "summary": "An execution's SSE events after an id, then live",
+                "description": "The events whose id is above `after` (or the Last-Event-ID "
+                "header; all of them when neither is given), then the rest as they happen; "
+                "the last is done. An execution no longer in memory answers with done only.",
+                "parameters": [
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999_999},
+                    },
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "Server-sent events",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(400, 401, 404, 422),
+                },
             },
         },
         "/v1/sessions/{session_id}/interrupt": {
@@ -241,7 +283,26 @@ def openapi_document() -> dict[str, Any]:
             ],
             "get": {
                 "summary": "Artifact bytes with their content type",
-                "responses": {"200": {"description": "Bytes"}, **common},
+                "description": "A single byte range (Range: bytes=A-B, bytes=A- or bytes=-N) "
+                "is answered with 206 and Content-Range; a range past the end with 416. "
+                "Any other Range header is ignored and the whole body sent.",
+                "parameters": [
+                    {
+                        "name": "Range",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "Bytes"},
+                    "206": {"description": "The requested byte range"},
+                    **_errors(401, 404, 416, 422),
+                },
+            },
+            "head": {
+                "summary": "The artifact's size (Content-Length) and content type, no body",
+                "responses": {"200": {"description": "Headers only"}, **common},
             },
         },
         "/healthz": {

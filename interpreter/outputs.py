@@ -161,8 +161,13 @@ class OutputCapture:
                 data[mime] = value
             elif where is Placement.BOTH:
                 data[mime] = cut_middle(str(value), self.inline_bytes)
+        metadata = raw.get("metadata")
         return Output(
-            type=raw["output_type"], data=data, artifacts=refs, display_id=raw.get("_display_id")
+            type=raw["output_type"],
+            data=data,
+            artifacts=refs,
+            display_id=raw.get("_display_id"),
+            metadata=metadata if isinstance(metadata, dict) else {},
         )
 
     async def publish(
@@ -208,6 +213,11 @@ class OutputCapture:
             ex.error = ErrorInfo(
                 ename=rec.error.ename, evalue=rec.error.evalue, traceback=rec.error.traceback
             )
+        return self.notebook_form(ex, rec)
+
+    def notebook_form(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
+        """The notebook outputs of a finished ``ex``: the kernel's, in its order, ending
+        with the broker's own error for a timeout or a dead kernel."""
         nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
         if ex.status in BROKER_ERRORS and ex.error is not None:
             nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]

@@ -19,6 +19,7 @@ from interpreter.cells import plan
 from interpreter.errors import ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.models import RebuildReport
+from interpreter.notes import rebuild_note
 from interpreter.session import LiveSession
 
 #: Queues one cell: (code, timeout_s, extra_meta=...) -> its handle.
@@ -71,6 +72,10 @@ async def replay_into(
     report = RebuildReport(
         source=source, cells_total=len(cells), cells_skipped=len(cells) - len(sources)
     )
+    all_cells = nb.get("cells") or []
+    counts = [all_cells[c.index].get("execution_count") for c in cells if c.rerun]
+    own = source == f"session:{session.id}"
+    await session.notebook.add_markdown(rebuild_note(source, own, counts, report.cells_skipped))
     for index, code in enumerate(sources):
         handle = await submit(
             code, timeout_s, extra_meta={"replay_of": index, "replay_source": source}

@@ -32,6 +32,7 @@ from interpreter.artifacts import ArtifactStore
 from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
+from interpreter.displays import EarlierDisplays
 from interpreter.errors import (
     AuditDegraded,
     GenerationMismatch,
@@ -56,6 +57,7 @@ from interpreter.models import (
 )
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
+from interpreter.notes import restart_note
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
@@ -134,6 +136,9 @@ class LiveSession(PolicyStage):
             inline_bytes=settings.inline_rich_bytes,
             output_bytes=settings.max_output_bytes,
         )
+        self.displays = EarlierDisplays(self.capture)
+        #: A note for the notebook (a restart), written after the cell it happened in.
+        self._note: str | None = None
         self._worker: asyncio.Task[None] | None = None
         self.executions = ExecutionQueue(settings.queue_size)
         self._state_lost_pending = False
@@ -395,6 +400,7 @@ class LiveSession(PolicyStage):
             # The kernel died while nobody was running anything: replace it first.
             self._state_lost_pending = True
             await self._restart("died_idle")
+            await self._write_note()
             if self.status == "dead":
                 await self._abandon(handle, "kernel_died", self.failed_reason or "restart_failed")
                 return
@@ -511,6 +517,7 @@ class LiveSession(PolicyStage):
             self.notebook.set_kernel_info(self.kernel.language_info)
             self.status = "idle"
             self.generation += 1
+            self._note = restart_note(reason, self.generation)
             self.touch()
             await self._persist_kernel()
         finally:
@@ -532,6 +539,13 @@ class LiveSession(PolicyStage):
             await self._restart(await self.kernel.exit_reason())
         finally:
             self._replaced.set()
+
+    async def _write_note(self) -> None:
+        """Put the pending note (a restart) in the notebook: after the cell it happened in,
+        or at once when no cell ran."""
+        note, self._note = self._note, None
+        if note is not None:
+            await self.notebook.add_markdown(note)
 
     async def _fail(self, reason: str) -> None:
         """Give up on the kernel: the session is dead and the broker will close it."""
@@ -604,6 +618,8 @@ class LiveSession(PolicyStage):
                 )
                 await self._abandon(handle, "cancelled", "restarted")
         await self._restart("requested")
+        if running is None or running.finished.is_set():
+            await self._write_note()
         if running is not None:
             running.changed.set()  # its wait sees the new kernel at once
         if self.status == "dead":
@@ -626,6 +642,7 @@ class LiveSession(PolicyStage):
         if channel == "iopub":
             handle.last_iopub_at = asyncio.get_running_loop().time()
             events = rec.feed_iopub(msg)
+            await self._update_earlier_displays(msg, handle)
         elif (msg.get("header") or {}).get("msg_type") == "execute_reply":
             events = rec.feed_reply(msg)
         else:
@@ -634,6 +651,12 @@ class LiveSession(PolicyStage):
             await self.capture.publish(handle, rec, events)
         finally:
             handle.changed.set()
+
+    async def _update_earlier_displays(self, msg: dict[str, Any], current: ExecutionHandle) -> None:
+        """A display id shown by an earlier cell, updated now: update that cell too."""
+        for earlier, nb_outputs in await self.displays.apply(msg, current):
+            await self.notebook.replace_outputs(earlier.execution.id, nb_outputs)
+            self.writer.later(partial(self._save_execution, earlier))
 
     async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
         """Output of a finished cell (a background thread printing while no cell runs):
@@ -670,12 +693,15 @@ class LiveSession(PolicyStage):
             state_lost=ex.state_lost,
             reason=ex.reason,
             extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
+            timing=rec.timing,
         )
+        await self._write_note()
         self._report(handle)
         self.writer.later(partial(self._save_execution, handle))
         self.writer.later(self._activity(self.status))
         handle.finish()
         self.capture.remember(rec.msg_id, handle)
+        self.displays.remember(handle)
 
     def _report(self, handle: ExecutionHandle) -> None:
         """Count a finished execution and log its one line (the key by its owner id)."""

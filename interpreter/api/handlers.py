@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 from tornado.iostream import StreamClosedError
@@ -19,9 +20,10 @@ from interpreter.api.approvals import (
     PolicyHandler,
 )
 from interpreter.api.base import BaseHandler
-from interpreter.api.events import sse_frame
+from interpreter.api.events import resume_after, send_events
 from interpreter.api.info import service_info
-from interpreter.errors import FileNotFoundInWorkspace, InterpreterError
+from interpreter.api.ranges import byte_range
+from interpreter.errors import FileNotFoundInWorkspace, InterpreterError, RangeNotSatisfiable
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
@@ -34,7 +36,6 @@ from interpreter.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
-SSE_KEEPALIVE_S = 15.0
 #: Set on answers that repeat an earlier request's result (same Idempotency-Key).
 REPLAYED_HEADER = "Idempotent-Replayed"
 
@@ -118,33 +119,15 @@ class ExecuteHandler(BaseHandler):
             with contextlib.suppress(StreamClosedError):
                 self.finish(handle.execution.model_dump_json())
             return
-        # A replay watches the first run from now on; its final `done` event is complete.
-        own = handle.stream if not replayed else None
-        queue = own if own is not None else handle.subscribe()
-        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.set_header("X-Accel-Buffering", "no")
-        try:
-            await self.flush()
-            while True:
-                try:
-                    async with asyncio.timeout(SSE_KEEPALIVE_S):
-                        item = await queue.get()
-                except TimeoutError:
-                    # A dead client is only noticed when a write fails.
-                    self.write(": keep-alive\n\n")
-                    await self.flush()
-                    continue
-                if item is None:
-                    break
-                self.write(sse_frame(item))
-                if queue.empty():
-                    await self.flush()
-        except StreamClosedError:
-            # docs/security.md decision 1: the execution goes on; its result stays
-            # retrievable by id.
-            return
-        with contextlib.suppress(StreamClosedError):
-            self.finish()
+        # A replay watches the first run from now on (or after the Last-Event-ID it gives);
+        # its final `done` event is complete. The own stream was subscribed before the
+        # execution was queued, so its first event is event 1.
+        if replayed:
+            first_id, queue = handle.watch(resume_after(self))
+        else:
+            assert handle.stream is not None
+            first_id, queue = 1, handle.stream
+        await send_events(self, queue, first_id)
 
     def on_connection_close(self) -> None:
         super().on_connection_close()
@@ -164,6 +147,19 @@ class ExecuteHandler(BaseHandler):
 class ExecutionHandler(BaseHandler):
     async def get(self, session_id: str, execution_id: str) -> None:
         self.send_json(await self.broker.execution(self.owner, session_id, execution_id))
+
+
+class ExecutionEventsHandler(BaseHandler):
+    """An execution's events as server-sent events: those after ``?after=N`` (or the
+    ``Last-Event-ID`` header) first, then the rest live; all of them when neither is
+    given. A client whose stream broke resumes here without losing or repeating one."""
+
+    async def get(self, session_id: str, execution_id: str) -> None:
+        after = resume_after(self)
+        handle = await self.broker.execution_handle(self.owner, session_id, execution_id)
+        first_id, queue = handle.watch(0 if after is None else after)
+        self.set_header("X-Execution-Id", execution_id)
+        await send_events(self, queue, first_id)
 
 
 class InterruptHandler(BaseHandler):
@@ -235,16 +231,46 @@ class NotebookHandler(BaseHandler):
 
 
 class ArtifactHandler(BaseHandler):
+    async def head(self, session_id: str, artifact_id: str) -> None:
+        _, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
+        self._artifact_headers(artifact_id, mime)
+        self.set_header("Content-Length", str(size))
+        self.finish()
+
     async def get(self, session_id: str, artifact_id: str) -> None:
         path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
-        data = await asyncio.to_thread(path.read_bytes)
+        try:
+            wanted = byte_range(self.request.headers.get("Range"), size)
+        except RangeNotSatisfiable as exc:
+            # Answered here: the error path would drop the Content-Range header.
+            self.error_type = exc.code
+            self.set_header("Content-Range", f"bytes */{size}")
+            self.send_json({"error": {"type": exc.code, "message": exc.message}}, exc.status)
+            return
+        self._artifact_headers(artifact_id, mime)
+        if wanted is None:
+            data = await asyncio.to_thread(path.read_bytes)
+        else:
+            first, last = wanted
+            data = await asyncio.to_thread(_read_part, path, first, last - first + 1)
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.set_header("Content-Length", str(len(data)))
+        self.finish(data)
+
+    def _artifact_headers(self, artifact_id: str, mime: str) -> None:
         # Served inert: never rendered on the API origin (docs/security.md H-53).
         self.set_header("Content-Type", mime)
-        self.set_header("Content-Length", str(size))
+        self.set_header("Accept-Ranges", "bytes")
         self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
         self.set_header("Content-Disposition", _attachment(artifact_id + _extension(mime)))
         self.set_header("Cache-Control", "private, max-age=31536000, immutable")
-        self.finish(data)
+
+
+def _read_part(path: Path, offset: int, length: int) -> bytes:
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        return fh.read(length)
 
 
 class HealthHandler(BaseHandler):
@@ -317,6 +343,7 @@ ROUTES: list[tuple[str, type[BaseHandler]]] = [
     ("/v1/sessions/{session_id}", SessionHandler),
     ("/v1/sessions/{session_id}/execute", ExecuteHandler),
     ("/v1/sessions/{session_id}/executions/{execution_id}", ExecutionHandler),
+    ("/v1/sessions/{session_id}/executions/{execution_id}/events", ExecutionEventsHandler),
     ("/v1/sessions/{session_id}/interrupt", InterruptHandler),
     ("/v1/sessions/{session_id}/restart", RestartHandler),
     ("/v1/sessions/{session_id}/files/?", FilesHandler),

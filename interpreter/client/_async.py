@@ -347,11 +347,13 @@ class AsyncSession:
             if_busy=if_busy,
         )
         execution_id: str | None = None
+        last_id = 0
         try:
             async with self.client._stream(call) as (events, execution_id):
                 if on_start is not None and execution_id is not None:
                     on_start(execution_id)
                 async for sse in events:
+                    last_id = proto.event_id(sse, last_id)
                     event = proto.decode_event(sse)
                     if isinstance(event, Execution):
                         yield DoneEvent(event, self._wrap(event))
@@ -363,9 +365,39 @@ class AsyncSession:
                 raise
         if execution_id is None:
             raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
-        # The stream broke but the run goes on server-side: wait for it by id.
-        execution = await self._await_execution(execution_id)
-        yield DoneEvent(execution, self._wrap(execution))
+        # The stream broke but the run goes on server-side: resume its events after the
+        # last one seen, so that none is lost or repeated.
+        async for resumed in self._resume(execution_id, last_id):
+            yield resumed
+
+    async def _resume(self, execution_id: str, last_id: int) -> AsyncIterator[AsyncStreamEvent]:
+        """The events of ``execution_id`` after ``last_id``, reconnecting while the
+        connection keeps breaking (a few times in a row at most). A service without the
+        events endpoint is polled for the final record instead."""
+        backoff = proto.Backoff()
+        while True:
+            try:
+                call = proto.events_request(self.id, execution_id, last_id)
+                async with self.client._stream(call) as (events, _):
+                    async for sse in events:
+                        last_id = proto.event_id(sse, last_id)
+                        event = proto.decode_event(sse)
+                        if isinstance(event, Execution):
+                            yield DoneEvent(event, self._wrap(event))
+                            return
+                        if event is not None:
+                            backoff.reset_failures()
+                            yield event
+                if backoff.failures_exhausted():
+                    raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+            except NotFoundError:
+                execution = await self._await_execution(execution_id)
+                yield DoneEvent(execution, self._wrap(execution))
+                return
+            except ConnectionFailed:
+                if backoff.failures_exhausted():
+                    raise
+            await anyio.sleep(backoff.next_delay())
 
     async def _await_execution(self, execution_id: str) -> Execution:
         polls = proto.Backoff()
@@ -452,6 +484,20 @@ class AsyncSession:
         """The bytes of an artifact, given its reference or URL."""
         url = ref.url if isinstance(ref, ArtifactRef) else ref
         return await self.client._call(proto.artifact(url))
+
+    async def read_artifact(
+        self, ref: ArtifactRef | AsyncArtifact | str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        """``length`` bytes of an artifact from byte ``offset`` (to its end when None): a
+        large output that was cut is read piece by piece. ``ref`` is a reference, its URL,
+        or the artifact id in this session."""
+        if not isinstance(ref, str):
+            url = ref.url
+        elif "/" in ref:
+            url = ref
+        else:
+            url = proto.session_url(self.id, "artifacts", ref)
+        return (await self.client._call(proto.artifact_range(url, offset, length)))[0]
 
     async def refresh(self) -> SessionInfo:
         """Fetch the session's current record (status, counts)."""

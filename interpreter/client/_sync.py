@@ -364,11 +364,13 @@ class Session:
             if_busy=if_busy,
         )
         execution_id: str | None = None
+        last_id = 0
         try:
             with self.client._stream(call) as (events, execution_id):
                 if on_start is not None and execution_id is not None:
                     on_start(execution_id)
                 for sse in events:
+                    last_id = proto.event_id(sse, last_id)
                     event = proto.decode_event(sse)
                     if isinstance(event, Execution):
                         yield DoneEvent(event, self._wrap(event))
@@ -380,9 +382,38 @@ class Session:
                 raise
         if execution_id is None:
             raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
-        # The stream broke but the run goes on server-side: wait for it by id.
-        execution = self._await_execution(execution_id)
-        yield DoneEvent(execution, self._wrap(execution))
+        # The stream broke but the run goes on server-side: resume its events after the
+        # last one seen, so that none is lost or repeated.
+        yield from self._resume(execution_id, last_id)
+
+    def _resume(self, execution_id: str, last_id: int) -> Iterator[StreamEvent]:
+        """The events of ``execution_id`` after ``last_id``, reconnecting while the
+        connection keeps breaking (a few times in a row at most). A service without the
+        events endpoint is polled for the final record instead."""
+        backoff = proto.Backoff()
+        while True:
+            try:
+                call = proto.events_request(self.id, execution_id, last_id)
+                with self.client._stream(call) as (events, _):
+                    for sse in events:
+                        last_id = proto.event_id(sse, last_id)
+                        event = proto.decode_event(sse)
+                        if isinstance(event, Execution):
+                            yield DoneEvent(event, self._wrap(event))
+                            return
+                        if event is not None:
+                            backoff.reset_failures()
+                            yield event
+                if backoff.failures_exhausted():
+                    raise ConnectionFailed(proto.STREAM_ENDED_EARLY)
+            except NotFoundError:
+                execution = self._await_execution(execution_id)
+                yield DoneEvent(execution, self._wrap(execution))
+                return
+            except ConnectionFailed:
+                if backoff.failures_exhausted():
+                    raise
+            time.sleep(backoff.next_delay())
 
     def _await_execution(self, execution_id: str) -> Execution:
         polls = proto.Backoff()
@@ -488,6 +519,20 @@ class Session:
         """The bytes of an artifact, given its reference or URL."""
         url = ref.url if isinstance(ref, ArtifactRef) else ref
         return self.client._call(proto.artifact(url))
+
+    def read_artifact(
+        self, ref: ArtifactRef | Artifact | str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        """``length`` bytes of an artifact from byte ``offset`` (to its end when None): a
+        large output that was cut is read piece by piece. ``ref`` is a reference, its URL,
+        or the artifact id in this session."""
+        if not isinstance(ref, str):
+            url = ref.url
+        elif "/" in ref:
+            url = ref
+        else:
+            url = proto.session_url(self.id, "artifacts", ref)
+        return self.client._call(proto.artifact_range(url, offset, length))[0]
 
     def refresh(self) -> SessionInfo:
         """Fetch the session's current record (status, counts)."""

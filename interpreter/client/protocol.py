@@ -368,6 +368,24 @@ def artifact(url: str) -> Call[bytes]:
     return Call("GET", url, _parse_bytes)
 
 
+def artifact_range(url: str, offset: int = 0, length: int | None = None) -> Call[tuple[bytes, int]]:
+    """``length`` bytes (all the rest when None) of an artifact from byte ``offset``, by an
+    HTTP ``Range`` request, with the artifact's whole size; a server that sends the whole
+    body is sliced here."""
+    if offset < 0 or (length is not None and length < 1):
+        raise ValueError("offset must be >= 0 and length >= 1")
+    last = "" if length is None else str(offset + length - 1)
+
+    def parse(resp: httpx.Response) -> tuple[bytes, int]:
+        if resp.status_code == 206:
+            total = resp.headers.get("Content-Range", "").rpartition("/")[2]
+            return resp.content, int(total) if total.isdigit() else -1
+        end = None if length is None else offset + length
+        return resp.content[offset:end], len(resp.content)
+
+    return Call("GET", url, parse, headers={"Range": f"bytes={offset}-{last}"})
+
+
 def _parse_service_info(resp: httpx.Response) -> ServiceInfo:
     result: ServiceInfo = _model(ServiceInfo)(resp)
     return result
@@ -405,6 +423,22 @@ def stream_request(
         unbounded=True,
         headers=call.headers,
     )
+
+
+def events_request(session_id: str, execution_id: str, after: int) -> Call[None]:
+    """An execution's events after event id ``after`` as server-sent events, then live."""
+    return Call(
+        "GET",
+        session_url(session_id, "executions", execution_id, "events"),
+        _parse_nothing,
+        params={"after": str(after)},
+        unbounded=True,
+    )
+
+
+def event_id(sse: ServerSentEvent, last: int) -> int:
+    """The ``id:`` of an event (the service numbers them from 1), else ``last``."""
+    return int(sse.id) if sse.id and sse.id.isdigit() else last
 
 
 def decode_event(sse: ServerSentEvent) -> ProgressEvent | Execution | None:

@@ -150,6 +150,18 @@ def execution_header(execution: Execution) -> str:
     return head
 
 
+def truncation_note(execution: Execution) -> str:
+    """What was cut and where the whole text is: each artifact by URL and size."""
+    refs = [r for r in execution.artifacts if r.mime.startswith("text/")]
+    if not refs:
+        return "(output was cut; what was over the limit was not kept)"
+    where = "; ".join(f"{r.url} ({r.size} bytes)" for r in refs)
+    return (
+        f"(output was cut; the full text is in artifact {where}: "
+        "read a range of it with read_artifact, offset and length in bytes)"
+    )
+
+
 def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
     """Text blocks describing an execution, in the order a reader needs them.
 
@@ -166,7 +178,7 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
     if execution.stderr:
         blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
     if execution.truncated:
-        blocks.append("(output was cut; the full text is kept as an artifact)")
+        blocks.append(truncation_note(execution))
     for output in execution.outputs:
         label = "result" if output.type == "execute_result" else "display"
         blocks.append(f"{label}:\n{output_text(output, limit)}")

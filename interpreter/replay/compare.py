@@ -2,14 +2,22 @@
 
 Outputs are compared in a normal form, not byte for byte:
 
-* text has its colour codes, memory addresses (``0x7f...``), timestamps, durations, UUIDs,
-  long hex ids, ``id()``-sized integers, session ids and IPython's temporary cell file
-  names masked, and trailing whitespace dropped;
+* text has its colour codes and what really varies between runs masked: memory addresses
+  (``0x7f...``), object ids (a number after ``id``, or a bare integer that can only be
+  an ``id()``: 14-15 digits, 16-byte aligned, in the user-space range of 64-bit Linux
+  addresses), clock readings (times of day and
+  timestamps with fractional seconds, as ``datetime.now()`` prints them), durations and
+  ``timeit`` loop counts, UUIDs, artifact ids, session ids, temporary names and IPython's
+  temporary cell file names; trailing whitespace is dropped. Digits that carry a value are
+  never masked: a hash, a long integer or a date in the data must match;
+* numbers are compared as numbers: integers exactly, floats (a number with a point or an
+  exponent) within a relative tolerance of :data:`REL_TOL` (``1e-9``) or an absolute one of
+  :data:`ABS_TOL` (``1e-12``, for noise around zero); an integer never matches a float;
 * everything a cell printed to stdout (or stderr) is compared as one text, so the way
   the stream happened to be chunked and interleaved with displays does not matter;
 * rich outputs are compared in order, MIME type by MIME type, for the types the recording
   has (a newer kernel may add representations; it may not drop one);
-* JSON values are compared structurally, floats to 6 significant digits;
+* JSON values are compared structurally, their numbers as above;
 * raster images by decoded size and a perceptual tolerance on downscaled pixels (Pillow),
   SVG as text without its generated ids;
 * an error is compared by exception name and message, not by traceback.
@@ -34,6 +42,11 @@ from interpreter.models import ArtifactRef, Execution
 
 # ---------------------------------------------------------------------- normalisation
 
+REL_TOL = 1e-9
+"""Relative tolerance for floats (a replay may run on other hardware or BLAS)."""
+ABS_TOL = 1e-12
+"""Absolute tolerance for floats, so that noise around zero (``5.55e-17``) matches."""
+
 _MASKS: list[tuple[re.Pattern[str], str]] = [
     (ANSI_RE, ""),
     (
@@ -42,16 +55,14 @@ _MASKS: list[tuple[re.Pattern[str], str]] = [
     ),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x<addr>"),
     (
-        re.compile(
-            r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?"
-            r"(Z|[+-]\d{2}:?\d{2})?"
-        ),
+        re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}:\d{2}[.,]\d{3,}(Z|[+-]\d{2}:?\d{2})?"),
         "<timestamp>",
     ),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<time>"),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}[.,]\d+\b"), "<time>"),
     (re.compile(r"ipykernel_\d+[/\\]\d+\.py"), "ipykernel_<pid>/<cell>.py"),
     (re.compile(r"\btmp[A-Za-z0-9_]{6,}"), "tmp<random>"),
-    (re.compile(r"\b[0-9a-fA-F]{16,}\b"), "<hex>"),
+    (re.compile(r"\b(artifacts?[ /:=]+)[0-9a-fA-F]{16,}\b"), r"\1<artifact>"),
+    (re.compile(r"\b(id\b[ =:(]*)\d{6,}\b", re.IGNORECASE), r"\1<id>"),
     (
         re.compile(
             r"(?<![\w.])[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s?"
@@ -60,11 +71,23 @@ _MASKS: list[tuple[re.Pattern[str], str]] = [
         "<duration>",
     ),
     (re.compile(r"\b[\d,]+ loops?\b"), "<n> loops"),
-    (re.compile(r"\b\d{12,}\b"), "<id>"),
 ]
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 _SVG_IDS = re.compile(r'\s(id|clip-path|xlink:href|href)="[^"]*"|url\(#[^)]*\)')
 _SVG_METADATA = re.compile(r"<metadata>.*?</metadata>", re.DOTALL)
+
+
+#: ``id()`` of a CPython object on 64-bit Linux: a heap or mmap address, 16-byte aligned.
+_ADDRESS_RANGE = (0x550000000000, 0x7FFFFFFFFFFF)
+_BARE_INT = re.compile(r"(?<![\w.])\d{14,15}(?![\w.])")
+
+
+def _mask_address(match: re.Match[str]) -> str:
+    value = int(match.group())
+    low, high = _ADDRESS_RANGE
+    return "<id>" if low <= value <= high and value % 16 == 0 else match.group()
 
 
 def normalize_text(text: str, extra_ids: tuple[str, ...] = ()) -> str:
@@ -74,6 +97,7 @@ def normalize_text(text: str, extra_ids: tuple[str, ...] = ()) -> str:
             text = text.replace(ident, "<session>")
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
+    text = _BARE_INT.sub(_mask_address, text)
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     return "\n".join(lines).strip("\n")
 
@@ -83,14 +107,12 @@ def normalize_svg(svg: str) -> str:
     return normalize_text(_SVG_IDS.sub("", _SVG_METADATA.sub("", svg)))
 
 
-def _round_float(value: float) -> float | str:
-    if not math.isfinite(value):
-        return str(value)
-    return float(f"{value:.6g}")
+def _float_text(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
 
 
 def normalize_json(value: Any, extra_ids: tuple[str, ...] = ()) -> Any:
-    """JSON with strings normalised as text and floats rounded to 6 significant digits."""
+    """JSON with strings normalised as text (numbers are kept; see :func:`numbers_match`)."""
     if isinstance(value, dict):
         return {k: normalize_json(v, extra_ids) for k, v in value.items()}
     if isinstance(value, list):
@@ -98,8 +120,30 @@ def normalize_json(value: Any, extra_ids: tuple[str, ...] = ()) -> Any:
     if isinstance(value, str):
         return normalize_text(value, extra_ids)
     if isinstance(value, float):
-        return _round_float(value)
+        return _float_text(value)
     return value
+
+
+def numbers_match(a: str, b: str) -> bool:
+    """Two numbers as printed: integers exactly, floats within REL_TOL / ABS_TOL."""
+    a_float = any(c in a for c in ".eE")
+    b_float = any(c in b for c in ".eE")
+    if not a_float and not b_float:
+        return a.lstrip("+") == b.lstrip("+")
+    if a_float != b_float:
+        return False
+    return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=ABS_TOL)
+
+
+def texts_match(a: str, b: str) -> bool:
+    """Two normalised texts are the same apart from floats within tolerance."""
+    if a == b:
+        return True
+    if _NUMBER.sub("#", a) != _NUMBER.sub("#", b):
+        return False
+    return all(
+        numbers_match(x, y) for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b), strict=True)
+    )
 
 
 # ------------------------------------------------------------------------ comparisons
@@ -109,7 +153,7 @@ def first_difference(recorded: str, replayed: str) -> str:
     """Where two texts first differ, as 'line N: recorded ... / replayed ...'."""
     a, b = recorded.split("\n"), replayed.split("\n")
     for n, (x, y) in enumerate(zip(a, b, strict=False), start=1):
-        if x != y:
+        if not texts_match(x, y):
             return f"line {n}: recorded {x[:80]!r}, replayed {y[:80]!r}"
     if len(a) != len(b):
         return f"recorded {len(a)} lines, replayed {len(b)}"
@@ -121,9 +165,13 @@ def compare_text(
 ) -> str | None:
     """None if the texts match once normalised, else a description of the difference."""
     a, b = normalize_text(recorded, extra_ids), normalize_text(replayed, extra_ids)
-    if a == b:
+    if texts_match(a, b):
         return None
     return f"{what} differs: {first_difference(a, b)}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _json_difference(a: Any, b: Any, path: str) -> str | None:
@@ -144,6 +192,14 @@ def _json_difference(a: Any, b: Any, path: str) -> str | None:
             found = _json_difference(x, y, f"{path}[{n}]")
             if found:
                 return found
+        return None
+    if _is_number(a) and _is_number(b):
+        if isinstance(a, int) and isinstance(b, int):
+            same = a == b
+        else:
+            same = math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+        return None if same else f"{path}: recorded {json.dumps(a)}, replayed {json.dumps(b)}"
+    if isinstance(a, str) and isinstance(b, str) and texts_match(a, b):
         return None
     if a != b:
         return f"{path}: recorded {json.dumps(a)[:60]}, replayed {json.dumps(b)[:60]}"

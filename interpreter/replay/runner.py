@@ -86,6 +86,7 @@ def replay_notebook(
     timeout_s: float | None = None,
     on_cell: Callable[[CellReport], None] | None = None,
     name: str = "notebook",
+    prepare: Callable[[Session], object] | None = None,
 ) -> ReplayReport:
     """Run a notebook's code cells in a fresh session and compare outputs cell by cell.
 
@@ -97,6 +98,8 @@ def replay_notebook(
         timeout_s: Time limit per cell (the service default if None).
         on_cell: Called with each cell's report as soon as it is known.
         name: How the report names the notebook.
+        prepare: Called with the fresh session before the first cell runs, e.g. to put
+            the notebook's input files in its workspace (:mod:`interpreter.replay.inputs`).
 
     Returns:
         The report; ``report.ok`` is True when no replayed cell mismatched.
@@ -111,6 +114,8 @@ def replay_notebook(
     cells = nb.get("cells") or []
     with client.create_session(metadata={"replay_of": name}) as session:
         report.session_id = session.id
+        if prepare is not None:
+            prepare(session)
         ids = (*recorded_ids, session.id)
         for cell_plan in plan(nb):
             cell_report = _replay_cell(

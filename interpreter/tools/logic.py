@@ -4,6 +4,7 @@ the async executor share it (the SDK's sans-I/O pattern)."""
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import mimetypes
 from collections.abc import Generator
@@ -214,6 +215,24 @@ class _ToolLogic:
             )
         return ToolResult([TextPart(clip(text, max_chars) if text else f"{path} is empty.")])
 
+    def _tool_read_artifact(
+        self,
+        artifact: str,
+        offset: int = 0,
+        length: int = 20_000,
+        session_id: str | None = None,
+    ) -> _Steps:
+        if "/" in artifact:
+            url = artifact
+        else:
+            sid = yield from self._session(session_id)
+            url = proto.session_url(sid, "artifacts", artifact)
+        data, total = yield proto.artifact_range(url, offset, length)
+        text, skipped, used = artifact_text(data, at_start=offset == 0)
+        start = offset + skipped
+        header = artifact_header(url, start, start + used, total)
+        return ToolResult([TextPart(header + ("\n" + text if text else ""))])
+
     def _tool_list_files(self, path: str = "", session_id: str | None = None) -> _Steps:
         sid = yield from self._session(session_id)
         listing: FileList = yield proto.list_files(sid, path)
@@ -235,6 +254,31 @@ class _ToolLogic:
         if format == "ipynb":
             return ToolResult([TextPart(json.dumps(_without_images(nb), indent=1))])
         return ToolResult([TextPart(clip(notebook_transcript(nb), self.max_chars * 2))])
+
+
+def artifact_text(data: bytes, *, at_start: bool) -> tuple[str, int, int]:
+    """UTF-8 text of a byte range cut anywhere: continuation bytes of a character begun
+    before the range are skipped, and one cut at its end is left for the next read.
+    Returns the text, the bytes skipped at the start and the bytes decoded after them."""
+    skip = 0
+    if not at_start:
+        while skip < min(len(data), 3) and 0x80 <= data[skip] < 0xC0:
+            skip += 1
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data[skip:], final=False)
+    pending = len(decoder.getstate()[0])
+    return text, skip, len(data) - skip - pending
+
+
+def artifact_header(url: str, offset: int, end: int, total: int) -> str:
+    """``[artifact URL: bytes A-B of N; ...]``: where a read landed and how to go on."""
+    size = f" of {total}" if total >= 0 else ""
+    if end <= offset:
+        return f"[artifact {url}: nothing at byte {offset}{size}]"
+    head = f"[artifact {url}: bytes {offset}-{end - 1}{size}"
+    if total < 0 or end < total:
+        return head + f"; continue with offset={end}]"
+    return head + "; the end]"
 
 
 def _fail(message: str) -> _Steps:

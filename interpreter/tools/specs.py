@@ -1,4 +1,4 @@
-"""The eight tools as a model reads them: names, descriptions and JSON schemas, rendered
+"""The nine tools as a model reads them: names, descriptions and JSON schemas, rendered
 for OpenAI or Anthropic function calling."""
 
 from __future__ import annotations
@@ -140,6 +140,37 @@ TOOLS: tuple[ToolSpec, ...] = (
         },
     ),
     ToolSpec(
+        "read_artifact",
+        "Read part of an artifact: the full text of an output that was too long to show. "
+        "When run_code cuts stdout, stderr or a long value, its result names the artifact "
+        "that holds the whole text (a URL such as /v1/sessions/.../artifacts/<id>); read it "
+        "here piece by piece with offset and length (in bytes). The answer says which bytes "
+        "it holds, the artifact's size and the offset to continue from.",
+        {
+            "type": "object",
+            "properties": {
+                "artifact": {
+                    "type": "string",
+                    "description": "The artifact's URL as the result gave it, or its id.",
+                },
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "First byte to read (default 0).",
+                },
+                "length": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1_000_000,
+                    "description": "Bytes to read at most (default 20000).",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "required": ["artifact"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
         "list_files",
         "List a directory of the session workspace: each entry's type, size in bytes, "
         "modification time and path.",
@@ -206,7 +237,7 @@ def tool_definitions(
     Args:
         format: ``openai`` (Chat Completions ``tools`` entries) or ``anthropic`` (Messages
             API ``tools`` entries).
-        names: Only these tools (default: all eight).
+        names: Only these tools (default: all nine).
 
     Returns:
         A list of JSON-serialisable dicts.

@@ -285,7 +285,12 @@ def test_restart_clears_state_keeps_notebook(
     assert resp.status_code == 200 and resp.json()["status"] == "idle"
     assert run(api, sid, "gone")["error"]["ename"] == "NameError"
     nb = api.get(f"/v1/sessions/{sid}/notebook").json()
-    assert [c["source"] for c in nb["cells"]] == ["gone = 1", "gone"]
+    assert [c["source"] for c in nb["cells"]] == [
+        "gone = 1",
+        "**Kernel restarted** on request (generation 2): variables, imports and loaded data "
+        "from the cells above are gone; workspace files are kept.",
+        "gone",
+    ]
 
 
 def test_exit_in_user_code_restarts_and_reports_state_lost(

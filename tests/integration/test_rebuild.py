@@ -38,7 +38,11 @@ def test_fork_from_session_replays_good_cells_and_copies_files(
         assert {"input.csv", "made.txt"} <= names
         nb = api.get(f"/v1/sessions/{fid}/notebook").json()
         assert nb["metadata"]["interp"]["source"] == {"from": f"session:{src}"}
-        assert [c["metadata"]["interp"].get("replay_of") for c in nb["cells"]] == [0, 1, None]
+        note, *code = nb["cells"]
+        assert note["cell_type"] == "markdown" and note["source"].startswith(
+            f"**Rebuilt from session `{src}`**: its 2 successful cells"
+        )
+        assert [c["metadata"]["interp"].get("replay_of") for c in code] == [0, 1, None]
         # The source is untouched.
         assert _value(api, src, "total") == "3"
     finally:

@@ -1,8 +1,9 @@
 """Record real kernel message sequences for the translator's unit tests.
 
-Run from the repository root: ``python -m tests.messages.record``. Each scenario's code runs
-in a fresh kernel (the project's kernelspec); the iopub messages and the execute_reply whose
-parent is that request are written to ``tests/messages/<scenario>.json``.
+Run from the repository root: ``python -m tests.messages.record [SCENARIO ...]`` (all
+scenarios when none is named). Each scenario's code runs in a fresh kernel (the project's
+kernelspec); the iopub messages and the execute_reply whose parent is that request are
+written to ``tests/messages/<scenario>.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ SCENARIOS = {
         "import matplotlib.pyplot as plt\n"
         "plt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()"
     ),
+    "unknown_magic": "%undefined-line-magic",
+    "plot_then_error": "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n1/0",
+    "retina_plot": (
+        "%config InlineBackend.figure_formats = ['retina']\n"
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
+    ),
 }
 
 
@@ -72,11 +79,15 @@ async def record(name: str, code: str) -> None:
         await km.shutdown_kernel(now=True)
 
 
-async def main() -> None:
+async def main(names: list[str]) -> None:
     for name, code in SCENARIOS.items():
+        if names and name not in names:
+            continue
         await record(name, code)
         print("recorded", name)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    import sys
+
+    asyncio.run(main(sys.argv[1:]))  # only the scenarios named, if any

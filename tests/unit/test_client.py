@@ -208,6 +208,8 @@ class FakeService:
                     200, content=self.sse(execution), headers={"content-type": "text/event-stream"}
                 )
             return httpx.Response(200, json=execution)
+        if rest.startswith("executions/") and rest.endswith("/events"):
+            return _error(404, "not_found", "No route.")  # a service from before resuming
         if rest.startswith("executions/"):
             state["polls"] += 1
             pending = dict(state["pending"])
@@ -456,7 +458,7 @@ def test_broken_stream_resumes_by_polling_the_execution(
     assert isinstance(done, DoneEvent) and done.execution.status == "ok"
     assert done.result.text == "42"
     polls = [r for r in fake.requests if "/executions/" in r.url.path]
-    assert len(polls) == 3
+    assert [r.url.path.endswith("/events") for r in polls] == [True, False, False, False]
 
 
 def test_files_upload_download_list_delete(client: Client, tmp_path: Path) -> None:

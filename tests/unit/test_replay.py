@@ -46,7 +46,7 @@ def png(
     [
         ("<__main__.A object at 0x7fa9401f3cd0>", "<__main__.A object at 0x7f00deadbeef>"),
         ("now: 2024-05-01 12:00:03.123456", "now: 2026-11-22T07:39:58.058967+00:00"),
-        ("at 12:00:03", "at 07:39:58.5"),
+        ("at 12:00:03.250", "at 07:39:58.5"),
         ("7d39d79a-bf10-4598-946e-022360c15097", "11111111-2222-3333-4444-555555555555"),
         ("id 93991165833440", "id 140234567890123"),
         ("took 0.050s", "took 1.3 s"),
@@ -84,6 +84,59 @@ def test_real_differences_are_reported(a: str, b: str) -> None:
     assert found is not None and found.startswith("stdout differs:")
 
 
+# A tampered value must never pass as a match: every row is a recorded text and the same
+# text with one value changed the way a wrong replay would change it.
+TAMPERED = [
+    ("0.9999999999999999", "0.3333333333333333"),
+    ("mean 3.14159265", "mean 3.14159365"),
+    ("r2 = 0.8731", "r2 = 0.8732"),
+    ("1.5e-07", "1.6e-07"),
+    ("1e+300", "2e+300"),
+    ("12345678901234567890", "12345678901234567891"),
+    ("count 1000000000000", "count 1000000000001"),
+    ("n 140061543826512", "n 140061543826513"),  # not aligned: not an address
+    ("id 42", "id 43"),  # a short value after "id" is data, not an object id
+    ("sha256 " + "ab" * 32, "sha256 " + "ab" * 31 + "ac"),
+    ("md5 d41d8cd98f00b204e9800998ecf8427e", "md5 d41d8cd98f00b204e9800998ecf8427f"),
+    ("hash 1234567890123456", "hash 1234567890123457"),
+    ("deadbeefcafebabe0123", "deadbeefcafebabe0124"),
+    ("2024-01-01", "2024-01-02"),
+    ("Timestamp('2024-01-01 10:00:00')", "Timestamp('2024-01-01 10:00:01')"),
+    ("2024-03-05T10:00:00+00:00", "2024-03-05T11:00:00+00:00"),
+    ("1", "1.0"),
+    ("-3", "3"),
+    ("[1.5 2.5]", "[1.5 2.6]"),
+]
+
+# Reprs that legitimately differ between two runs of the same code.
+VARYING = [
+    ("<Foo object at 0x7f3a2c1b9d90>", "<Foo object at 0x55d0c0ffee00>"),
+    ("datetime.now(): 2026-11-23 15:20:04.123456", "datetime.now(): 2026-11-24 09:01:59.000001"),
+    ("logged 2026-11-23 15:20:04,123 INFO", "logged 2026-11-23 15:21:05,999 INFO"),
+    ("id(x) = id 140234567890123", "id(x) = id 93991165833440"),
+    ("<class 'Thing'> 140061543826512", "<class 'Thing'> 94512938215424"),
+    ("0.1 + 0.2 = 0.30000000000000004", "0.1 + 0.2 = 0.30000000000000004"),
+    ("sum 10.000000000000002", "sum 10.0"),
+    ("x = 0.30000000000000004", "x = 0.3"),
+    ("noise 5.551115123125783e-17", "noise -2.7755575615628914e-17"),
+    ("residual 1.1102230246251565e-16", "residual 0.0"),
+    ("run 7d39d79a-bf10-4598-946e-022360c15097", "run 0b4f3c1e-9a55-4f5e-8d39-3e2b1c0a9f88"),
+    ("CPU times: user 12 ms", "CPU times: user 1.3 s"),
+]
+
+
+@pytest.mark.parametrize(("recorded", "replayed"), TAMPERED)
+def test_every_tampered_value_is_a_mismatch(recorded: str, replayed: str) -> None:
+    assert compare_text("stdout", recorded, replayed) is not None
+    assert compare_text("stdout", replayed, recorded) is not None
+    assert compare_value("text/plain", recorded, replayed) is not None
+
+
+@pytest.mark.parametrize(("recorded", "replayed"), VARYING)
+def test_every_legitimately_varying_repr_matches(recorded: str, replayed: str) -> None:
+    assert compare_text("stdout", recorded, replayed) is None
+
+
 def test_difference_message_points_at_the_line() -> None:
     found = compare_text("text/plain", "a\nb\nc", "a\nB\nc")
     assert found == "text/plain differs: line 2: recorded 'b', replayed 'B'"
@@ -114,9 +167,14 @@ def test_svg_ignores_generated_ids_and_metadata() -> None:
 
 
 def test_json_compares_structure_with_rounded_floats() -> None:
-    a = {"shape": [3, 2], "rows": [[1, 0.1 + 0.2]], "when": "2024-01-01T00:00:00"}
-    b = {"shape": [3, 2], "rows": [[1, 0.3]], "when": "2025-06-01T10:00:00"}
+    a = {"shape": [3, 2], "rows": [[1, 0.1 + 0.2]], "when": "2024-01-01T00:00:00.123456"}
+    b = {"shape": [3, 2], "rows": [[1, 0.3]], "when": "2025-06-01T10:00:00.654321"}
     assert compare_json("application/json", a, b) is None
+    assert compare_json("x", {"v": 0.9999999999999999}, {"v": 0.3333333333333333}) == (
+        "x differs at $.v: recorded 0.9999999999999999, replayed 0.3333333333333333"
+    )
+    assert compare_json("x", {"n": 2**70}, {"n": 2**70 + 1}) is not None
+    assert compare_json("x", {"d": "2024-01-01"}, {"d": "2024-01-02"}) is not None
     assert compare_json("x", a, {**b, "shape": [3, 3]}) == (
         "x differs at $.shape[1]: recorded 2, replayed 3"
     )

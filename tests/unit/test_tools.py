@@ -256,13 +256,14 @@ def run(executor: ToolExecutor, name: str, **args: Any) -> ToolResult:
 # -------------------------------------------------------------------------- definitions
 
 
-def test_eight_tools_with_valid_schemas_and_real_descriptions() -> None:
+def test_nine_tools_with_valid_schemas_and_real_descriptions() -> None:
     assert set(TOOL_NAMES) == {
         "run_code",
         "create_session",
         "list_sessions",
         "upload_file",
         "read_file",
+        "read_artifact",
         "list_files",
         "restart",
         "get_notebook",

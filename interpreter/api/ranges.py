@@ -1,0 +1,49 @@
+"""HTTP byte ranges (RFC 9110 §14): the one ``Range: bytes=...`` form a download answers.
+
+Only a single range is served (``bytes=START-END``, ``bytes=START-``, ``bytes=-SUFFIX``);
+a header that is not a byte range, or asks for several, is ignored and the whole body is
+sent, as the RFC allows. A range that starts past the end is refused (416).
+"""
+
+from __future__ import annotations
+
+import re
+
+from interpreter.errors import RangeNotSatisfiable
+
+_SINGLE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The inclusive ``(first, last)`` byte positions ``header`` asks for in a body of
+    ``size`` bytes, or None for the whole body.
+
+    Raises:
+        RangeNotSatisfiable: the range lies wholly past the end (or asks for zero bytes).
+    """
+    if not header:
+        return None
+    match = _SINGLE.match(header)
+    if match is None:
+        return None
+    first_text, last_text = match.groups()
+    if not first_text and not last_text:
+        return None
+    if not first_text:  # the last N bytes
+        suffix = int(last_text)
+        if suffix == 0 or size == 0:
+            raise _unsatisfiable(header, size)
+        return max(size - suffix, 0), size - 1
+    first = int(first_text)
+    last = int(last_text) if last_text else None
+    if last is not None and last < first:
+        return None  # not a valid range: ignored
+    if first >= size:
+        raise _unsatisfiable(header, size)
+    return first, size - 1 if last is None else min(last, size - 1)
+
+
+def _unsatisfiable(header: str, size: int) -> RangeNotSatisfiable:
+    return RangeNotSatisfiable(
+        f"Range {header.strip()!r} is outside the artifact, which has {size} bytes."
+    )

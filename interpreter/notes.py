@@ -1,0 +1,73 @@
+"""What a session's notebook says about events between cells (pure).
+
+A person reading the notebook sees where the kernel was restarted (and why), and which
+cells a recovery or a fork re-ran, as short markdown cells placed where it happened.
+
+The cells a recovery re-runs (a ``restart(recover=True)`` replays the session's own cells
+into the same notebook) are written with their code commented out: the originals are in
+the notebook above them, so JupyterLab's "Run All" runs each once. Their outputs, and the
+code in metadata, stay. A fork's re-run cells are its state (the originals are in another
+notebook) and stay runnable.
+"""
+
+from __future__ import annotations
+
+#: First line of a recovered cell; the code follows, commented out.
+RERUN_HEADER = (
+    "# Re-run by the recovery after a restart; the original cell is above. Commented out "
+    "so that Run All does not run it twice."
+)
+
+_RESTART_REASONS = {
+    "requested": "on request",
+    "timeout": "because a cell ran past its time limit and could not be interrupted",
+    "exit": "because the code called exit()",
+    "died_idle": "because it had died while no cell ran",
+}
+
+
+def commented_rerun(code: str) -> str:
+    """The source of a recovered cell: :data:`RERUN_HEADER`, then ``code`` commented out."""
+    lines = code.split("\n")
+    return RERUN_HEADER + "\n" + "\n".join(f"# {line}" if line else "#" for line in lines)
+
+
+def restart_note(reason: str, generation: int) -> str:
+    """The markdown saying that the kernel was restarted, why, and what that means."""
+    why = _RESTART_REASONS.get(reason)
+    if why is None:
+        why = f"after it died ({reason})"
+    return (
+        f"**Kernel restarted** {why} (generation {generation}): variables, imports and "
+        "loaded data from the cells above are gone; workspace files are kept."
+    )
+
+
+def rebuild_note(source: str, own: bool, counts: list[int | None], skipped: int) -> str:
+    """The markdown before a rebuild's re-run cells: what is re-run, from where, and why.
+
+    Args:
+        source: ``session:<id>`` or ``notebook``.
+        own: whether the session re-runs its own cells (a recovery).
+        counts: the execution counts of the cells re-run, in order (None when unknown).
+        skipped: cells not re-run (failed when recorded, empty, earlier re-runs).
+    """
+    which = _cells(counts)
+    not_run = f"; {skipped} cell{'s' if skipped != 1 else ''} not re-run" if skipped else ""
+    if own:
+        return (
+            f"**Recovery**: the {which} of this session re-run below to rebuild its "
+            f"state{not_run}. Their code is commented out, so that Run All runs each cell once."
+        )
+    origin = "a notebook" if source == "notebook" else f"session `{source.split(':', 1)[-1]}`"
+    return f"**Rebuilt from {origin}**: its {which} re-run below{not_run}."
+
+
+def _cells(counts: list[int | None]) -> str:
+    if not counts:
+        return "no cells"
+    if all(c is not None for c in counts):
+        listed = ", ".join(f"In [{c}]" for c in counts[:20])
+        more = f" and {len(counts) - 20} more" if len(counts) > 20 else ""
+        return f"{len(counts)} successful cell{'s' if len(counts) != 1 else ''} ({listed}{more})"
+    return f"{len(counts)} successful cell{'s' if len(counts) != 1 else ''}"
