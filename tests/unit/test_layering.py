@@ -60,6 +60,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.exposure", "base"),
     ("interpreter.cells", "base"),
     ("interpreter.execution", "base"),
+    ("interpreter.overwrite", "base"),
     ("interpreter.metrics", "base"),
     ("interpreter.logs", "base"),
     ("interpreter.kernelspecs", "base"),
