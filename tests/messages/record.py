@@ -1,14 +1,16 @@
 """Record real kernel message sequences for the translator's unit tests.
 
-Run from the repository root: ``python -m tests.messages.record``. Each scenario's code runs
-in a fresh kernel (the project's kernelspec); the iopub messages and the execute_reply whose
-parent is that request are written to ``tests/messages/<scenario>.json``.
+Run from the repository root: ``python -m tests.messages.record [NAME ...]`` (no name: all of
+them). Each scenario's code runs in a fresh kernel (the project's kernelspec); the iopub
+messages and the execute_reply whose parent is that request are written to
+``tests/messages/<scenario>.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,33 @@ SCENARIOS = {
     "plot": (
         "import matplotlib.pyplot as plt\n"
         "plt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()"
+    ),
+    # Issue 13: progress bars and the outputs a model used to read as object reprs.
+    "progress_cr": (
+        "import sys\nfor i in range(5):\n    print(f'\\rstep {i + 1}/5', end='', flush=True)\n"
+        "print()\nprint('done')"
+    ),
+    "tqdm_loop": (
+        "from tqdm.auto import tqdm\nfor _ in tqdm(range(5), mininterval=0, desc='work'):\n    pass"
+    ),
+    "markdown": "from IPython.display import Markdown, display\ndisplay(Markdown('**x**'))",
+    "html": (
+        "from IPython.display import HTML, display\n"
+        "display(HTML('<h3>Result</h3><ul><li>alpha &amp; beta</li><li>gamma</li></ul>'"
+        "'<table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr></table>'))"
+    ),
+    "styler": (
+        "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [0.5, 1.5]}).style.highlight_max()"
+    ),
+    "plotly_bar": (
+        "import plotly.express as px\n"
+        "px.bar(x=['north', 'south', 'east', 'west'], y=[120, 95, 143, 80],"
+        " title='Revenue', labels={'x': 'region', 'y': 'revenue'})"
+    ),
+    "seaborn_box": (
+        "import seaborn as sns, pandas as pd, matplotlib.pyplot as plt\n"
+        "df = pd.DataFrame({'g': ['a'] * 5 + ['b'] * 5, 'v': [1, 2, 3, 4, 10, 2, 3, 4, 5, 6]})\n"
+        "sns.boxplot(data=df, x='g', y='v')\nplt.title('Spread')\nplt.show()"
     ),
 }
 
@@ -72,11 +101,14 @@ async def record(name: str, code: str) -> None:
         await km.shutdown_kernel(now=True)
 
 
-async def main() -> None:
+async def main(names: list[str]) -> None:
     for name, code in SCENARIOS.items():
+        if names and name not in names:
+            continue
         await record(name, code)
         print("recorded", name)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # python -m tests.messages.record [NAME ...]: only the named scenarios (default: all).
+    asyncio.run(main(sys.argv[1:]))
