@@ -25,6 +25,7 @@ _MODELS: list[type[BaseModel]] = [
     models.ClearEvent,
     models.ErrorInfo,
     models.ServiceInfo,
+    models.SessionPackages,
 ]
 
 
@@ -222,6 +223,13 @@ def openapi_document() -> dict[str, Any]:
                     },
                     **common,
                 },
+            },
+        },
+        "/v1/sessions/{session_id}/packages": {
+            "parameters": [sid],
+            "get": {
+                "summary": "The Python packages the session's kernel can import",
+                "responses": {"200": _json(models.SessionPackages, "Packages"), **common},
             },
         },
         "/v1/sessions/{session_id}/artifacts/{artifact_id}": {

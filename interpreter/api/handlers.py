@@ -14,6 +14,7 @@ from tornado.iostream import StreamClosedError
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
 from interpreter.api.info import service_info
+from interpreter.api.packages import PackagesHandler
 from interpreter.errors import FileNotFoundInWorkspace, InterpreterError
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
@@ -303,6 +304,7 @@ ROUTES: list[tuple[str, type[BaseHandler]]] = [
     ("/v1/sessions/{session_id}/files/?", FilesHandler),
     ("/v1/sessions/{session_id}/files/{path}", FileHandler),
     ("/v1/sessions/{session_id}/notebook", NotebookHandler),
+    ("/v1/sessions/{session_id}/packages", PackagesHandler),
     ("/v1/sessions/{session_id}/artifacts/{artifact_id}", ArtifactHandler),
 ]
 PARAMS = {
