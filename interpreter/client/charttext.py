@@ -98,7 +98,8 @@ def _group_text(group: dict[str, Any]) -> str:
     if group.get("min") is not None:
         parts.append(f"range {_num(group['min'])} to {_num(group.get('max'))}")
     if group.get("outliers"):
-        parts.append(f"{group['outliers']} outliers")
+        count = group["outliers"]
+        parts.append(f"{count} outlier{'' if count == 1 else 's'}")
     return f"{name}: {', '.join(parts)}" if parts else str(name)
 
 

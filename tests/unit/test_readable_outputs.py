@@ -137,7 +137,7 @@ def test_a_plotly_bar_has_a_png_and_its_values(tmp_path: Path) -> None:
 def test_a_seaborn_boxplot_is_a_box_plot_with_its_statistics(tmp_path: Path) -> None:
     _ex, _nb, text = model_text(tmp_path, "seaborn_box")
     assert "plot 1: box plot titled 'Spread' (x='g', y='v')" in text
-    assert "a: median 3, quartiles 2 to 4, whiskers 1 to 4, 1 outliers" in text
+    assert "a: median 3, quartiles 2 to 4, whiskers 1 to 4, 1 outlier" in text
     assert "b: median 4" in text
 
 
