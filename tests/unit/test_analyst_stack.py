@@ -45,7 +45,7 @@ def kernel_extra() -> dict[str, str]:
 def test_the_image_and_the_kernel_extra_pin_the_same_analyst_stack() -> None:
     image = read_pins(REPO / "images" / "python" / "requirements.txt")
     extra = kernel_extra()
-    for name in [*ANALYST, "nbformat"]:
+    for name in [*ANALYST, "nbformat", "jinja2"]:
         assert name in image, f"{name} is not in the image"
         assert extra.get(name) == image[name], f"{name}: extra {extra.get(name)} != {image[name]}"
 
