@@ -200,3 +200,31 @@ def test_a_carriage_return_loop_keeps_its_last_frame_everywhere(
     assert cell_output["text"] == "step 50/50 done\n"
     html = notebook_to_html(notebook(api, shared_session))
     assert "step 50/50 done" in html and "step 49/50" not in html
+
+
+def test_the_analysts_libraries_work_offline(api: httpx.Client, analyst: str) -> None:
+    code = """
+import numpy as np, pandas as pd, scipy.stats, sympy, tabulate
+import statsmodels.api as sm
+from sklearn.linear_model import LinearRegression
+x = np.arange(20.0)
+y = 3 * x + 1
+print(round(LinearRegression().fit(x.reshape(-1, 1), y).coef_[0], 6))
+print(round(sm.OLS(y, sm.add_constant(x)).fit().params[1], 6))
+print(round(scipy.stats.pearsonr(x, y)[0], 6))
+df = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})
+df.to_parquet('t.parquet'); df.to_excel('t.xlsx', index=False)
+print(pd.read_parquet('t.parquet').equals(df), pd.read_excel('t.xlsx').equals(df))
+print(sympy.diff(sympy.Symbol('t') ** 3))
+print(tabulate.tabulate([[1, 2]], headers=['p', 'q'], tablefmt='github').splitlines()[0])
+"""
+    result = run(api, analyst, code)
+    assert result["status"] == "ok", model_text(result)
+    assert result["stdout"].split("\n")[:6] == [
+        "3.0",
+        "3.0",
+        "1.0",
+        "True True",
+        "3*t**2",
+        "|   p |   q |",
+    ]
