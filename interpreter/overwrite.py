@@ -23,18 +23,27 @@ _CONTROL = re.compile(r"(\r|\n|\x08)")
 class OverwrittenText:
     """Text of one stream output with ``\\r`` and ``\\b`` already applied.
 
-    Completed lines are kept as they are; only the last (open) line can still change.
+    Completed lines are kept as they are; only the last (open) line can still change. Text
+    appended at the end of the line is only collected (a long line arriving in many chunks
+    costs linear time); the line is joined when a ``\\r`` or ``\\b`` makes a write land
+    inside it.
     """
 
-    __slots__ = ("_cursor", "_done", "_done_chars", "_line")
+    __slots__ = ("_cursor", "_done", "_done_chars", "_line", "_line_chars")
 
     def __init__(self, text: str = "") -> None:
         self._done: list[str] = []
         self._done_chars = 0
-        self._line = ""
+        self._line: list[str] = []
+        self._line_chars = 0
         self._cursor = 0
         if text:
             self.feed(text)
+
+    def _joined(self) -> str:
+        line = "".join(self._line)
+        self._line = [line] if line else []
+        return line
 
     def feed(self, text: str) -> None:
         """Apply one more chunk of the stream."""
@@ -42,18 +51,28 @@ class OverwrittenText:
             if not piece:
                 continue
             if piece == "\n":
-                self._done.append(self._line + "\n")
-                self._done_chars += len(self._line) + 1
-                self._line, self._cursor = "", 0
+                line = self._joined() + "\n"
+                self._done.append(line)
+                self._done_chars += len(line)
+                self._line, self._line_chars, self._cursor = [], 0, 0
             elif piece == "\r":
                 self._cursor = 0
             elif piece == "\x08":
                 if self._cursor > 0:
-                    self._line = self._line[: self._cursor - 1] + self._line[self._cursor :]
+                    line = self._joined()
+                    self._line = [line[: self._cursor - 1] + line[self._cursor :]]
+                    self._line_chars -= 1
                     self._cursor -= 1
+            elif self._cursor == self._line_chars:
+                self._line.append(piece)
+                self._line_chars += len(piece)
+                self._cursor = self._line_chars
             else:
+                line = self._joined()
                 end = self._cursor + len(piece)
-                self._line = self._line[: self._cursor] + piece + self._line[end:]
+                line = line[: self._cursor] + piece + line[end:]
+                self._line = [line]
+                self._line_chars = len(line)
                 self._cursor = end
 
     @property
@@ -62,10 +81,10 @@ class OverwrittenText:
         if len(self._done) > 1:
             # Join once and keep the result, so reading after every chunk stays linear.
             self._done = ["".join(self._done)]
-        return (self._done[0] if self._done else "") + self._line
+        return (self._done[0] if self._done else "") + "".join(self._line)
 
     def __len__(self) -> int:
-        return self._done_chars + len(self._line)
+        return self._done_chars + self._line_chars
 
 
 def apply_overwrites(text: str) -> str:
