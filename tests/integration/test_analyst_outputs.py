@@ -228,3 +228,18 @@ print(tabulate.tabulate([[1, 2]], headers=['p', 'q'], tablefmt='github').splitli
         "3*t**2",
         "|   p |   q |",
     ]
+
+
+def test_an_ipywidgets_progress_bar_ends_as_its_final_value(
+    api: httpx.Client, analyst: str
+) -> None:
+    code = (
+        "import ipywidgets as widgets\nfrom IPython.display import display\n"
+        "bar = widgets.IntProgress(max=10, description='load')\ndisplay(bar)\n"
+        "for i in range(10):\n    bar.value = i + 1"
+    )
+    result = run(api, analyst, code)
+    [out] = result["outputs"]
+    assert "value=10" in out["data"]["text/plain"], out
+    [cell_output] = last_cell_outputs(api, analyst)
+    assert "value=10" in cell_output["data"]["text/plain"]
