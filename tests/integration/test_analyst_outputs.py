@@ -10,6 +10,7 @@ that need them say so.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,8 +18,10 @@ import pytest
 
 from interpreter.cli_client import notebook_to_html
 from interpreter.client.render import render_execution
+from interpreter.image import image_status
 from interpreter.models import Execution
-from tests.conftest import Server, run
+from interpreter.settings import Settings
+from tests.conftest import Server, require_docker, run, start_server
 
 ANALYST = [
     "numpy",
@@ -243,3 +246,26 @@ def test_an_ipywidgets_progress_bar_ends_as_its_final_value(
     assert "value=10" in out["data"]["text/plain"], out
     [cell_output] = last_cell_outputs(api, analyst)
     assert "value=10" in cell_output["data"]["text/plain"]
+
+
+def test_a_session_runs_an_allowlisted_image(tmp_path: Path) -> None:
+    """A second image (here the default one named by its id, so no extra image is needed)
+    is allowed by docker_images, chosen per session, recorded, and runs."""
+    require_docker()
+    default = Settings().docker_image
+    image_id = image_status(default).image_id
+    assert image_id is not None
+    srv = start_server("docker", tmp_path, pool_size=0, docker_images=[image_id])
+    try:
+        with srv.client() as api:
+            assert api.get("/v1/info").json()["images"] == [default, image_id]
+            resp = api.post("/v1/sessions", json={"image": image_id})
+            assert resp.status_code == 201, resp.text
+            sid = resp.json()["id"]
+            assert resp.json()["image"] == image_id
+            assert api.get(f"/v1/sessions/{sid}/packages").json()["image"] == image_id
+            assert run(api, sid, "print(6 * 7)")["stdout"] == "42\n"
+            assert notebook(api, sid)["metadata"]["interp"]["image"] == image_id
+            api.delete(f"/v1/sessions/{sid}")
+    finally:
+        srv.thread.stop()
