@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interpreter.mime import strip_ansi
+from interpreter.overwrite import OverwrittenText
 
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
@@ -96,7 +97,8 @@ Event = StreamEvent | RichEvent | ClearEvent | ErrorEvent
 @dataclass
 class _Stream:
     name: str
-    chunks: list[str] = field(default_factory=list)
+    # Carriage returns and backspaces applied: a progress bar keeps only its last frame.
+    text: OverwrittenText = field(default_factory=OverwrittenText)
 
 
 @dataclass
@@ -261,12 +263,14 @@ class ExecutionRecorder:
         if len(text) > room:
             self.streams.dropped += len(text) - room
             text = text[:room]
-        self.streams.kept += len(text)
         last = self.items[-1] if self.items else None
-        if isinstance(last, _Stream) and last.name == name:
-            last.chunks.append(text)
-        else:
-            self.items.append(_Stream(name, [text]))
+        if not (isinstance(last, _Stream) and last.name == name):
+            last = _Stream(name)
+            self.items.append(last)
+        # What is kept is the text after overwrites: redrawn frames take no room.
+        before = len(last.text)
+        last.text.feed(text)
+        self.streams.kept += len(last.text) - before
         events.append(StreamEvent(name, text))
         return events
 
@@ -368,9 +372,7 @@ class ExecutionRecorder:
     def stream_text(self, name: str) -> str:
         """All kept text of one stream, across the outputs not cleared."""
         return "".join(
-            "".join(item.chunks)
-            for item in self.items
-            if isinstance(item, _Stream) and item.name == name
+            item.text.text for item in self.items if isinstance(item, _Stream) and item.name == name
         )
 
     def rich_indexes(self) -> list[int]:
@@ -386,7 +388,7 @@ class ExecutionRecorder:
         outputs: list[dict[str, Any]] = []
         for item in self.items:
             if isinstance(item, _Stream):
-                text = "".join(item.chunks)
+                text = item.text.text
                 if stream_limit is not None and len(text) > stream_limit:
                     text = cut_middle(text, stream_limit)
                 outputs.append({"output_type": "stream", "name": item.name, "text": text})

@@ -17,6 +17,7 @@ from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.errors import ValidationFailed
 from interpreter.ids import new_id
+from interpreter.image.packages import environment_packages, image_packages
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Limits
 from interpreter.notebook import NOTEBOOK_NAME, LiveNotebook, NotebookRecorder
@@ -60,9 +61,10 @@ class SessionFactory:
         owner: str,
         limits: Limits | None = None,
         env: dict[str, str] | None = None,
+        image: str | None = None,
     ) -> LaunchOptions:
         """The launch options of a session; raises ValidationFailed for limits over the
-        server's maximums."""
+        server's maximums or an image not on the allowlist."""
         s = self.settings
         memory = limits.memory_mb if limits and limits.memory_mb is not None else None
         cpus = limits.cpus if limits and limits.cpus is not None else None
@@ -79,6 +81,9 @@ class SessionFactory:
             problems.append(f"limits.cpus {cpus:g} exceeds the server maximum {s.max_cpus:g}")
         if pids > s.max_pids:
             problems.append(f"limits.pids {pids} exceeds the server maximum {s.max_pids}")
+        problem = self._image_problem(image)
+        if problem:
+            problems.append(problem)
         if problems:
             raise ValidationFailed("; ".join(problems) + ".")
         session_dir = s.session_dir(session_id)
@@ -93,10 +98,29 @@ class SessionFactory:
             cpus=cpus,
             pids=pids,
             tmp_size_mb=s.tmp_size_mb,
-            image=s.docker_image,
+            image=image or s.docker_image,
             runtime=s.docker_runtime,
             extra={"broker_id": self.broker_id, "orphan_after_s": s.orphan_kernel_timeout_s},
         )
+
+    def _image_problem(self, image: str | None) -> str | None:
+        """Why a session may not run ``image``; ``None`` when it may (or none was asked)."""
+        if image is None:
+            return None
+        allowed = [self.settings.docker_image, *self.settings.docker_images]
+        if not self.backend.isolated:
+            return f"image: the {self.backend.name} backend runs no images; leave 'image' out"
+        if image not in allowed:
+            return f"image {image!r} is not allowed; the allowed images are: {', '.join(allowed)}"
+        return None
+
+    async def kernel_packages(self, image: str) -> dict[str, str]:
+        """What a kernel of this backend (and image) can import; read off the loop."""
+        if self.backend.isolated:
+            if image == self.backend.image and self.backend.packages:
+                return dict(self.backend.packages)
+            return await asyncio.to_thread(image_packages, image)
+        return await asyncio.to_thread(environment_packages)
 
     def pool_template(self) -> LaunchOptions:
         """What a session without limits or env is launched with (the warm pool's kernels);
@@ -111,7 +135,8 @@ class SessionFactory:
         ``source`` describes what it is rebuilt from (``session:<id>``, ``notebook``).
         """
         session_id = new_id("s")
-        options = self.launch_options(session_id, owner, req.limits, req.env)
+        options = self.launch_options(session_id, owner, req.limits, req.env, req.image)
+        packages = await self.kernel_packages(options.image)
         now = utcnow()
         record = SessionRecord(
             id=session_id,
@@ -127,7 +152,7 @@ class SessionFactory:
         )
         await asyncio.to_thread(_make_dirs, options)
         await self.writer.run(lambda: self.store.insert_session(record))
-        notebook = self._new_notebook(options, record.id, source)
+        notebook = self._new_notebook(options, record.id, source, packages)
         return self._build(record, options, notebook)
 
     async def restore(self, record: SessionRecord) -> LiveSession:
@@ -143,11 +168,19 @@ class SessionFactory:
             recorder = await asyncio.to_thread(NotebookRecorder.load, path)
         except Exception as exc:
             log.warning("session %s: notebook unreadable (%s); starting a new one", record.id, exc)
-            recorder = self._new_notebook(options, record.id, None).recorder
+            recorder = self._new_notebook(options, record.id, None, {}).recorder
+        # A session asked for its own image; it runs that image again.
+        image = recorder.nb.metadata.get("interp", {}).get("image")
+        if self.backend.isolated and isinstance(image, str) and image:
+            options.image = image
         return self._build(record, options, LiveNotebook(recorder, record.id))
 
     def _new_notebook(
-        self, options: LaunchOptions, session_id: str, source: str | None
+        self,
+        options: LaunchOptions,
+        session_id: str,
+        source: str | None,
+        packages: dict[str, str],
     ) -> LiveNotebook:
         recorder = NotebookRecorder.create(
             options.session_dir / NOTEBOOK_NAME,
@@ -157,9 +190,11 @@ class SessionFactory:
             source={"from": source} if source else None,
         )
         meta: dict[str, Any] = recorder.nb.metadata["interp"]
-        if self.backend.packages:
-            meta["packages"] = dict(self.backend.packages)
-            meta["image"] = self.backend.image
+        # Both backends record what the kernel can import; docker also the image it ran.
+        if packages:
+            meta["packages"] = packages
+        if self.backend.isolated:
+            meta["image"] = options.image
         return LiveNotebook(recorder, session_id)
 
     def _build(

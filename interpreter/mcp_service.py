@@ -19,12 +19,17 @@ NOTABLE_PACKAGES = (
     "scikit-learn",
     "statsmodels",
     "seaborn",
+    "plotly",
     "polars",
     "pyarrow",
     "sympy",
     "networkx",
     "pillow",
     "openpyxl",
+    "xlrd",
+    "tabulate",
+    "tqdm",
+    "ipywidgets",
     "requests",
 )
 

@@ -71,6 +71,13 @@ class CreateSessionRequest(_Request):
     from_notebook: dict[str, Any] | None = Field(
         None, description="Rebuild from this nbformat v4 notebook (JSON)."
     )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description="Docker backend: the kernel image, one of the server's default image and "
+        "its allowlist (INTERP_DOCKER_IMAGES); another name is 422.",
+    )
 
     @field_validator("env")
     @classmethod
@@ -197,6 +204,12 @@ class Session(BaseModel):
         None,
         description="Why a closed or dead session stopped: deleted, idle_timeout, "
         "max_lifetime, restart_limit, start_failed, broker_restarted, ...",
+    )
+    image: str | None = Field(None, description="The kernel image (docker backend).")
+    packages: dict[str, str] = Field(
+        default_factory=dict,
+        description="Python packages the kernel can import, with their versions (also in the "
+        "notebook's metadata.interp.packages).",
     )
 
 
@@ -339,6 +352,21 @@ class ServiceInfo(BaseModel):
     )
     packages: dict[str, str] = Field(
         default_factory=dict, description="Python packages of the kernel and their versions."
+    )
+    images: list[str] = Field(
+        default_factory=list,
+        description="Kernel images a session may ask for with 'image' (the default first); "
+        "empty for the local backend.",
+    )
+
+
+class SessionPackages(BaseModel):
+    """Body of ``GET /v1/sessions/{id}/packages``."""
+
+    session_id: str
+    image: str | None = Field(None, description="The kernel image (docker backend).")
+    packages: dict[str, str] = Field(
+        default_factory=dict, description="Python packages the kernel can import, by name."
     )
 
 

@@ -28,6 +28,7 @@ _MODELS: list[type[BaseModel]] = [
     models.Approval,
     models.ApprovalList,
     models.DecideRequest,
+    models.SessionPackages,
 ]
 
 
@@ -269,6 +270,13 @@ def openapi_document() -> dict[str, Any]:
                     },
                     **common,
                 },
+            },
+        },
+        "/v1/sessions/{session_id}/packages": {
+            "parameters": [sid],
+            "get": {
+                "summary": "The Python packages the session's kernel can import",
+                "responses": {"200": _json(models.SessionPackages, "Packages"), **common},
             },
         },
         "/v1/sessions/{session_id}/artifacts/{artifact_id}": {

@@ -266,6 +266,8 @@ class LiveSession(PolicyStage):
             rebuild=self.record.rebuild,
             generation=self.generation,
             closed_reason=self.failed_reason,
+            image=self.options.image if self.record.backend == "docker" else None,
+            packages=dict(self.notebook.recorder.nb.metadata.get("interp", {}).get("packages", {})),
         )
 
     def check_generation(self, expected: int | None) -> None:

@@ -131,6 +131,11 @@ class Settings(BaseSettings):
 
     # Docker backend.
     docker_image: str = Field("interp-kernel:latest", description="Kernel image for docker.")
+    docker_images: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Other images a session may ask for with 'image' (comma-separated), e.g. "
+        "images built FROM interp-kernel:latest; the default image is always allowed.",
+    )
     docker_runtime: str | None = Field(None, description="Container runtime, e.g. 'runsc'.")
     default_memory_mb: int = Field(1024, ge=64, description="Per-session memory by default.")
     default_cpus: float = Field(1.0, gt=0, description="Per-session CPUs by default.")
@@ -151,7 +156,7 @@ class Settings(BaseSettings):
         # the ipc socket paths built from it) would point somewhere else.
         return value.expanduser().absolute()
 
-    @field_validator("api_keys", "operator_keys", mode="before")
+    @field_validator("api_keys", "operator_keys", "docker_images", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

@@ -22,6 +22,7 @@ from interpreter.api.approvals import (
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import resume_after, send_events
 from interpreter.api.info import service_info
+from interpreter.api.packages import PackagesHandler
 from interpreter.api.ranges import byte_range
 from interpreter.errors import FileNotFoundInWorkspace, InterpreterError, RangeNotSatisfiable
 from interpreter.handle import ExecutionHandle
@@ -349,6 +350,7 @@ ROUTES: list[tuple[str, type[BaseHandler]]] = [
     ("/v1/sessions/{session_id}/files/?", FilesHandler),
     ("/v1/sessions/{session_id}/files/{path}", FileHandler),
     ("/v1/sessions/{session_id}/notebook", NotebookHandler),
+    ("/v1/sessions/{session_id}/packages", PackagesHandler),
     ("/v1/sessions/{session_id}/artifacts/{artifact_id}", ArtifactHandler),
     ("/v1/approvals/?", ApprovalsHandler),
     ("/v1/approvals/{approval_id}", ApprovalHandler),

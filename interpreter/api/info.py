@@ -3,32 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-from importlib import metadata
 
 from interpreter._version import __version__
 from interpreter.backends import Backend
+from interpreter.image.packages import environment_packages
 from interpreter.models import ServiceInfo, ServiceLimits
 from interpreter.settings import Settings
-
-
-@functools.cache
-def _environment_packages() -> dict[str, str]:
-    """Distributions of this Python environment: what a local kernel (a subprocess on the
-    same interpreter) can import."""
-    found: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found.setdefault(name, dist.version)
-    return dict(sorted(found.items(), key=lambda item: item[0].lower()))
 
 
 async def service_info(backend: Backend, settings: Settings) -> ServiceInfo:
     """The answer of ``GET /v1/info`` (the environment is scanned once, off the loop)."""
     packages = dict(backend.packages)
     if not packages and not backend.isolated:
-        packages = await asyncio.to_thread(_environment_packages)
+        packages = await asyncio.to_thread(environment_packages)
     default = maximum = None
     if backend.isolated:
         default = ServiceLimits(
@@ -49,4 +36,5 @@ async def service_info(backend: Backend, settings: Settings) -> ServiceInfo:
         default_limits=default,
         max_limits=maximum,
         packages=packages,
+        images=[settings.docker_image, *settings.docker_images] if backend.isolated else [],
     )

@@ -11,12 +11,16 @@ import json
 import re
 from typing import Any
 
+from interpreter.client.charttext import chart_summary as chart_summary
+from interpreter.client.htmltext import html_to_text
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
 from interpreter.mime import strip_ansi as strip_ansi
 from interpreter.models import Execution, Output
 from interpreter.policy.explain import policy_text
 
-_HTML_TAG = re.compile(r"<[^>]+>")
+# ``<IPython.core.display.Markdown object>``, ``<pandas...Styler at 0x7f...>``: a repr that
+# says nothing about the value. Any other form of the output is better.
+_OBJECT_REPR = re.compile(r"^<[\w.]+(?: object)?(?: at 0x[0-9a-fA-F]+)?>$")
 
 
 def clip(text: str, limit: int) -> str:
@@ -68,32 +72,6 @@ def dataframe_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def chart_summary(chart: dict[str, Any]) -> str:
-    """One line per Axes describing an ``application/vnd.chart+json`` value."""
-    lines = []
-    if chart.get("suptitle"):
-        lines.append(f"Figure: {chart['suptitle']}")
-    for n, ax in enumerate(chart.get("axes") or [], start=1):
-        desc = f"plot {n}: {ax.get('kind', 'unknown')}"
-        if ax.get("title"):
-            desc += f" titled {ax['title']!r}"
-        axes = [
-            f"{name}={ax[key]!r}" for name, key in (("x", "xlabel"), ("y", "ylabel")) if ax.get(key)
-        ]
-        if axes:
-            desc += " (" + ", ".join(axes) + ")"
-        series = ax.get("series") or []
-        if series:
-            names = [
-                f"{s.get('label') or s.get('type')}: {s.get('points', '?')} points"
-                for s in series[:8]
-            ]
-            extra = f", ... {len(series) - 8} more" if len(series) > 8 else ""
-            desc += "; series " + "; ".join(names) + extra
-        lines.append(desc)
-    return "\n".join(lines) if lines else "a figure"
-
-
 def output_text(output: Output, limit: int) -> str:
     """What a model should read of one rich output (images are described, not included)."""
     data = output.data
@@ -102,15 +80,10 @@ def output_text(output: Output, limit: int) -> str:
         parts.append(dataframe_summary(data[DATAFRAME_MIME]))
     if isinstance(data.get(CHART_MIME), dict):
         parts.append(chart_summary(data[CHART_MIME]))
-    if "text/plain" in data and CHART_MIME not in data:
-        parts.append(clip(strip_ansi(bundle_text(data["text/plain"])), limit))
-    elif "text/markdown" in data:
-        parts.append(clip(bundle_text(data["text/markdown"]), limit))
-    elif "text/html" in data and not parts:
-        html = _HTML_TAG.sub(" ", bundle_text(data["text/html"]))
-        parts.append(clip(" ".join(html.split()), limit))
-    elif "application/json" in data and not parts:
-        parts.append(clip(json.dumps(data["application/json"], indent=1), limit))
+    if CHART_MIME not in data:
+        text = readable_text(data, have_summary=bool(parts))
+        if text is not None:
+            parts.append(clip(text, limit))
     images = [a for a in output.artifacts if is_image(a.mime)]
     for ref in images:
         parts.append(f"[image {ref.mime}, {ref.size} bytes]")
@@ -121,6 +94,29 @@ def output_text(output: Output, limit: int) -> str:
         kinds = ", ".join(sorted(data)) or "nothing"
         parts.append(f"[output of type {kinds}]")
     return "\n".join(parts)
+
+
+def readable_text(data: dict[str, Any], *, have_summary: bool = False) -> str | None:
+    """The best text form of a MIME bundle: ``text/plain`` unless it is a bare object repr,
+    else Markdown, LaTeX, HTML converted to text, or JSON.
+
+    With ``have_summary`` (a dataframe summary was already given) an HTML table is not
+    repeated as text.
+    """
+    plain = strip_ansi(bundle_text(data["text/plain"])) if "text/plain" in data else None
+    if plain is not None and not _OBJECT_REPR.match(plain.strip()):
+        return plain
+    if "text/markdown" in data:
+        return bundle_text(data["text/markdown"])
+    if "text/latex" in data:
+        return bundle_text(data["text/latex"])
+    if "text/html" in data and not have_summary:
+        return html_to_text(bundle_text(data["text/html"]))
+    if "application/json" in data:
+        return json.dumps(data["application/json"], indent=1)
+    if have_summary:
+        return None
+    return plain
 
 
 def execution_header(execution: Execution) -> str:

@@ -12,6 +12,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .chart_layout import bar_layout as _bar_layout
+from .chart_layout import layout as _layout
+from .chart_layout import name_from_legends as _name_from_legends
+from .chart_layout import stats as _stats
+from .chart_marks import Mark, marks_of
 from .jsonsafe import JSONScalar, cut, json_scalar
 from .mime import SCHEMA_VERSION
 
@@ -39,7 +44,10 @@ def chart_json(fig: Any, *, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, A
     figure_module = sys.modules.get("matplotlib.figure")
     if figure_module is None or not isinstance(fig, figure_module.Figure):
         return None
-    axes = [_describe_axes(ax, max_points) for ax in fig.get_axes() if not _is_colorbar(ax)]
+    plotted = [ax for ax in fig.get_axes() if not _is_colorbar(ax)]
+    axes = [_describe_axes(ax, max_points) for ax in plotted]
+    _name_from_legends(fig, plotted, axes)
+    _layout(plotted, axes)
     return {
         "version": SCHEMA_VERSION,
         "suptitle": _text(fig.get_suptitle()),
@@ -55,14 +63,22 @@ def _is_colorbar(ax: Any) -> bool:
 def _describe_axes(ax: Any, max_points: int) -> dict[str, Any]:
     decode_x = _axis_decoder(ax.xaxis)
     decode_y = _axis_decoder(ax.yaxis)
+    marks = marks_of(ax)
+    owned = set().union(*(mark.artists for mark in marks)) if marks else set()
     series: list[Series] = []
-    series += _lines(ax, decode_x, decode_y, max_points)
+    series += [_mark_series(ax, mark) for mark in marks]
+    series += _lines(ax, decode_x, decode_y, max_points, owned)
     series += _bars(ax, max_points)
-    series += _scatters(ax, decode_x, decode_y, max_points)
+    series += _scatters(ax, decode_x, decode_y, max_points, owned)
     series += _pie(ax, max_points)
     series += _images(ax)
+    series += _meshes(ax, owned, marks)
     titles = [ax.get_title(loc) for loc in ("left", "center", "right")]
+    bar_layout = _bar_layout(series)
+    for s in series:
+        s.pop("_base", None)
     return {
+        **({"bar_layout": bar_layout} if bar_layout else {}),
         "kind": _kind(ax, series),
         "title": _text(" | ".join(title for title in titles if title)),
         "xlabel": _text(ax.get_xlabel()),
@@ -72,6 +88,8 @@ def _describe_axes(ax: Any, max_points: int) -> dict[str, Any]:
 
 
 def _kind(ax: Any, series: list[Series]) -> str:
+    # A seaborn heatmap is recorded as a mark and read from its mesh: one kind.
+    series[:] = [s for s in series if not s.get("recorded") or len(series) == 1]
     types = {s["type"] for s in series}
     if len(types) == 1:
         return str(types.pop())
@@ -85,19 +103,27 @@ def _kind(ax: Any, series: list[Series]) -> str:
 # --- lines and scatters -----------------------------------------------------------------
 
 
-def _lines(ax: Any, decode_x: Decoder, decode_y: Decoder, max_points: int) -> list[Series]:
+def _lines(
+    ax: Any, decode_x: Decoder, decode_y: Decoder, max_points: int, owned: set[int]
+) -> list[Series]:
     errorbar_caps = _errorbar_caps(ax)
     out: list[Series] = []
     for line in ax.get_lines():
-        # axhline/axvline live in axes coordinates, error bar caps are decoration.
-        if line.get_transform() is not ax.transData or id(line) in errorbar_caps:
+        # axhline/axvline live in axes coordinates, error bar caps are decoration, and the
+        # whiskers and medians of a box plot belong to its mark.
+        if line.get_transform() is not ax.transData or id(line) in errorbar_caps | owned:
             continue
         x, y = line.get_xdata(), line.get_ydata()
         markers_only = str(line.get_linestyle()).lower() in ("none", "", " ") and (
             str(line.get_marker()).lower() not in ("none", "", " ")
         )
         kind = "scatter" if markers_only else "line"
-        out.append(_xy_series(kind, line.get_label(), x, y, decode_x, decode_y, max_points))
+        if min(len(x), len(y)) == 0:
+            # seaborn's legend proxies: lines without data.
+            continue
+        series = _xy_series(kind, line.get_label(), x, y, decode_x, decode_y, max_points)
+        series["_color"] = line.get_color()
+        out.append(series)
     return out
 
 
@@ -112,12 +138,14 @@ def _errorbar_caps(ax: Any) -> set[int]:
     return caps
 
 
-def _scatters(ax: Any, decode_x: Decoder, decode_y: Decoder, max_points: int) -> list[Series]:
+def _scatters(
+    ax: Any, decode_x: Decoder, decode_y: Decoder, max_points: int, owned: set[int]
+) -> list[Series]:
     from matplotlib.collections import PathCollection
 
     out: list[Series] = []
     for collection in ax.collections:
-        if not isinstance(collection, PathCollection):
+        if not isinstance(collection, PathCollection) or id(collection) in owned:
             continue
         if collection.get_offset_transform() is not ax.transData:
             continue
@@ -126,7 +154,10 @@ def _scatters(ax: Any, decode_x: Decoder, decode_y: Decoder, max_points: int) ->
             continue
         x, y = offsets[:, 0], offsets[:, 1]
         label = collection.get_label()
-        out.append(_xy_series("scatter", label, x, y, decode_x, decode_y, max_points))
+        series = _xy_series("scatter", label, x, y, decode_x, decode_y, max_points)
+        colors = collection.get_facecolor()
+        series["_color"] = tuple(colors[0]) if len(colors) == 1 else None
+        out.append(series)
     return out
 
 
@@ -148,6 +179,7 @@ def _xy_series(
         "y": _pick(y, indices, decode_y),
         "points": n,
         "truncated": len(indices) < n,
+        "stats": _stats(y),
     }
 
 
@@ -206,6 +238,7 @@ def _bar_series(ax: Any, container: Any, max_points: int) -> Series:
         decode = _axis_decoder(position_axis)
         edges = [*starts[:shown], starts[shown - 1] + extents[shown - 1]]
         return {
+            "_color": patches[0].get_facecolor(),
             "type": "hist",
             "label": label,
             "orientation": "horizontal" if horizontal else "vertical",
@@ -215,6 +248,7 @@ def _bar_series(ax: Any, container: Any, max_points: int) -> Series:
             "truncated": shown < n,
         }
     centers = [start + extent / 2 for start, extent in zip(starts, extents, strict=True)]
+    bases = [p.get_x() if horizontal else p.get_y() for p in patches]
     return {
         "type": "barh" if horizontal else "bar",
         "label": label,
@@ -222,6 +256,9 @@ def _bar_series(ax: Any, container: Any, max_points: int) -> Series:
         "values": [_number(value) for value in values[:shown]],
         "points": n,
         "truncated": shown < n,
+        "stats": _stats(values),
+        "_color": patches[0].get_facecolor(),
+        "_base": (centers, bases),
     }
 
 
@@ -289,19 +326,92 @@ def _pie(ax: Any, max_points: int) -> list[Series]:
 
 
 def _images(ax: Any) -> list[Series]:
-    import numpy as np
-
     out: list[Series] = []
     for image in ax.get_images():
         array = image.get_array()
         if array is None:
             continue
-        values = None
-        if array.ndim == 2 and array.size <= MAX_IMAGE_CELLS:
-            filled: Any = np.ma.filled(np.ma.asarray(array, dtype=float), np.nan)
-            values = [[_number(value) for value in row] for row in filled.tolist()]
-        out.append({"type": "image", "shape": list(array.shape[:2]), "values": values})
+        series: Series = {"type": "image", "shape": list(array.shape[:2])}
+        series.update(_grid_values(array))
+        # A 2-D array drawn through a colour map is a heatmap; RGB(A) pixels are a picture.
+        series["heatmap"] = array.ndim == 2
+        out.append(series)
     return out
+
+
+def _grid_values(array: Any) -> dict[str, Any]:
+    import numpy as np
+
+    values = None
+    if array.ndim == 2 and array.size <= MAX_IMAGE_CELLS:
+        filled: Any = np.ma.filled(np.ma.asarray(array, dtype=float), np.nan)
+        values = [[_number(value) for value in row] for row in filled.tolist()]
+    return {"values": values, "stats": _stats(array) if array.ndim == 2 else None}
+
+
+def _meshes(ax: Any, owned: set[int], marks: list[Mark]) -> list[Series]:
+    """``pcolormesh`` grids (seaborn's ``heatmap``): shape, values or stats, and the row
+    and column names from the tick labels."""
+    from matplotlib.collections import QuadMesh
+
+    heatmap_artists = set().union(*(m.artists for m in marks if m.kind == "heatmap"))
+    out: list[Series] = []
+    for mesh in ax.collections:
+        if not isinstance(mesh, QuadMesh):
+            continue
+        if id(mesh) in owned and id(mesh) not in heatmap_artists:
+            continue
+        array = mesh.get_array()
+        if array is None:
+            continue
+        if array.ndim == 1:
+            rows, columns = mesh.get_coordinates().shape[:2]
+            array = array.reshape(rows - 1, columns - 1)
+        series: Series = {"type": "heatmap", "shape": list(array.shape[:2])}
+        series.update(_grid_values(array))
+        series["rows"] = _tick_texts(ax.yaxis, array.shape[0])
+        series["columns"] = _tick_texts(ax.xaxis, array.shape[1])
+        out.append(series)
+    return out
+
+
+def _tick_texts(axis: Any, n: int) -> list[str] | None:
+    if not _has_explicit_ticks(axis):
+        return None
+    texts = [cut(label.get_text(), MAX_TEXT_CHARS) for label in axis.get_majorticklabels()]
+    return texts if len(texts) == n and any(texts) else None
+
+
+def _mark_series(ax: Any, mark: Mark) -> Series:
+    """A recorded box plot, violin plot or heatmap, its groups named after their ticks."""
+    if mark.kind == "heatmap":
+        return {"type": "heatmap", "recorded": True}
+    axis = ax.yaxis if mark.horizontal else ax.xaxis
+    names = _categories(axis, mark.positions) if mark.positions else []
+    if not mark.stats:
+        # seaborn's violins carry no numbers we can read back: name the groups.
+        axis = (
+            ax.yaxis
+            if _has_explicit_ticks(ax.yaxis) and not _has_explicit_ticks(ax.xaxis)
+            else ax.xaxis
+        )
+        names = [label.get_text() for label in axis.get_majorticklabels()]
+        mark.stats = [{"label": name} for name in names if name]
+    groups = []
+    for i, entry in enumerate(mark.stats):
+        group = {k: _number(v) if isinstance(v, float) else v for k, v in entry.items()}
+        if group.get("label") is None and i < len(names):
+            group["label"] = names[i]
+        groups.append(group)
+    return {
+        "type": mark.kind,
+        "label": None,
+        "orientation": "horizontal" if mark.horizontal else "vertical",
+        "groups": groups,
+        "points": len(groups),
+        "truncated": False,
+        "_color": mark.color,
+    }
 
 
 # --- values -----------------------------------------------------------------------------

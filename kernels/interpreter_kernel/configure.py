@@ -14,8 +14,11 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
+from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
+from .plotly_figure import configure_plotly
+from .widgets import FinalWidgetState
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,11 @@ def setup(shell: InteractiveShell) -> None:
         register_formatters(shell.display_formatter)
     configure_matplotlib(shell)
     when_imported("pandas", configure_pandas)
+    # Box plots, violins and seaborn heatmaps are recorded as they are drawn (chart_marks).
+    when_imported("matplotlib.axes", install_matplotlib)
+    when_imported("seaborn", install_seaborn)
+    when_imported("plotly.io", configure_plotly)
+    FinalWidgetState.install(shell)
 
 
 def configure_matplotlib(shell: InteractiveShell) -> None:

@@ -41,6 +41,10 @@ def dataframe_json(
     pd = sys.modules.get("pandas")
     if pd is None:
         return None
+    styler = styler_class()
+    if styler is not None and isinstance(obj, styler):
+        # A Styler shows its frame: the same summary as the frame itself.
+        obj = obj.data
     if isinstance(obj, pd.DataFrame):
         return _summarise(obj, "dataframe", max_rows, max_columns)
     if isinstance(obj, pd.Series):
@@ -89,3 +93,9 @@ def _null_counts(frame: Any, n_rows: int) -> list[int] | None:
     if n_rows * frame.shape[1] > MAX_NULL_COUNT_CELLS:
         return None
     return [int(count) for count in frame.isna().sum().to_numpy()]
+
+
+def styler_class() -> Any:
+    """pandas' ``Styler`` class, if pandas' styling module is loaded (never imported here)."""
+    module = sys.modules.get("pandas.io.formats.style")
+    return getattr(module, "Styler", None)

@@ -86,3 +86,11 @@ def register_formatters(display_formatter: DisplayFormatter) -> None:
     for mime, printer in printers.items():
         formatter = StructuredJSONFormatter(printer, parent=display_formatter, format_type=mime)
         display_formatter.formatters[mime] = formatter
+    plain = display_formatter.formatters.get("text/plain")
+    if plain is not None:
+        # A Styler's repr is "<pandas.io.formats.style.Styler at 0x...>"; its text is its frame.
+        plain.for_type_by_name("pandas.io.formats.style", "Styler", _styler_text)
+
+
+def _styler_text(obj: Any, printer: Any, cycle: bool) -> None:
+    printer.text(repr(obj.data))

@@ -35,7 +35,8 @@ timedeltas become pandas-style strings such as ``"1 days 02:00:00"``, anything e
 only counted when the frame has at most 10 million cells.
 
 ``application/vnd.chart+json`` (:data:`CHART_MIME`), for a matplotlib Figure (sent in the same
-``display_data`` message as its ``image/png``)::
+``display_data`` message as its ``image/png``), and for a plotly figure redrawn offline (then
+with ``"source": "plotly"`` and, when some trace types could not be drawn, ``"not_drawn"``)::
 
     {
       "version": 1,
@@ -43,11 +44,15 @@ only counted when the frame has at most 10 million cells.
       "axes": [                           # one per Axes of the figure, colorbars left out
         {
           "kind": "line" | "bar" | "barh" | "scatter" | "hist" | "pie" | "image"
-                  | "mixed" | "unknown" | "empty",
+                  | "box" | "violin" | "heatmap" | "mixed" | "unknown" | "empty",
           "title": "..." | null,
           "xlabel": "..." | null,
           "ylabel": "..." | null,
-          "series": [<series>, ...]
+          "series": [<series>, ...],
+          "bar_layout": "stacked" | "grouped" | "overlaid",   # only with 2+ bar series
+          "grid": [row, column, rows, columns],  # only in a figure of several subplots
+          "twin_of": 0,                      # only for twinx/twiny: the Axes it overlays
+          "legend_title": "..."              # only when the legend has a title
         }
       ],
       "truncated": false                  # true when any series below was cut
@@ -67,8 +72,24 @@ histograms, ...), ``empty`` when it draws nothing. Each ``<series>`` is one of::
      "bin_edges": [...], "counts": [...], "points": n, "truncated": bool}
     {"type": "pie", "labels": [...], "sizes": [...], "points": n, "truncated": bool}
                                       # sizes: each wedge's fraction of the whole (sum 1)
-    {"type": "image", "shape": [rows, columns], "values": [[...], ...] | null}
-                                      # values only for a 2-D image of at most 400 cells
+    {"type": "image", "shape": [rows, columns], "values": [[...], ...] | null,
+     "stats": <stats> | null, "heatmap": bool}
+                                      # values only for a 2-D image of at most 400 cells;
+                                      # heatmap: a 2-D array drawn through a colour map
+    {"type": "heatmap", "shape": [rows, columns], "values": [[...], ...] | null,
+     "stats": <stats> | null, "rows": [...] | null, "columns": [...] | null}
+                                      # pcolormesh grids (seaborn's heatmap), tick names
+    {"type": "box" | "violin", "label": str | null, "orientation": "vertical" | "horizontal",
+     "groups": [{"label", "median", "q1", "q3", "whisker_low", "whisker_high", "mean",
+                 "outliers"} | {"label", "median", "mean", "min", "max"} | {"label"}],
+     "points": n_groups, "truncated": false}
+
+Lines, scatters and bars also carry ``"stats": {"count", "min", "max", "mean"}`` of all
+their values (not only the points kept), or ``null`` without finite values. Box plots are
+recorded as they are drawn (``Axes.bxp``, used by ``boxplot`` and seaborn's ``boxplot``),
+violins likewise (``Axes.violin``; seaborn's ``violinplot`` gives group names only), so their
+lines and patches are not read as separate series. A series without a label of its own is
+named after the legend entry drawn in its colour (seaborn's ``hue`` levels).
 
 ``points`` is the number of data points the series really has. Lines and scatters longer
 than ``max_points`` (default 1000) are sampled evenly (first and last point kept); bars,

@@ -213,6 +213,7 @@ async def test_plot_sends_png_and_chart_in_one_message(kernel: Kernel) -> None:
                         "values": [3, 5],
                         "points": 2,
                         "truncated": False,
+                        "stats": {"count": 2, "min": 3, "max": 5, "mean": 4},
                     }
                 ],
             }

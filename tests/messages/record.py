@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,33 @@ SCENARIOS = {
     "retina_plot": (
         "%config InlineBackend.figure_formats = ['retina']\n"
         "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
+    ),
+    # Issue 13: progress bars and the outputs a model used to read as object reprs.
+    "progress_cr": (
+        "import sys\nfor i in range(5):\n    print(f'\\rstep {i + 1}/5', end='', flush=True)\n"
+        "print()\nprint('done')"
+    ),
+    "tqdm_loop": (
+        "from tqdm.auto import tqdm\nfor _ in tqdm(range(5), mininterval=0, desc='work'):\n    pass"
+    ),
+    "markdown": "from IPython.display import Markdown, display\ndisplay(Markdown('**x**'))",
+    "html": (
+        "from IPython.display import HTML, display\n"
+        "display(HTML('<h3>Result</h3><ul><li>alpha &amp; beta</li><li>gamma</li></ul>'"
+        "'<table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr></table>'))"
+    ),
+    "styler": (
+        "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [0.5, 1.5]}).style.highlight_max()"
+    ),
+    "plotly_bar": (
+        "import plotly.express as px\n"
+        "px.bar(x=['north', 'south', 'east', 'west'], y=[120, 95, 143, 80],"
+        " title='Revenue', labels={'x': 'region', 'y': 'revenue'})"
+    ),
+    "seaborn_box": (
+        "import seaborn as sns, pandas as pd, matplotlib.pyplot as plt\n"
+        "df = pd.DataFrame({'g': ['a'] * 5 + ['b'] * 5, 'v': [1, 2, 3, 4, 10, 2, 3, 4, 5, 6]})\n"
+        "sns.boxplot(data=df, x='g', y='v')\nplt.title('Spread')\nplt.show()"
     ),
 }
 

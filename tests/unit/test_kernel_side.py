@@ -222,6 +222,7 @@ def test_line_chart() -> None:
                         "y": [2, None, 0.333333],
                         "points": 3,
                         "truncated": False,
+                        "stats": {"count": 2, "min": 0.333333, "max": 2, "mean": 1.16667},
                     },
                     {
                         "type": "line",
@@ -230,6 +231,7 @@ def test_line_chart() -> None:
                         "y": [5, 6],
                         "points": 2,
                         "truncated": False,
+                        "stats": {"count": 2, "min": 5, "max": 6, "mean": 5.5},
                     },
                 ],
             }
@@ -254,6 +256,7 @@ def test_bar_and_barh_charts() -> None:
             "values": [3, 5, 2],
             "points": 3,
             "truncated": False,
+            "stats": {"count": 3, "min": 2, "max": 5, "mean": 3.33333},
         }
     ]
     assert barh["kind"] == "barh"
@@ -333,7 +336,15 @@ def test_heatmap_image_without_its_colorbar() -> None:
     assert strict_json(chart) == chart
     [axes] = chart["axes"]
     assert axes["kind"] == "image"
-    assert axes["series"] == [{"type": "image", "shape": [2, 2], "values": [[0, 0.5], [None, 1]]}]
+    assert axes["series"] == [
+        {
+            "type": "image",
+            "shape": [2, 2],
+            "values": [[0, 0.5], [None, 1]],
+            "stats": {"count": 3, "min": 0, "max": 1, "mean": 0.5},
+            "heatmap": True,
+        }
+    ]
 
 
 def test_mixed_empty_and_unknown_axes() -> None:

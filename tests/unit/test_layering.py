@@ -61,6 +61,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.cells", "base"),
     ("interpreter.notes", "base"),
     ("interpreter.execution", "base"),
+    ("interpreter.overwrite", "base"),
     ("interpreter.metrics", "base"),
     ("interpreter.logs", "base"),
     ("interpreter.audit", "base"),

@@ -361,7 +361,8 @@ def test_run_code_dataframe_summary_and_images(executor: ToolExecutor) -> None:
     assert plot.call_id == "t9"
     assert [i.mime for i in plot.images] == ["image/png"] * 3
     assert plot.images[0].data == PNG
-    assert "plot 1: line titled 'Sales' (x='month', y='EUR'); series 2024: 12 points" in plot.text
+    expected = "plot 1: line titled 'Sales' (x='month', y='EUR')\n  series '2024': 12 points"
+    assert expected in plot.text
     assert "<Figure size" not in plot.text
     capped = ToolExecutor(executor.client, max_images=1).execute(
         {"name": "run_code", "arguments": {"code": "plot"}}

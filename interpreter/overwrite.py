@@ -1,0 +1,92 @@
+"""Stream text with carriage returns and backspaces applied, as Jupyter front ends show it.
+
+A progress bar (tqdm, pip, a hand-written ``print(..., end="\\r")`` loop) redraws its line by
+writing ``\\r`` and the new frame. A terminal, JupyterLab and the classic notebook show only
+the last frame: ``\\r`` moves back to the start of the current line, and the characters
+written next overwrite the old ones in place (a shorter frame leaves the tail of a longer
+one, as on a terminal); ``\\r\\n`` is an ordinary line end; ``\\b`` deletes the character
+before it. :class:`OverwrittenText` applies those rules to text that arrives in chunks, so
+that a stream kept for a result or a notebook holds what a person would see, not every
+frame.
+
+Pure, no I/O: fed by :class:`interpreter.execution.ExecutionRecorder`.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The control characters that rewrite the current line.
+_CONTROL = re.compile(r"(\r|\n|\x08)")
+
+
+class OverwrittenText:
+    """Text of one stream output with ``\\r`` and ``\\b`` already applied.
+
+    Completed lines are kept as they are; only the last (open) line can still change. Text
+    appended at the end of the line is only collected (a long line arriving in many chunks
+    costs linear time); the line is joined when a ``\\r`` or ``\\b`` makes a write land
+    inside it.
+    """
+
+    __slots__ = ("_cursor", "_done", "_done_chars", "_line", "_line_chars")
+
+    def __init__(self, text: str = "") -> None:
+        self._done: list[str] = []
+        self._done_chars = 0
+        self._line: list[str] = []
+        self._line_chars = 0
+        self._cursor = 0
+        if text:
+            self.feed(text)
+
+    def _joined(self) -> str:
+        line = "".join(self._line)
+        self._line = [line] if line else []
+        return line
+
+    def feed(self, text: str) -> None:
+        """Apply one more chunk of the stream."""
+        for piece in _CONTROL.split(text):
+            if not piece:
+                continue
+            if piece == "\n":
+                line = self._joined() + "\n"
+                self._done.append(line)
+                self._done_chars += len(line)
+                self._line, self._line_chars, self._cursor = [], 0, 0
+            elif piece == "\r":
+                self._cursor = 0
+            elif piece == "\x08":
+                if self._cursor > 0:
+                    line = self._joined()
+                    self._line = [line[: self._cursor - 1] + line[self._cursor :]]
+                    self._line_chars -= 1
+                    self._cursor -= 1
+            elif self._cursor == self._line_chars:
+                self._line.append(piece)
+                self._line_chars += len(piece)
+                self._cursor = self._line_chars
+            else:
+                line = self._joined()
+                end = self._cursor + len(piece)
+                line = line[: self._cursor] + piece + line[end:]
+                self._line = [line]
+                self._line_chars = len(line)
+                self._cursor = end
+
+    @property
+    def text(self) -> str:
+        """What a front end shows."""
+        if len(self._done) > 1:
+            # Join once and keep the result, so reading after every chunk stays linear.
+            self._done = ["".join(self._done)]
+        return (self._done[0] if self._done else "") + "".join(self._line)
+
+    def __len__(self) -> int:
+        return self._done_chars + self._line_chars
+
+
+def apply_overwrites(text: str) -> str:
+    """``text`` as a Jupyter front end shows it (``\\r`` overwrites, ``\\b`` deletes)."""
+    return OverwrittenText(text).text

@@ -1,0 +1,70 @@
+"""The analyst's stack (issue 13 item 1): pinned in the image and the local extra at the same
+versions, named to models in the run_code and MCP descriptions, and images allowlisted."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from interpreter.image.inputs import normalize_name, read_pins
+from interpreter.mcp_service import ServiceFacts
+from interpreter.settings import Settings
+from interpreter.tools.specs import TOOLS
+
+REPO = Path(__file__).resolve().parents[2]
+ANALYST = [
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "seaborn",
+    "plotly",
+    "scipy",
+    "scikit-learn",
+    "statsmodels",
+    "pyarrow",
+    "openpyxl",
+    "xlrd",
+    "tqdm",
+    "ipywidgets",
+    "pillow",
+    "sympy",
+    "tabulate",
+]
+
+
+def kernel_extra() -> dict[str, str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for requirement in project["optional-dependencies"]["kernel"]:
+        name, _, version = requirement.partition("==")
+        assert version, f"the kernel extra pins exactly: {requirement}"
+        pins[normalize_name(name)] = version
+    return pins
+
+
+def test_the_image_and_the_kernel_extra_pin_the_same_analyst_stack() -> None:
+    image = read_pins(REPO / "images" / "python" / "requirements.txt")
+    extra = kernel_extra()
+    for name in [*ANALYST, "nbformat", "jinja2"]:
+        assert name in image, f"{name} is not in the image"
+        assert extra.get(name) == image[name], f"{name}: extra {extra.get(name)} != {image[name]}"
+
+
+def test_the_run_code_description_names_the_main_packages() -> None:
+    [run_code] = [t for t in TOOLS if t.name == "run_code"]
+    for name in ("pandas", "seaborn", "plotly", "scipy", "scikit-learn", "statsmodels", "tqdm"):
+        assert name in run_code.description
+
+
+def test_the_mcp_description_names_the_packages_the_kernel_has() -> None:
+    facts = ServiceFacts(
+        backend="docker", packages={"plotly": "7.1.0", "seaborn": "0.13.2", "zzz": "1"}
+    )
+    text = facts.describe()
+    assert "Packages: seaborn 0.13.2, plotly 7.1.0, and 1 more." in text
+
+
+def test_allowed_images_come_comma_separated() -> None:
+    settings = Settings(docker_images="a:1, b:2")  # type: ignore[arg-type]
+    assert settings.docker_images == ["a:1", "b:2"]
+    assert Settings().docker_images == []

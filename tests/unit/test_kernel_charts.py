@@ -1,0 +1,171 @@
+"""Chart descriptions of statistical and composite figures (issue 13): box and violin plots,
+heatmaps, stacked and grouped bars, twin axes, subplots, seaborn's hue names, and plotly
+figures redrawn offline. The kernel-side package is imported directly."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import matplotlib.axes
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import pytest
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from interpreter_kernel import CHART_MIME, chart_json
+from interpreter_kernel.chart_marks import install_matplotlib, install_seaborn
+from interpreter_kernel.plotly_figure import figure_bundle
+
+install_matplotlib(matplotlib.axes)
+install_seaborn(sns)
+
+FRAME = pd.DataFrame(
+    {"g": ["a"] * 5 + ["b"] * 5, "v": [1, 2, 3, 4, 10, 2, 3, 4, 5, 6], "h": ["x", "y"] * 5}
+)
+
+
+def axes_of(fig: Any) -> list[dict[str, Any]]:
+    chart = chart_json(fig)
+    assert chart is not None and json.loads(json.dumps(chart, allow_nan=False)) == chart
+    return list(chart["axes"])
+
+
+def test_a_seaborn_boxplot_is_one_box_series_with_its_statistics() -> None:
+    fig = Figure()
+    sns.boxplot(data=FRAME, x="g", y="v", ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert ax["kind"] == "box" and len(ax["series"]) == 1
+    a, b = ax["series"][0]["groups"]
+    assert a == {
+        "median": 3,
+        "q1": 2,
+        "q3": 4,
+        "whisker_low": 1,
+        "whisker_high": 4,
+        "mean": 4,
+        "outliers": 1,
+        "label": "a",
+    }
+    assert b["label"] == "b" and b["median"] == 4 and b["outliers"] == 0
+
+
+def test_seaborn_hue_levels_name_the_series() -> None:
+    fig = Figure()
+    sns.boxplot(data=FRAME, x="g", y="v", hue="h", ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert [s["label"] for s in ax["series"]] == ["x", "y"] and ax["legend_title"] == "h"
+    fig = Figure()
+    lines = pd.DataFrame({"x": [1, 2, 1, 2], "y": [1, 2, 3, 4], "k": ["u", "u", "w", "w"]})
+    sns.lineplot(data=lines, x="x", y="y", hue="k", ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert [(s["label"], s["y"]) for s in ax["series"]] == [("u", [1, 2]), ("w", [3, 4])]
+
+
+def test_matplotlib_boxplot_and_violins() -> None:
+    fig = Figure()
+    box, violin = fig.subplots(1, 2)
+    box.boxplot([[1, 2, 3], [4, 5, 6]], tick_labels=["p", "q"])
+    violin.violinplot([[1, 2, 3], [4, 5, 9]])
+    first, second = axes_of(fig)
+    assert first["kind"] == "box" and [g["label"] for g in first["series"][0]["groups"]] == [
+        "p",
+        "q",
+    ]
+    assert second["kind"] == "violin"
+    assert second["series"][0]["groups"][1]["max"] == 9
+
+
+def test_seaborn_violins_are_named_by_their_ticks() -> None:
+    fig = Figure()
+    sns.violinplot(data=FRAME, x="g", y="v", ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert ax["kind"] == "violin"
+    assert [g["label"] for g in ax["series"][0]["groups"]] == ["a", "b"]
+
+
+def test_heatmaps_from_seaborn_and_imshow() -> None:
+    fig = Figure()
+    frame = pd.DataFrame([[1, 2, 3], [4, 5, 6]], index=["r1", "r2"], columns=["c1", "c2", "c3"])
+    sns.heatmap(frame, ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert ax["kind"] == "heatmap"
+    [series] = ax["series"]
+    assert series["shape"] == [2, 3] and series["values"] == [[1, 2, 3], [4, 5, 6]]
+    assert series["rows"] == ["r1", "r2"] and series["columns"] == ["c1", "c2", "c3"]
+    fig = Figure()
+    fig.subplots().imshow(np.arange(900).reshape(30, 30))
+    [ax] = axes_of(fig)
+    [image] = ax["series"]
+    assert image["heatmap"] is True and image["values"] is None
+    assert image["stats"] == {"count": 900, "min": 0, "max": 899, "mean": 449.5}
+
+
+@pytest.mark.parametrize(("stacked", "layout"), [(True, "stacked"), (False, "grouped")])
+def test_stacked_and_grouped_bars(stacked: bool, layout: str) -> None:
+    fig = Figure()
+    frame = pd.DataFrame({"a": [1, 2], "b": [3, 4]}, index=["p", "q"])
+    frame.plot.bar(stacked=stacked, ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert ax["bar_layout"] == layout
+    assert [(s["label"], s["categories"], s["values"]) for s in ax["series"]] == [
+        ("a", ["p", "q"], [1, 2]),
+        ("b", ["p", "q"], [3, 4]),
+    ]
+
+
+def test_twin_axes_and_subplots() -> None:
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    left.plot([1, 2], [3, 4])
+    left.twinx().plot([1, 2], [30, 40])
+    right.bar(["a", "b"], [1, 2])
+    first, second, twin = axes_of(fig)
+    assert first["grid"] == [0, 0, 1, 2] and second["grid"] == [0, 1, 1, 2]
+    assert twin["twin_of"] == 0 and "grid" not in twin
+
+
+def test_a_large_series_carries_statistics_of_all_its_points() -> None:
+    fig = Figure()
+    fig.subplots().plot(np.arange(5000) % 100)
+    [ax] = axes_of(fig)
+    [series] = ax["series"]
+    assert series["truncated"] and len(series["y"]) == 1000
+    assert series["stats"] == {"count": 5000, "min": 0, "max": 99, "mean": 49.5}
+
+
+def test_a_plotly_figure_becomes_a_png_and_a_chart_from_its_data() -> None:
+    fig = px.bar(
+        x=["north", "south"], y=[120, 95], title="Revenue", labels={"x": "region", "y": "revenue"}
+    )
+    bundle = figure_bundle(fig.to_dict())
+    assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")
+    chart = bundle[CHART_MIME]
+    assert chart["source"] == "plotly"
+    [ax] = chart["axes"]
+    assert (ax["kind"], ax["title"], ax["xlabel"], ax["ylabel"]) == (
+        "bar",
+        "Revenue",
+        "region",
+        "revenue",
+    )
+    assert ax["series"][0]["categories"] == ["north", "south"]
+    assert ax["series"][0]["values"] == [120, 95]
+    assert bundle["text/plain"] == "Plotly figure 'Revenue': 1 trace(s) of type bar"
+
+
+def test_plotly_traces_keep_their_names_and_layout() -> None:
+    frame = pd.DataFrame({"r": ["a", "b", "a", "b"], "v": [1, 2, 3, 4], "k": ["x", "x", "y", "y"]})
+    stacked = figure_bundle(px.bar(frame, x="r", y="v", color="k").to_dict())[CHART_MIME]
+    [ax] = stacked["axes"]
+    assert ax["bar_layout"] == "stacked"
+    assert [(s["label"], s["values"]) for s in ax["series"]] == [("x", [1, 2]), ("y", [3, 4])]
+    box = figure_bundle(px.box(frame, x="r", y="v").to_dict())[CHART_MIME]
+    assert box["axes"][0]["kind"] == "box"
+    heat = figure_bundle(px.imshow([[1, 2], [3, 4]]).to_dict())[CHART_MIME]
+    assert heat["axes"][0]["series"][0]["values"] == [[1, 2], [3, 4]]
+    odd = figure_bundle({"data": [{"type": "sunburst", "labels": ["a"]}], "layout": {}})
+    assert odd[CHART_MIME]["not_drawn"] == ["sunburst"]

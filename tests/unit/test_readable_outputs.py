@@ -1,0 +1,201 @@
+"""What a model reads of common outputs, from recorded real-kernel messages (issue 13).
+
+Each recording in tests/messages/ is fed through the recorder and the output capture as the
+broker does, then rendered as the text a model gets: progress bars in their final state,
+Markdown and HTML as text, a Styler as its frame, plotly and seaborn charts with numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from interpreter.artifacts import ArtifactStore
+from interpreter.client.charttext import chart_summary
+from interpreter.client.htmltext import html_to_text
+from interpreter.client.render import readable_text, render_execution
+from interpreter.execution import ExecutionRecorder
+from interpreter.models import Execution
+from interpreter.outputs import OutputCapture
+from interpreter.overwrite import OverwrittenText, apply_overwrites
+
+MESSAGES = Path(__file__).parent.parent / "messages"
+
+
+def recorded(name: str) -> ExecutionRecorder:
+    data = json.loads((MESSAGES / f"{name}.json").read_text())
+    rec = ExecutionRecorder(data["msg_id"])
+    for msg in data["iopub"]:
+        rec.feed_iopub(msg)
+    rec.feed_reply(data["reply"])
+    return rec
+
+
+def model_text(tmp_path: Path, name: str) -> tuple[Execution, list[dict[str, object]], str]:
+    rec = recorded(name)
+    capture = OutputCapture(
+        ArtifactStore(tmp_path / "artifacts", "s_test"), inline_bytes=10_000, output_bytes=100_000
+    )
+    ex = Execution(id="ex_1", session_id="s_test", status="ok")
+    notebook = asyncio.run(capture.finish(ex, rec, {}))
+    return ex, notebook, "\n\n".join(render_execution(ex))
+
+
+# --- carriage returns -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chunks", "shown"),
+    [
+        (["a\rb"], "b"),
+        (["abc\rX"], "Xbc"),  # a shorter frame leaves the tail, as on a terminal
+        (["a\r\nb"], "a\nb"),
+        (["ab\x08c"], "ac"),
+        (["\x08x"], "x"),
+        (["10%", "\r", "50%", "\r100%", "\n"], "100%\n"),
+        (["line 1\nstep 1", "\rstep 2\r"], "line 1\nstep 2"),
+        (["a\r", "\nb"], "a\nb"),
+        (["one\ntwo\r\n\rthree"], "one\ntwo\nthree"),
+    ],
+)
+def test_carriage_returns_and_backspaces_apply_like_a_front_end(
+    chunks: list[str], shown: str
+) -> None:
+    text = OverwrittenText()
+    for chunk in chunks:
+        text.feed(chunk)
+    assert text.text == shown and len(text) == len(shown)
+    assert apply_overwrites("".join(chunks)) == shown
+
+
+def test_a_carriage_return_loop_keeps_only_its_last_frame(tmp_path: Path) -> None:
+    rec = recorded("progress_cr")
+    assert rec.stream_text("stdout") == "step 5/5\ndone\n"
+    ex, notebook, text = model_text(tmp_path, "progress_cr")
+    assert ex.stdout == "step 5/5\ndone\n"
+    assert [o.get("text") for o in notebook] == ["step 5/5\ndone\n"]
+    assert "step 1/5" not in text and "step 5/5" in text
+
+
+def test_a_progress_bar_that_redraws_forever_takes_no_room() -> None:
+    rec = ExecutionRecorder("m", hard_limit=1000)
+    for i in range(10_000):
+        rec.feed_iopub(
+            {
+                "parent_header": {"msg_id": "m"},
+                "header": {"msg_type": "stream"},
+                "content": {"name": "stderr", "text": f"\r{i:>5}/10000"},
+            }
+        )
+    assert rec.stream_text("stderr") == " 9999/10000"
+    assert rec.streams.dropped == 0 and rec.streams.kept == len(rec.stream_text("stderr"))
+
+
+def test_a_tqdm_auto_bar_ends_as_its_final_text_without_a_warning(tmp_path: Path) -> None:
+    ex, notebook, text = model_text(tmp_path, "tqdm_loop")
+    assert ex.stderr == ""  # no "IProgress not found" warning
+    assert len(ex.outputs) == 1
+    final = str(ex.outputs[0].data["text/plain"])
+    assert final.startswith("work: 100%") and "5/5" in final
+    assert "0%|" not in text.replace("100%|", "")
+    assert notebook[0]["data"]["text/plain"] == final  # type: ignore[index]
+
+
+# --- rich displays --------------------------------------------------------------------
+
+
+def test_markdown_reaches_the_model_as_its_text(tmp_path: Path) -> None:
+    _ex, _nb, text = model_text(tmp_path, "markdown")
+    assert "display:\n**x**" in text and "object>" not in text
+
+
+def test_html_reaches_the_model_as_text(tmp_path: Path) -> None:
+    _ex, _nb, text = model_text(tmp_path, "html")
+    assert "Result\n- alpha & beta\n- gamma\nk | v\na | 1" in text
+    assert "<" not in text.split("display:", 1)[1]
+
+
+def test_a_styler_reads_as_its_frame(tmp_path: Path) -> None:
+    ex, _nb, text = model_text(tmp_path, "styler")
+    assert "DataFrame: 2 rows x 2 columns" in text and "columns: a (int64), b (float64)" in text
+    assert "Styler" not in text and "0x" not in text
+    assert "application/vnd.dataframe+json" in ex.outputs[0].data
+
+
+def test_a_plotly_bar_has_a_png_and_its_values(tmp_path: Path) -> None:
+    ex, notebook, text = model_text(tmp_path, "plotly_bar")
+    assert "plot 1: bar titled 'Revenue' (x='region', y='revenue')" in text
+    assert "north=120, south=95, east=143, west=80" in text
+    assert [a.mime for a in ex.outputs[0].artifacts] == ["image/png"]
+    assert "image/png" in notebook[0]["data"]  # type: ignore[operator]
+    assert "[output of type" not in text
+
+
+def test_a_seaborn_boxplot_is_a_box_plot_with_its_statistics(tmp_path: Path) -> None:
+    _ex, _nb, text = model_text(tmp_path, "seaborn_box")
+    assert "plot 1: box plot titled 'Spread' (x='g', y='v')" in text
+    assert "a: median 3, quartiles 2 to 4, whiskers 1 to 4, 1 outlier" in text
+    assert "b: median 4" in text
+
+
+@pytest.mark.parametrize(
+    ("bundle", "text"),
+    [
+        ({"text/plain": "<IPython.core.display.Latex object>", "text/latex": "$x^2$"}, "$x^2$"),
+        ({"text/plain": "<IPython.core.display.JSON object>", "application/json": [1]}, "[\n 1\n]"),
+        ({"text/plain": "<Foo at 0x7f00aa>", "text/html": "<b>bold</b> &lt;tag&gt;"}, "bold <tag>"),
+        ({"text/plain": "42", "text/html": "<b>41</b>"}, "42"),
+        ({"text/html": "<p>a</p><p>b</p>"}, "a\nb"),
+    ],
+)  # fmt: skip
+def test_the_best_text_form_of_a_bundle(bundle: dict[str, object], text: str) -> None:
+    assert readable_text(bundle) == text
+
+
+def test_html_to_text_drops_scripts_and_keeps_links_and_rows() -> None:
+    html = (
+        "<style>p {color: red}</style><script>alert(1)</script>"
+        "<p>See <a href='https://example.org/x'>the docs</a>.</p>"
+        "<table><thead><tr><th>name</th><th>n</th></tr></thead>"
+        "<tbody><tr><td>a&nbsp;b</td><td>1</td></tr></tbody></table><pre>x\n  y</pre>"
+    )
+    assert html_to_text(html) == ("See the docs (https://example.org/x).\nname | n\na b | 1\nx\ny")
+
+
+def test_chart_text_gives_values_for_small_series_and_statistics_for_large() -> None:
+    small = {"type": "line", "label": "s", "x": [1, 2], "y": [3, 4], "points": 2}
+    large = {
+        "type": "line",
+        "label": "big",
+        "x": [0, 99],
+        "y": [0, 99],
+        "points": 100,
+        "truncated": True,
+        "stats": {"count": 100, "min": 0, "max": 99, "mean": 49.5},
+    }
+    text = chart_summary({"axes": [{"kind": "line", "series": [small, large]}]})
+    assert "series 's': (1, 3), (2, 4)" in text
+    assert (
+        "series 'big': 100 points, y: 100 values, min 0, max 99, mean 49.5; x from 0 to 99" in text
+    )
+
+
+def test_chart_text_names_layouts() -> None:
+    bars = {"type": "bar", "label": "a", "categories": ["p"], "values": [1], "points": 1}
+    chart = {
+        "axes": [
+            {"kind": "bar", "bar_layout": "stacked", "series": [bars], "grid": [0, 0, 1, 2]},
+            {"kind": "line", "series": [], "twin_of": 0},
+            {"kind": "heatmap", "series": [{"type": "heatmap", "shape": [1, 2], "values": [[1]]}]},
+            {"kind": "image", "series": [{"type": "image", "shape": [30, 30], "heatmap": True,
+                                          "stats": {"count": 900, "min": 0, "max": 1}}]},
+        ]
+    }  # fmt: skip
+    text = chart_summary(chart)
+    assert "plot 1: stacked bar, subplot row 1 column 1 of 1x2" in text
+    assert "plot 2: line, twin axes over plot 1" in text
+    assert "plot 3: heatmap\n  series: 1x2 grid, values 1" in text
+    assert "plot 4: heatmap (image)\n  series: 30x30 grid, 900 values, min 0, max 1" in text
