@@ -69,6 +69,23 @@ def _json_depth_ok(raw: bytes) -> bool:
     return True
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (which one would win is up to the parser)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def describe_validation(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -218,15 +235,25 @@ class BaseHandler(tornado.web.RequestHandler):
         setattr(self, (self.request.method or "get").lower(), answer)
 
     def data_received(self, chunk: bytes) -> Any:
-        if self._rejected is not None:
+        if self._rejected is not None or self._too_large:
             return None
         self._received += len(chunk)
         if self._received > self.body_limit:
-            self._too_large = True
-            self._chunks.clear()
+            self.refuse_oversized_body()
             return None
         self._chunks.append(chunk)
         return None
+
+    def refuse_oversized_body(self) -> None:
+        """Answer 413 the moment a body (chunked or not) passes the limit: nothing more of
+        it is kept, and tornado closes the connection once the answer is sent."""
+        self._too_large = True
+        self._chunks.clear()
+        exc = PayloadTooLarge(
+            f"Request body exceeds the limit of {self.body_limit} bytes; refused as it arrived."
+        )
+        if not self._finished:
+            self.send_error(exc.status, exc_info=(type(exc), exc, None))
 
     def raw_body(self) -> bytes:
         if self._too_large:
@@ -243,7 +270,11 @@ class BaseHandler(tornado.web.RequestHandler):
         if not _json_depth_ok(raw):
             raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
         try:
-            parsed = json.loads(raw)
+            parsed = json.loads(raw, object_pairs_hook=_unique_keys)
+        except DuplicateKey as exc:
+            raise ValidationFailed(
+                f"Duplicate key '{exc.key[:100]}' in a JSON object; give each key once."
+            ) from None
         except (ValueError, RecursionError) as exc:
             raise ValidationFailed(f"Malformed JSON: {str(exc)[:200]}") from exc
         if not isinstance(parsed, dict):
@@ -288,7 +319,11 @@ class BaseHandler(tornado.web.RequestHandler):
         try:
             self.set_header("Content-Type", "application/octet-stream")
             self.set_header("Content-Length", str(size))
-            while chunk := await asyncio.to_thread(fh.read, DOWNLOAD_CHUNK):
+            left = size  # never more than announced, even if the file grows meanwhile
+            while left > 0 and (
+                chunk := await asyncio.to_thread(fh.read, min(DOWNLOAD_CHUNK, left))
+            ):
+                left -= len(chunk)
                 self.write(chunk)
                 await self.flush()
         except StreamClosedError:

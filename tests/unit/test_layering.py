@@ -66,6 +66,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),
     ("interpreter.workspace", "storage"),
+    ("interpreter.upload", "storage"),
     ("interpreter.idempotency", "storage"),
     ("interpreter.notebook", "storage"),
     ("interpreter.image", "image"),

@@ -1,0 +1,169 @@
+"""Issue 12 item 4 over HTTP: every byte kept, every bad name or body answered precisely.
+
+Runs on both backends (the ``server`` fixture): duplicate JSON keys, control and bidi
+characters in names, Unicode names normalised once, sparse giants, uploads racing listings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import KEY, Server, run
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _no_traceback(resp: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = resp.json()
+    assert "Traceback" not in resp.text and "/tmp/" not in resp.text
+    return body
+
+
+def test_duplicate_json_keys_are_422_and_nothing_runs(server: Server, shared_session: str) -> None:
+    with server.client() as api:
+        resp = api.post(
+            f"/v1/sessions/{shared_session}/execute",
+            content=b'{"code": "dup_ran = 1", "code": "dup_ran = 2"}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert resp.status_code == 422, resp.text
+        err = _no_traceback(resp)["error"]
+        assert err["type"] == "validation_error"
+        assert "Duplicate key 'code'" in err["message"]
+        # Neither of the two ran.
+        check = run(api, shared_session, "print('dup_ran' in globals())")
+        assert check["stdout"] == "False\n"
+
+
+def test_chunked_body_over_the_limit_is_413_json_as_it_arrives(server: Server) -> None:
+    """No Content-Length: refused once the limit (1 MiB here) passes, not at tornado's cap."""
+    parts = urlsplit(server.url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    try:
+        sock.sendall(
+            b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {KEY}\r\n".encode()
+            + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        piece = b"x" * 65536
+        chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+        started = time.monotonic()
+        sent = 0
+        answer = b""
+        sock.settimeout(0.05)
+        # Send at most 4 MiB (the limit is 1 MiB); the answer must come before the end.
+        while sent < 4 << 20 and not answer:
+            try:
+                sock.sendall(chunk)
+                sent += len(piece)
+            except OSError:
+                break
+            with contextlib.suppress(TimeoutError):
+                answer = sock.recv(65536)
+        sock.settimeout(10)
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            more = sock.recv(65536)
+            if not more:
+                break
+            answer += more
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert b"application/json" in head
+    assert b'"payload_too_large"' in body
+    assert sent < 3 << 20, f"the answer came only after {sent} bytes"
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("evil%0D%0Aname.txt", "U+000D"),
+        ("tab%09name.txt", "U+0009"),
+        ("esc%1B[31m.txt", "U+001B"),
+        ("gpj.%E2%80%AEexe", "U+202E"),  # right-to-left override: shows as 'exe.jpg'
+        ("a%E2%81%A6b.txt", "U+2066"),
+    ],
+    ids=["crlf", "tab", "escape", "rlo", "lri"],
+)
+def test_names_with_control_or_bidi_characters_are_refused(
+    server: Server, shared_session: str, name: str, why: str
+) -> None:
+    with server.client() as api:
+        resp = api.put(f"/v1/sessions/{shared_session}/files/{name}", content=b"data")
+        assert resp.status_code == 400, resp.text
+        err = _no_traceback(resp)["error"]
+        assert err["type"] == "path_not_allowed"
+        assert why in err["message"]
+        listing = api.get(f"/v1/sessions/{shared_session}/files").json()["entries"]
+        assert not any(why == "U+000D" and "\r" in e["name"] for e in listing)
+
+
+def test_unicode_names_are_normalised_once_for_write_list_and_answer(
+    server: Server, new_session: Any
+) -> None:
+    sid = new_session()
+    composed = unicodedata.normalize("NFC", "caf\u00e9.txt")
+    with server.client() as api:
+        put = api.put(f"/v1/sessions/{sid}/files/cafe%CC%81.txt", content=b"decomposed")
+        assert put.status_code == 201, put.text
+        assert put.json()["path"] == composed and put.json()["size"] == 10
+        names = [e["name"] for e in api.get(f"/v1/sessions/{sid}/files").json()["entries"]]
+        assert names == [composed]
+        for spelling in ("cafe%CC%81.txt", "caf%C3%A9.txt"):
+            got = api.get(f"/v1/sessions/{sid}/files/{spelling}")
+            assert got.status_code == 200 and got.content == b"decomposed"
+        # The kernel sees the same single file.
+        out = run(api, sid, f"import os; print(sorted(os.listdir('.')) == [{composed!r}])")
+        assert out["stdout"] == "True\n", out
+
+
+def test_sparse_giant_is_refused_with_a_clear_error(server: Server, new_session: Any) -> None:
+    sid = new_session()
+    with server.client(timeout=30) as api:
+        made = run(api, sid, "open('sparse.bin','wb').truncate(1 << 40); print('made')")
+        assert made["stdout"] == "made\n", made
+        started = time.monotonic()
+        resp = api.get(f"/v1/sessions/{sid}/files/sparse.bin")
+        assert time.monotonic() - started < 5
+        assert resp.status_code == 413, resp.status_code
+        err = _no_traceback(resp)["error"]
+        assert err["type"] == "payload_too_large"
+        assert "limited to" in err["message"] or "sparse" in err["message"]
+        # A sparse file under the size limit is refused because of its holes.
+        run(api, sid, "open('holes.bin','wb').truncate(200 << 20)")
+        resp = api.get(f"/v1/sessions/{sid}/files/holes.bin")
+        assert resp.status_code == 413
+        assert "sparse" in _no_traceback(resp)["error"]["message"]
+        # A dense file still downloads whole.
+        run(api, sid, "open('dense.bin','wb').write(b'z' * 300_000)")
+        resp = api.get(f"/v1/sessions/{sid}/files/dense.bin")
+        assert resp.status_code == 200 and resp.content == b"z" * 300_000
+
+
+def test_concurrent_uploads_into_one_folder_all_answer_their_file(
+    server: Server, new_session: Any
+) -> None:
+    sid = new_session()
+
+    def upload(i: int) -> tuple[int, str]:
+        with server.client() as api:
+            resp = api.put(f"/v1/sessions/{sid}/files/many/f{i}.bin", content=bytes([i]) * 50_000)
+            return resp.status_code, resp.text
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(upload, range(48)))
+    assert [code for code, _ in answers] == [201] * 48, [a for a in answers if a[0] != 201][:3]
+    with server.client() as api:
+        listing = api.get(f"/v1/sessions/{sid}/files", params={"path": "many"}).json()
+    assert sorted(e["name"] for e in listing["entries"]) == sorted(f"f{i}.bin" for i in range(48))
