@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from tornado.iostream import StreamClosedError
 
 from interpreter.api import access
+from interpreter.api.connections import mark_authenticated
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
@@ -145,11 +146,13 @@ class BaseHandler(tornado.web.RequestHandler):
         keys = self.conf.api_keys
         if not keys:
             self.key_id = self.owner
+            mark_authenticated(self.request)
             return
         key = _matching(self.bearer_token(), keys)
         if key is None:
             raise Unauthorized("Invalid API key.")
         self.owner = self.key_id = owner_of(key)
+        mark_authenticated(self.request)
 
     def check_operator_auth(self) -> None:
         """Auth of operator routes (``/metrics``): with ``metrics_key`` set only that key
