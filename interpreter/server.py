@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 #: Request line and headers of one request at most.
 MAX_HEADER_BYTES = 64 << 10
+#: Connections the kernel queues before the broker accepts them: a burst of new ones
+#: (a flood) must not fill the queue so that real clients' connects time out.
+LISTEN_BACKLOG = 2048
 
 
 def check_bind(settings: Settings) -> None:
@@ -89,7 +92,7 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     # cap only has to cover them and the window in which rejected bodies are drained.
     cap = max(settings.max_upload_bytes, settings.max_body_bytes, DRAIN_LIMIT) + 1024
     http = GatedHTTPServer(app, **connection_options(settings, cap))
-    sockets = bind_sockets(settings.port, settings.host)
+    sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
     http.add_sockets(sockets)
     port = sockets[0].getsockname()[1]
     host = settings.host if ":" not in settings.host else f"[{settings.host}]"
@@ -100,7 +103,7 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         urls = []
         for wanted in ports:
             try:
-                bound = bind_sockets(wanted, settings.host)
+                bound = bind_sockets(wanted, settings.host, backlog=LISTEN_BACKLOG)
             except OSError as exc:
                 await running.stop()
                 raise SystemExit(
