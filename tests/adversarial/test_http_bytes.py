@@ -167,3 +167,52 @@ def test_concurrent_uploads_into_one_folder_all_answer_their_file(
     with server.client() as api:
         listing = api.get(f"/v1/sessions/{sid}/files", params={"path": "many"}).json()
     assert sorted(e["name"] for e in listing["entries"]) == sorted(f"f{i}.bin" for i in range(48))
+
+
+def _kernel_has_textsafe(api: httpx.Client, sid: str) -> None:
+    probe = run(
+        api,
+        sid,
+        "import importlib.util as u; print(bool(u.find_spec('interpreter_kernel.textsafe')))",
+    )
+    if probe["stdout"] != "True\n":
+        pytest.xfail(
+            "the kernel image predates kernels/interpreter_kernel/textsafe.py; rebuild it "
+            "(interp image build) to get the fix in containers"
+        )
+
+
+@pytest.mark.parametrize(
+    ("code", "stdout"),
+    [
+        (
+            'print("before", flush=True); print("a\\ud800b"); print("after")',
+            "before\na\ufffdb\nafter\n",
+        ),
+        (
+            'import sys; sys.stdout.buffer.write(b"x\\xff\\xfey\\n"); print("after")',
+            "x\ufffd\ufffdy\nafter\n",
+        ),
+        ('print("x\\udcff", "\\ud83d\\ude00"); print("after")', "x\ufffd \U0001f600\nafter\n"),
+    ],
+    ids=["lone-surrogate", "invalid-utf8-buffer", "escaped-byte-and-split-pair"],
+)
+def test_any_text_a_cell_writes_reaches_result_and_notebook(
+    server: Server, new_session: Any, code: str, stdout: str
+) -> None:
+    sid = new_session()
+    with server.client() as api:
+        _kernel_has_textsafe(api, sid)
+        result = run(api, sid, code)
+        assert result["status"] == "ok", result
+        assert result["stdout"] == stdout
+        # The next cell is unaffected.
+        assert run(api, sid, "print('next')")["stdout"] == "next\n"
+        notebook = api.get(f"/v1/sessions/{sid}/notebook").json()
+    texts = [
+        "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+        for cell in notebook["cells"]
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream"
+    ]
+    assert stdout in texts, texts
