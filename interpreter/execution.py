@@ -18,6 +18,10 @@ from typing import Any
 
 from interpreter.mime import strip_ansi
 
+#: The type of the message the broker itself reports a dropped kernel message with
+#: (interpreter/iopub_watch.py); never sent by a kernel.
+DROPPED_MSG_TYPE = "interp_message_dropped"
+
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
 
@@ -126,6 +130,8 @@ class ExecutionRecorder:
         self.streams = StreamTotals()
         self.rich_chars = 0
         self.rich_dropped = 0
+        #: Kernel messages dropped for their size (the output link was cut and renewed).
+        self.messages_dropped = 0
         self.reply: dict[str, Any] | None = None
         self.idle = False
         self.busy_seen = False
@@ -204,6 +210,17 @@ class ExecutionRecorder:
             return [self._clear(False)]
         if msg_type == "error":
             return [*self._apply_pending_clear(), self._set_error(content)]
+        if msg_type == DROPPED_MSG_TYPE:
+            self.messages_dropped += 1
+            limit = content.get("limit")
+            return self._stream(
+                {
+                    "name": "stderr",
+                    "text": f"\n[output dropped: the kernel sent a message larger than the "
+                    f"broker's limit of {limit} bytes (max_kernel_message_bytes); that output "
+                    "and what the cell printed right after it are missing]\n",
+                }
+            )
         return []
 
     # -- handlers ------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session as JupyterSession
 
+from interpreter import iopub_watch
 from interpreter.backends import Backend
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
 from interpreter.errors import KernelStartFailed
@@ -146,6 +147,10 @@ class Kernel:
         #: Held while an interrupt is on its way, so that no cell is sent meanwhile.
         self._interrupting = asyncio.Lock()
         self._bad_messages = 0
+        #: Largest message accepted from the kernel (``max_kernel_message_bytes``).
+        self.max_message_bytes = MAX_ZMQ_MESSAGE
+        #: The msg_id of the last execute request (told when its output was dropped).
+        self._last_execute: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -255,6 +260,7 @@ class Kernel:
             msg_id: str = self.kc.execute(
                 code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False
             )
+        self._last_execute = msg_id
         return msg_id
 
     async def interrupt(self, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -> None:
@@ -324,7 +330,7 @@ class Kernel:
             ctx = zmq.asyncio.Context()
             # Never drop iopub messages under floods (the default HWM of 1000 did).
             ctx.setsockopt(zmq.RCVHWM, 0)
-            ctx.setsockopt(zmq.MAXMSGSIZE, MAX_ZMQ_MESSAGE)
+            ctx.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             ctx.setsockopt(zmq.LINGER, 0)
             self._ctx = ctx
         # A fresh jupyter Session per client: same key, new id. Every client of one manager
@@ -351,7 +357,28 @@ class Kernel:
         self._readers = [
             asyncio.create_task(self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"),
             asyncio.create_task(self._read(kc.get_shell_msg, "shell"), name=f"shell-{self.name}"),
+            asyncio.create_task(self._watch_iopub(kc), name=f"iopub-watch-{self.name}"),
         ]
+
+    async def _watch_iopub(self, kc: Any) -> None:
+        """Renew the iopub channel whenever its connection is cut (a message over the size
+        limit: see :mod:`interpreter.iopub_watch`) and tell the running cell."""
+        while True:
+            await iopub_watch.disconnected(kc.iopub_channel.socket)
+            if kc is not self.kc:
+                return
+            reader = self._readers[0]
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            iopub_watch.renew_channel(kc)
+            self._readers[0] = asyncio.create_task(
+                self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"
+            )
+            log.warning("session %s: the kernel's output link was cut; renewed it", self.name)
+            if self._last_execute is not None and await self.is_alive():
+                notice = iopub_watch.dropped_notice(self._last_execute, self.max_message_bytes)
+                await self.on_message("iopub", notice)
 
     async def _disconnect(self) -> None:
         for task in self._readers:

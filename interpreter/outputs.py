@@ -195,7 +195,7 @@ class OutputCapture:
         the kernel's.
         """
         await self._streams(ex, rec)
-        if rec.rich_dropped:
+        if rec.rich_dropped or rec.messages_dropped:
             ex.truncated = True
         outputs = []
         for index in rec.rich_indexes():

@@ -112,6 +112,7 @@ class LiveSession:
             on_message=self._on_message,
         )
         self.kernel.info = record.kernel
+        self.kernel.max_message_bytes = settings.max_kernel_message_bytes
         self.capture = OutputCapture(
             ArtifactStore(options.session_dir / "artifacts", self.id),
             inline_bytes=settings.inline_rich_bytes,

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
     )
+    max_kernel_message_bytes: int = Field(
+        32 << 20,
+        ge=1 << 20,
+        description="Largest message taken from a kernel; a larger one is dropped with a notice.",
+    )
     max_download_bytes: int = Field(
         2 << 30, ge=1, description="Largest workspace file a download sends (sparse ones refused)."
     )

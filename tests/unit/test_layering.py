@@ -76,6 +76,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.handle", "runtime"),
     ("interpreter.outputs", "runtime"),
     ("interpreter.kernel", "runtime"),
+    ("interpreter.iopub_watch", "runtime"),
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
     ("interpreter.session", "session"),
