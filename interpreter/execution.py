@@ -162,6 +162,14 @@ class ExecutionRecorder:
         status = self.reply.get("status")
         return status if isinstance(status, str) else "error"
 
+    def compact(self, limit: int) -> None:
+        """Once the execution is final, keep about ``limit`` characters of each stream
+        segment (head and tail): the full text is in its artifact, and a finished cell is
+        kept a while for late output, which must not hold megabytes per cell."""
+        for item in self.items:
+            if isinstance(item, _Stream) and sum(map(len, item.chunks)) > limit:
+                item.chunks = [cut_middle("".join(item.chunks), limit)]
+
     # -- feeding -------------------------------------------------------------------------
 
     def feed_reply(self, msg: dict[str, Any]) -> list[Event]:

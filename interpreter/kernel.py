@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: Largest single ZMQ message the broker accepts from a kernel (H-33).
 MAX_ZMQ_MESSAGE = 128 << 20
+#: Messages of one kernel the broker's sockets hold before it reads them.
+RECEIVE_QUEUE_MESSAGES = 4
 #: Kernels tried for one session start before giving up.
 START_ATTEMPTS = 2
 #: Seconds allowed for a kernel's ``kernel_info`` reply once its channels are up.
@@ -328,8 +330,10 @@ class Kernel:
         assert self.km is not None
         if self._ctx is None:
             ctx = zmq.asyncio.Context()
-            # Never drop iopub messages under floods (the default HWM of 1000 did).
-            ctx.setsockopt(zmq.RCVHWM, 0)
+            # Hold few messages here: under a flood the rest wait in the kernel's send queue
+            # (its high-water mark is unlimited, so nothing is dropped), which the kernel's
+            # own memory limit bounds, instead of in the broker's memory (issue 12).
+            ctx.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
             ctx.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             ctx.setsockopt(zmq.LINGER, 0)
             self._ctx = ctx

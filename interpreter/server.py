@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from interpreter import backends, exposure
+from interpreter import backends, exposure, memory
 from interpreter.api.app import make_app
 from interpreter.api.base import DRAIN_LIMIT
 from interpreter.api.connections import GatedHTTPServer
@@ -79,6 +79,7 @@ def connection_options(settings: Settings, cap: int) -> dict[str, Any]:
 async def start(settings: Settings, backend: str | None = None) -> RunningServer:
     """Start the broker and listen; returns once requests are accepted."""
     check_bind(settings)
+    memory.release_large_blocks()
     if backend:
         chosen = await asyncio.to_thread(backends.create, backend, settings)
     else:

@@ -62,6 +62,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.execution", "base"),
     ("interpreter.metrics", "base"),
     ("interpreter.logs", "base"),
+    ("interpreter.memory", "base"),
     ("interpreter.kernelspecs", "base"),
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),
