@@ -91,7 +91,7 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     app = make_app(broker, settings)
     # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's own
     # cap only has to cover them and the window in which rejected bodies are drained.
-    cap = max(settings.max_upload_bytes, settings.max_body_bytes, DRAIN_LIMIT) + 1024
+    cap = max(settings.max_upload_bytes, settings.max_body_bytes) + DRAIN_LIMIT + 1024
     http = GatedHTTPServer(app, **connection_options(settings, cap))
     sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
     http.add_sockets(sockets)

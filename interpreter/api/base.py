@@ -239,6 +239,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def data_received(self, chunk: bytes) -> Any:
         if self._rejected is not None or self._too_large:
+            self._drain_rejected(chunk)
             return None
         self._received += len(chunk)
         if self._received > self.body_limit:
@@ -247,15 +248,34 @@ class BaseHandler(tornado.web.RequestHandler):
         self._chunks.append(chunk)
         return None
 
-    def refuse_oversized_body(self) -> None:
-        """Answer 413 the moment a body (chunked or not) passes the limit: nothing more of
-        it is kept, and tornado closes the connection once the answer is sent."""
+    def refuse_oversized_body(self, exc: InterpreterError | None = None) -> None:
+        """Refuse a body (chunked or not) that passed the limit: nothing more of it is kept.
+
+        The answer (413 JSON) comes when the body ends, so that a client still sending
+        reads it instead of a reset, unless more than :data:`DRAIN_LIMIT` bytes keep
+        coming: then it is answered at once and tornado closes the connection.
+        """
         self._too_large = True
         self._chunks.clear()
-        exc = PayloadTooLarge(
-            f"Request body exceeds the limit of {self.body_limit} bytes; refused as it arrived."
-        )
-        if not self._finished:
+        if exc is None:
+            exc = PayloadTooLarge(
+                f"Request body exceeds the limit of {self.body_limit} bytes; refused as it "
+                "arrived (nothing of it was kept)."
+            )
+        if self._rejected is None:
+            self._rejected = exc
+            error = exc
+
+            async def answer(*args: Any, **kwargs: Any) -> None:
+                raise error
+
+            setattr(self, (self.request.method or "get").lower(), answer)
+
+    def _drain_rejected(self, chunk: bytes) -> None:
+        """Discard a refused body's bytes; past the drain window, answer now."""
+        self._drained = getattr(self, "_drained", 0) + len(chunk)
+        if self._drained > DRAIN_LIMIT and not self._finished and self._rejected is not None:
+            exc = self._rejected
             self.send_error(exc.status, exc_info=(type(exc), exc, None))
 
     def raw_body(self) -> bytes:

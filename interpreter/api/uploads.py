@@ -69,9 +69,7 @@ class UploadReceiver(BaseHandler):
             self._upload = None
             await asyncio.to_thread(upload.abort)
             self._release()
-            self._too_large = True
-            if not self._finished:
-                self.send_error(exc.status, exc_info=(type(exc), exc, None))
+            self.refuse_oversized_body(exc)
 
     def take_upload(self) -> Upload:
         """The received upload, for the PUT method to commit (once)."""
