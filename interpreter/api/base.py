@@ -336,11 +336,11 @@ class BaseHandler(tornado.web.RequestHandler):
         raw = self.request.headers.get(IDEMPOTENCY_HEADER)
         return None if raw is None else check_key(raw)
 
-    async def send_file(self, fh: IO[bytes], size: int) -> None:
+    async def send_file(self, fh: IO[bytes], size: int, mime: str | None = None) -> None:
         """Send an open file's bytes in chunks read off the loop, then finish; closes it.
         A client that goes away ends the sending quietly."""
         try:
-            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header("Content-Type", mime or "application/octet-stream")
             self.set_header("Content-Length", str(size))
             left = size  # never more than announced, even if the file grows meanwhile
             while left > 0 and (

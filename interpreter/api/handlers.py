@@ -218,14 +218,13 @@ class NotebookHandler(BaseHandler):
 class ArtifactHandler(BaseHandler):
     async def get(self, session_id: str, artifact_id: str) -> None:
         path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
-        data = await asyncio.to_thread(path.read_bytes)
+        fh = await asyncio.to_thread(path.open, "rb")
         # Served inert: never rendered on the API origin (docs/security.md H-53).
-        self.set_header("Content-Type", mime)
-        self.set_header("Content-Length", str(size))
         self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
         self.set_header("Content-Disposition", _attachment(artifact_id + _extension(mime)))
         self.set_header("Cache-Control", "private, max-age=31536000, immutable")
-        self.finish(data)
+        # In pieces, never whole in memory (a full-text artifact can be 20 MiB).
+        await self.send_file(fh, size, mime)
 
 
 class HealthHandler(BaseHandler):
