@@ -264,3 +264,29 @@ def test_chunked_upload_over_the_limit_is_413_and_leaves_nothing(
             if not listing["entries"] or time.monotonic() > deadline:
                 break
         assert listing["entries"] == []
+
+
+def test_an_upload_abandoned_midway_leaves_no_temporary_file(
+    server: Server, new_session: Any
+) -> None:
+    sid = new_session()
+    parts = urlsplit(server.url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
+    sock.sendall(
+        f"PUT /v1/sessions/{sid}/files/gone.bin HTTP/1.1\r\nHost: x\r\n".encode()
+        + f"Authorization: Bearer {KEY}\r\nContent-Length: 500000\r\n\r\n".encode()
+        + b"p" * 200_000
+    )
+    with server.client() as api:
+        # The temporary file exists while the upload runs...
+        deadline = time.monotonic() + 10
+        while True:
+            names = [e["name"] for e in api.get(f"/v1/sessions/{sid}/files").json()["entries"]]
+            if names or time.monotonic() > deadline:
+                break
+        assert len(names) == 1 and names[0].startswith(".upload-"), names
+        sock.close()  # ...and goes once the client does.
+        deadline = time.monotonic() + 10
+        while names and time.monotonic() < deadline:
+            names = [e["name"] for e in api.get(f"/v1/sessions/{sid}/files").json()["entries"]]
+        assert names == []
