@@ -217,3 +217,9 @@ class AuditDegraded(InterpreterError):
             "new code runs until it can; free space and retry.",
             retry_after=30,
         )
+
+
+class TooManyUploads(InterpreterError):
+    """The broker already receives its maximum of concurrent uploads."""
+
+    code, status = "too_many_uploads", 503

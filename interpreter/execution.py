@@ -19,6 +19,10 @@ from typing import Any
 from interpreter.mime import strip_ansi
 from interpreter.overwrite import OverwrittenText
 
+#: The type of the message the broker itself reports a dropped kernel message with
+#: (interpreter/iopub_watch.py); never sent by a kernel.
+DROPPED_MSG_TYPE = "interp_message_dropped"
+
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
 
@@ -128,6 +132,8 @@ class ExecutionRecorder:
         self.streams = StreamTotals()
         self.rich_chars = 0
         self.rich_dropped = 0
+        #: Kernel messages dropped for their size (the output link was cut and renewed).
+        self.messages_dropped = 0
         self.reply: dict[str, Any] | None = None
         self.idle = False
         self.busy_seen = False
@@ -160,6 +166,14 @@ class ExecutionRecorder:
             return None
         status = self.reply.get("status")
         return status if isinstance(status, str) else "error"
+
+    def compact(self, limit: int) -> None:
+        """Once the execution is final, keep about ``limit`` characters of each stream
+        segment (head and tail): the full text is in its artifact, and a finished cell is
+        kept a while for late output, which must not hold megabytes per cell."""
+        for item in self.items:
+            if isinstance(item, _Stream) and len(item.text) > limit:
+                item.text = OverwrittenText(cut_middle(item.text.text, limit))
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -222,6 +236,17 @@ class ExecutionRecorder:
             # inline backend shows after a failing cell comes after the error).
             self.items.append({"output_type": "error", "_kernel_error": True})
             return events
+        if msg_type == DROPPED_MSG_TYPE:
+            self.messages_dropped += 1
+            limit = content.get("limit")
+            return self._stream(
+                {
+                    "name": "stderr",
+                    "text": f"\n[output dropped: the kernel sent a message larger than the "
+                    f"broker's limit of {limit} bytes (max_kernel_message_bytes); that output "
+                    "and what the cell printed right after it are missing]\n",
+                }
+            )
         return []
 
     def _time(self, msg: dict[str, Any], key: str) -> None:

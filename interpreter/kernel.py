@@ -29,6 +29,7 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session as JupyterSession
 
+from interpreter import iopub_watch
 from interpreter.backends import Backend
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
 from interpreter.errors import KernelStartFailed
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Largest single ZMQ message the broker accepts from a kernel (H-33).
 MAX_ZMQ_MESSAGE = 128 << 20
+#: Messages of one kernel the broker's sockets hold before it reads them.
+RECEIVE_QUEUE_MESSAGES = 4
 #: Kernels tried for one session start before giving up.
 START_ATTEMPTS = 2
 #: Seconds allowed for a kernel's ``kernel_info`` reply once its channels are up.
@@ -178,6 +181,10 @@ class Kernel:
         self.heartbeat_misses = heartbeat_misses
         self.on_unresponsive = on_unresponsive
         self._heartbeat: Heartbeat | None = None
+        #: Largest message accepted from the kernel (``max_kernel_message_bytes``).
+        self.max_message_bytes = MAX_ZMQ_MESSAGE
+        #: The msg_id of the last execute request (told when its output was dropped).
+        self._last_execute: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -322,6 +329,7 @@ class Kernel:
         msg["header"]["msg_id"] = msg["msg_id"] = msg_id
         async with self._interrupting:
             self.kc.shell_channel.send(msg)
+        self._last_execute = msg_id
         return msg_id
 
     async def interrupt(self, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -> None:
@@ -390,9 +398,11 @@ class Kernel:
         assert self.km is not None
         if self._ctx is None:
             ctx = zmq.asyncio.Context()
-            # Never drop iopub messages under floods (the default HWM of 1000 did).
-            ctx.setsockopt(zmq.RCVHWM, 0)
-            ctx.setsockopt(zmq.MAXMSGSIZE, MAX_ZMQ_MESSAGE)
+            # Hold few messages here: under a flood the rest wait in the kernel's send queue
+            # (its high-water mark is unlimited, so nothing is dropped), which the kernel's
+            # own memory limit bounds, instead of in the broker's memory (issue 12).
+            ctx.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
+            ctx.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             ctx.setsockopt(zmq.LINGER, 0)
             self._ctx = ctx
         # A fresh jupyter Session per client: same key, new id. Every client of one manager
@@ -422,6 +432,7 @@ class Kernel:
         self._readers = [
             asyncio.create_task(self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"),
             asyncio.create_task(self._read(kc.get_shell_msg, "shell"), name=f"shell-{self.name}"),
+            asyncio.create_task(self._watch_iopub(kc), name=f"iopub-watch-{self.name}"),
         ]
         if self.heartbeat_s > 0:
             self._heartbeat = Heartbeat(
@@ -433,6 +444,26 @@ class Kernel:
                 on_lost=self.on_unresponsive,
             )
             self._heartbeat.start()
+
+    async def _watch_iopub(self, kc: Any) -> None:
+        """Renew the iopub channel whenever its connection is cut (a message over the size
+        limit: see :mod:`interpreter.iopub_watch`) and tell the running cell."""
+        while True:
+            await iopub_watch.disconnected(kc.iopub_channel.socket)
+            if kc is not self.kc:
+                return
+            reader = self._readers[0]
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            iopub_watch.renew_channel(kc)
+            self._readers[0] = asyncio.create_task(
+                self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"
+            )
+            log.warning("session %s: the kernel's output link was cut; renewed it", self.name)
+            if self._last_execute is not None and await self.is_alive():
+                notice = iopub_watch.dropped_notice(self._last_execute, self.max_message_bytes)
+                await self.on_message("iopub", notice)
 
     async def _disconnect(self) -> None:
         if self._heartbeat is not None:

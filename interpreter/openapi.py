@@ -240,7 +240,8 @@ def openapi_document() -> dict[str, Any]:
                             }
                         },
                     },
-                    **_errors(400, 401, 404),
+                    # 413: over max_download_bytes, or sparse (mostly holes).
+                    **_errors(400, 401, 404, 413),
                 },
             },
             "put": {
@@ -252,7 +253,11 @@ def openapi_document() -> dict[str, Any]:
                         }
                     }
                 },
-                "responses": {"201": {"description": "Stored"}, **_errors(400, 401, 404, 413)},
+                # 503: max_concurrent_uploads are being received (Retry-After).
+                "responses": {
+                    "201": {"description": "Stored"},
+                    **_errors(400, 401, 404, 413, 503),
+                },
             },
             "delete": {
                 "summary": "Delete a file or directory",

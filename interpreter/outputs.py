@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from enum import Enum
 from typing import Any, Literal
 
@@ -41,6 +42,20 @@ MIN_STREAM_SHARE = 1000
 LATE_OUTPUT_CELLS = 8
 #: Statuses whose error the broker, not the kernel, reports; the notebook shows it too.
 BROKER_ERRORS = frozenset({"timeout", "kernel_died"})
+#: Executions with more text than fits inline that are finished at once (per event loop).
+BIG_FINISHES = 2
+_big_finishes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def big_finishes() -> asyncio.Semaphore:
+    """The running loop's semaphore of :data:`BIG_FINISHES`."""
+    loop = asyncio.get_running_loop()
+    sem = _big_finishes.get(loop)
+    if sem is None:
+        sem = _big_finishes[loop] = asyncio.Semaphore(BIG_FINISHES)
+    return sem
 
 
 class Placement(Enum):
@@ -199,8 +214,14 @@ class OutputCapture:
         rest are captured now. An error already set on ``ex`` (by the broker) wins over
         the kernel's.
         """
-        await self._streams(ex, rec)
-        if rec.rich_dropped:
+        if rec.streams.kept > self.output_bytes:
+            # Building a full-text artifact copies the text a few times: a few at a time,
+            # so that many floods ending together cost a bounded amount of memory.
+            async with big_finishes():
+                await self._streams(ex, rec)
+        else:
+            await self._streams(ex, rec)
+        if rec.rich_dropped or rec.messages_dropped:
             ex.truncated = True
         outputs = []
         for index in rec.rich_indexes():
@@ -219,6 +240,7 @@ class OutputCapture:
         """The notebook outputs of a finished ``ex``: the kernel's, in its order, ending
         with the broker's own error for a timeout or a dead kernel."""
         nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
+        rec.compact(self.output_bytes)
         if ex.status in BROKER_ERRORS and ex.error is not None:
             nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]
             nb_outputs.append(

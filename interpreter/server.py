@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from interpreter import backends, exposure
+from interpreter import backends, exposure, memory
 from interpreter.api.app import make_app
 from interpreter.api.base import DRAIN_LIMIT
+from interpreter.api.connections import GatedHTTPServer
 from interpreter.api.e2b.app import make_e2b_app
 from interpreter.broker import SessionBroker
 from interpreter.errors import BackendUnavailable
@@ -26,6 +27,11 @@ from interpreter.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: Request line and headers of one request at most.
+MAX_HEADER_BYTES = 64 << 10
+#: Connections the kernel queues before the broker accepts them: a burst of new ones
+#: (a flood) must not fill the queue so that real clients' connects time out.
+LISTEN_BACKLOG = 2048
 
 
 def check_bind(settings: Settings) -> None:
@@ -58,9 +64,25 @@ class RunningServer:
                     await server.close_all_connections()
 
 
+def connection_options(settings: Settings, cap: int) -> dict[str, Any]:
+    """Keyword arguments of an HTTP server: body cap, read timeouts, connection caps."""
+    return {
+        "max_body_size": cap,
+        # Bodies are streamed (never buffered whole): the buffer holds headers and a chunk.
+        "max_buffer_size": 4 << 20,
+        "max_header_size": MAX_HEADER_BYTES,
+        # tornado uses this for the headers of each request, and for keep-alive idling.
+        "idle_connection_timeout": settings.header_timeout_s,
+        "body_timeout": settings.body_timeout_s,
+        "max_connections": settings.max_connections,
+        "max_unauthenticated": settings.max_unauthenticated_connections,
+    }
+
+
 async def start(settings: Settings, backend: str | None = None) -> RunningServer:
     """Start the broker and listen; returns once requests are accepted."""
     check_bind(settings)
+    memory.release_large_blocks()
     if backend:
         chosen = await asyncio.to_thread(backends.create, backend, settings)
     else:
@@ -72,32 +94,20 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     app = make_app(broker, settings)
     # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's own
     # cap only has to cover them and the window in which rejected bodies are drained.
-    cap = max(settings.max_upload_bytes, settings.max_body_bytes, DRAIN_LIMIT) + 1024
-    http = HTTPServer(
-        app,
-        max_body_size=cap,
-        max_buffer_size=cap + (1 << 20),
-        idle_connection_timeout=300,
-        body_timeout=600,
-    )
-    sockets = bind_sockets(settings.port, settings.host)
+    cap = max(settings.max_upload_bytes, settings.max_body_bytes) + DRAIN_LIMIT + 1024
+    http = GatedHTTPServer(app, **connection_options(settings, cap))
+    sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
     http.add_sockets(sockets)
     port = sockets[0].getsockname()[1]
     host = settings.host if ":" not in settings.host else f"[{settings.host}]"
     running = RunningServer(broker=broker, http=http, url=f"http://{host}:{port}")
     ports = [p for p in (settings.e2b_port, settings.e2b_envd_port) if p is not None]
     if ports:
-        e2b = HTTPServer(
-            make_e2b_app(broker, settings),
-            max_body_size=cap,
-            max_buffer_size=cap + (1 << 20),
-            idle_connection_timeout=300,
-            body_timeout=600,
-        )
+        e2b = GatedHTTPServer(make_e2b_app(broker, settings), **connection_options(settings, cap))
         urls = []
         for wanted in ports:
             try:
-                bound = bind_sockets(wanted, settings.host)
+                bound = bind_sockets(wanted, settings.host, backlog=LISTEN_BACKLOG)
             except OSError as exc:
                 await running.stop()
                 raise SystemExit(

@@ -131,6 +131,7 @@ class LiveSession(PolicyStage):
             on_unresponsive=self._kernel_unresponsive,
         )
         self.kernel.info = record.kernel
+        self.kernel.max_message_bytes = settings.max_kernel_message_bytes
         self.capture = OutputCapture(
             ArtifactStore(options.session_dir / "artifacts", self.id),
             inline_bytes=settings.inline_rich_bytes,

@@ -128,6 +128,33 @@ class Settings(BaseSettings):
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
     )
+    max_kernel_message_bytes: int = Field(
+        32 << 20,
+        ge=1 << 20,
+        description="Largest message taken from a kernel; a larger one is dropped with a notice.",
+    )
+    max_download_bytes: int = Field(
+        2 << 30, ge=1, description="Largest workspace file a download sends (sparse ones refused)."
+    )
+
+    # Connections (docs/operations.md "Connection limits").
+    max_connections: int = Field(
+        512,
+        ge=8,
+        description="Open HTTP connections at most (lowered to half the descriptor limit).",
+    )
+    max_unauthenticated_connections: int = Field(
+        64,
+        ge=1,
+        description="Connections not yet past authentication; past it the oldest is closed.",
+    )
+    header_timeout_s: float = Field(
+        30.0, gt=0, description="Time to send a request's headers (and keep-alive idle time)."
+    )
+    body_timeout_s: float = Field(600.0, gt=0, description="Time to send a request's body.")
+    max_concurrent_uploads: int = Field(
+        16, ge=1, description="Uploads received at once; past it 503 with Retry-After."
+    )
 
     # Docker backend.
     docker_image: str = Field("interp-kernel:latest", description="Kernel image for docker.")

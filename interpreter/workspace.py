@@ -32,6 +32,12 @@ from interpreter.errors import (
 from interpreter.models import FileEntry, FileList
 
 MAX_PATH_CHARS = 1024
+#: Bidirectional formatting characters: they make a name display as another one.
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+#: Holes a download may have (size minus the blocks really allocated) before it is refused.
+SPARSE_SLACK = 16 << 20
 MAX_NAME_BYTES = 255
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -43,6 +49,7 @@ def split_path(path: str, *, allow_root: bool = False) -> list[str]:
     normal = unicodedata.normalize("NFKC", path)
     if len(normal) > MAX_PATH_CHARS:
         raise PathNotAllowed(f"Path is longer than {MAX_PATH_CHARS} characters.")
+    _check_characters(normal)
     if "\\" in normal:
         raise PathNotAllowed("Use '/' to separate path components, not '\\'.")
     if normal.startswith("/"):
@@ -66,6 +73,21 @@ def split_path(path: str, *, allow_root: bool = False) -> list[str]:
         except UnicodeEncodeError as exc:
             raise PathNotAllowed("Path must be valid Unicode.") from exc
     return parts
+
+
+def _check_characters(path: str) -> None:
+    """Refuse control characters (CR, LF, ESC, ...) and bidirectional controls, naming one."""
+    for char in path:
+        if unicodedata.category(char) == "Cc":
+            raise PathNotAllowed(
+                f"Path contains the control character U+{ord(char):04X}; file names may not "
+                "contain control characters (CR, LF, tab, escape, ...)."
+            )
+        if char in BIDI_CONTROLS:
+            raise PathNotAllowed(
+                f"Path contains the bidirectional control U+{ord(char):04X}, which makes a "
+                "name display as another; remove it."
+            )
 
 
 def _os_error(exc: OSError, path: str) -> Exception:
@@ -131,7 +153,10 @@ class Workspace:
                 entries = []
                 with os.scandir(fd) as it:
                     for entry in it:
-                        st = entry.stat(follow_symlinks=False)
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue  # gone since it was listed (another upload's temp file)
                         kind: Literal["file", "directory", "other"] = (
                             "directory"
                             if stat.S_ISDIR(st.st_mode)
@@ -174,7 +199,16 @@ class Workspace:
             raise PathNotAllowed(f"'{path}' is not a regular file.")
         if max_bytes is not None and st.st_size > max_bytes:
             os.close(fd)
-            raise PayloadTooLarge(f"'{path}' is larger than {max_bytes} bytes.")
+            raise PayloadTooLarge(
+                f"'{path}' is {st.st_size} bytes; downloads are limited to {max_bytes} bytes."
+            )
+        allocated = st.st_blocks * 512
+        if st.st_size - allocated > SPARSE_SLACK:
+            os.close(fd)
+            raise PayloadTooLarge(
+                f"'{path}' is sparse: {st.st_size} bytes long but only {allocated} bytes are "
+                "stored; mostly holes, it is not sent (read the part you need in the session)."
+            )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb"), st.st_size
 
@@ -216,6 +250,10 @@ class Workspace:
             raise _os_error(exc, path) from exc
         return size
 
+    # Used by streamed uploads (interpreter/upload.py).
+    walk = _walk
+    chown_like_root = _chown_like_root
+
     def delete(self, path: str) -> None:
         """Delete a file, a symlink (not its target) or a directory tree."""
         parts = split_path(path)
@@ -228,6 +266,9 @@ class Workspace:
                     os.unlink(parts[-1], dir_fd=dfd)
         except OSError as exc:
             raise _os_error(exc, path) from exc
+
+
+os_error = _os_error
 
 
 def copy_tree_safely(src: Path, dst: Path) -> int:

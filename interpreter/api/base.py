@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from tornado.iostream import StreamClosedError
 
 from interpreter.api import access
+from interpreter.api.connections import mark_authenticated
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
@@ -67,6 +68,23 @@ def _json_depth_ok(raw: bytes) -> bool:
         elif byte in (0x5D, 0x7D):
             depth -= 1
     return True
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (which one would win is up to the parser)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise DuplicateKey(key)
+        obj[key] = value
+    return obj
 
 
 def describe_validation(exc: ValidationError) -> str:
@@ -128,11 +146,13 @@ class BaseHandler(tornado.web.RequestHandler):
         keys = self.conf.api_keys
         if not keys:
             self.key_id = self.owner
+            mark_authenticated(self.request)
             return
         key = _matching(self.bearer_token(), keys)
         if key is None:
             raise Unauthorized("Invalid API key.")
         self.owner = self.key_id = owner_of(key)
+        mark_authenticated(self.request)
 
     def check_operator_auth(self) -> None:
         """Auth of operator routes (``/metrics``): with ``metrics_key`` set only that key
@@ -218,15 +238,45 @@ class BaseHandler(tornado.web.RequestHandler):
         setattr(self, (self.request.method or "get").lower(), answer)
 
     def data_received(self, chunk: bytes) -> Any:
-        if self._rejected is not None:
+        if self._rejected is not None or self._too_large:
+            self._drain_rejected(chunk)
             return None
         self._received += len(chunk)
         if self._received > self.body_limit:
-            self._too_large = True
-            self._chunks.clear()
+            self.refuse_oversized_body()
             return None
         self._chunks.append(chunk)
         return None
+
+    def refuse_oversized_body(self, exc: InterpreterError | None = None) -> None:
+        """Refuse a body (chunked or not) that passed the limit: nothing more of it is kept.
+
+        The answer (413 JSON) comes when the body ends, so that a client still sending
+        reads it instead of a reset, unless more than :data:`DRAIN_LIMIT` bytes keep
+        coming: then it is answered at once and tornado closes the connection.
+        """
+        self._too_large = True
+        self._chunks.clear()
+        if exc is None:
+            exc = PayloadTooLarge(
+                f"Request body exceeds the limit of {self.body_limit} bytes; refused as it "
+                "arrived (nothing of it was kept)."
+            )
+        if self._rejected is None:
+            self._rejected = exc
+            error = exc
+
+            async def answer(*args: Any, **kwargs: Any) -> None:
+                raise error
+
+            setattr(self, (self.request.method or "get").lower(), answer)
+
+    def _drain_rejected(self, chunk: bytes) -> None:
+        """Discard a refused body's bytes; past the drain window, answer now."""
+        self._drained = getattr(self, "_drained", 0) + len(chunk)
+        if self._drained > DRAIN_LIMIT and not self._finished and self._rejected is not None:
+            exc = self._rejected
+            self.send_error(exc.status, exc_info=(type(exc), exc, None))
 
     def raw_body(self) -> bytes:
         if self._too_large:
@@ -243,7 +293,11 @@ class BaseHandler(tornado.web.RequestHandler):
         if not _json_depth_ok(raw):
             raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
         try:
-            parsed = json.loads(raw)
+            parsed = json.loads(raw, object_pairs_hook=_unique_keys)
+        except DuplicateKey as exc:
+            raise ValidationFailed(
+                f"Duplicate key '{exc.key[:100]}' in a JSON object; give each key once."
+            ) from None
         except (ValueError, RecursionError) as exc:
             raise ValidationFailed(f"Malformed JSON: {str(exc)[:200]}") from exc
         if not isinstance(parsed, dict):
@@ -282,13 +336,17 @@ class BaseHandler(tornado.web.RequestHandler):
         raw = self.request.headers.get(IDEMPOTENCY_HEADER)
         return None if raw is None else check_key(raw)
 
-    async def send_file(self, fh: IO[bytes], size: int) -> None:
+    async def send_file(self, fh: IO[bytes], size: int, mime: str | None = None) -> None:
         """Send an open file's bytes in chunks read off the loop, then finish; closes it.
         A client that goes away ends the sending quietly."""
         try:
-            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header("Content-Type", mime or "application/octet-stream")
             self.set_header("Content-Length", str(size))
-            while chunk := await asyncio.to_thread(fh.read, DOWNLOAD_CHUNK):
+            left = size  # never more than announced, even if the file grows meanwhile
+            while left > 0 and (
+                chunk := await asyncio.to_thread(fh.read, min(DOWNLOAD_CHUNK, left))
+            ):
+                left -= len(chunk)
                 self.write(chunk)
                 await self.flush()
         except StreamClosedError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from pathlib import Path
@@ -24,7 +23,8 @@ from interpreter.api.events import resume_after, send_events
 from interpreter.api.info import service_info
 from interpreter.api.packages import PackagesHandler
 from interpreter.api.ranges import byte_range
-from interpreter.errors import FileNotFoundInWorkspace, InterpreterError, RangeNotSatisfiable
+from interpreter.api.uploads import UploadReceiver
+from interpreter.errors import InterpreterError, RangeNotSatisfiable
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
@@ -197,25 +197,17 @@ class FilesHandler(BaseHandler):
         self.send_json(await asyncio.to_thread(workspace.listing, path))
 
 
-class FileHandler(BaseHandler):
-    body_limit_attr = "max_upload_bytes"
-
+class FileHandler(UploadReceiver):
     async def get(self, session_id: str, path: str) -> None:
         workspace = await self.broker.workspace(self.owner, session_id)
-        fh, size = await asyncio.to_thread(workspace.open_read, path)
+        fh, size = await asyncio.to_thread(workspace.open_read, path, self.conf.max_download_bytes)
         self.set_header("Content-Disposition", _attachment(path.rsplit("/", 1)[-1]))
         await self.send_file(fh, size)
 
     async def put(self, session_id: str, path: str) -> None:
-        workspace = await self.broker.workspace(self.owner, session_id)
-        body = self.raw_body()
-        size = await asyncio.to_thread(workspace.write, path, [body])
-        listing_path = path.rsplit("/", 1)[0] if "/" in path else ""
-        entries = await asyncio.to_thread(workspace.listing, listing_path)
-        entry = next((e for e in entries.entries if e.path == path.strip("/")), None)
-        if entry is None:
-            raise FileNotFoundInWorkspace(f"'{path}' vanished after the upload.")
-        self.send_json({**json.loads(entry.model_dump_json()), "size": size}, 201)
+        # The body is already in a temporary file beside the target (api/uploads.py).
+        entry = await asyncio.to_thread(self.take_upload().commit)
+        self.send_json(entry, 201)
 
     async def delete(self, session_id: str, path: str) -> None:
         workspace = await self.broker.workspace(self.owner, session_id)
@@ -250,12 +242,14 @@ class ArtifactHandler(BaseHandler):
             return
         self._artifact_headers(artifact_id, mime)
         if wanted is None:
-            data = await asyncio.to_thread(path.read_bytes)
-        else:
-            first, last = wanted
-            data = await asyncio.to_thread(_read_part, path, first, last - first + 1)
-            self.set_status(206)
-            self.set_header("Content-Range", f"bytes {first}-{last}/{size}")
+            # In pieces, never whole in memory (a full-text artifact can be 20 MiB).
+            fh = await asyncio.to_thread(path.open, "rb")
+            await self.send_file(fh, size, mime)
+            return
+        first, last = wanted
+        data = await asyncio.to_thread(_read_part, path, first, last - first + 1)
+        self.set_status(206)
+        self.set_header("Content-Range", f"bytes {first}-{last}/{size}")
         self.set_header("Content-Length", str(len(data)))
         self.finish(data)
 

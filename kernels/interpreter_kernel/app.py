@@ -11,6 +11,8 @@ with a stock ipykernel, the kernel:
 * reads EOF from standard input, and ``input()``/``getpass()`` fail at once
   (:class:`~interpreter_kernel.kernel.InterpreterKernel`);
 * prints no console banner, keeps no on-disk input history;
+* sends any text user code writes, lone surrogates and invalid UTF-8 included (as U+FFFD),
+  instead of losing the rest of the cell's output (:mod:`interpreter_kernel.textsafe`);
 * calls :func:`interpreter_kernel.configure.setup` on its shell before any user code runs;
 * ends itself when no broker has looked after it for a while, if asked to
   (:mod:`interpreter_kernel.watchdog`).
@@ -30,6 +32,7 @@ from traitlets.config import Config
 
 from .configure import setup
 from .ipythondir import private_ipython_dir
+from .textsafe import install
 from .watchdog import start_from_environment
 
 
@@ -57,6 +60,13 @@ class InterpreterKernelApp(IPKernelApp):
         """
         context.setsockopt(zmq.SNDHWM, 0)
         super().init_iopub(context)  # type: ignore[no-untyped-call]
+
+    def init_io(self) -> None:
+        """ipykernel's streams, with messages that survive any text the user's code writes
+        (lone surrogates, invalid UTF-8 through ``sys.stdout.buffer``): see
+        :mod:`interpreter_kernel.textsafe`."""
+        super().init_io()  # type: ignore[no-untyped-call]
+        install(self.session, [sys.stdout, sys.stderr])
 
     def log_connection_info(self) -> None:
         """Record the ports without printing the console hints.

@@ -1,0 +1,238 @@
+"""Issue 12 item 2: connections that do not follow the clients.
+
+A broker started as its own process under a 1024-descriptor limit is held by 1100 stalled
+connections (each sent one byte, ``G``); ``/healthz`` and a canary session of another key
+answer within 2 s throughout and after. Also: stalled headers time out, and uploads past
+the concurrency cap get 503 with Retry-After while the others finish.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import KEY, OTHER_KEY, REPO, require_docker, start_server
+
+pytestmark = pytest.mark.timeout(400)
+STALLED = 1100
+FD_LIMIT = 1024
+
+
+def _limit_descriptors() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+@pytest.fixture(params=["local", "docker"])
+def limited_broker(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``interp serve`` in its own process with ``ulimit -n 1024``."""
+    if request.param == "docker":
+        require_docker()
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-conns-"))
+    env = {**os.environ, "INTERP_API_KEY": f"{KEY},{OTHER_KEY}"}
+    argv = [sys.executable, "-m", "interpreter", "serve", "--port", "0", "--pool-size", "0"]
+    argv += ["--backend", request.param, "--data-dir", str(data_dir)]
+    argv += ["--no-keep-containers-on-shutdown", "--header-timeout-s", "60"]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env=env,
+        preexec_fn=_limit_descriptors,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    url = ""
+    for line in proc.stdout:
+        seen.append(line)
+        match = re.search(r"listening on (http://\S+)", line)
+        if match:
+            url = match.group(1)
+            threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+            break
+    assert url, "".join(seen[-20:])
+    try:
+        yield proc, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_1100_stalled_connections_leave_healthz_and_a_canary_answering(
+    limited_broker: tuple[subprocess.Popen[str], str],
+) -> None:
+    proc, url = limited_broker
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < STALLED + 200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    parts = urlsplit(url)
+    canary = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OTHER_KEY}"})
+    created = canary.post("/v1/sessions", json={}, timeout=120)
+    assert created.status_code == 201, created.text
+    sid = created.json()["id"]
+    first = canary.post(f"/v1/sessions/{sid}/execute", json={"code": "n = 0"}, timeout=60)
+    assert first.json()["status"] == "ok", first.text
+
+    probes: list[tuple[str, float, str]] = []
+    stop = threading.Event()
+
+    def probe_loop() -> None:
+        count = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                # A fresh connection each time: it has to get past the flood.
+                health = httpx.get(url + "/healthz", timeout=2)
+                probes.append(("healthz", time.monotonic() - started, str(health.status_code)))
+                count += 1
+                started = time.monotonic()
+                with httpx.Client(
+                    base_url=url, headers={"Authorization": f"Bearer {OTHER_KEY}"}, timeout=2
+                ) as fresh:
+                    ran = fresh.post(
+                        f"/v1/sessions/{sid}/execute", json={"code": "n += 1\nprint(n)"}
+                    )
+                probes.append(("canary", time.monotonic() - started, ran.json()["stdout"]))
+            except httpx.HTTPError as exc:
+                probes.append(("error", time.monotonic() - started, repr(exc)))
+
+    stalled: list[socket.socket] = []
+    prober = threading.Thread(target=probe_loop, daemon=True)
+    prober.start()
+    peak_fds = 0
+    try:
+        for _ in range(STALLED):
+            sock = socket.socket()
+            sock.settimeout(5)
+            try:
+                sock.connect((parts.hostname, parts.port))
+                sock.send(b"G")
+            except OSError:
+                sock.close()
+                continue
+            stalled.append(sock)
+            if len(stalled) % 100 == 0:
+                peak_fds = max(peak_fds, _open_fds(proc.pid))
+        # Hold them all for a while, probing.
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            peak_fds = max(peak_fds, _open_fds(proc.pid))
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        prober.join(30)
+        during = list(probes)
+        for sock in stalled:
+            sock.close()
+    assert proc.poll() is None, "the broker died"
+    errors = [p for p in during if p[0] == "error" or p[1] > 2]
+    assert len(stalled) == STALLED
+    assert not errors, errors[:5]
+    assert sum(1 for p in during if p[0] == "canary") >= 3, during
+    counts = [int(p[2]) for p in during if p[0] == "canary"]
+    assert counts == sorted(counts) and counts[0] >= 1  # state kept, each run counted once
+    assert peak_fds < FD_LIMIT - 100, peak_fds
+    # After: everything still answers, and the descriptors went back down.
+    assert httpx.get(url + "/healthz", timeout=2).status_code == 200
+    again = canary.post(f"/v1/sessions/{sid}/execute", json={"code": "print(n)"}, timeout=10)
+    assert again.json()["stdout"] == f"{counts[-1]}\n"
+    print(f"peak broker descriptors {peak_fds}, probes {len(during)}")
+    canary.delete(f"/v1/sessions/{sid}")
+    canary.close()
+
+
+@pytest.fixture(scope="module")
+def tight_broker() -> Iterator[Any]:
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-tight-"))
+    srv = start_server(
+        "local",
+        data_dir,
+        header_timeout_s=1.0,
+        body_timeout_s=3.0,
+        max_concurrent_uploads=2,
+        max_upload_bytes=8 << 20,
+    )
+    yield srv
+    srv.thread.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _connect(url: str) -> socket.socket:
+    parts = urlsplit(url)
+    return socket.create_connection((parts.hostname, parts.port), timeout=10)
+
+
+def test_stalled_headers_and_bodies_time_out(tight_broker: Any) -> None:
+    sock = _connect(tight_broker.url)
+    started = time.monotonic()
+    sock.send(b"G")
+    assert sock.recv(100) == b""  # closed by the broker
+    assert time.monotonic() - started < 5
+    sock.close()
+    sock = _connect(tight_broker.url)
+    started = time.monotonic()
+    sock.sendall(
+        b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+        + f"Authorization: Bearer {KEY}\r\n\r\n".encode()
+        + b"{"
+    )
+    assert sock.recv(100) == b""
+    assert time.monotonic() - started < 8
+    sock.close()
+
+
+def test_uploads_past_the_cap_get_503_with_retry_after(tight_broker: Any) -> None:
+    with tight_broker.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        head = (
+            f"PUT /v1/sessions/{sid}/files/slow{{}}.bin HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {KEY}\r\nContent-Length: 1000\r\n\r\n"
+        )
+        slow = []
+        for i in range(2):
+            sock = _connect(tight_broker.url)
+            sock.sendall(head.format(i).encode() + b"x" * 10)
+            slow.append(sock)
+        # Both are counted once their headers are in: wait for that state.
+        deadline = time.monotonic() + 5
+        while True:
+            third = api.put(f"/v1/sessions/{sid}/files/third.bin", content=b"y" * 100)
+            if third.status_code == 503 or time.monotonic() > deadline:
+                break
+        assert third.status_code == 503, third.text
+        assert third.headers["Retry-After"] == "2"
+        assert third.json()["error"]["type"] == "too_many_uploads"
+        for sock in slow:
+            sock.sendall(b"x" * 990)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 201")
+            sock.close()
+        again = api.put(f"/v1/sessions/{sid}/files/third.bin", content=b"y" * 100)
+        assert again.status_code == 201, again.text
+        names = {e["name"] for e in api.get(f"/v1/sessions/{sid}/files").json()["entries"]}
+        assert names == {"slow0.bin", "slow1.bin", "third.bin"}
+        api.delete(f"/v1/sessions/{sid}")
