@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from interpreter import rebuild
+from interpreter import quota, rebuild, storage_floor
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.errors import (
@@ -38,7 +38,7 @@ from interpreter.models import CreateSessionRequest, Execution
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import NOTEBOOK_NAME
 from interpreter.recovery import recover
-from interpreter.session import LiveSession
+from interpreter.session import LiveSession, release_quota
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 from interpreter.workspace import Workspace, copy_tree_safely
@@ -105,6 +105,8 @@ class SessionBroker:
             adopt=self._adopt,
         )
         self.reconcile_report = report.as_dict()
+        # Quotas of sessions that did not come back (closed above, or by a crashed broker).
+        await asyncio.to_thread(quota.sweep, self.settings.sessions_dir, set(self.live))
         if report.closed:
             self.metrics.sessions_closed.labels("broker_restarted").inc(len(report.closed))
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")
@@ -161,6 +163,7 @@ class SessionBroker:
                 f"This API key already has {mine} live sessions (the maximum); delete some.",
                 retry_after=10,
             )
+        storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         source = await self._rebuild_source(owner, req)
         self._creating += 1
         try:
@@ -202,6 +205,7 @@ class SessionBroker:
             self.live.pop(session.id, None)
             await self.writer.run(partial(self.store.close_session, session.id, "start_failed"))
             self.metrics.sessions_closed.labels("start_failed").inc()
+            await asyncio.to_thread(release_quota, session.options)
             raise
         elapsed = asyncio.get_running_loop().time() - began
         self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)

@@ -27,7 +27,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from interpreter import logs, waiting
+from interpreter import logs, quota, storage_floor, waiting
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
@@ -57,6 +57,14 @@ log = logging.getLogger(__name__)
 
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
+
+
+def release_quota(options: LaunchOptions) -> None:
+    """Unmount a closed session's workspace quota and remove its image (files are kept)."""
+    try:
+        quota.detach(options.session_dir, options.workspace)
+    except Exception:
+        log.exception("session %s: workspace quota not released", options.session_id)
 
 
 class LiveSession:
@@ -198,6 +206,8 @@ class LiveSession:
             )
         await self.writer.run(write)
         self.kernel.close()
+        if not keep_kernel and self.options.disk_mb:
+            await asyncio.to_thread(release_quota, self.options)
 
     # ------------------------------------------------------------------ state
 
@@ -259,6 +269,7 @@ class LiveSession:
             raise SessionClosed.cannot_run(self.id, self.status)
         if self.notebook.degraded:
             raise AuditDegraded.notebook_unwritable()
+        storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         ahead = self.executions.ahead() if reject_if_busy else None
         if ahead is not None:
             started = ahead.execution.started_at

@@ -25,9 +25,11 @@ from typing import BinaryIO, Literal
 
 from interpreter.errors import (
     BadRequest,
+    DiskQuotaExceeded,
     FileNotFoundInWorkspace,
     PathNotAllowed,
     PayloadTooLarge,
+    StorageFull,
 )
 from interpreter.models import FileEntry, FileList
 
@@ -79,8 +81,8 @@ def _os_error(exc: OSError, path: str) -> Exception:
         return BadRequest(f"'{path}' is a directory.")
     if exc.errno == errno.ENOTEMPTY:
         return BadRequest(f"Directory '{path}' is not empty.")
-    if exc.errno == errno.ENOSPC:
-        return PayloadTooLarge("No space left for this file.")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull("The service's data disk has no space left for this file.")
     return BadRequest(f"Cannot access '{path}' ({errno.errorcode.get(exc.errno or 0, 'error')}).")
 
 
@@ -213,8 +215,19 @@ class Workspace:
                         os.unlink(tmp, dir_fd=dfd)
                     raise
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and os.path.ismount(self.root):
+                raise self._quota_exceeded(path) from exc
             raise _os_error(exc, path) from exc
         return size
+
+    def _quota_exceeded(self, path: str) -> DiskQuotaExceeded:
+        st = os.statvfs(self.root)
+        total, free = (st.f_blocks * st.f_frsize) >> 20, (st.f_bavail * st.f_frsize) >> 20
+        return DiskQuotaExceeded(
+            f"'{path}' does not fit in the session's workspace disk quota ({free} MiB free of "
+            f"{total} MiB); nothing was written. Delete files, or create a session with a "
+            "larger limits.disk_mb."
+        )
 
     def delete(self, path: str) -> None:
         """Delete a file, a symlink (not its target) or a directory tree."""

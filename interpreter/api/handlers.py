@@ -11,6 +11,7 @@ from typing import Any
 
 from tornado.iostream import StreamClosedError
 
+from interpreter import storage_floor
 from interpreter.api.base import BaseHandler
 from interpreter.api.events import sse_frame
 from interpreter.api.info import service_info
@@ -200,6 +201,7 @@ class FileHandler(BaseHandler):
 
     async def put(self, session_id: str, path: str) -> None:
         workspace = await self.broker.workspace(self.owner, session_id)
+        storage_floor.check(self.conf.data_dir, self.conf.min_free_mb)
         body = self.raw_body()
         size = await asyncio.to_thread(workspace.write, path, [body])
         listing_path = path.rsplit("/", 1)[0] if "/" in path else ""

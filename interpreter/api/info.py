@@ -6,6 +6,7 @@ import asyncio
 import functools
 from importlib import metadata
 
+from interpreter import quota
 from interpreter._version import __version__
 from interpreter.backends import Backend
 from interpreter.models import ServiceInfo, ServiceLimits
@@ -39,6 +40,12 @@ async def service_info(backend: Backend, settings: Settings) -> ServiceInfo:
         maximum = ServiceLimits(
             memory_mb=settings.max_memory_mb, cpus=settings.max_cpus, pids=settings.max_pids
         )
+    why_not = quota.unavailable_reason()
+    if why_not is None:
+        default = default or ServiceLimits()
+        maximum = maximum or ServiceLimits()
+        default.disk_mb = settings.default_disk_mb or None
+        maximum.disk_mb = settings.max_disk_mb
     return ServiceInfo(
         version=__version__,
         backend=backend.name,
@@ -49,4 +56,5 @@ async def service_info(backend: Backend, settings: Settings) -> ServiceInfo:
         default_limits=default,
         max_limits=maximum,
         packages=packages,
+        disk_quota=why_not or "enforced",
     )

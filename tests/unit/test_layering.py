@@ -66,6 +66,8 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),
     ("interpreter.workspace", "storage"),
+    ("interpreter.quota", "storage"),
+    ("interpreter.storage_floor", "storage"),
     ("interpreter.idempotency", "storage"),
     ("interpreter.notebook", "storage"),
     ("interpreter.image", "image"),
