@@ -38,7 +38,7 @@ from interpreter.models import CreateSessionRequest, Execution
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import NOTEBOOK_NAME
 from interpreter.recovery import recover
-from interpreter.session import LiveSession, release_quota
+from interpreter.session import LiveSession, release_disk
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 from interpreter.workspace import Workspace, copy_tree_safely
@@ -205,7 +205,7 @@ class SessionBroker:
             self.live.pop(session.id, None)
             await self.writer.run(partial(self.store.close_session, session.id, "start_failed"))
             self.metrics.sessions_closed.labels("start_failed").inc()
-            await asyncio.to_thread(release_quota, session.options)
+            await asyncio.to_thread(release_disk, session.options)
             raise
         elapsed = asyncio.get_running_loop().time() - began
         self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)

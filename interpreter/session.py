@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -59,8 +60,10 @@ log = logging.getLogger(__name__)
 INTERRUPT_START_WAIT_S = 5
 
 
-def release_quota(options: LaunchOptions) -> None:
-    """Unmount a closed session's workspace quota and remove its image (files are kept)."""
+def release_disk(options: LaunchOptions) -> None:
+    """What a closed session no longer needs: its runtime directory, and its workspace
+    quota unmounted with the image removed (the workspace's files are kept)."""
+    shutil.rmtree(options.runtime_dir, ignore_errors=True)
     try:
         quota.detach(options.session_dir, options.workspace)
     except Exception:
@@ -206,8 +209,8 @@ class LiveSession:
             )
         await self.writer.run(write)
         self.kernel.close()
-        if not keep_kernel and self.options.disk_mb:
-            await asyncio.to_thread(release_quota, self.options)
+        if not keep_kernel:
+            await asyncio.to_thread(release_disk, self.options)
 
     # ------------------------------------------------------------------ state
 
