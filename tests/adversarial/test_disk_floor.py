@@ -1,0 +1,153 @@
+"""Disk: the data directory running low, and quotas across a broker restart.
+
+These cases need a data directory whose disk can really run low, so the broker here has
+its own: a small ext4 filesystem loop-mounted for this module (root only, like quotas).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from interpreter import quota
+from tests.adversarial.conftest import (
+    Broker,
+    assert_nothing_left,
+    loop_devices_on,
+    mounts_under,
+    remove_leftovers,
+    start_broker,
+    stop_broker,
+)
+from tests.conftest import require_docker
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.skipif(
+        quota.unavailable_reason() is not None,
+        reason=f"no disk quotas: {quota.unavailable_reason()}",
+    ),
+]
+
+DATA_DISK_MB = 400
+FLOOR_MB = 150
+
+
+@pytest.fixture(scope="module")
+def small_disk() -> Iterator[Path]:
+    """A data directory on a 400 MiB filesystem of its own."""
+    require_docker()
+    root = Path(tempfile.mkdtemp(prefix="interp-adv-"))
+    image = root.with_suffix(".img")
+    with open(image, "wb") as fh:
+        fh.truncate(DATA_DISK_MB << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(root)], check=True)
+    try:
+        yield root / "data"
+    finally:
+        for target in sorted(mounts_under(root), reverse=True):
+            subprocess.run(["umount", "-l", target], capture_output=True)
+        image.unlink()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _start(data_dir: Path) -> Broker:
+    return start_broker(
+        "docker",
+        data_dir,
+        "--min-free-mb",
+        str(FLOOR_MB),
+        "--default-disk-mb",
+        "16",
+        "--keep-containers-on-shutdown",
+    )
+
+
+def _free_mb(path: Path) -> int:
+    st = os.statvfs(path)
+    return (st.f_bavail * st.f_frsize) >> 20
+
+
+def test_low_data_disk_is_507_storage_full_for_new_work_and_keeps_what_was_kept(
+    small_disk: Path,
+) -> None:
+    broker = _start(small_disk)
+    filler = small_disk / "filler"
+    try:
+        with broker.client() as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            ok = api.post(f"/v1/sessions/{sid}/execute", json={"code": "x = 41\nprint(x)"})
+            assert ok.json()["stdout"] == "41\n"
+            # The disk runs low (what else fills it does not matter).
+            room = _free_mb(small_disk) - (FLOOR_MB - 50)
+            subprocess.run(["fallocate", "-l", f"{room}M", str(filler)], check=True)
+            assert _free_mb(small_disk) < FLOOR_MB
+            refused = [
+                api.post(f"/v1/sessions/{sid}/execute", json={"code": "x += 1"}),
+                api.put(f"/v1/sessions/{sid}/files/a.txt", content=b"a"),
+                api.post("/v1/sessions", json={}),
+            ]
+            for resp in refused:
+                assert resp.status_code == 507, resp.text
+                error = resp.json()["error"]
+                assert error["type"] == "storage_full"
+                assert "nearly full" in error["message"] and "MiB free" in error["message"]
+            # What was kept is kept: the notebook is whole and the state untouched.
+            nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+            nbformat.validate(nbformat.from_dict(nb))
+            assert [c["source"] for c in nb["cells"]] == ["x = 41\nprint(x)"]
+            filler.unlink()
+            again = api.post(f"/v1/sessions/{sid}/execute", json={"code": "x += 1\nprint(x)"})
+            assert again.json()["stdout"] == "42\n", again.text
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+        assert broker.errors == []
+    finally:
+        filler.unlink(missing_ok=True)
+        stop_broker(broker)
+        remove_leftovers(broker)
+
+
+def test_quota_survives_a_broker_restart_and_delete_leaves_nothing(small_disk: Path) -> None:
+    broker = _start(small_disk)
+    try:
+        with broker.client() as api:
+            sid = api.post("/v1/sessions", json={"limits": {"disk_mb": 24}}).json()["id"]
+            resp = api.post(
+                f"/v1/sessions/{sid}/execute",
+                json={"code": "open('kept.txt', 'w').write('kept')\nv = 'alive'"},
+            )
+            assert resp.json()["status"] == "ok", resp.text
+        stop_broker(broker)  # the kernel stays (keep-containers-on-shutdown)
+        workspace = small_disk / "sessions" / sid / "workspace"
+        broker = _start(small_disk)
+        with broker.client() as api:
+            info = api.get(f"/v1/sessions/{sid}").json()
+            assert info["status"] == "idle" and info["limits"]["disk_mb"] == 24
+            assert os.path.ismount(workspace)
+            code = (
+                "import errno\ntry:\n    open('big', 'wb').write(b'x' * (40 << 20))\n"
+                "except OSError as e:\n    print(errno.errorcode[e.errno])\n"
+                "import os\nos.remove('big')\nprint(v, open('kept.txt').read())"
+            )
+            out = api.post(f"/v1/sessions/{sid}/execute", json={"code": code}).json()
+            assert out["stdout"] == "ENOSPC\nalive kept\n", out
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+            assert_nothing_left(broker, [sid])
+            # The files stay readable after the delete, copied out of the quota.
+            listing = api.get(f"/v1/sessions/{sid}/files").json()
+            assert [e["name"] for e in listing["entries"]] == ["kept.txt"]
+        assert not os.path.ismount(workspace)
+        assert not (small_disk / "sessions" / sid / "workspace.img").exists()
+        assert loop_devices_on(small_disk) == []
+        assert broker.errors == []
+    finally:
+        stop_broker(broker)
+        remove_leftovers(broker)
