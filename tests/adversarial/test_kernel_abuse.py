@@ -67,11 +67,13 @@ def test_descriptor_exhaustion_in_the_kernel(adv: Broker, attack: Attack) -> Non
     failed, many = ast.literal_eval(attack.text(sid, code))
     assert failed == "EMFILE" and many
     # Exhausted again and kept so: the next cell still gets an answer (error or ok).
-    hold = "import os\nheld = []\ntry:\n    while True:\n        held.append(os.open('/dev/null', 0))\nexcept OSError:\n    pass"
+    hold = (
+        "import os\nheld = []\ntry:\n    while True:\n"
+        "        held.append(os.open('/dev/null', 0))\nexcept OSError:\n    pass"
+    )
     assert attack.run(sid, hold, timeout_s=30)["status"] in ("ok", "error")
-    assert attack.run(sid, "for fd in held: os.close(fd)\nlen(held) > 0", timeout_s=30)[
-        "status"
-    ] in ("ok", "error")
+    release = "for fd in held: os.close(fd)\nlen(held) > 0"
+    assert attack.run(sid, release, timeout_s=30)["status"] in ("ok", "error")
     assert attack.text(sid, "'still here'") == "'still here'"
 
 
