@@ -47,6 +47,9 @@ RSS_SLACK_MB = 200
 FD_SLACK = 64
 #: The canary must answer within this, during and after every case.
 CANARY_DEADLINE_S = 2.0
+#: In the environment of every broker of this suite (inherited); no kernel may see it.
+BROKER_SECRET = "adv-broker-secret-" + secrets.token_hex(4)
+os.environ["INTERP_ADV_BROKER_SECRET"] = BROKER_SECRET
 
 
 def broker_id_of(data_dir: Path) -> str:
