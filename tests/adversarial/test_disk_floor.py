@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,6 +148,41 @@ def test_quota_survives_a_broker_restart_and_delete_leaves_nothing(small_disk: P
         assert not os.path.ismount(workspace)
         assert not (small_disk / "sessions" / sid / "workspace.img").exists()
         assert loop_devices_on(small_disk) == []
+        assert broker.errors == []
+    finally:
+        stop_broker(broker)
+        remove_leftovers(broker)
+
+
+def test_a_pooled_kernel_hands_its_quota_to_the_session(small_disk: Path) -> None:
+    broker = start_broker(
+        "docker", small_disk, "--default-disk-mb", "16", "--min-free-mb", "0", "--pool-size", "1"
+    )
+    try:
+        with broker.client() as api:
+            deadline = time.monotonic() + 90
+            while "interp_warm_kernels 1.0" not in api.get("/metrics").text:
+                assert time.monotonic() < deadline, "the pool did not fill"
+                time.sleep(0.2)
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            code = (
+                "import errno, os\nst = os.statvfs('/workspace')\n"
+                "try:\n    open('big', 'wb').write(b'x' * (32 << 20))\n    err = None\n"
+                "except OSError as e:\n    err = errno.errorcode[e.errno]\n"
+                "os.remove('big')\n"
+                "print(os.environ['INTERP_SESSION_ID'][:5], st.f_blocks * st.f_frsize >> 20, err)"
+            )
+            out = api.post(f"/v1/sessions/{sid}/execute", json={"code": code}).json()
+            pooled, size_mb, err = out["stdout"].split()
+            assert pooled == "pool-" and int(size_mb) <= 16 and err == "ENOSPC", out
+            session_dir = small_disk / "sessions" / sid
+            assert os.path.ismount(session_dir / "workspace")
+            assert (session_dir / "workspace.img").exists()
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+            assert_nothing_left(broker, [sid])
+        stop_broker(broker)
+        # The pool's own slots are gone with it: no mount, no loop device is left.
+        assert mounts_under(small_disk) == [] and loop_devices_on(small_disk) == []
         assert broker.errors == []
     finally:
         stop_broker(broker)
