@@ -106,7 +106,9 @@ class SessionBroker:
         )
         self.reconcile_report = report.as_dict()
         # Quotas of sessions that did not come back (closed above, or by a crashed broker).
-        await asyncio.to_thread(quota.sweep, self.settings.sessions_dir, set(self.live))
+        await asyncio.to_thread(
+            quota.sweep, self.settings.sessions_dir, set(self.live), copy=copy_tree_safely
+        )
         if report.closed:
             self.metrics.sessions_closed.labels("broker_restarted").inc(len(report.closed))
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")

@@ -33,11 +33,11 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from interpreter.errors import KernelStartFailed
-from interpreter.workspace import copy_tree_safely
 
 log = logging.getLogger(__name__)
 
@@ -102,17 +102,22 @@ def attach(session_dir: Path, workspace: Path, size_mb: int) -> None:
             (workspace / "lost+found").rmdir()  # the kernel's workspace starts empty
 
 
-def detach(session_dir: Path, workspace: Path, *, keep_files: bool = True) -> None:
-    """Unmount ``workspace`` and remove its image; with ``keep_files`` its files stay, copied
-    into a plain directory at the same path. A no-op without an image or mount."""
+#: Copies a workspace tree without following what the kernel planted
+#: (``interpreter.workspace.copy_tree_safely``).
+Copier = Callable[[Path, Path], object]
+
+
+def detach(session_dir: Path, workspace: Path, *, copy: Copier | None = None) -> None:
+    """Unmount ``workspace`` and remove its image; with ``copy`` its files stay, copied into a
+    plain directory at the same path. A no-op without an image or mount."""
     image = image_path(session_dir)
     if is_mounted(workspace):
         kept = session_dir / ".workspace-kept"
-        if keep_files:
+        if copy is not None:
             shutil.rmtree(kept, ignore_errors=True)
-            copy_tree_safely(workspace, kept)
+            copy(workspace, kept)
         _run(["umount", str(workspace)], "unmount")
-        if keep_files:
+        if copy is not None:
             workspace.rmdir()
             os.rename(kept, workspace)
     with contextlib.suppress(FileNotFoundError):
@@ -139,7 +144,7 @@ def move(src_dir: Path, src_ws: Path, dst_dir: Path, dst_ws: Path) -> None:
     os.rename(image_path(src_dir), image_path(dst_dir))
 
 
-def sweep(sessions_root: Path, keep: set[str], *, keep_files: bool = True) -> list[str]:
+def sweep(sessions_root: Path, keep: set[str], *, copy: Copier | None = None) -> list[str]:
     """Detach every session quota under ``sessions_root`` whose id is not in ``keep``."""
     done: list[str] = []
     if not sessions_root.is_dir():
@@ -149,7 +154,7 @@ def sweep(sessions_root: Path, keep: set[str], *, keep_files: bool = True) -> li
             continue
         workspace = session_dir / "workspace"
         if image_path(session_dir).exists() or is_mounted(workspace):
-            detach(session_dir, workspace, keep_files=keep_files)
+            detach(session_dir, workspace, copy=copy)
             done.append(session_dir.name)
     return done
 

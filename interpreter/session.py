@@ -53,6 +53,7 @@ from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
+from interpreter.workspace import copy_tree_safely
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def release_disk(options: LaunchOptions) -> None:
     quota unmounted with the image removed (the workspace's files are kept)."""
     shutil.rmtree(options.runtime_dir, ignore_errors=True)
     try:
-        quota.detach(options.session_dir, options.workspace)
+        quota.detach(options.session_dir, options.workspace, copy=copy_tree_safely)
     except Exception:
         log.exception("session %s: workspace quota not released", options.session_id)
 

@@ -76,7 +76,7 @@ def test_a_leftover_quota_mount_is_found(tmp_path: Path) -> None:
         assert mounts_under(session_dir) == [str(session_dir / "workspace")]
         assert any(f.startswith("mount ") for f in leftovers(broker, [sid]))
     finally:
-        quota.detach(session_dir, session_dir / "workspace", keep_files=False)
+        quota.detach(session_dir, session_dir / "workspace")
     assert mounts_under(session_dir) == []
     assert (
         subprocess.run(

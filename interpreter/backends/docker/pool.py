@@ -362,7 +362,7 @@ class ContainerPool:
 
 def _remove_slot(slot_dir: Path) -> None:
     """Remove a slot directory, its workspace quota unmounted and released first."""
-    quota.detach(slot_dir, slot_dir / "ws", keep_files=False)
+    quota.detach(slot_dir, slot_dir / "ws")
     ipc.remove_tree(slot_dir)
 
 
