@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.errors import (
     BadRequest,
+    DiskQuotaExceeded,
     ExecutionNotFound,
     KernelStartFailed,
     SessionClosed,
@@ -174,11 +176,22 @@ class SessionBroker:
             self._creating -= 1
         if source is not None:
             if source.workspace is not None:
-                await asyncio.to_thread(
-                    copy_tree_safely, source.workspace, session.options.workspace
-                )
+                await self._copy_workspace(session, source.workspace)
             await self._rebuild(session, source.notebook, source.description)
         return session.info()
+
+    async def _copy_workspace(self, session: LiveSession, source: Path) -> None:
+        """Copy a forked session's files; past the new quota, the new session is closed."""
+        try:
+            await asyncio.to_thread(copy_tree_safely, source, session.options.workspace)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            await self._close(session, "start_failed")
+            raise DiskQuotaExceeded(
+                f"The files of the session it is rebuilt from do not fit in limits.disk_mb "
+                f"{session.options.disk_mb}; the new session was closed. Ask for more disk_mb."
+            ) from exc
 
     async def create_once(
         self, owner: str, req: CreateSessionRequest, idempotency_key: str

@@ -9,6 +9,7 @@ import pytest
 
 from interpreter import quota
 from tests.adversarial.conftest import Attack, Broker, mounts_under
+from tests.conftest import KEY
 
 pytestmark = pytest.mark.skipif(
     quota.unavailable_reason() is not None, reason=f"no disk quotas: {quota.unavailable_reason()}"
@@ -109,3 +110,24 @@ def test_the_kernel_cannot_write_on_the_host_outside_its_quota(adv: Broker, atta
     st = os.stat(runtime / "kernel.json")
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o640)
     assert os.stat(runtime).st_uid == 0
+
+
+def test_a_fork_that_does_not_fit_its_quota_is_507_and_one_that_fits_keeps_the_files(
+    adv: Broker, attack: Attack
+) -> None:
+    source = attack.session(limits={"disk_mb": 32})
+    attack.run(source, "open('data.bin', 'wb').write(b'd' * (12 << 20))\nkept = 1")
+    small = attack.api.post("/v1/sessions", json={"from_session": source, "limits": {"disk_mb": 8}})
+    assert small.status_code == 507, small.text
+    error = small.json()["error"]
+    assert error["type"] == "disk_quota_exceeded" and "limits.disk_mb 8" in error["message"]
+    fork = attack.session(from_session=source, limits={"disk_mb": 32})
+    assert attack.text(fork, "import os\nos.path.getsize('data.bin')") == str(12 << 20)
+    # The refused fork left no mount, image or kernel behind.
+    closed = [
+        s["id"]
+        for s in attack.api.get("/v1/sessions").json()["sessions"]
+        if s["closed_reason"] == "start_failed"
+    ]
+    assert closed
+    attack.sessions += [(KEY, sid) for sid in closed]
