@@ -116,7 +116,12 @@ def detach(session_dir: Path, workspace: Path, *, copy: Copier | None = None) ->
         if copy is not None:
             shutil.rmtree(kept, ignore_errors=True)
             copy(workspace, kept)
-        _run(["umount", str(workspace)], "unmount")
+        try:
+            _run(["umount", str(workspace)], "unmount")
+        except KernelStartFailed:
+            # Still busy (a kernel process that outlived its broker): detach it now; the
+            # filesystem and its loop device go once the last user lets go.
+            _run(["umount", "-l", str(workspace)], "unmount")
         if copy is not None:
             workspace.rmdir()
             os.rename(kept, workspace)
@@ -154,7 +159,11 @@ def sweep(sessions_root: Path, keep: set[str], *, copy: Copier | None = None) ->
             continue
         workspace = session_dir / "workspace"
         if image_path(session_dir).exists() or is_mounted(workspace):
-            detach(session_dir, workspace, copy=copy)
+            try:
+                detach(session_dir, workspace, copy=copy)
+            except Exception:
+                log.exception("disk quota of %s not released", session_dir.name)
+                continue
             done.append(session_dir.name)
     return done
 

@@ -187,3 +187,31 @@ def test_a_pooled_kernel_hands_its_quota_to_the_session(small_disk: Path) -> Non
     finally:
         stop_broker(broker)
         remove_leftovers(broker)
+
+
+def test_a_crashed_broker_releases_quotas_its_kernels_did_not_outlive(small_disk: Path) -> None:
+    """Local kernels die with their broker: the next broker closes their sessions and
+    releases each quota (mount, loop device, image), keeping the files."""
+    broker = start_broker("local", small_disk, "--min-free-mb", "0")
+    try:
+        with broker.client() as api:
+            sid = api.post("/v1/sessions", json={"limits": {"disk_mb": 16}}).json()["id"]
+            code = "open('kept.txt', 'w').write('kept')"
+            assert api.post(f"/v1/sessions/{sid}/execute", json={"code": code}).status_code == 200
+        workspace = small_disk / "sessions" / sid / "workspace"
+        assert os.path.ismount(workspace)
+        broker.proc.kill()  # no shutdown at all: the mount outlives the process
+        broker.proc.wait(30)
+        assert os.path.ismount(workspace)
+        broker = start_broker("local", small_disk, "--min-free-mb", "0")
+        with broker.client() as api:
+            info = api.get(f"/v1/sessions/{sid}").json()
+            assert (info["status"], info["closed_reason"]) == ("closed", "broker_restarted")
+            assert not os.path.ismount(workspace)
+            assert not (small_disk / "sessions" / sid / "workspace.img").exists()
+            assert loop_devices_on(small_disk) == []
+            assert api.get(f"/v1/sessions/{sid}/files/kept.txt").content == b"kept"
+        assert broker.errors == []
+    finally:
+        stop_broker(broker)
+        remove_leftovers(broker)
