@@ -280,7 +280,9 @@ class Attack:
 
 
 @pytest.fixture
-def attack(adv: Broker, canary: Canary, baseline: Baseline) -> Iterator[Attack]:
+def attack(
+    adv: Broker, canary: Canary, baseline: Baseline, request: pytest.FixtureRequest
+) -> Iterator[Attack]:
     """The guard: probes the canary while the test runs, then checks everything listed in
     this module's docstring."""
     adv.errors.clear()
@@ -321,6 +323,12 @@ def attack(adv: Broker, canary: Canary, baseline: Baseline) -> Iterator[Attack]:
     assert not adv.errors, adv.errors
     assert_nothing_left(adv, [sid for _, sid in attack.sessions])
     rss, fds = rss_mb(adv.pid), open_fds(adv.pid)
+    slowest = max([t for t, _ in probes] + [took])
+    print(  # shown with -s: the numbers behind the bounds
+        f"\n[guard] {request.node.name}: broker rss {rss:.0f} MiB (baseline "
+        f"{baseline.rss_mb:.0f}), fds {fds} (baseline {baseline.fds}), canary slowest "
+        f"{slowest:.2f} s over {len(probes) + 1} probes"
+    )
     assert rss <= baseline.rss_mb + RSS_SLACK_MB, (rss, baseline)
     assert fds <= baseline.fds + FD_SLACK, (fds, baseline)
 
