@@ -317,9 +317,11 @@ class LiveSession:
                 await self._run(handle)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 log.exception("execution %s failed inside the broker", handle.execution.id)
-                await self._abandon(handle, "error", "broker_error")
+                reason = storage_floor.failure_reason(exc)
+                handle.execution.error = storage_floor.failure_error(reason)
+                await self._abandon(handle, "error", reason)
             finally:
                 self.executions.done()
 

@@ -10,10 +10,14 @@ replaced atomically, so a write that fails leaves the previous copy whole).
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 from interpreter.errors import StorageFull
+from interpreter.models import ErrorInfo
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def free_mb(data_dir: Path) -> int:
@@ -32,3 +36,32 @@ def check(data_dir: Path, floor_mb: int) -> None:
         return  # not created yet: nothing to protect
     if free < floor_mb:
         raise StorageFull.floor(free, floor_mb)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason of an execution the broker could not finish: ``storage_full`` when the
+    data disk ran out of space (an artifact or the record did not fit), else
+    ``broker_error``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL:
+            return "storage_full"
+        seen = seen.__cause__ or seen.__context__
+    return "broker_error"
+
+
+def failure_error(reason: str) -> ErrorInfo:
+    """The Execution's ``error`` for :func:`failure_reason` (never null, no host path)."""
+    if reason == "storage_full":
+        return ErrorInfo(
+            ename="StorageFull",
+            evalue="The service's data disk is full: this execution's outputs could not be "
+            "kept, and what they would have added is lost; earlier cells are kept. Free space "
+            "and run it again.",
+            traceback=[],
+        )
+    return ErrorInfo(
+        ename="BrokerError",
+        evalue="The service failed while handling this execution's outputs; see its log.",
+        traceback=[],
+    )

@@ -215,3 +215,35 @@ def test_a_crashed_broker_releases_quotas_its_kernels_did_not_outlive(small_disk
     finally:
         stop_broker(broker)
         remove_leftovers(broker)
+
+
+def test_outputs_that_no_longer_fit_on_the_data_disk_name_storage_full(small_disk: Path) -> None:
+    """Below the floor nothing new starts; a run already admitted whose image does not fit
+    any more ends in an error that says so (not a bare broker_error), the notebook whole."""
+    broker = start_broker("docker", small_disk, "--min-free-mb", "0", "--default-disk-mb", "16")
+    filler = small_disk / "filler"
+    try:
+        with broker.client() as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            assert api.post(f"/v1/sessions/{sid}/execute", json={"code": "a = 1"}).status_code
+            room = _free_mb(small_disk) - 2
+            subprocess.run(["fallocate", "-l", f"{room}M", str(filler)], check=True)
+            code = (
+                "from IPython.display import display\n"
+                "display({'image/png': 'A' * (4 << 20), 'text/plain': 'big'}, raw=True)"
+            )
+            out = api.post(f"/v1/sessions/{sid}/execute", json={"code": code}).json()
+            filler.unlink()
+            assert out["status"] == "error" and out["reason"] == "storage_full", out
+            assert out["error"]["ename"] == "StorageFull"
+            assert "disk" in out["error"]["evalue"]
+            nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+            nbformat.validate(nbformat.from_dict(nb))
+            again = api.post(f"/v1/sessions/{sid}/execute", json={"code": "print(a)"}).json()
+            assert again["stdout"] == "1\n", again
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+        assert broker.errors == []
+    finally:
+        filler.unlink(missing_ok=True)
+        stop_broker(broker)
+        remove_leftovers(broker)
