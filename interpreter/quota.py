@@ -111,6 +111,11 @@ def detach(session_dir: Path, workspace: Path, *, copy: Copier | None = None) ->
     """Unmount ``workspace`` and remove its image; with ``copy`` its files stay, copied into a
     plain directory at the same path. A no-op without an image or mount."""
     image = image_path(session_dir)
+    if copy is not None and image.exists() and not is_mounted(workspace):
+        # Not mounted any more (the host restarted): mount it once more to keep its files.
+        workspace.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with contextlib.suppress(KernelStartFailed):
+            _run(["mount", "-o", _MOUNT_OPTIONS, str(image), str(workspace)], "mount")
     if is_mounted(workspace):
         kept = session_dir / ".workspace-kept"
         if copy is not None:

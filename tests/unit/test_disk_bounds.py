@@ -1,7 +1,8 @@
-"""The free-space floor and the choice of a session's disk quota (no kernel, no mount)."""
+"""The free-space floor, the choice of a session's disk quota, releasing a quota (no kernel)."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
 from interpreter.models import Limits
 from interpreter.store import Store, Writer
+from interpreter.workspace import copy_tree_safely
 from tests.conftest import test_settings as settings_for
 
 
@@ -69,3 +71,17 @@ def test_without_a_default_sessions_have_no_quota(tmp_path: Path) -> None:
     )
     assert factory.launch_options("s_1", "o").disk_mb is None
     writer.close()
+
+
+@pytest.mark.skipif(quota.unavailable_reason() is not None, reason="needs loop mounts")
+def test_an_unmounted_image_still_gives_its_files_back(tmp_path: Path) -> None:
+    """After a host restart the image is no longer mounted: releasing it keeps its files."""
+    session_dir = tmp_path / "sessions" / "s_c"
+    workspace = session_dir / "workspace"
+    quota.attach(session_dir, workspace, 8)
+    (workspace / "kept.txt").write_text("kept")
+    subprocess.run(["umount", str(workspace)], check=True)
+    assert not (workspace / "kept.txt").exists()
+    quota.detach(session_dir, workspace, copy=copy_tree_safely)
+    assert (workspace / "kept.txt").read_text() == "kept"
+    assert not quota.is_mounted(workspace) and not quota.image_path(session_dir).exists()
