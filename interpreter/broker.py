@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -16,11 +17,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from interpreter import rebuild
+from interpreter import quota, rebuild, storage_floor
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.errors import (
     BadRequest,
+    DiskQuotaExceeded,
     ExecutionNotFound,
     KernelStartFailed,
     SessionClosed,
@@ -41,7 +43,7 @@ from interpreter.notebook import NOTEBOOK_NAME
 from interpreter.policy.gate import PolicyGate
 from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import Recovery
-from interpreter.session import LiveSession
+from interpreter.session import LiveSession, release_disk
 from interpreter.settings import Settings
 from interpreter.snapshot import output_so_far
 from interpreter.store import SessionRecord, Store, Writer, utcnow
@@ -117,8 +119,17 @@ class SessionBroker:
                 len(unfinished),
             )
         records = await asyncio.to_thread(self.store.list_sessions)
+        open_records = [r for r in records if r.status != "closed"]
+        # Quotas of sessions closed before this start (a crashed broker's, say); those of
+        # the open ones are dealt with as each is reattached or closed.
+        await asyncio.to_thread(
+            quota.sweep,
+            self.settings.sessions_dir,
+            {r.id for r in open_records},
+            copy=copy_tree_safely,
+        )
         self.recovery = Recovery(
-            records=[r for r in records if r.status != "closed"],
+            records=open_records,
             leftovers=await self.backend.leftovers(self.broker_id),
             unfinished=unfinished,
             backend=self.backend,
@@ -222,6 +233,7 @@ class SessionBroker:
                 f"This API key already has {mine} live sessions (the maximum); delete some.",
                 retry_after=10,
             )
+        storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         limits = self.policy.session_limits(owner, req.limits, self._default_limits(), mine)
         if limits is not req.limits:
             req = req.model_copy(update={"limits": limits})
@@ -233,15 +245,26 @@ class SessionBroker:
             self._creating -= 1
         if source is not None:
             if source.workspace is not None:
-                await asyncio.to_thread(
-                    copy_tree_safely, source.workspace, session.options.workspace
-                )
+                await self._copy_workspace(session, source.workspace)
             await self._rebuild(session, source.notebook, source.description)
         return session.info()
 
     def _default_limits(self) -> Limits:
         s = self.settings
         return Limits(memory_mb=s.default_memory_mb, cpus=s.default_cpus, pids=s.default_pids)
+
+    async def _copy_workspace(self, session: LiveSession, source: Path) -> None:
+        """Copy a forked session's files; past the new quota, the new session is closed."""
+        try:
+            await asyncio.to_thread(copy_tree_safely, source, session.options.workspace)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            await self._close(session, "start_failed")
+            raise DiskQuotaExceeded(
+                f"The files of the session it is rebuilt from do not fit in limits.disk_mb "
+                f"{session.options.disk_mb}; the new session was closed. Ask for more disk_mb."
+            ) from exc
 
     async def create_once(
         self, owner: str, req: CreateSessionRequest, idempotency_key: str
@@ -270,6 +293,7 @@ class SessionBroker:
             self.live.pop(session.id, None)
             await self.writer.run(partial(self.store.close_session, session.id, "start_failed"))
             self.metrics.sessions_closed.labels("start_failed").inc()
+            await asyncio.to_thread(release_disk, session.options)
             raise
         elapsed = asyncio.get_running_loop().time() - began
         self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)

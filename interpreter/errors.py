@@ -25,7 +25,9 @@ InterpreterError
 ├── BackendUnavailable (503)
 ├── ShuttingDown (503)
 ├── SessionReattaching (503)
-└── AuditDegraded (507)
+├── AuditDegraded (507)
+├── StorageFull (507)
+└── DiskQuotaExceeded (507)
 
 Domain code raises these; only ``interpreter.api`` turns them into HTTP responses.
 """
@@ -223,3 +225,24 @@ class TooManyUploads(InterpreterError):
     """The broker already receives its maximum of concurrent uploads."""
 
     code, status = "too_many_uploads", 503
+
+
+class StorageFull(InterpreterError):
+    """The data directory's disk is below its free-space floor: no new work is taken."""
+
+    code, status = "storage_full", 507
+
+    @classmethod
+    def floor(cls, free_mb: int, floor_mb: int) -> StorageFull:
+        return cls(
+            f"The service's data disk is nearly full ({free_mb} MiB free, below the "
+            f"{floor_mb} MiB floor), so it takes no new work; what is stored is kept. "
+            "Retry once space is freed.",
+            retry_after=60,
+        )
+
+
+class DiskQuotaExceeded(InterpreterError):
+    """A write into a session's workspace went past its disk quota."""
+
+    code, status = "disk_quota_exceeded", 507

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
+from interpreter import quota
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.errors import ValidationFailed
@@ -84,6 +85,7 @@ class SessionFactory:
         problem = self._image_problem(image)
         if problem:
             problems.append(problem)
+        disk = self._disk_mb(limits.disk_mb if limits else None, problems)
         if problems:
             raise ValidationFailed("; ".join(problems) + ".")
         session_dir = s.session_dir(session_id)
@@ -98,6 +100,7 @@ class SessionFactory:
             cpus=cpus,
             pids=pids,
             tmp_size_mb=s.tmp_size_mb,
+            disk_mb=disk,
             image=image or s.docker_image,
             runtime=s.docker_runtime,
             extra={"broker_id": self.broker_id, "orphan_after_s": s.orphan_kernel_timeout_s},
@@ -121,6 +124,18 @@ class SessionFactory:
                 return dict(self.backend.packages)
             return await asyncio.to_thread(image_packages, image)
         return await asyncio.to_thread(environment_packages)
+
+    def _disk_mb(self, asked: int | None, problems: list[str]) -> int | None:
+        """The workspace quota: asked or the default; None where quotas cannot be made."""
+        s = self.settings
+        why_not = quota.unavailable_reason()
+        if asked is None:
+            return None if why_not is not None or s.default_disk_mb == 0 else s.default_disk_mb
+        if asked > s.max_disk_mb:
+            problems.append(f"limits.disk_mb {asked} exceeds the server maximum {s.max_disk_mb}")
+        elif why_not is not None:
+            problems.append(f"limits.disk_mb cannot be enforced on this server: {why_not}")
+        return asked
 
     def pool_template(self) -> LaunchOptions:
         """What a session without limits or env is launched with (the warm pool's kernels);
@@ -146,7 +161,12 @@ class SessionFactory:
             created_at=now,
             last_activity_at=now,
             metadata=dict(req.metadata),
-            limits={"memory_mb": options.memory_mb, "cpus": options.cpus, "pids": options.pids},
+            limits={
+                "memory_mb": options.memory_mb,
+                "cpus": options.cpus,
+                "pids": options.pids,
+                "disk_mb": options.disk_mb,
+            },
             env=dict(req.env),
             idle_timeout_s=req.idle_timeout_s,
         )
@@ -163,6 +183,15 @@ class SessionFactory:
         options.memory_mb = int(record.limits.get("memory_mb", options.memory_mb))
         options.cpus = float(record.limits.get("cpus", options.cpus))
         options.pids = int(record.limits.get("pids", options.pids))
+        disk = record.limits.get("disk_mb")
+        options.disk_mb = int(disk) if disk else None
+        if options.disk_mb:
+            try:
+                await asyncio.to_thread(
+                    quota.attach, options.session_dir, options.workspace, options.disk_mb
+                )
+            except Exception as exc:
+                log.warning("session %s: workspace quota not mounted again: %s", record.id, exc)
         path = options.session_dir / NOTEBOOK_NAME
         try:
             recorder = await asyncio.to_thread(NotebookRecorder.load, path)
@@ -216,6 +245,8 @@ def _make_dirs(options: LaunchOptions) -> None:
     options.session_dir.mkdir(parents=True, exist_ok=True)
     options.session_dir.chmod(0o700)
     options.workspace.mkdir(exist_ok=True)
+    if options.disk_mb:
+        quota.attach(options.session_dir, options.workspace, options.disk_mb)
     (options.session_dir / "artifacts").mkdir(exist_ok=True)
     options.runtime_dir.mkdir(parents=True, exist_ok=True)
     options.runtime_dir.chmod(0o700)

@@ -54,6 +54,9 @@ class Limits(_Request):
     memory_mb: int | None = Field(None, ge=64, description="Memory (and memory+swap) in MiB.")
     cpus: float | None = Field(None, gt=0, description="CPU quota in cores.")
     pids: int | None = Field(None, ge=16, description="Processes and threads at most.")
+    disk_mb: int | None = Field(
+        None, ge=8, description="Workspace disk quota in MiB (its own filesystem; ENOSPC past it)."
+    )
 
 
 class CreateSessionRequest(_Request):
@@ -333,6 +336,7 @@ class ServiceLimits(BaseModel):
     memory_mb: int | None = None
     cpus: float | None = None
     pids: int | None = None
+    disk_mb: int | None = None
 
 
 class ServiceInfo(BaseModel):
@@ -357,6 +361,11 @@ class ServiceInfo(BaseModel):
         default_factory=list,
         description="Kernel images a session may ask for with 'image' (the default first); "
         "empty for the local backend.",
+    )
+    disk_quota: str = Field(
+        "enforced",
+        description="'enforced': each workspace is its own filesystem of limits.disk_mb MiB; "
+        "otherwise why no disk quota is enforced on this server.",
     )
 
 

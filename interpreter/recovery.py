@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,7 +28,7 @@ from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
-from interpreter.session import LiveSession
+from interpreter.session import LiveSession, release_disk
 from interpreter.store import SessionRecord, Store, Unfinished, Writer
 
 log = logging.getLogger(__name__)
@@ -137,8 +136,9 @@ class Recovery:
         await asyncio.to_thread(
             _close_files, self.factory.settings.session_dir(record.id), record.id, in_flight
         )
-        runtime = self.factory.launch_options(record.id, record.owner).runtime_dir
-        await asyncio.to_thread(shutil.rmtree, runtime, True)
+        # Nothing left behind: its runtime directory, and its disk quota (files kept).
+        options = self.factory.launch_options(record.id, record.owner)
+        await asyncio.to_thread(release_disk, options)
         await self.writer.run(partial(self.store.close_session, record.id, "broker_restarted"))
         self.report.closed.append(record.id)
         return None

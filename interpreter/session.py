@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from interpreter import logs, waiting
+from interpreter import logs, quota, storage_floor, waiting
 from interpreter.artifacts import ArtifactStore
 from interpreter.audit import cell_digest
 from interpreter.backends import Backend
@@ -63,6 +64,7 @@ from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
+from interpreter.workspace import copy_tree_safely
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,16 @@ RESUMED_NOTE = (
     "The broker restarted while this cell ran: its outcome is unknown. Output it printed "
     "before the restart is lost; output printed after it is kept here."
 )
+
+
+def release_disk(options: LaunchOptions) -> None:
+    """What a closed session no longer needs: its runtime directory, and its workspace
+    quota unmounted with the image removed (the workspace's files are kept)."""
+    shutil.rmtree(options.runtime_dir, ignore_errors=True)
+    try:
+        quota.detach(options.session_dir, options.workspace, copy=copy_tree_safely)
+    except Exception:
+        log.exception("session %s: workspace quota not released", options.session_id)
 
 
 class LiveSession(PolicyStage):
@@ -249,6 +261,8 @@ class LiveSession(PolicyStage):
             )
         await self.writer.run(write)
         self.kernel.close()
+        if not keep_kernel:
+            await asyncio.to_thread(release_disk, self.options)
 
     # ------------------------------------------------------------------ state
 
@@ -316,6 +330,7 @@ class LiveSession(PolicyStage):
             raise SessionClosed.cannot_run(self.id, self.status)
         if self.notebook.degraded:
             raise AuditDegraded.notebook_unwritable()
+        storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         ahead = self.executions.ahead() if reject_if_busy else None
         if ahead is not None:
             started = ahead.execution.started_at
@@ -370,9 +385,11 @@ class LiveSession(PolicyStage):
                 await self._run(handle)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 log.exception("execution %s failed inside the broker", handle.execution.id)
-                await self._abandon(handle, "error", "broker_error")
+                reason = storage_floor.failure_reason(exc)
+                handle.execution.error = storage_floor.failure_error(reason)
+                await self._abandon(handle, "error", reason)
             finally:
                 self.executions.done()
 

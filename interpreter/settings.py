@@ -171,6 +171,13 @@ class Settings(BaseSettings):
     max_cpus: float = Field(2.0, gt=0, description="Largest cpus a session may ask.")
     max_pids: int = Field(1024, ge=16, description="Largest pids a session may ask.")
     tmp_size_mb: int = Field(256, ge=16, description="Size of the container's /tmp tmpfs.")
+    default_disk_mb: int = Field(
+        1024, ge=0, description="Workspace disk quota per session by default (0: none)."
+    )
+    max_disk_mb: int = Field(10240, ge=8, description="Largest disk_mb a session may ask.")
+    min_free_mb: int = Field(
+        256, ge=0, description="Free space floor of the data directory; below it, 507 storage_full."
+    )
     pool_size: int = Field(2, ge=0, description="Pre-started docker kernels kept warm.")
     keep_containers_on_shutdown: bool = Field(
         True, description="On shutdown, leave docker kernels running so a restart reattaches."

@@ -32,6 +32,7 @@ class Upload:
         self.size = 0
         self._tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
         self._dfd = -1
+        self._workspace = workspace
         self._fd = -1
         try:
             with workspace.walk(self.parts[:-1], create=True) as dfd:
@@ -66,7 +67,7 @@ class Upload:
                 written = os.write(self._fd, view)
                 view = view[written:]
         except OSError as exc:
-            raise os_error(exc, self.path) from exc
+            raise self._workspace.write_error(exc, self.path) from exc
 
     def commit(self) -> FileEntry:
         """Make the file visible under its name (replacing any file there); its entry."""
@@ -85,7 +86,7 @@ class Upload:
             self._tmp = ""
             st = os.stat(name, dir_fd=self._dfd, follow_symlinks=False)
         except OSError as exc:
-            raise os_error(exc, self.path) from exc
+            raise self._workspace.write_error(exc, self.path) from exc
         finally:
             self.abort()
         return FileEntry(

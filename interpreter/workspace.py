@@ -25,9 +25,11 @@ from typing import BinaryIO, Literal
 
 from interpreter.errors import (
     BadRequest,
+    DiskQuotaExceeded,
     FileNotFoundInWorkspace,
     PathNotAllowed,
     PayloadTooLarge,
+    StorageFull,
 )
 from interpreter.models import FileEntry, FileList
 
@@ -101,8 +103,8 @@ def _os_error(exc: OSError, path: str) -> Exception:
         return BadRequest(f"'{path}' is a directory.")
     if exc.errno == errno.ENOTEMPTY:
         return BadRequest(f"Directory '{path}' is not empty.")
-    if exc.errno == errno.ENOSPC:
-        return PayloadTooLarge("No space left for this file.")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull("The service's data disk has no space left for this file.")
     return BadRequest(f"Cannot access '{path}' ({errno.errorcode.get(exc.errno or 0, 'error')}).")
 
 
@@ -247,12 +249,28 @@ class Workspace:
                         os.unlink(tmp, dir_fd=dfd)
                     raise
         except OSError as exc:
-            raise _os_error(exc, path) from exc
+            raise self.write_error(exc, path) from exc
         return size
+
+    def write_error(self, exc: OSError, path: str) -> Exception:
+        """The error for a failed write: out of space in a workspace that is its own
+        filesystem is its disk quota (507 disk_quota_exceeded), else as for any access."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and os.path.ismount(self.root):
+            return self._quota_exceeded(path)
+        return _os_error(exc, path)
 
     # Used by streamed uploads (interpreter/upload.py).
     walk = _walk
     chown_like_root = _chown_like_root
+
+    def _quota_exceeded(self, path: str) -> DiskQuotaExceeded:
+        st = os.statvfs(self.root)
+        total, free = (st.f_blocks * st.f_frsize) >> 20, (st.f_bavail * st.f_frsize) >> 20
+        return DiskQuotaExceeded(
+            f"'{path}' does not fit in the session's workspace disk quota ({free} MiB free of "
+            f"{total} MiB); nothing was written. Delete files, or create a session with a "
+            "larger limits.disk_mb."
+        )
 
     def delete(self, path: str) -> None:
         """Delete a file, a symlink (not its target) or a directory tree."""

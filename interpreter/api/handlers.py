@@ -11,6 +11,7 @@ from typing import Any
 
 from tornado.iostream import StreamClosedError
 
+from interpreter import storage_floor
 from interpreter.api.approvals import (
     ApprovalHandler,
     ApprovalsHandler,
@@ -205,6 +206,7 @@ class FileHandler(UploadReceiver):
         await self.send_file(fh, size)
 
     async def put(self, session_id: str, path: str) -> None:
+        storage_floor.check(self.conf.data_dir, self.conf.min_free_mb)
         # The body is already in a temporary file beside the target (api/uploads.py).
         entry = await asyncio.to_thread(self.take_upload().commit)
         self.send_json(entry, 201)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from interpreter import quota
 from interpreter._version import __version__
 from interpreter.backends import Backend
 from interpreter.image.packages import environment_packages
@@ -26,6 +27,12 @@ async def service_info(backend: Backend, settings: Settings) -> ServiceInfo:
         maximum = ServiceLimits(
             memory_mb=settings.max_memory_mb, cpus=settings.max_cpus, pids=settings.max_pids
         )
+    why_not = quota.unavailable_reason()
+    if why_not is None:
+        default = default or ServiceLimits()
+        maximum = maximum or ServiceLimits()
+        default.disk_mb = settings.default_disk_mb or None
+        maximum.disk_mb = settings.max_disk_mb
     return ServiceInfo(
         version=__version__,
         backend=backend.name,
@@ -37,4 +44,5 @@ async def service_info(backend: Backend, settings: Settings) -> ServiceInfo:
         max_limits=maximum,
         packages=packages,
         images=[settings.docker_image, *settings.docker_images] if backend.isolated else [],
+        disk_quota=why_not or "enforced",
     )

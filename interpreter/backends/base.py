@@ -38,6 +38,7 @@ class LaunchOptions:
         runtime_dir: host directory for connection material / ipc sockets.
         env: extra environment variables the client asked for (already validated).
         memory_mb, cpus, pids, tmp_size_mb: resource limits (already capped).
+        disk_mb: size of the workspace's own filesystem (interpreter.quota); None: none.
         image: container image (docker backend only).
         runtime: container runtime such as ``runsc`` (docker backend only).
         pool: warm kernels the provisioner may claim a first kernel from, set by the
@@ -55,6 +56,7 @@ class LaunchOptions:
     cpus: float = 1.0
     pids: int = 256
     tmp_size_mb: int = 256
+    disk_mb: int | None = None
     image: str = "interp-kernel:latest"
     runtime: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -119,7 +119,10 @@ def prepare_workspace(workspace: Path, user: KernelUser) -> None:
 def write_connection_file(runtime_dir: Path, info: Mapping[str, Any], user: KernelUser) -> None:
     """Write the kernel's (in-container) connection file into the fresh runtime directory.
 
-    Created exclusively and without following links; readable only by the kernel's uid.
+    Created exclusively and without following links. When the broker is root the file
+    belongs to root, group the kernel's gid, mode 0640: the kernel reads it but can never
+    write it (it once could append to it without bound, outside its workspace quota).
+    Otherwise it belongs to the broker's user (mode 0600), which is the kernel's too.
     """
     data = dict(info)
     key = data["key"]
@@ -129,7 +132,8 @@ def write_connection_file(runtime_dir: Path, info: Mapping[str, Any], user: Kern
     try:
         os.write(fd, json.dumps(data, indent=1).encode())
         if os.geteuid() == 0:
-            os.fchown(fd, user.uid, user.gid)
+            os.fchown(fd, 0, user.gid)
+            os.fchmod(fd, 0o640)
     finally:
         os.close(fd)
 

@@ -15,6 +15,10 @@ the session it went to is recorded in that session's provisioner info. The kerne
 Layout: ``<root>/<slot>/ws`` (workspace) and ``<root>/<slot>/run`` (ipc directory), root
 ``<data_dir>/pool`` by default. Claims need the session's directories on the same
 filesystem as the root (a rename); otherwise the session simply starts cold.
+
+With a workspace disk quota (``disk_mb``, interpreter.quota) a slot's workspace is its own
+loop-mounted filesystem, ``<root>/<slot>/workspace.img`` on ``<root>/<slot>/ws``; a claim
+moves that mount (``mount --move``) and its image to the session instead of renaming.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
+from interpreter import quota
 from interpreter.backends.base import LaunchOptions
 from interpreter.backends.docker import ipc
 from interpreter.backends.docker.config import kernel_command
@@ -124,6 +129,7 @@ class ContainerPool:
             and options.cpus == t.cpus
             and options.pids == t.pids
             and options.tmp_size_mb == t.tmp_size_mb
+            and options.disk_mb == t.disk_mb
             and options.image == t.image
             and options.runtime == t.runtime
             and options.env == t.env
@@ -167,23 +173,27 @@ class ContainerPool:
             return None
         options = absolute_options(options)
         targets = (options.workspace, options.runtime_dir)
-        if not await asyncio.to_thread(self._targets_usable, *targets):
+        if not await asyncio.to_thread(self._targets_usable, *targets, options.disk_mb):
             return None
         while self._ready:
             kernel = self._ready.popleft()
             self._wanted.set()
             if not await self._still_running(kernel):
                 await discard_container(kernel.container_id, kernel.runtime_dir)
-                await asyncio.to_thread(ipc.remove_tree, kernel.workspace.parent)
+                await asyncio.to_thread(_remove_slot, kernel.workspace.parent)
                 continue
             try:
-                await asyncio.to_thread(self._move, kernel, *targets)
+                await asyncio.to_thread(self._move, kernel, options)
                 await asyncio.to_thread(ipc.verify_sockets, options.runtime_dir, self._user)
             except (OSError, InterpreterError):
                 log.warning("could not hand pooled kernel %s over", kernel.name, exc_info=True)
                 await discard_container(kernel.container_id, kernel.runtime_dir)
                 await asyncio.to_thread(ipc.remove_tree, options.runtime_dir)
-                await asyncio.to_thread(ipc.remove_tree, kernel.workspace.parent)
+                await asyncio.to_thread(_remove_slot, kernel.workspace.parent)
+                if options.disk_mb:  # the cold start needs the session's own quota back
+                    await asyncio.to_thread(
+                        quota.attach, options.session_dir, options.workspace, options.disk_mb
+                    )
                 return None
             self.claimed += 1
             return dataclasses.replace(kernel, workspace=targets[0], runtime_dir=targets[1])
@@ -200,7 +210,7 @@ class ContainerPool:
         while self._ready:
             kernel = self._ready.popleft()
             await discard_container(kernel.container_id, kernel.runtime_dir)
-        await asyncio.to_thread(ipc.remove_tree, self.root)
+        await asyncio.to_thread(self._remove_root)
 
     # -- filling ------------------------------------------------------------------------
 
@@ -239,6 +249,8 @@ class ContainerPool:
         )
         await asyncio.to_thread(self._make_slot_dir, slot_dir)
         try:
+            if options.disk_mb:
+                await asyncio.to_thread(quota.attach, slot_dir, options.workspace, options.disk_mb)
             kernel = await start_kernel_container(
                 options,
                 command=self.command,
@@ -248,13 +260,13 @@ class ContainerPool:
                 start_timeout_s=self.start_timeout_s,
             )
         except BaseException:
-            await asyncio.to_thread(ipc.remove_tree, slot_dir)
+            await asyncio.to_thread(_remove_slot, slot_dir)
             raise
         try:
             await self._wait_kernel_info(kernel)
         except BaseException:
             await asyncio.shield(discard_container(kernel.container_id, kernel.runtime_dir))
-            await asyncio.to_thread(ipc.remove_tree, slot_dir)
+            await asyncio.to_thread(_remove_slot, slot_dir)
             raise
         return kernel
 
@@ -289,12 +301,17 @@ class ContainerPool:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         slot_dir.mkdir(mode=0o700)
 
-    def _targets_usable(self, workspace: Path, runtime_dir: Path) -> bool:
-        """Both targets absent or empty directories, on the pool's filesystem."""
+    def _targets_usable(self, workspace: Path, runtime_dir: Path, disk_mb: int | None) -> bool:
+        """Both targets absent or empty directories, on the pool's filesystem (with a quota,
+        the workspace may be the session's own fresh quota: the claim replaces it)."""
         try:
             pool_dev = os.stat(self.root).st_dev
         except FileNotFoundError:
             return False
+        if disk_mb and quota.is_mounted(workspace):
+            if any(workspace.iterdir()):
+                return False
+            workspace = workspace.parent / ".unused"  # only its parent's device counts
         for target in (workspace, runtime_dir):
             try:
                 st = os.lstat(target)
@@ -308,8 +325,13 @@ class ContainerPool:
         return True
 
     @staticmethod
-    def _move(kernel: KernelContainer, workspace: Path, runtime_dir: Path) -> None:
-        for source, target in ((kernel.workspace, workspace), (kernel.runtime_dir, runtime_dir)):
+    def _move(kernel: KernelContainer, options: LaunchOptions) -> None:
+        moves = [(kernel.workspace, options.workspace), (kernel.runtime_dir, options.runtime_dir)]
+        if quota.is_mounted(kernel.workspace):
+            slot_dir = kernel.workspace.parent
+            quota.move(slot_dir, kernel.workspace, options.session_dir, options.workspace)
+            moves = moves[1:]
+        for source, target in moves:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 target.rmdir()  # only ever an empty directory (checked before)
@@ -329,7 +351,19 @@ class ContainerPool:
                 slot = summary.pool_slot
                 if slot is not None and _SLOT.fullmatch(slot) and (self.root / slot).exists():
                     remove_container(summary.id)
+        self._remove_root()
+
+    def _remove_root(self) -> None:
+        if self.root.is_dir():
+            for slot_dir in self.root.iterdir():
+                _remove_slot(slot_dir)
         ipc.remove_tree(self.root)
+
+
+def _remove_slot(slot_dir: Path) -> None:
+    """Remove a slot directory, its workspace quota unmounted and released first."""
+    quota.detach(slot_dir, slot_dir / "ws")
+    ipc.remove_tree(slot_dir)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -1,0 +1,67 @@
+"""The data directory's free-space floor: below it, no new work (507 ``storage_full``).
+
+Every notebook, artifact and ``state.db`` lives on the data directory's disk. When that disk
+runs low the broker refuses new sessions, executions and uploads with ``storage_full``
+before anything could be half-written; what is already stored stays as it is (notebooks are
+replaced atomically, so a write that fails leaves the previous copy whole).
+
+``statvfs`` costs microseconds, so the floor is checked at every admission, not polled.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from interpreter.errors import StorageFull
+from interpreter.models import ErrorInfo
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_mb(data_dir: Path) -> int:
+    """Free MiB for an unprivileged writer on the data directory's filesystem."""
+    st = os.statvfs(data_dir)
+    return (st.f_bavail * st.f_frsize) >> 20
+
+
+def check(data_dir: Path, floor_mb: int) -> None:
+    """Raise StorageFull when the data directory has less than ``floor_mb`` MiB free."""
+    if floor_mb <= 0:
+        return
+    try:
+        free = free_mb(data_dir)
+    except OSError:
+        return  # not created yet: nothing to protect
+    if free < floor_mb:
+        raise StorageFull.floor(free, floor_mb)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason of an execution the broker could not finish: ``storage_full`` when the
+    data disk ran out of space (an artifact or the record did not fit), else
+    ``broker_error``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL:
+            return "storage_full"
+        seen = seen.__cause__ or seen.__context__
+    return "broker_error"
+
+
+def failure_error(reason: str) -> ErrorInfo:
+    """The Execution's ``error`` for :func:`failure_reason` (never null, no host path)."""
+    if reason == "storage_full":
+        return ErrorInfo(
+            ename="StorageFull",
+            evalue="The service's data disk is full: this execution's outputs could not be "
+            "kept, and what they would have added is lost; earlier cells are kept. Free space "
+            "and run it again.",
+            traceback=[],
+        )
+    return ErrorInfo(
+        ename="BrokerError",
+        evalue="The service failed while handling this execution's outputs; see its log.",
+        traceback=[],
+    )

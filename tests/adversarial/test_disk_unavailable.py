@@ -1,0 +1,82 @@
+"""Disk: a broker that cannot make quotas (not root) says so and never pretends.
+
+The broker runs as ``nobody`` here (only possible when the tests run as root): /v1/info
+names why there is no quota, and a session that asks for one is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import KEY, REPO
+
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root to start a broker as another user",
+)
+
+
+def test_a_broker_that_cannot_make_quotas_says_why_and_refuses_to_pretend() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-adv-"))
+    os.chown(data_dir, NOBODY, NOBODY)
+    proc = subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "interpreter",
+            "serve",
+            "--port",
+            "0",
+            "--backend",
+            "local",
+            "--data-dir",
+            str(data_dir),
+            "--api-key",
+            KEY,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        url = None
+        for line in proc.stdout:
+            match = re.search(r"listening on (http://\S+)", line)
+            if match:
+                url = match.group(1)
+                break
+        assert url, f"broker did not start (exit {proc.poll()})"
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        headers = {"Authorization": f"Bearer {KEY}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+            info = api.get("/v1/info").json()
+            assert info["disk_quota"].startswith("the broker is not root")
+            asked = api.post("/v1/sessions", json={"limits": {"disk_mb": 64}})
+            assert asked.status_code == 422
+            assert "disk_mb cannot be enforced on this server" in asked.json()["error"]["message"]
+            # (A session's kernel is not started here: this checkout's interpreter need not
+            # be executable by nobody. The choice of disk_mb is unit-tested in
+            # tests/unit/test_disk_bounds.py.)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        shutil.rmtree(data_dir, ignore_errors=True)

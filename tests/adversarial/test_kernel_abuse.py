@@ -1,0 +1,152 @@
+"""A hostile kernel spends what it has: CPU, memory, processes, /tmp, descriptors, messages.
+
+Each case runs against a session of its own while the guard probes a canary session of
+another key; the attacked session must answer its next cell afterwards.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+
+import pytest
+
+from tests.adversarial.conftest import Attack, Broker
+
+
+def test_cpu_spin_times_out_and_the_session_answers_again(adv: Broker, attack: Attack) -> None:
+    sid = attack.session(limits={"cpus": 0.5})
+    started = time.monotonic()
+    result = attack.run(sid, "while True:\n    pass", timeout_s=3)
+    assert result["status"] in ("timeout", "interrupted")
+    assert time.monotonic() - started < 30
+    assert attack.text(sid, "6 * 7") == "42"
+
+
+def test_sigint_ignored_is_restarted_after_the_grace(adv: Broker, attack: Attack) -> None:
+    sid = attack.session()
+    attack.run(sid, "before = 1")
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+    )
+    result = attack.run(sid, code, timeout_s=2)
+    assert result["status"] == "timeout"
+    assert result["state_lost"] is True
+    assert attack.run(sid, "before")["error"]["ename"] == "NameError"
+    assert attack.text(sid, "1 + 1") == "2"
+
+
+def test_many_tiny_messages_are_bounded_and_the_session_answers(
+    adv: Broker, attack: Attack
+) -> None:
+    sid = attack.session()
+    code = "import sys\nfor i in range(10000):\n    print(i, flush=True)"
+    result = attack.run(sid, code, timeout_s=60)
+    assert result["status"] == "ok"
+    lines = result["stdout"].splitlines()
+    assert lines[0] == "0" and lines[-1] == "9999"  # head and tail kept, cut is said
+    assert len(result["stdout"]) <= 200_000
+    assert result["truncated"] is (len(lines) < 10000)
+    assert attack.text(sid, "'after'") == "'after'"
+
+
+def test_descriptor_exhaustion_in_the_kernel(adv: Broker, attack: Attack) -> None:
+    sid = attack.session()
+    code = (
+        "import errno, os\nfds = []\n"
+        "try:\n"
+        "    while len(fds) < 100000:\n"
+        "        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "except OSError as e:\n"
+        "    failed = errno.errorcode[e.errno]\n"
+        "count = len(fds)\n"
+        "for fd in fds:\n"
+        "    os.close(fd)\n"
+        "(failed, count > 100)"
+    )
+    failed, many = ast.literal_eval(attack.text(sid, code))
+    assert failed == "EMFILE" and many
+    # Exhausted again and kept so: the next cell still gets an answer (error or ok).
+    hold = (
+        "import os\nheld = []\ntry:\n    while True:\n"
+        "        held.append(os.open('/dev/null', 0))\nexcept OSError:\n    pass"
+    )
+    assert attack.run(sid, hold, timeout_s=30)["status"] in ("ok", "error")
+    release = "for fd in held: os.close(fd)\nlen(held) > 0"
+    assert attack.run(sid, release, timeout_s=30)["status"] in ("ok", "error")
+    assert attack.text(sid, "'still here'") == "'still here'"
+
+
+@pytest.mark.parametrize("adv", ["docker"], indirect=True)
+def test_memory_bomb_dies_oom_and_the_session_recovers(adv: Broker, attack: Attack) -> None:
+    sid = attack.session(limits={"memory_mb": 256})
+    attack.run(sid, "keep = 1")
+    result = attack.run(sid, "hog = b'x' * (1024 * 1024 * 1024)", timeout_s=60)
+    assert result["status"] == "kernel_died"
+    assert result["reason"] == "oom_killed"
+    assert result["state_lost"] is True
+    assert attack.text(sid, "sum(range(10))") == "45"
+
+
+@pytest.mark.parametrize("adv", ["docker"], indirect=True)
+def test_fork_bomb_hits_the_pids_limit(adv: Broker, attack: Attack) -> None:
+    sid = attack.session(limits={"pids": 64})
+    code = (
+        "import os, time\nn = 0\n"
+        "try:\n"
+        "    while n < 1000:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(20)\n"
+        "            os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('fork failed after', n, e.errno)\n"
+    )
+    result = attack.run(sid, code, timeout_s=60)
+    assert result["status"] == "ok"
+    assert result["stdout"].startswith("fork failed after")
+    assert int(result["stdout"].split()[3]) < 64
+
+
+@pytest.mark.parametrize("adv", ["docker"], indirect=True)
+def test_tmp_fill_stops_at_its_size_and_the_session_answers(adv: Broker, attack: Attack) -> None:
+    sid = attack.session()
+    code = (
+        "import errno\nn = 0\n"
+        "try:\n"
+        "    with open('/tmp/fill', 'wb') as f:\n"
+        "        while n < 1024:\n"
+        "            f.write(b'x' * (1 << 20))\n"
+        "            f.flush()\n"
+        "            n += 1\n"
+        "except OSError as e:\n"
+        "    failed = errno.errorcode[e.errno]\n"
+        "import os\nos.remove('/tmp/fill')\n(failed, n)"
+    )
+    failed, n = ast.literal_eval(attack.text(sid, code, timeout_s=60))
+    assert failed == "ENOSPC" and n <= 64
+    assert attack.text(sid, "'ok'") == "'ok'"
+
+
+def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None:
+    """The kernel holds the HMAC key, so it can sign anything: messages for no request,
+    unsigned junk, a reply of the wrong type. None may reach the result or break the link."""
+    sid = attack.session()
+    code = (
+        "k = get_ipython().kernel\n"
+        "s = k.session\n"
+        "fake = s.msg_header('execute_request')\n"
+        "s.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'FORGED-ORPHAN'},"
+        " parent={'header': fake})\n"
+        "s.send(k.iopub_socket, 'display_data', {'data': 'not-a-dict', 'metadata': 7},"
+        " parent=k.get_parent('shell'))\n"
+        "s.send(k.iopub_socket, 'execute_reply', {'status': 'ok'}, parent=k.get_parent('shell'))\n"
+        "k.iopub_socket.send_multipart([b'junk', b'<IDS|MSG>', b'bad-signature', b'{}', b'{}',"
+        " b'{}', b'{}'])\n"
+        "print('real')"
+    )
+    result = attack.run(sid, code, timeout_s=30)
+    assert "FORGED-ORPHAN" not in result["stdout"]
+    assert "real" in result["stdout"]
+    assert result["status"] in ("ok", "error")
+    assert attack.text(sid, "'link ok'") == "'link ok'"
