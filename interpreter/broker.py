@@ -43,7 +43,8 @@ from interpreter.notebook import NOTEBOOK_NAME
 from interpreter.policy.gate import PolicyGate
 from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import Recovery
-from interpreter.session import LiveSession, release_disk
+from interpreter.release import release_disk
+from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.snapshot import output_so_far
 from interpreter.store import SessionRecord, Store, Writer, utcnow

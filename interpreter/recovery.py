@@ -28,7 +28,8 @@ from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
-from interpreter.session import LiveSession, release_disk
+from interpreter.release import release_disk
+from interpreter.session import LiveSession
 from interpreter.store import SessionRecord, Store, Unfinished, Writer
 
 log = logging.getLogger(__name__)

@@ -22,15 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from interpreter import logs, quota, storage_floor, waiting
+from interpreter import storage_floor, waiting
 from interpreter.artifacts import ArtifactStore
-from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.displays import EarlierDisplays
@@ -41,16 +39,14 @@ from interpreter.errors import (
     SessionBusy,
     SessionClosed,
     SessionRunning,
-    session_failed_message,
 )
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle
 from interpreter.ids import new_id
-from interpreter.kernel import Kernel, Restart, RestartBudget
+from interpreter.kernel import Kernel, RestartBudget
 from interpreter.metrics import Metrics
 from interpreter.models import (
-    ErrorInfo,
     Execution,
     ExecutionStatus,
     PolicyResult,
@@ -58,18 +54,17 @@ from interpreter.models import (
 )
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
-from interpreter.notes import restart_note
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
+from interpreter.release import release_disk
+from interpreter.restarts import KernelLifecycle
+from interpreter.routing import MessageRouting
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
-from interpreter.workspace import copy_tree_safely
 
 log = logging.getLogger(__name__)
 
-#: Seconds an interrupt waits for the kernel to start the running cell.
-INTERRUPT_START_WAIT_S = 5
 #: Notebook note on a cell that was running when the broker stopped.
 RESUMED_NOTE = (
     "The broker restarted while this cell ran: its outcome is unknown. Output it printed "
@@ -77,17 +72,7 @@ RESUMED_NOTE = (
 )
 
 
-def release_disk(options: LaunchOptions) -> None:
-    """What a closed session no longer needs: its runtime directory, and its workspace
-    quota unmounted with the image removed (the workspace's files are kept)."""
-    shutil.rmtree(options.runtime_dir, ignore_errors=True)
-    try:
-        quota.detach(options.session_dir, options.workspace, copy=copy_tree_safely)
-    except Exception:
-        log.exception("session %s: workspace quota not released", options.session_id)
-
-
-class LiveSession(PolicyStage):
+class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
     """A session whose kernel is (or is being) run by this broker.
 
     Build it with :class:`~interpreter.launch.SessionFactory`, which also starts or
@@ -516,215 +501,3 @@ class LiveSession(PolicyStage):
         if self.status == "busy":
             self.status = "idle"
         await self._finalize(handle, rec)
-
-    async def _restart(self, reason: str) -> None:
-        """Replace the kernel; the session keeps going. Automatic restarts (every reason
-        but ``requested``) are budgeted: over the budget the session fails (R-03)."""
-        if self.failed_reason is not None:
-            return
-        self.status = "starting"
-        self._replaced.clear()
-        try:
-            outcome = await self.kernel.restart(automatic=reason != "requested")
-            if outcome is Restart.OVER_BUDGET:
-                await self._fail("restart_limit")
-                return
-            self.metrics.restarts.labels(reason.split(":")[0]).inc()
-            if outcome is Restart.FAILED:
-                self.status = "dead"
-                await self.writer.run(partial(self.store.set_status, self.id, "dead"))
-                return
-            self.notebook.set_kernel_info(self.kernel.language_info)
-            self.status = "idle"
-            self.generation += 1
-            self._note = restart_note(reason, self.generation)
-            self.touch()
-            await self._persist_kernel()
-        finally:
-            self._replaced.set()
-
-    def _kernel_unresponsive(self) -> None:
-        """The heartbeat gave up on the kernel (frozen or gone). A running cell's wait
-        sees it as a death (``kernel_unresponsive``); an idle session replaces its kernel
-        now, as for a death, and its next cell says that state was lost."""
-        if self.executions.current is None and self.status == "idle":
-            self._recovery = asyncio.create_task(self._recover_idle(), name=f"hb-{self.id}")
-
-    async def _recover_idle(self) -> None:
-        if self.executions.current is not None or not self.kernel.unresponsive:
-            return  # the worker took a cell first: its run replaces the kernel
-        self._state_lost_pending = True
-        self._replaced.clear()  # no cell starts on the lost kernel meanwhile
-        try:
-            await self._restart(await self.kernel.exit_reason())
-        finally:
-            self._replaced.set()
-
-    async def _write_note(self) -> None:
-        """Put the pending note (a restart) in the notebook: after the cell it happened in,
-        or at once when no cell ran."""
-        note, self._note = self._note, None
-        if note is not None:
-            await self.notebook.add_markdown(note)
-
-    async def _fail(self, reason: str) -> None:
-        """Give up on the kernel: the session is dead and the broker will close it."""
-        log.warning("session %s failed: %s", self.id, reason)
-        self.failed_reason = reason
-        self.status = "dead"
-        self.metrics.restarts.labels("gave_up").inc()
-        await self.writer.run(partial(self.store.set_status, self.id, "dead"))
-        if self.on_failed is not None:
-            self.on_failed(self)
-
-    def _failed_message(self) -> str:
-        return session_failed_message(
-            self.id,
-            self.failed_reason or "failed",
-            self.settings.restart_limit,
-            self.settings.restart_window_s,
-        )
-
-    async def interrupt(self, execution_id: str | None = None) -> None:
-        """Interrupt the running execution (state is kept). With ``execution_id``, only
-        that one: interrupted if it runs, cancelled if it waits in the queue (it never
-        runs), left alone if it finished or is not known here."""
-        if self.status == "closed" or not self.kernel.started:
-            raise SessionClosed(f"Session '{self.id}' is closed.")
-        if execution_id is not None:
-            target = self.executions.get(execution_id)
-            if target is None or target.finished.is_set():
-                return
-            if target is not self.executions.current:
-                await self._abandon(target, "interrupted", "cancelled")
-                return
-        handle = self.executions.current
-        if handle is not None:
-            handle.interrupt_requested = True
-            if not handle.resumed:
-                await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
-            if handle.finished.is_set():
-                return
-        # Exactly one interrupt per request, acknowledged by the kernel before any other
-        # cell is sent. Never resent: a second SIGINT that lands while the interrupted cell
-        # winds down makes ipykernel drop that cell's reply (reproduced), and one that
-        # lands later would reach the next cell. Code that catches KeyboardInterrupt keeps
-        # running; the client may interrupt again, and a timeout still ends it.
-        await self.kernel.interrupt()
-
-    async def restart(self, *, keep_queued: bool = False) -> None:
-        """Restart on request: a fresh kernel, state cleared, same session and notebook.
-
-        The running cell ends ``interrupted`` (reason ``restarted``); cells queued behind
-        it are cancelled, since they were written against the state the restart throws
-        away, unless ``keep_queued``.
-        """
-        if self.failed_reason is not None:
-            raise SessionClosed(self._failed_message())
-        if self.status == "closed" or not self.kernel.started:
-            raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
-        running = self.executions.current
-        if running is not None:
-            running.interrupt_requested = True
-        if not keep_queued:
-            for handle in self.executions.drain():
-                handle.execution.state_lost = True
-                handle.execution.error = ErrorInfo(
-                    ename="Cancelled",
-                    evalue=(
-                        "Not run: the kernel was restarted on request while this cell "
-                        "waited, and its state is gone. Run it again if it still applies."
-                    ),
-                )
-                await self._abandon(handle, "cancelled", "restarted")
-        await self._restart("requested")
-        if running is None or running.finished.is_set():
-            await self._write_note()
-        if running is not None:
-            running.changed.set()  # its wait sees the new kernel at once
-        if self.status == "dead":
-            raise KernelStartFailed("The kernel could not be restarted; delete the session.")
-        self._state_lost_pending = False
-
-    # ------------------------------------------------------------------ message routing
-
-    async def _on_message(self, channel: str, msg: dict[str, Any]) -> None:
-        """Route one kernel message to the running execution, by the broker's msg_id."""
-        parent = msg.get("parent_header") or {}
-        parent_id = parent.get("msg_id") if isinstance(parent, dict) else None
-        handle = self.executions.current
-        if handle is None or handle.recorder is None or parent_id != handle.recorder.msg_id:
-            finished = self.capture.finished_cell(parent_id) if channel == "iopub" else None
-            if finished is not None:
-                await self._late_output(finished, msg)
-            return
-        rec = handle.recorder
-        if channel == "iopub":
-            handle.last_iopub_at = asyncio.get_running_loop().time()
-            events = rec.feed_iopub(msg)
-            await self._update_earlier_displays(msg, handle)
-        elif (msg.get("header") or {}).get("msg_type") == "execute_reply":
-            events = rec.feed_reply(msg)
-        else:
-            return
-        try:
-            await self.capture.publish(handle, rec, events)
-        finally:
-            handle.changed.set()
-
-    async def _update_earlier_displays(self, msg: dict[str, Any], current: ExecutionHandle) -> None:
-        """A display id shown by an earlier cell, updated now: update that cell too."""
-        for earlier, nb_outputs in await self.displays.apply(msg, current):
-            await self.notebook.replace_outputs(earlier.execution.id, nb_outputs)
-            self.writer.later(partial(self._save_execution, earlier))
-
-    async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
-        """Output of a finished cell (a background thread printing while no cell runs):
-        record it under that cell, in the execution and the notebook (docs/security.md
-        decision 4)."""
-        rec = handle.recorder
-        header = msg.get("header") or {}
-        if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):
-            return
-        outputs = self.capture.late_streams(handle.execution, rec)
-        handle.notebook_sha256 = cell_digest(handle.execution.code, outputs)
-        await self.notebook.replace_outputs(
-            handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
-        )
-        self.writer.later(partial(self._save_execution, handle))
-
-    # ------------------------------------------------------------------ finishing
-
-    async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
-        ex = handle.execution
-        nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs)
-        handle.notebook_sha256 = cell_digest(ex.code, nb_outputs)
-        self.touch()
-        # The cell is in the in-memory notebook (which the API serves) before anyone is
-        # told the execution is done; the file follows in the background.
-        await self.notebook.add_cell(
-            ex.code,
-            nb_outputs,
-            execution_id=ex.id,
-            execution_count=ex.execution_count,
-            status=ex.status,
-            started_at=ex.started_at,
-            duration_ms=ex.duration_ms,
-            state_lost=ex.state_lost,
-            reason=ex.reason,
-            extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
-            timing=rec.timing,
-        )
-        await self._write_note()
-        self._report(handle)
-        self.writer.later(partial(self._save_execution, handle))
-        self.writer.later(self._activity(self.status))
-        handle.finish()
-        self.capture.remember(rec.msg_id, handle)
-        self.displays.remember(handle)
-
-    def _report(self, handle: ExecutionHandle) -> None:
-        """Count a finished execution and log its one line (the key by its owner id)."""
-        ex = handle.execution
-        self.metrics.execution_finished(ex.status, ex.duration_ms)
-        logs.execution_finished(ex, key_id=self.owner, request_id=handle.request_id)

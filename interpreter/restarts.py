@@ -1,0 +1,193 @@
+"""How a session replaces its kernel, interrupts it, and gives up on it.
+
+:class:`KernelLifecycle` is a part of :class:`~interpreter.session.LiveSession` (a base
+class, so that the session module stays about queueing and running cells). Automatic
+restarts (a death, a timeout, ``exit()``, a frozen kernel) are budgeted (R-03); a
+requested restart never is, replaces the kernel exactly once, ends the running cell as
+interrupted and cancels the cells queued behind it unless asked to keep them. A heartbeat
+that stops while no cell runs replaces the kernel at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from interpreter import waiting
+from interpreter.errors import KernelStartFailed, SessionClosed, session_failed_message
+from interpreter.fifo import ExecutionQueue
+from interpreter.handle import ExecutionHandle
+from interpreter.kernel import Kernel, Restart
+from interpreter.metrics import Metrics
+from interpreter.models import ErrorInfo, ExecutionStatus, SessionStatus
+from interpreter.notebook import LiveNotebook
+from interpreter.notes import restart_note
+from interpreter.settings import Settings
+from interpreter.store import Store, Writer
+
+log = logging.getLogger(__name__)
+
+#: Seconds an interrupt waits for the kernel to start the running cell.
+INTERRUPT_START_WAIT_S = 5
+
+
+class KernelLifecycle:
+    """Mixed into LiveSession, whose attributes and methods these are."""
+
+    id: str
+    status: SessionStatus
+    generation: int
+    settings: Settings
+    kernel: Kernel
+    metrics: Metrics
+    notebook: LiveNotebook
+    store: Store
+    writer: Writer
+    executions: ExecutionQueue
+    failed_reason: str | None
+    on_failed: Callable[[Any], None] | None
+    _replaced: asyncio.Event
+    _note: str | None
+    _recovery: asyncio.Task[None] | None
+    _state_lost_pending: bool
+
+    def touch(self) -> None:
+        raise NotImplementedError
+
+    async def _persist_kernel(self) -> None:
+        raise NotImplementedError
+
+    async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
+        raise NotImplementedError
+
+    async def _restart(self, reason: str) -> None:
+        """Replace the kernel; the session keeps going. Automatic restarts (every reason
+        but ``requested``) are budgeted: over the budget the session fails (R-03)."""
+        if self.failed_reason is not None:
+            return
+        self.status = "starting"
+        self._replaced.clear()
+        try:
+            outcome = await self.kernel.restart(automatic=reason != "requested")
+            if outcome is Restart.OVER_BUDGET:
+                await self._fail("restart_limit")
+                return
+            self.metrics.restarts.labels(reason.split(":")[0]).inc()
+            if outcome is Restart.FAILED:
+                self.status = "dead"
+                await self.writer.run(partial(self.store.set_status, self.id, "dead"))
+                return
+            self.notebook.set_kernel_info(self.kernel.language_info)
+            self.status = "idle"
+            self.generation += 1
+            self._note = restart_note(reason, self.generation)
+            self.touch()
+            await self._persist_kernel()
+        finally:
+            self._replaced.set()
+
+    def _kernel_unresponsive(self) -> None:
+        """The heartbeat gave up on the kernel (frozen or gone). A running cell's wait
+        sees it as a death (``kernel_unresponsive``); an idle session replaces its kernel
+        now, as for a death, and its next cell says that state was lost."""
+        if self.executions.current is None and self.status == "idle":
+            self._recovery = asyncio.create_task(self._recover_idle(), name=f"hb-{self.id}")
+
+    async def _recover_idle(self) -> None:
+        if self.executions.current is not None or not self.kernel.unresponsive:
+            return  # the worker took a cell first: its run replaces the kernel
+        self._state_lost_pending = True
+        self._replaced.clear()  # no cell starts on the lost kernel meanwhile
+        try:
+            await self._restart(await self.kernel.exit_reason())
+        finally:
+            self._replaced.set()
+
+    async def _write_note(self) -> None:
+        """Put the pending note (a restart) in the notebook: after the cell it happened in,
+        or at once when no cell ran."""
+        note, self._note = self._note, None
+        if note is not None:
+            await self.notebook.add_markdown(note)
+
+    async def _fail(self, reason: str) -> None:
+        """Give up on the kernel: the session is dead and the broker will close it."""
+        log.warning("session %s failed: %s", self.id, reason)
+        self.failed_reason = reason
+        self.status = "dead"
+        self.metrics.restarts.labels("gave_up").inc()
+        await self.writer.run(partial(self.store.set_status, self.id, "dead"))
+        if self.on_failed is not None:
+            self.on_failed(self)
+
+    def _failed_message(self) -> str:
+        return session_failed_message(
+            self.id,
+            self.failed_reason or "failed",
+            self.settings.restart_limit,
+            self.settings.restart_window_s,
+        )
+
+    async def interrupt(self, execution_id: str | None = None) -> None:
+        """Interrupt the running execution (state is kept). With ``execution_id``, only
+        that one: interrupted if it runs, cancelled if it waits in the queue (it never
+        runs), left alone if it finished or is not known here."""
+        if self.status == "closed" or not self.kernel.started:
+            raise SessionClosed(f"Session '{self.id}' is closed.")
+        if execution_id is not None:
+            target = self.executions.get(execution_id)
+            if target is None or target.finished.is_set():
+                return
+            if target is not self.executions.current:
+                await self._abandon(target, "interrupted", "cancelled")
+                return
+        handle = self.executions.current
+        if handle is not None:
+            handle.interrupt_requested = True
+            if not handle.resumed:
+                await waiting.until_started(handle, INTERRUPT_START_WAIT_S)
+            if handle.finished.is_set():
+                return
+        # Exactly one interrupt per request, acknowledged by the kernel before any other
+        # cell is sent. Never resent: a second SIGINT that lands while the interrupted cell
+        # winds down makes ipykernel drop that cell's reply (reproduced), and one that
+        # lands later would reach the next cell. Code that catches KeyboardInterrupt keeps
+        # running; the client may interrupt again, and a timeout still ends it.
+        await self.kernel.interrupt()
+
+    async def restart(self, *, keep_queued: bool = False) -> None:
+        """Restart on request: a fresh kernel, state cleared, same session and notebook.
+
+        The running cell ends ``interrupted`` (reason ``restarted``); cells queued behind
+        it are cancelled, since they were written against the state the restart throws
+        away, unless ``keep_queued``.
+        """
+        if self.failed_reason is not None:
+            raise SessionClosed(self._failed_message())
+        if self.status == "closed" or not self.kernel.started:
+            raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
+        running = self.executions.current
+        if running is not None:
+            running.interrupt_requested = True
+        if not keep_queued:
+            for handle in self.executions.drain():
+                handle.execution.state_lost = True
+                handle.execution.error = ErrorInfo(
+                    ename="Cancelled",
+                    evalue=(
+                        "Not run: the kernel was restarted on request while this cell "
+                        "waited, and its state is gone. Run it again if it still applies."
+                    ),
+                )
+                await self._abandon(handle, "cancelled", "restarted")
+        await self._restart("requested")
+        if running is None or running.finished.is_set():
+            await self._write_note()
+        if running is not None:
+            running.changed.set()  # its wait sees the new kernel at once
+        if self.status == "dead":
+            raise KernelStartFailed("The kernel could not be restarted; delete the session.")
+        self._state_lost_pending = False

@@ -1,0 +1,135 @@
+"""Where a kernel message goes: the running cell, an earlier cell, or nowhere.
+
+:class:`MessageRouting` is a part of :class:`~interpreter.session.LiveSession` (a base
+class, so that the session module stays about queueing and running cells). Every message
+the kernel's readers take is routed by the ``msg_id`` the broker issued (the execution's
+id): to the running execution; stream output of a recently finished cell to that cell
+(late output); a display update to the earlier cell that showed it. Anything else is
+ignored (docs/security.md H-34). Finishing a cell writes its notebook cell (with its audit
+digest) before anyone is told it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+from interpreter import logs
+from interpreter.audit import cell_digest
+from interpreter.displays import EarlierDisplays
+from interpreter.execution import ExecutionRecorder
+from interpreter.fifo import ExecutionQueue
+from interpreter.handle import ExecutionHandle
+from interpreter.metrics import Metrics
+from interpreter.models import SessionStatus
+from interpreter.notebook import LiveNotebook
+from interpreter.outputs import OutputCapture
+from interpreter.store import Writer
+
+
+class MessageRouting:
+    """Mixed into LiveSession, whose attributes and methods these are."""
+
+    owner: str
+    status: SessionStatus
+    executions: ExecutionQueue
+    capture: OutputCapture
+    displays: EarlierDisplays
+    notebook: LiveNotebook
+    writer: Writer
+    metrics: Metrics
+
+    def touch(self) -> None:
+        raise NotImplementedError
+
+    def _save_execution(self, handle: ExecutionHandle) -> None:
+        raise NotImplementedError
+
+    def _activity(self, status: SessionStatus) -> partial[None]:
+        raise NotImplementedError
+
+    async def _write_note(self) -> None:
+        raise NotImplementedError
+
+    async def _on_message(self, channel: str, msg: dict[str, Any]) -> None:
+        """Route one kernel message to the running execution, by the broker's msg_id."""
+        parent = msg.get("parent_header") or {}
+        parent_id = parent.get("msg_id") if isinstance(parent, dict) else None
+        handle = self.executions.current
+        if handle is None or handle.recorder is None or parent_id != handle.recorder.msg_id:
+            finished = self.capture.finished_cell(parent_id) if channel == "iopub" else None
+            if finished is not None:
+                await self._late_output(finished, msg)
+            return
+        rec = handle.recorder
+        if channel == "iopub":
+            handle.last_iopub_at = asyncio.get_running_loop().time()
+            events = rec.feed_iopub(msg)
+            await self._update_earlier_displays(msg, handle)
+        elif (msg.get("header") or {}).get("msg_type") == "execute_reply":
+            events = rec.feed_reply(msg)
+        else:
+            return
+        try:
+            await self.capture.publish(handle, rec, events)
+        finally:
+            handle.changed.set()
+
+    async def _update_earlier_displays(self, msg: dict[str, Any], current: ExecutionHandle) -> None:
+        """A display id shown by an earlier cell, updated now: update that cell too."""
+        for earlier, nb_outputs in await self.displays.apply(msg, current):
+            earlier.notebook_sha256 = cell_digest(earlier.execution.code, nb_outputs)
+            await self.notebook.replace_outputs(
+                earlier.execution.id, nb_outputs, audit_sha256=earlier.notebook_sha256
+            )
+            self.writer.later(partial(self._save_execution, earlier))
+
+    async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
+        """Output of a finished cell (a background thread printing while no cell runs):
+        record it under that cell, in the execution and the notebook (docs/security.md
+        decision 4)."""
+        rec = handle.recorder
+        header = msg.get("header") or {}
+        if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):
+            return
+        outputs = self.capture.late_streams(handle.execution, rec)
+        handle.notebook_sha256 = cell_digest(handle.execution.code, outputs)
+        await self.notebook.replace_outputs(
+            handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
+        )
+        self.writer.later(partial(self._save_execution, handle))
+
+    async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
+        ex = handle.execution
+        nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs)
+        handle.notebook_sha256 = cell_digest(ex.code, nb_outputs)
+        self.touch()
+        # The cell is in the in-memory notebook (which the API serves) before anyone is
+        # told the execution is done; the file follows in the background.
+        await self.notebook.add_cell(
+            ex.code,
+            nb_outputs,
+            execution_id=ex.id,
+            execution_count=ex.execution_count,
+            status=ex.status,
+            started_at=ex.started_at,
+            duration_ms=ex.duration_ms,
+            state_lost=ex.state_lost,
+            reason=ex.reason,
+            extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
+            timing=rec.timing,
+        )
+        await self._write_note()
+        self._report(handle)
+        self.writer.later(partial(self._save_execution, handle))
+        self.writer.later(self._activity(self.status))
+        handle.finish()
+        self.capture.remember(rec.msg_id, handle)
+        self.displays.remember(handle)
+
+    def _report(self, handle: ExecutionHandle) -> None:
+        """Count a finished execution and log its one line (the key by its owner id)."""
+        ex = handle.execution
+        self.metrics.execution_finished(ex.status, ex.duration_ms)
+        logs.execution_finished(ex, key_id=self.owner, request_id=handle.request_id)
