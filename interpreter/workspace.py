@@ -324,8 +324,47 @@ def _copy_dir(src_fd: int, dst: Path, owner: tuple[int, int] | None) -> int:
         elif stat.S_ISREG(st.st_mode):
             fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_fd)
             with os.fdopen(fd, "rb") as fin, open(dst / entry.name, "wb") as fout:
-                shutil.copyfileobj(fin, fout)
+                copy_sparse(fin.fileno(), fout.fileno(), st.st_size)
                 if owner is not None:
                     os.fchown(fout.fileno(), *owner)
             count += 1
     return count
+
+
+def copy_sparse(src: int, dst: int, size: int) -> int:
+    """Copy the file ``src`` to ``dst`` (both fds) keeping its holes; returns the bytes
+    written.
+
+    Only the data regions are copied (``SEEK_DATA``/``SEEK_HOLE``), so a sparse file a
+    kernel made (``truncate(1 << 40)``) costs the copy what it really occupies, not its
+    apparent size: a plain copy of it would fill the host's disk with zeros.
+    """
+    written = 0
+    offset = 0
+    # (A filesystem without hole tracking reports the whole file as one data region.)
+    while offset < size:
+        try:
+            start = os.lseek(src, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after offset: the rest is a hole
+                break
+            raise
+        end = os.lseek(src, start, os.SEEK_HOLE)
+        written += _copy_range(src, dst, start, end)
+        offset = end
+    os.ftruncate(dst, size)
+    return written
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> int:
+    done = 0
+    while start + done < end:
+        chunk = os.pread(src, min(1 << 20, end - start - done), start + done)
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        while view:
+            n = os.pwrite(dst, view, start + done)
+            view = view[n:]
+            done += n
+    return done

@@ -104,3 +104,24 @@ def test_fork_copy_skips_links_and_specials(ws: Workspace, tmp_path: Path) -> No
     assert copy_tree_safely(ws.root, dst) == 1
     assert (dst / "a" / "b.txt").read_bytes() == b"data"
     assert not (dst / "link").exists() and not (dst / "fifo").exists()
+
+
+def test_copies_keep_holes_so_a_sparse_giant_costs_what_it_occupies(tmp_path: Path) -> None:
+    """A kernel's ``truncate(1 << 40)`` must not become a terabyte of zeros on the host
+    when its workspace is copied (a fork, a quota released at close)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "sparse.bin", "wb") as fh:
+        fh.write(b"head")
+        fh.seek(1 << 40)
+        fh.write(b"tail")
+    (src / "dense.bin").write_bytes(bytes(range(256)) * 4096)
+    assert copy_tree_safely(src, tmp_path / "dst") == 2
+    copied = tmp_path / "dst" / "sparse.bin"
+    assert copied.stat().st_size == (1 << 40) + 4
+    assert copied.stat().st_blocks * 512 < 1 << 20
+    with open(copied, "rb") as fh:
+        assert fh.read(4) == b"head"
+        fh.seek(1 << 40)
+        assert fh.read() == b"tail"
+    assert (tmp_path / "dst" / "dense.bin").read_bytes() == bytes(range(256)) * 4096
