@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -216,6 +217,8 @@ class LiveSession:
             await self.kernel.detach()
         else:
             await self.kernel.stop()
+            # Nothing of a closed session's kernel is left behind (its runtime directory).
+            await asyncio.to_thread(shutil.rmtree, self.options.runtime_dir, True)
         await self.notebook.flush()
         if keep_kernel:
             write = self._activity(previous)
