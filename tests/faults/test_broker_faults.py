@@ -82,7 +82,7 @@ def test_broker_sigkilled_with_two_long_cells_and_a_lost_container(
             assert health.status_code == 200
             refused = api.post(f"/v1/sessions/{frozen}/execute", json={"code": "1"})
             assert refused.status_code == 503, refused.text
-            assert refused.json()["error"]["code"] == "session_reattaching"
+            assert refused.json()["error"]["type"] == "session_reattaching"
             assert int(refused.headers["Retry-After"]) > 0
             assert api.get("/healthz").json()["reattaching_sessions"] >= 1
             frozen_container.unpause()
