@@ -287,7 +287,8 @@ class LiveSession:
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
             raise SessionClosed.cannot_run(self.id, self.status)
-        if self.notebook.degraded:
+        # A client retrying after freeing space is served at once (the save is retried).
+        if self.notebook.degraded and not await self.notebook.save():
             raise AuditDegraded.notebook_unwritable()
         ahead = self.executions.ahead() if reject_if_busy else None
         if ahead is not None:

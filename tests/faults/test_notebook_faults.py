@@ -119,3 +119,39 @@ def test_notebook_damaged_or_removed_while_the_broker_is_down(
             assert_one_final_record_each(broker, sid, {before[sid]: "ok", ex["id"]: "ok"})
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
         assert broker.logged("notebook was unreadable")
+
+
+def test_a_notebook_that_cannot_be_written_is_surfaced_then_healed(
+    brokers: Callable[..., Broker],
+) -> None:
+    """R-12: a failed notebook write is never silent. The cell's result stands; the session
+    then refuses new code with 507 audit_degraded (Retry-After) and /healthz says degraded,
+    until the notebook can be written again; other sessions are unaffected."""
+    broker = brokers("local")
+    with broker.client() as api:
+        canary = Canary(api)
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        first = run(api, sid, "v = 1")["id"]
+        wait_for(lambda: _file_cells(broker, sid) == [first], what="first save")
+        # A directory where the file goes: the atomic replace fails (even for root).
+        path = _notebook_file(broker, sid)
+        path.unlink()
+        path.mkdir()
+        (path / "blocker").write_text("x")
+        second = run(api, sid, "v + 1")
+        assert second["status"] == "ok"
+        wait_for(lambda: api.get("/healthz").json()["status"] == "degraded", what="degraded")
+        refused = api.post(f"/v1/sessions/{sid}/execute", json={"code": "v"})
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["error"]["type"] == "audit_degraded"
+        assert int(refused.headers["Retry-After"]) > 0
+        canary.check()
+        (path / "blocker").unlink()
+        path.rmdir()
+        third = run(api, sid, "v + 2")
+        assert third["status"] == "ok" and third["outputs"][0]["data"]["text/plain"] == "3"
+        ids = [first, second["id"], third["id"]]
+        wait_for(lambda: _file_cells(broker, sid) == ids, what="notebook healed")
+        assert api.get("/healthz").json()["status"] == "ok"
+        assert broker.logged("notebook write failed")
+        assert_one_final_record_each(broker, sid, dict.fromkeys(ids, "ok"))
