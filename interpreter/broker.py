@@ -37,7 +37,7 @@ from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Execution
 from interpreter.models import Session as SessionModel
-from interpreter.notebook import NOTEBOOK_NAME
+from interpreter.notebook import NOTEBOOK_NAME, read_notebook_file
 from interpreter.recovery import Recovery
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
@@ -198,11 +198,8 @@ class SessionBroker:
                 retry_after=10,
             )
         source = await self._rebuild_source(owner, req)
-        self._creating += 1
-        try:
-            session = await self._start_session(owner, req, source.description if source else None)
-        finally:
-            self._creating -= 1
+        self._creating += 1  # until adopted by _start_session: then it counts as live
+        session = await self._start_session(owner, req, source.description if source else None)
         if source is not None:
             if source.workspace is not None:
                 await asyncio.to_thread(
@@ -228,7 +225,10 @@ class SessionBroker:
     async def _start_session(
         self, owner: str, req: CreateSessionRequest, source: str | None
     ) -> LiveSession:
-        session = await self.factory.new(owner, req, source=source)
+        try:
+            session = await self.factory.new(owner, req, source=source)
+        finally:
+            self._creating -= 1  # a session being created counts once, not twice
         self._adopt(session)
         began = asyncio.get_running_loop().time()
         try:
@@ -517,7 +517,7 @@ class SessionBroker:
             return await live.notebook.to_json()
         await self._record(owner, session_id)
         path = self.settings.session_dir(session_id) / NOTEBOOK_NAME
-        return await asyncio.to_thread(path.read_text, encoding="utf-8")
+        return await asyncio.to_thread(read_notebook_file, path, session_id)
 
     async def artifact(
         self, owner: str, session_id: str, artifact_id: str

@@ -153,7 +153,15 @@ class Broker:
 
 
 def assert_one_final_record_each(broker: Broker, sid: str, returned: dict[str, str]) -> None:
-    """Every execution of ``sid`` has exactly one row, final, and the status the API gave."""
+    """Every execution of ``sid`` has exactly one row, final, and the status the API gave.
+
+    The broker answers before its final row is written (the write is queued behind the
+    answer, for latency), so the rows get a few seconds to settle."""
+    wait_for(
+        lambda: all(status in TERMINAL_STATUSES for _, status in broker.executions(sid)),
+        10,
+        "final rows written",
+    )
     rows = broker.executions(sid)
     ids = [i for i, _ in rows]
     assert len(ids) == len(set(ids)), f"duplicate execution rows: {rows}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -62,12 +63,20 @@ def docker_rm_f(broker: Broker, sid: str, pid: int) -> None:
     _container(broker, sid).remove(force=True)  # type: ignore[attr-defined]
 
 
-FAULTS: dict[str, tuple[str, Fault]] = {
-    "local-kill9": ("local", kill9_local_kernel),
-    "docker-kill9": ("docker", kill9_container_process),
-    "docker-kill": ("docker", docker_kill),
-    "docker-rm-f": ("docker", docker_rm_f),
+#: name: (backend, fault, the reason the dead cell must give).
+FAULTS: dict[str, tuple[str, Fault, str]] = {
+    "local-kill9": ("local", kill9_local_kernel, "signal:9"),
+    "docker-kill9": ("docker", kill9_container_process, "signal:9"),
+    "docker-kill": ("docker", docker_kill, "signal:9"),
+    "docker-rm-f": ("docker", docker_rm_f, "container_gone"),
 }
+
+
+#: The cases, Docker ones marked as such.
+CASES = [
+    pytest.param(name, marks=[pytest.mark.docker] if backend == "docker" else [])
+    for name, (backend, _, _) in FAULTS.items()
+]
 
 
 def _session(api: httpx.Client) -> tuple[str, int, dict[str, str]]:
@@ -80,7 +89,7 @@ def _session(api: httpx.Client) -> tuple[str, int, dict[str, str]]:
 
 def _recovered(
     broker: Broker, api: httpx.Client, sid: str, generation: int, returned: dict[str, str]
-) -> None:
+) -> dict[str, Any]:
     """The session runs code on a fresh kernel; the lost state is reported, not hidden."""
     after = run(api, sid, "kept")
     assert after["status"] == "error" and after["error"]["ename"] == "NameError", after
@@ -91,6 +100,7 @@ def _recovered(
     returned[again["id"]] = "ok"
     assert_one_final_record_each(broker, sid, returned)
     assert api.get(f"/v1/sessions/{sid}").json()["status"] == "idle"
+    return after
 
 
 def _deleted_leaves_nothing(broker: Broker, api: httpx.Client, sid: str) -> None:
@@ -103,9 +113,9 @@ def _deleted_leaves_nothing(broker: Broker, api: httpx.Client, sid: str) -> None
         assert not left, left
 
 
-@pytest.mark.parametrize("name", list(FAULTS))
+@pytest.mark.parametrize("name", CASES)
 def test_kernel_killed_mid_cell(brokers: Callable[..., Broker], name: str) -> None:
-    backend, fault = FAULTS[name]
+    backend, fault, reason = FAULTS[name]
     broker = brokers(backend, *FAST_HEARTBEAT)
     with broker.client() as api:
         canary = Canary(api)
@@ -117,7 +127,7 @@ def test_kernel_killed_mid_cell(brokers: Callable[..., Broker], name: str) -> No
         worker.join(REPORTED_WITHIN_S + 30)
         assert not worker.is_alive(), "the dead kernel's cell never ended"
         assert result["status"] == "kernel_died", result
-        assert result["state_lost"] is True and result["reason"], result
+        assert result["state_lost"] is True and result["reason"] == reason, result
         assert result["duration_ms"] < REPORTED_WITHIN_S * 1000
         returned[result["id"]] = "kernel_died"
         meta = notebook_cell(api, sid, result["id"])["metadata"]["interp"]
@@ -128,9 +138,9 @@ def test_kernel_killed_mid_cell(brokers: Callable[..., Broker], name: str) -> No
         _deleted_leaves_nothing(broker, api, sid)
 
 
-@pytest.mark.parametrize("name", ["local-kill9", "docker-kill9", "docker-rm-f"])
+@pytest.mark.parametrize("name", CASES)
 def test_kernel_killed_while_idle(brokers: Callable[..., Broker], name: str) -> None:
-    backend, fault = FAULTS[name]
+    backend, fault, _ = FAULTS[name]
     broker = brokers(backend, *FAST_HEARTBEAT)
     with broker.client() as api:
         canary = Canary(api)
@@ -144,5 +154,7 @@ def test_kernel_killed_while_idle(brokers: Callable[..., Broker], name: str) -> 
             "the idle kernel's death to be noticed",
         )
         canary.check()
-        _recovered(broker, api, sid, generation, returned)
+        after = _recovered(broker, api, sid, generation, returned)
+        # Nothing ran when the kernel died, so the next cell is the one told of the loss.
+        assert after["state_lost"] is True, after
         _deleted_leaves_nothing(broker, api, sid)
