@@ -37,6 +37,7 @@ OTHER_VARIABLES: dict[str, str] = {
     "INTERP_LOAD_ROUNDS": "the load suite: cells per session",
     "INTERP_LOAD_BACKEND": "the load suite: local or docker",
     "INTERP_LOAD_CHURN": "the load suite: sessions created and deleted meanwhile",
+    "INTERP_LOAD_REPEAT": "the load suite: passes over the same broker",
 }
 #: Settings whose values never appear in a message.
 SECRET_FIELDS = frozenset({"api_keys", "metrics_key"})

@@ -13,6 +13,7 @@ Sized for CI by default (6 sessions of 3 cells, on each backend; about 80 s in a
 ``INTERP_LOAD_ROUNDS``    cells per session (default 3)
 ``INTERP_LOAD_BACKEND``   ``local``, ``docker`` or both (default ``local,docker``)
 ``INTERP_LOAD_CHURN``     sessions created, used and deleted meanwhile (default 4)
+``INTERP_LOAD_REPEAT``    passes over the same broker (default 1); RSS is taken after each
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ SESSIONS = int(os.environ.get("INTERP_LOAD_SESSIONS", "6"))
 ROUNDS = int(os.environ.get("INTERP_LOAD_ROUNDS", "3"))
 BACKENDS = os.environ.get("INTERP_LOAD_BACKEND", "local,docker").split(",")
 CHURN = int(os.environ.get("INTERP_LOAD_CHURN", "4"))
+REPEAT = int(os.environ.get("INTERP_LOAD_REPEAT", "1"))
 #: Lines each cell prints, in several flushes (so they stream as separate chunks).
 LINES = 20
 #: How far above its warmed-up start the broker's RSS may end (allocator slack, caches).
@@ -191,14 +193,8 @@ def load_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Brok
             remove_container(container.id)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_sessions_stream_and_plot_while_others_come_and_go(
-    load_broker: Broker, record_property: Callable[[str, object], None]
-) -> None:
-    broker = load_broker
-    _warm_up(broker)
-    rss_start = rss_kb(broker.pid)
+def _one_pass(broker: Broker) -> tuple[int, int]:
+    """Run the load once and check everything; (peak RSS in kB, sessions churned)."""
     tally = Tally()
     stop = threading.Event()
     churn = threading.Thread(target=_churn, args=(broker, stop, tally), daemon=True)
@@ -247,11 +243,25 @@ def test_sessions_stream_and_plot_while_others_come_and_go(
     assert len(seen) == SESSIONS * ROUNDS * LINES and set(seen.values()) == {1}
     assert len(plots) == SESSIONS * ROUNDS  # each plot differs: none attributed twice
 
+    return rss_peak, tally.churned
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sessions_stream_and_plot_while_others_come_and_go(
+    load_broker: Broker, record_property: Callable[[str, object], None]
+) -> None:
+    broker = load_broker
+    _warm_up(broker)
+    rss_start = rss_kb(broker.pid)
+    passes = []
+    for _ in range(REPEAT):
+        peak, churned = _one_pass(broker)
+        passes.append(f"peak={peak} end={rss_kb(broker.pid)} churned={churned}")
     rss_end = rss_kb(broker.pid)
     summary = (
         f"load: backend={broker.backend} sessions={SESSIONS} rounds={ROUNDS} "
-        f"cells={len(tally.cells)} churned={tally.churned} "
-        f"rss_kb start={rss_start} peak={rss_peak} end={rss_end}"
+        f"cells={SESSIONS * ROUNDS * REPEAT} rss_kb start={rss_start} " + "; ".join(passes)
     )
     print(summary)
     record_property("load", summary)
