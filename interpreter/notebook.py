@@ -90,8 +90,6 @@ class NotebookRecorder:
         self._validated = 0
         #: (inode, size, mtime) of the file as last written; None before the first write.
         self._written: tuple[int, int, int] | None = None
-        #: How often the file was found changed or removed by someone else (then rewritten).
-        self.outside_changes = 0
 
     @classmethod
     def create(
@@ -212,7 +210,6 @@ class NotebookRecorder:
         except FileNotFoundError:
             now = None
         if now != self._written:
-            self.outside_changes += 1
             log.warning(
                 "notebook %s was %s outside the broker; rewriting it from the session's record",
                 self.path,
