@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from interpreter import rebuild
+from interpreter import memory, rebuild
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.errors import (
@@ -534,6 +534,7 @@ class SessionBroker:
             try:
                 await self.cull_once()
                 await self.idempotency.expire()
+                await asyncio.to_thread(memory.trim)
             except Exception:
                 log.exception("culling failed")
 

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +44,8 @@ CHURN = int(os.environ.get("INTERP_LOAD_CHURN", "4"))
 REPEAT = int(os.environ.get("INTERP_LOAD_REPEAT", "1"))
 #: Lines each cell prints, in several flushes (so they stream as separate chunks).
 LINES = 20
-#: How far above its warmed-up start the broker's RSS may end (allocator slack, caches).
-RSS_SLACK_MB = 40
+#: How far above its warmed-up start the broker's RSS may end (measured: 2 to 5 MB).
+RSS_SLACK_MB = 15
 TOKEN = re.compile(r"tok-(\d+)-(\d+)-(\d+)")
 
 CELL = """\
@@ -69,6 +70,15 @@ def rss_kb(pid: int) -> int:
     match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
     assert match, status
     return int(match.group(1))
+
+
+def settled_rss(pid: int, limit_kb: int, within_s: float = 30) -> int:
+    """The RSS of ``pid`` once at or below ``limit_kb`` (the broker returns freed memory
+    at its next housekeeping round), or the last value seen after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while (value := rss_kb(pid)) > limit_kb and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
 
 
 @dataclass
@@ -182,7 +192,11 @@ def load_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Brok
     broker = Broker(
         backend,
         tmp_path / "data",
-        ("--max-sessions", str(SESSIONS + 16), "--max-sessions-per-key", str(SESSIONS + 16)),
+        (
+            *("--max-sessions", str(SESSIONS + 16), "--max-sessions-per-key", str(SESSIONS + 16)),
+            # Housekeeping (which returns freed memory to the system) every second.
+            *("--cull-interval-s", "1"),
+        ),
     ).start()
     yield broker
     broker.stop()
@@ -257,7 +271,8 @@ def test_sessions_stream_and_plot_while_others_come_and_go(
     passes = []
     for _ in range(REPEAT):
         peak, churned = _one_pass(broker)
-        passes.append(f"peak={peak} end={rss_kb(broker.pid)} churned={churned}")
+        end = settled_rss(broker.pid, rss_start + RSS_SLACK_MB * 1024)
+        passes.append(f"peak={peak} end={end} churned={churned}")
     rss_end = rss_kb(broker.pid)
     summary = (
         f"load: backend={broker.backend} sessions={SESSIONS} rounds={ROUNDS} "

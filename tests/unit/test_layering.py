@@ -64,6 +64,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.logs", "base"),
     ("interpreter.audit", "base"),
     ("interpreter.kernelspecs", "base"),
+    ("interpreter.memory", "base"),
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),
     ("interpreter.audit_verify", "storage"),
