@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from interpreter import quota, rebuild, storage_floor
+from interpreter import memory, quota, rebuild, storage_floor
 from interpreter.artifacts import ArtifactStore
 from interpreter.backends import Backend
 from interpreter.errors import (
@@ -39,7 +39,7 @@ from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Execution, Limits
 from interpreter.models import Session as SessionModel
-from interpreter.notebook import NOTEBOOK_NAME
+from interpreter.notebook import NOTEBOOK_NAME, read_notebook_file
 from interpreter.policy.gate import PolicyGate
 from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import Recovery
@@ -239,11 +239,8 @@ class SessionBroker:
         if limits is not req.limits:
             req = req.model_copy(update={"limits": limits})
         source = await self._rebuild_source(owner, req)
-        self._creating += 1
-        try:
-            session = await self._start_session(owner, req, source.description if source else None)
-        finally:
-            self._creating -= 1
+        self._creating += 1  # until adopted by _start_session: then it counts as live
+        session = await self._start_session(owner, req, source.description if source else None)
         if source is not None:
             if source.workspace is not None:
                 await self._copy_workspace(session, source.workspace)
@@ -284,7 +281,10 @@ class SessionBroker:
     async def _start_session(
         self, owner: str, req: CreateSessionRequest, source: str | None
     ) -> LiveSession:
-        session = await self.factory.new(owner, req, source=source)
+        try:
+            session = await self.factory.new(owner, req, source=source)
+        finally:
+            self._creating -= 1  # a session being created counts once, not twice
         self._adopt(session)
         began = asyncio.get_running_loop().time()
         try:
@@ -595,7 +595,7 @@ class SessionBroker:
             return await live.notebook.to_json()
         await self._record(owner, session_id)
         path = self.settings.session_dir(session_id) / NOTEBOOK_NAME
-        return await asyncio.to_thread(path.read_text, encoding="utf-8")
+        return await asyncio.to_thread(read_notebook_file, path, session_id)
 
     async def artifact(
         self, owner: str, session_id: str, artifact_id: str
@@ -612,6 +612,7 @@ class SessionBroker:
             try:
                 await self.cull_once()
                 await self.idempotency.expire()
+                await asyncio.to_thread(memory.trim)
             except Exception:
                 log.exception("culling failed")
 

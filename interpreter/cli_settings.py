@@ -33,6 +33,11 @@ OTHER_VARIABLES: dict[str, str] = {
     "INTERP_DEBIAN_MIRROR": "the Debian mirror of the offline image build",
     "INTERP_REQUIRE_DOCKER": "the test suite: fail instead of skipping Docker tests",
     "INTERP_FUZZ_EXAMPLES": "the test suite: examples per API fuzzing case",
+    "INTERP_LOAD_SESSIONS": "the load suite: sessions streaming and plotting (scripts/soak)",
+    "INTERP_LOAD_ROUNDS": "the load suite: cells per session",
+    "INTERP_LOAD_BACKEND": "the load suite: local or docker",
+    "INTERP_LOAD_CHURN": "the load suite: sessions created and deleted meanwhile",
+    "INTERP_LOAD_REPEAT": "the load suite: passes over the same broker",
 }
 #: Settings whose values never appear in a message.
 SECRET_FIELDS = frozenset({"api_keys", "metrics_key", "operator_keys"})

@@ -85,6 +85,12 @@ class FileNotFoundInWorkspace(NotFound):
     code = "file_not_found"
 
 
+class NotebookNotFound(NotFound):
+    """A closed session's notebook file is gone, or damaged so that it is no notebook."""
+
+    code = "notebook_not_found"
+
+
 class Conflict(InterpreterError):
     code, status = "conflict", 409
 

@@ -21,7 +21,7 @@ from interpreter.ids import new_id
 from interpreter.image.packages import environment_packages, image_packages
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Limits
-from interpreter.notebook import NOTEBOOK_NAME, LiveNotebook, NotebookRecorder
+from interpreter.notebook import NOTEBOOK_NAME, LiveNotebook, NotebookRecorder, set_aside
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
@@ -196,8 +196,14 @@ class SessionFactory:
         try:
             recorder = await asyncio.to_thread(NotebookRecorder.load, path)
         except Exception as exc:
-            log.warning("session %s: notebook unreadable (%s); starting a new one", record.id, exc)
             recorder = self._new_notebook(options, record.id, None, {}).recorder
+            kept = await asyncio.to_thread(set_aside, path)
+            why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
+            note = f"the earlier notebook was {why} ({type(exc).__name__})" + (
+                f"; kept as {kept.name}" if kept else ""
+            )
+            recorder.nb.metadata["interp"]["recovery_note"] = note
+            log.warning("session %s: %s; starting a new one", record.id, note)
         # A session asked for its own image; it runs that image again.
         image = recorder.nb.metadata.get("interp", {}).get("image")
         if self.backend.isolated and isinstance(image, str) and image:

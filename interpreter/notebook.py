@@ -21,6 +21,7 @@ from typing import Any
 import nbformat
 from nbformat import v4
 
+from interpreter.errors import NotebookNotFound
 from interpreter.notes import commented_rerun
 
 NOTEBOOK_NAME = "notebook.ipynb"
@@ -48,6 +49,35 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def set_aside(path: Path) -> Path | None:
+    """Keep an unreadable notebook as ``<name>.corrupt-<time>`` (evidence, never overwritten);
+    the new path, or None when there is no file."""
+    if not path.exists():
+        return None
+    kept = path.with_name(f"{path.name}.corrupt-{datetime.now():%Y%m%dT%H%M%S%f}")
+    os.replace(path, kept)
+    return kept
+
+
+def read_notebook_file(path: Path, session_id: str) -> str:
+    """The text of a closed session's notebook; a missing or damaged file is a clear 404."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if not isinstance(json.loads(text), dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        raise NotebookNotFound(
+            f"Session '{session_id}' has no notebook file (it was removed on disk)."
+        ) from None
+    except ValueError as exc:  # also UnicodeDecodeError, json.JSONDecodeError
+        log.warning("notebook %s is damaged: %s", path, exc)
+        raise NotebookNotFound(
+            f"The notebook file of session '{session_id}' is damaged ({type(exc).__name__}); "
+            "its executions are still readable one by one."
+        ) from None
+    return text
+
+
 class NotebookRecorder:
     """Builds and saves the nbformat v4 notebook of one session.
 
@@ -59,6 +89,8 @@ class NotebookRecorder:
         self.path = path
         self.nb = nb
         self._validated = 0
+        #: (inode, size, mtime) of the file as last written; None before the first write.
+        self._written: tuple[int, int, int] | None = None
 
     @classmethod
     def create(
@@ -90,7 +122,10 @@ class NotebookRecorder:
     def load(cls, path: Path) -> NotebookRecorder:
         with open(path, encoding="utf-8") as fh:
             nb = nbformat.read(fh, as_version=4)  # type: ignore[no-untyped-call]
-        return cls(path, nb)
+            st = os.fstat(fh.fileno())
+        recorder = cls(path, nb)
+        recorder._written = (st.st_ino, st.st_size, st.st_mtime_ns)
+        return recorder
 
     def set_kernel_info(self, language_info: dict[str, Any], packages: dict[str, str]) -> None:
         if language_info:
@@ -172,8 +207,28 @@ class NotebookRecorder:
         # once added, so check the metadata and the new cells only.
         probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated :]})  # type: ignore[no-untyped-call]
         nbformat.validate(probe)
+        self._check_untouched()
         atomic_write_text(self.path, self.to_json())
         self._validated = cells
+        st = self.path.stat()
+        self._written = (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _check_untouched(self) -> None:
+        """Notice a file changed or removed outside the broker since its last write: the
+        document in memory is the record, so the file is rewritten from it, and said so."""
+        if self._written is None:
+            return
+        try:
+            st = self.path.stat()
+            now: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            now = None
+        if now != self._written:
+            log.warning(
+                "notebook %s was %s outside the broker; rewriting it from the session's record",
+                self.path,
+                "removed" if now is None else "changed",
+            )
 
 
 class LiveNotebook:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -237,6 +238,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await self.kernel.detach()
         else:
             await self.kernel.stop()
+            # Nothing of a closed session's kernel is left behind (its runtime directory).
+            await asyncio.to_thread(shutil.rmtree, self.options.runtime_dir, True)
         await self.notebook.flush()
         if keep_kernel:
             write = self._activity(previous)
@@ -313,7 +316,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
             raise SessionClosed.cannot_run(self.id, self.status)
-        if self.notebook.degraded:
+        # A client retrying after freeing space is served at once (the save is retried).
+        if self.notebook.degraded and not await self.notebook.save():
             raise AuditDegraded.notebook_unwritable()
         storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         ahead = self.executions.ahead() if reject_if_busy else None

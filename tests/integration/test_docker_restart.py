@@ -330,6 +330,10 @@ def test_kept_containers_end_without_a_broker_and_are_swept_when_their_data_is_g
         time.sleep(0.5)
     # Their data directory disappears for good; another broker on this engine sweeps them.
     assert list_broker_containers(broker_id)
+    # Deleted for good (its workspace quotas unmounted first, as deleting them needs).
+    for mount in [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]:
+        if mount.startswith(str(data_dir.resolve())):
+            subprocess.run(["umount", "-l", mount], check=True)
     shutil.rmtree(data_dir)
     other, _ = serve(tmp_path / "other-data", "0")
     try:

@@ -67,6 +67,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.audit", "base"),
     ("interpreter.memory", "base"),
     ("interpreter.kernelspecs", "base"),
+    ("interpreter.memory", "base"),
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),
     ("interpreter.audit_verify", "storage"),

@@ -1,0 +1,138 @@
+"""The broker SIGKILLed with long cells running, and started again (issue 14 items 1 and 7).
+
+Extends ``tests/integration/test_docker_restart.py::
+test_broker_killed_with_busy_sessions_serves_at_once_and_keeps_them`` with what it does not
+check: ``/healthz`` answers within seconds while the cells still run and a session is
+still reattaching; that session's requests get 503 ``session_reattaching`` with
+``Retry-After``; a session whose container was removed while the broker was down is closed
+with nothing left behind (container, runtime directory) and its in-flight cell is
+``unknown`` in SQLite and in its notebook; the other sessions are unaffected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import run
+from tests.faults.conftest import (
+    Broker,
+    Canary,
+    assert_one_final_record_each,
+    notebook_cell,
+    wait_for,
+)
+
+pytestmark = pytest.mark.docker
+
+#: Runs until the test drops a file named ``stop`` into the session's workspace (bound
+#: into the container), so "still running after the restart" holds however slow the host.
+LOOP = (
+    "import os, time\ni = 0\nwhile not os.path.exists('stop'):\n"
+    "    print(i, flush=True)\n    i += 1\n    time.sleep(0.2)\nprint('stopped', flush=True)"
+)
+#: How soon a restarted broker must answer /healthz, whatever its kernels do.
+HEALTHZ_WITHIN_S = 10
+
+
+def _start_long_cell(api: httpx.Client, sid: str) -> str:
+    """Start LOOP in ``sid`` and leave once it printed (the cell goes on: continue)."""
+    with api.stream(
+        "POST",
+        f"/v1/sessions/{sid}/execute",
+        json={"code": LOOP, "on_disconnect": "continue"},
+        headers={"Accept": "text/event-stream"},
+    ) as resp:
+        ex_id = resp.headers["X-Execution-Id"]
+        next(line for line in resp.iter_lines() if line.startswith("data:"))
+    return ex_id
+
+
+def _session(api: httpx.Client) -> tuple[str, str]:
+    sid: str = api.post("/v1/sessions", json={}).json()["id"]
+    first = run(api, sid, "kept = 'yes'")
+    assert first["status"] == "ok"
+    return sid, first["id"]
+
+
+def test_broker_sigkilled_with_two_long_cells_and_a_lost_container(
+    brokers: Callable[..., Broker],
+) -> None:
+    from interpreter.backends.docker.engine import docker_client, list_broker_containers
+
+    broker = brokers("docker")
+    with broker.client() as api:
+        canary = Canary(api)
+        (busy, busy_first), (lost, lost_first), (frozen, frozen_first) = (
+            _session(api) for _ in range(3)
+        )
+        busy_ex, lost_ex = _start_long_cell(api, busy), _start_long_cell(api, lost)
+    broker.kill()
+    engine = docker_client()
+    engine.containers.get(broker.container_id(lost)).remove(force=True)
+    # A kernel that cannot answer while the broker starts keeps its session reattaching.
+    frozen_container = engine.containers.get(broker.container_id(frozen))
+    frozen_container.pause()
+    try:
+        started = time.monotonic()
+        broker = brokers("docker")
+        with broker.client() as api:
+            health = api.get("/healthz")
+            assert time.monotonic() - started < HEALTHZ_WITHIN_S
+            assert health.status_code == 200
+            refused = api.post(f"/v1/sessions/{frozen}/execute", json={"code": "1"})
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["type"] == "session_reattaching"
+            assert int(refused.headers["Retry-After"]) > 0
+            assert api.get("/healthz").json()["reattaching_sessions"] >= 1
+            frozen_container.unpause()
+            infos: dict[str, dict[str, Any]] = {}
+            for sid in (busy, lost, frozen, canary.sid):
+                infos[sid] = wait_for(
+                    lambda s=sid: (
+                        (i := api.get(f"/v1/sessions/{s}").json())["status"] != "starting" and i
+                    ),
+                    what=f"session {sid} dealt with",
+                )
+            # Reattached while its cell runs; never closed for being busy.
+            assert infos[busy]["status"] == "busy", infos[busy]
+            assert infos[lost]["status"] == "closed", infos[lost]
+            wait_for(lambda: api.get("/healthz").json()["recovery"] == "done", what="recovery")
+            assert api.get("/healthz").json()["reattaching_sessions"] == 0
+            canary.api = api
+            canary.check()
+
+            # The closed session: nothing left, its in-flight cell unknown everywhere.
+            assert not broker.runtime_dir(lost).exists()
+            names = [c.name for c in list_broker_containers(broker.broker_id())]
+            assert not [n for n in names if lost in n], names
+            assert_one_final_record_each(broker, lost, {lost_first: "ok", lost_ex: "unknown"})
+            meta = notebook_cell(api, lost, lost_ex)["metadata"]["interp"]
+            assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
+
+            # The busy session: its cell ends, unknown, with what it printed since attached.
+            (broker.session_dir(busy) / "workspace" / "stop").write_text("")
+            wait_for(lambda: api.get(f"/v1/sessions/{busy}").json()["status"] == "idle")
+            ex = api.get(f"/v1/sessions/{busy}/executions/{busy_ex}").json()
+            assert ex["status"] == "unknown" and ex["stdout"].split()[-1] == "stopped"
+            after = run(api, busy, "kept")
+            assert after["outputs"][0]["data"]["text/plain"] == "'yes'"
+            assert_one_final_record_each(
+                broker, busy, {busy_first: "ok", busy_ex: "unknown", after["id"]: "ok"}
+            )
+            # The session that was frozen during the restart kept its kernel and state.
+            kept = run(api, frozen, "kept")
+            assert kept["outputs"][0]["data"]["text/plain"] == "'yes'" and not kept["state_lost"]
+            assert_one_final_record_each(broker, frozen, {frozen_first: "ok", kept["id"]: "ok"})
+            for sid in (busy, frozen, canary.sid):
+                assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+            assert list_broker_containers(broker.broker_id()) == []
+            assert not list((broker.data_dir / "run").iterdir())
+    finally:
+        with contextlib.suppress(Exception):  # already unpaused, or gone
+            frozen_container.unpause()
