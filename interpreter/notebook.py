@@ -57,6 +57,11 @@ class NotebookRecorder:
         self.path = path
         self.nb = nb
         self._validated = 0
+        #: Serialised JSON of each recorded cell, keyed by ``id(cell)`` (with the cell kept
+        #: to make the key safe): a cell is serialised once, not again at every save.
+        self._cell_json: dict[int, tuple[Any, str]] = {}
+        #: Bytes of cell JSON produced by ``json.dumps`` so far (the regression guard's count).
+        self.serialised_bytes = 0
 
     @classmethod
     def create(
@@ -144,10 +149,43 @@ class NotebookRecorder:
         self.nb.cells.append(cell)
         return len(self.nb.cells) - 1
 
+    def cell_changed(self, cell: Any) -> None:
+        """Forget the cached JSON of ``cell``: call after changing a recorded cell in place."""
+        self._cell_json.pop(id(cell), None)
+
+    def _dumps(self, value: Any) -> str:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        self.serialised_bytes += len(text)
+        return text
+
+    def _cell_text(self, cell: Any) -> str:
+        cached = self._cell_json.get(id(cell))
+        if cached is not None and cached[0] is cell:
+            return cached[1]
+        text = self._dumps(cell)
+        self._cell_json[id(cell)] = (cell, text)
+        return text
+
     def to_json(self) -> str:
-        # Compact: with ``indent`` json falls back to its pure-Python encoder, ~4x slower and
-        # holding the GIL for the whole (ever-growing) notebook after every cell.
-        return json.dumps(self.nb, ensure_ascii=False, allow_nan=False) + "\n"
+        """The whole notebook as compact JSON (the same text as ``json.dumps(self.nb)``).
+
+        Cells are serialised once and their text reused, so a save costs the header plus the
+        new cells, not the whole (ever-growing) notebook again. Compact: with ``indent`` json
+        falls back to its pure-Python encoder, ~4x slower.
+        """
+        cells = self.nb.cells
+        if len(self._cell_json) > len(cells):
+            live = {id(c) for c in cells}
+            self._cell_json = {k: v for k, v in self._cell_json.items() if k in live}
+        parts = []
+        for key, value in self.nb.items():
+            text = (
+                "[" + ", ".join(self._cell_text(c) for c in cells) + "]"
+                if key == "cells"
+                else self._dumps(value)
+            )
+            parts.append(self._dumps(key) + ": " + text)
+        return "{" + ", ".join(parts) + "}\n"
 
     def save(self) -> None:
         """Validate what is new and write atomically. Runs in a worker thread (under the
@@ -202,6 +240,7 @@ class LiveNotebook:
                     cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
                     if audit_sha256 is not None:
                         cell.metadata["interp"]["audit_sha256"] = audit_sha256
+                    self.recorder.cell_changed(cell)
                     break
         self.request_save()
 

@@ -1,0 +1,99 @@
+"""The notebook's save path: each cell is serialised once, so a save's cost does not grow
+with the session's length, and the text written is exactly the whole notebook."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nbformat
+
+from interpreter.notebook import NotebookRecorder
+
+PLOT = base64.b64encode(bytes(range(256)) * 64).decode()  # a 16 KiB "image"
+
+
+def outputs_for(i: int) -> list[dict[str, object]]:
+    if i % 10 == 0:
+        return [
+            {
+                "output_type": "display_data",
+                "data": {"image/png": PLOT, "text/plain": "<Figure>"},
+                "metadata": {},
+            }
+        ]
+    return [{"output_type": "stream", "name": "stdout", "text": f"{i}\n"}]
+
+
+def add(rec: NotebookRecorder, i: int) -> None:
+    rec.add_cell(
+        f"print({i})",
+        outputs_for(i),
+        execution_id=f"ex_{i:06d}",
+        execution_count=i,
+        status="ok",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        duration_ms=1.0,
+        state_lost=False,
+        reason=None,
+    )
+
+
+def recorder(tmp_path: Path) -> NotebookRecorder:
+    return NotebookRecorder.create(
+        tmp_path / "notebook.ipynb", session_id="s1", kernel_name="python3", backend="local"
+    )
+
+
+def test_serialised_bytes_per_cell_do_not_grow_with_the_session(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    per_cell: list[int] = []
+    for i in range(1, 1001):
+        add(rec, i)
+        before = rec.serialised_bytes
+        rec.to_json()  # what every save serialises
+        per_cell.append(rec.serialised_bytes - before)
+    early, late = sum(per_cell[:50]), sum(per_cell[950:])
+    # Each window holds five plots; only the new cell and the small header are serialised.
+    assert late <= 1.2 * early, (early, late)
+    assert late < 5 * len(PLOT) + 50 * 2_000
+
+
+def test_text_is_exactly_the_whole_notebook_and_saves_are_valid(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    for i in range(1, 31):
+        add(rec, i)
+        if i % 7 == 0:
+            rec.save()
+    rec.set_kernel_info({"name": "python", "version": "3.11.0"}, {})
+    assert rec.to_json() == json.dumps(rec.nb, ensure_ascii=False, allow_nan=False) + "\n"
+    rec.save()
+    on_disk = nbformat.read(str(rec.path), as_version=4)
+    nbformat.validate(on_disk)
+    assert [c.execution_count for c in on_disk.cells] == list(range(1, 31))
+    assert on_disk.metadata["language_info"]["version"] == "3.11.0"
+
+
+def test_a_cell_changed_in_place_is_serialised_again(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    for i in range(1, 4):
+        add(rec, i)
+    rec.to_json()
+    cell = rec.nb.cells[1]
+    cell.outputs = [nbformat.from_dict(o) for o in outputs_for(10)]
+    rec.cell_changed(cell)
+    assert rec.to_json() == json.dumps(rec.nb, ensure_ascii=False, allow_nan=False) + "\n"
+    assert PLOT in rec.to_json()
+
+
+def test_cells_dropped_from_the_notebook_leave_the_cache(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    for i in range(1, 6):
+        add(rec, i)
+    rec.to_json()
+    del rec.nb.cells[:3]
+    text = rec.to_json()
+    assert [c["execution_count"] for c in json.loads(text)["cells"]] == [4, 5]
+    assert len(rec._cell_json) == 2
