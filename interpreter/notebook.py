@@ -188,15 +188,20 @@ class NotebookRecorder:
         return "{" + ", ".join(parts) + "}\n"
 
     def save(self) -> None:
-        """Validate what is new and write atomically. Runs in a worker thread (under the
-        session's notebook lock, so the loop does not mutate the notebook meanwhile)."""
+        """Validate what is new and write atomically (blocking: not on the event loop)."""
+        atomic_write_text(self.path, self.serialise())
+
+    def serialise(self) -> str:
+        """Validate what is new and return the text to write. Runs in a worker thread under
+        the session's notebook lock, so the loop does not mutate the notebook meanwhile."""
         cells = len(self.nb.cells)
         # Validating the whole notebook each time grows with its size; cells don't change
         # once added, so check the metadata and the new cells only.
         probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated :]})  # type: ignore[no-untyped-call]
         nbformat.validate(probe)
-        atomic_write_text(self.path, self.to_json())
+        text = self.to_json()
         self._validated = cells
+        return text
 
 
 class LiveNotebook:
@@ -212,6 +217,9 @@ class LiveNotebook:
         #: True while the last write failed: the session then runs no new code.
         self.degraded = False
         self._lock = asyncio.Lock()
+        #: Orders the file writes; held while writing, without the document lock, so new
+        #: cells are recorded (and their executions answered) while the disk syncs.
+        self._write_lock = asyncio.Lock()
         self._save_task: asyncio.Task[None] | None = None
         self._save_again = False
 
@@ -276,10 +284,16 @@ class LiveNotebook:
         return await self.save()
 
     async def save(self) -> bool:
-        """Write the notebook now, off the loop; on failure mark it degraded (R-12)."""
-        async with self._lock:
+        """Write the notebook now, off the loop; on failure mark it degraded (R-12).
+
+        The document is serialised under the lock, then written (and synced) without it:
+        the file holds every cell recorded before this call once it returns True.
+        """
+        async with self._write_lock:
             try:
-                await asyncio.to_thread(self.recorder.save)
+                async with self._lock:
+                    text = await asyncio.to_thread(self.recorder.serialise)
+                await asyncio.to_thread(atomic_write_text, self.recorder.path, text)
             except Exception:
                 log.exception("session %s: notebook write failed; refusing new work", self.name)
                 self.degraded = True

@@ -1,16 +1,21 @@
 """The notebook's save path: each cell is serialised once, so a save's cost does not grow
-with the session's length, and the text written is exactly the whole notebook."""
+with the session's length; the text written is exactly the whole notebook; cells are
+recorded while a write syncs; a failed write marks the notebook degraded until one works."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
+import pytest
 
-from interpreter.notebook import NotebookRecorder
+from interpreter import notebook
+from interpreter.notebook import LiveNotebook, NotebookRecorder
 
 PLOT = base64.b64encode(bytes(range(256)) * 64).decode()  # a 16 KiB "image"
 
@@ -27,18 +32,20 @@ def outputs_for(i: int) -> list[dict[str, object]]:
     return [{"output_type": "stream", "name": "stdout", "text": f"{i}\n"}]
 
 
+def meta(i: int) -> dict[str, object]:
+    return {
+        "execution_id": f"ex_{i:06d}",
+        "execution_count": i,
+        "status": "ok",
+        "started_at": datetime(2026, 1, 1, tzinfo=UTC),
+        "duration_ms": 1.0,
+        "state_lost": False,
+        "reason": None,
+    }
+
+
 def add(rec: NotebookRecorder, i: int) -> None:
-    rec.add_cell(
-        f"print({i})",
-        outputs_for(i),
-        execution_id=f"ex_{i:06d}",
-        execution_count=i,
-        status="ok",
-        started_at=datetime(2026, 1, 1, tzinfo=UTC),
-        duration_ms=1.0,
-        state_lost=False,
-        reason=None,
-    )
+    rec.add_cell(f"print({i})", outputs_for(i), **meta(i))  # type: ignore[arg-type]
 
 
 def recorder(tmp_path: Path) -> NotebookRecorder:
@@ -97,3 +104,42 @@ def test_cells_dropped_from_the_notebook_leave_the_cache(tmp_path: Path) -> None
     text = rec.to_json()
     assert [c["execution_count"] for c in json.loads(text)["cells"]] == [4, 5]
     assert len(rec._cell_json) == 2
+
+
+async def test_cells_are_recorded_while_the_file_is_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The disk is slow: the first write waits (in its worker thread) until released.
+    writing, release = threading.Event(), threading.Event()
+    real_write = notebook.atomic_write_text
+
+    def slow_write(path: Path, text: str) -> None:
+        writing.set()
+        release.wait(30)
+        real_write(path, text)
+
+    monkeypatch.setattr(notebook, "atomic_write_text", slow_write)
+    live = LiveNotebook(recorder(tmp_path), "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    assert await asyncio.to_thread(writing.wait, 30)
+    # The next cell (and so its execution's answer) does not wait for the sync.
+    await asyncio.wait_for(live.add_cell("print(2)", outputs_for(2), **meta(2)), 10)
+    assert len(json.loads(await live.to_json())["cells"]) == 2
+    release.set()
+    assert await live.flush()
+    on_disk = nbformat.read(str(live.path), as_version=4)
+    assert [c.execution_count for c in on_disk.cells] == [1, 2]
+
+
+async def test_a_failed_write_degrades_until_a_write_succeeds(tmp_path: Path) -> None:
+    rec = NotebookRecorder.create(
+        tmp_path / "gone" / "notebook.ipynb", session_id="s1", kernel_name="k", backend="local"
+    )
+    live = LiveNotebook(rec, "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    assert not await live.flush()
+    assert live.degraded
+    (tmp_path / "gone").mkdir()
+    assert await live.save()
+    assert not live.degraded
+    assert [c.execution_count for c in nbformat.read(str(rec.path), as_version=4).cells] == [1]
