@@ -22,6 +22,12 @@ import nbformat
 from nbformat import v4
 
 NOTEBOOK_NAME = "notebook.ipynb"
+#: Background saves are paced: after a write that took ``d`` seconds the next one starts no
+#: sooner than ``SAVE_PACE * d`` later (at most ``SAVE_MAX_DELAY_S``), the cells recorded
+#: meanwhile going out together. A write costs about the file's size, so the writes' cost
+#: per cell stays flat as the notebook grows (at most 1/(1 + SAVE_PACE) of one core).
+SAVE_PACE = 4.0
+SAVE_MAX_DELAY_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +66,9 @@ class NotebookRecorder:
         #: Serialised JSON of each recorded cell, keyed by ``id(cell)`` (with the cell kept
         #: to make the key safe): a cell is serialised once, not again at every save.
         self._cell_json: dict[int, tuple[Any, str]] = {}
-        #: Bytes of cell JSON produced by ``json.dumps`` so far (the regression guard's count).
-        self.serialised_bytes = 0
+        #: Bytes of cell JSON produced by ``json.dumps`` so far (the regression guard's count;
+        #: each cell once, unless changed in place).
+        self.serialised_cell_bytes = 0
 
     @classmethod
     def create(
@@ -153,16 +160,16 @@ class NotebookRecorder:
         """Forget the cached JSON of ``cell``: call after changing a recorded cell in place."""
         self._cell_json.pop(id(cell), None)
 
-    def _dumps(self, value: Any) -> str:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        self.serialised_bytes += len(text)
-        return text
+    @staticmethod
+    def _dumps(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
     def _cell_text(self, cell: Any) -> str:
         cached = self._cell_json.get(id(cell))
         if cached is not None and cached[0] is cell:
             return cached[1]
         text = self._dumps(cell)
+        self.serialised_cell_bytes += len(text)
         self._cell_json[id(cell)] = (cell, text)
         return text
 
@@ -222,6 +229,8 @@ class LiveNotebook:
         self._write_lock = asyncio.Lock()
         self._save_task: asyncio.Task[None] | None = None
         self._save_again = False
+        self._next_save_at = 0.0
+        self._pacing = False
 
     @property
     def path(self) -> Path:
@@ -270,17 +279,31 @@ class LiveNotebook:
         self._save_task = asyncio.create_task(self._save_loop(), name=f"save-{self.name}")
 
     async def _save_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            delay = self._next_save_at - loop.time()
+            if delay > 0:
+                self._pacing = True
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self._pacing = False
             self._save_again = False
+            started = loop.time()
             await self.save()
+            ended = loop.time()
+            self._next_save_at = ended + min(SAVE_MAX_DELAY_S, SAVE_PACE * (ended - started))
             if not self._save_again:
                 return
 
     async def flush(self) -> bool:
-        """Wait until the file holds every recorded cell; returns whether it does."""
-        if self._save_task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._save_task)
+        """Write now and wait until the file holds every recorded cell; returns whether it
+        does. A background save waiting for its turn is dropped (this one covers it)."""
+        task = self._save_task
+        if task is not None and not task.done():
+            if self._pacing:
+                task.cancel()
+            await asyncio.wait({task})  # its outcome is this save's to report
         return await self.save()
 
     async def save(self) -> bool:

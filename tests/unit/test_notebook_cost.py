@@ -17,7 +17,7 @@ import pytest
 from interpreter import notebook
 from interpreter.notebook import LiveNotebook, NotebookRecorder
 
-PLOT = base64.b64encode(bytes(range(256)) * 64).decode()  # a 16 KiB "image"
+PLOT = base64.b64encode(bytes(range(256)) * 16).decode()  # a 4 KiB "image"
 
 
 def outputs_for(i: int) -> list[dict[str, object]]:
@@ -59,13 +59,14 @@ def test_serialised_bytes_per_cell_do_not_grow_with_the_session(tmp_path: Path) 
     per_cell: list[int] = []
     for i in range(1, 1001):
         add(rec, i)
-        before = rec.serialised_bytes
+        before = rec.serialised_cell_bytes
         rec.to_json()  # what every save serialises
-        per_cell.append(rec.serialised_bytes - before)
+        per_cell.append(rec.serialised_cell_bytes - before)
     early, late = sum(per_cell[:50]), sum(per_cell[950:])
-    # Each window holds five plots; only the new cell and the small header are serialised.
+    # Each window holds five plots; only the new cell is serialised, once.
     assert late <= 1.2 * early, (early, late)
-    assert late < 5 * len(PLOT) + 50 * 2_000
+    assert late < 5 * len(PLOT) + 50 * 1_000
+    assert rec.serialised_cell_bytes == sum(len(json.dumps(c)) for c in rec.nb.cells)
 
 
 def test_text_is_exactly_the_whole_notebook_and_saves_are_valid(tmp_path: Path) -> None:
@@ -143,3 +144,22 @@ async def test_a_failed_write_degrades_until_a_write_succeeds(tmp_path: Path) ->
     assert await live.save()
     assert not live.degraded
     assert [c.execution_count for c in nbformat.read(str(rec.path), as_version=4).cells] == [1]
+
+
+async def test_flush_writes_at_once_while_a_paced_save_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notebook, "SAVE_PACE", 1e9)
+    monkeypatch.setattr(notebook, "SAVE_MAX_DELAY_S", 600.0)
+    live = LiveNotebook(recorder(tmp_path), "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    assert await live.flush()
+    # The next background save now waits its turn (ten minutes here) ...
+    await live.add_cell("print(2)", outputs_for(2), **meta(2))
+    await asyncio.sleep(0)
+    on_disk = nbformat.read(str(live.path), as_version=4)
+    assert [c.execution_count for c in on_disk.cells] == [1]
+    # ... and a flush does not wait for it.
+    assert await asyncio.wait_for(live.flush(), 30)
+    on_disk = nbformat.read(str(live.path), as_version=4)
+    assert [c.execution_count for c in on_disk.cells] == [1, 2]
