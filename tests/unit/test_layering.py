@@ -80,6 +80,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
     ("interpreter.heartbeat", "runtime"),
+    ("interpreter.readiness", "runtime"),
     ("interpreter.session", "session"),
     ("interpreter.launch", "launch"),
     ("interpreter.rebuild", "launch"),
