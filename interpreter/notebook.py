@@ -23,10 +23,14 @@ from nbformat import v4
 
 NOTEBOOK_NAME = "notebook.ipynb"
 #: Background saves are paced: after a write that took ``d`` seconds the next one starts no
-#: sooner than ``SAVE_PACE * d`` later (at most ``SAVE_MAX_DELAY_S``), the cells recorded
-#: meanwhile going out together. A write costs about the file's size, so the writes' cost
-#: per cell stays flat as the notebook grows (at most 1/(1 + SAVE_PACE) of one core).
-SAVE_PACE = 4.0
+#: sooner than ``SAVE_PACE * d`` later (at least ``SAVE_MIN_DELAY_S``, at most
+#: ``SAVE_MAX_DELAY_S``), the cells recorded meanwhile going out together. A write costs
+#: about the file's size, so the writes' cost per cell stays flat as the notebook grows (at
+#: most 1/(1 + SAVE_PACE) of one core), and quick cells share one write and one fsync.
+#: The file may lag the in-memory notebook (which the API serves) by that pause; a close or
+#: shutdown flushes at once, and every execution is in the store before its id is given.
+SAVE_PACE = 8.0
+SAVE_MIN_DELAY_S = 0.05
 SAVE_MAX_DELAY_S = 2.0
 
 log = logging.getLogger(__name__)
@@ -34,10 +38,16 @@ log = logging.getLogger(__name__)
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
+    atomic_write_parts(path, [text])
+
+
+def atomic_write_parts(path: Path, parts: list[str]) -> None:
+    """:func:`atomic_write_text` of ``"".join(parts)``, without building the whole text."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            for part in parts:
+                fh.write(part)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -174,41 +184,52 @@ class NotebookRecorder:
         return text
 
     def to_json(self) -> str:
-        """The whole notebook as compact JSON (the same text as ``json.dumps(self.nb)``).
+        """The whole notebook as compact JSON (the same text as ``json.dumps(self.nb)``)."""
+        return "".join(self.parts())
 
-        Cells are serialised once and their text reused, so a save costs the header plus the
-        new cells, not the whole (ever-growing) notebook again. Compact: with ``indent`` json
-        falls back to its pure-Python encoder, ~4x slower.
+    def parts(self) -> list[str]:
+        """The notebook's JSON text in pieces (joined, the same as ``json.dumps(self.nb)``).
+
+        Cells are serialised once and their text reused, so this costs the header plus the
+        new cells, not the whole (ever-growing) notebook again; the pieces are immutable,
+        so they can be written out after the document has moved on. Compact: with
+        ``indent`` json falls back to its pure-Python encoder, ~4x slower.
         """
         cells = self.nb.cells
         if len(self._cell_json) > len(cells):
             live = {id(c) for c in cells}
             self._cell_json = {k: v for k, v in self._cell_json.items() if k in live}
-        parts = []
-        for key, value in self.nb.items():
-            text = (
-                "[" + ", ".join(self._cell_text(c) for c in cells) + "]"
-                if key == "cells"
-                else self._dumps(value)
-            )
-            parts.append(self._dumps(key) + ": " + text)
-        return "{" + ", ".join(parts) + "}\n"
+        out = ["{"]
+        for i, (key, value) in enumerate(self.nb.items()):
+            out.append((", " if i else "") + self._dumps(key) + ": ")
+            if key == "cells":
+                out.append("[")
+                for j, cell in enumerate(cells):
+                    if j:
+                        out.append(", ")
+                    out.append(self._cell_text(cell))
+                out.append("]")
+            else:
+                out.append(self._dumps(value))
+        out.append("}\n")
+        return out
 
     def save(self) -> None:
         """Validate what is new and write atomically (blocking: not on the event loop)."""
-        atomic_write_text(self.path, self.serialise())
+        atomic_write_parts(self.path, self.serialise())
 
-    def serialise(self) -> str:
-        """Validate what is new and return the text to write. Runs in a worker thread under
-        the session's notebook lock, so the loop does not mutate the notebook meanwhile."""
+    def serialise(self) -> list[str]:
+        """Validate what is new and return the text to write, in pieces (:meth:`parts`).
+        Runs under the session's notebook lock, so the loop does not mutate the notebook
+        meanwhile; the write itself needs no lock."""
         cells = len(self.nb.cells)
         # Validating the whole notebook each time grows with its size; cells don't change
         # once added, so check the metadata and the new cells only.
         probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated :]})  # type: ignore[no-untyped-call]
         nbformat.validate(probe)
-        text = self.to_json()
+        parts = self.parts()
         self._validated = cells
-        return text
+        return parts
 
 
 class LiveNotebook:
@@ -292,7 +313,8 @@ class LiveNotebook:
             started = loop.time()
             await self.save()
             ended = loop.time()
-            self._next_save_at = ended + min(SAVE_MAX_DELAY_S, SAVE_PACE * (ended - started))
+            pause = min(SAVE_MAX_DELAY_S, max(SAVE_MIN_DELAY_S, SAVE_PACE * (ended - started)))
+            self._next_save_at = ended + pause
             if not self._save_again:
                 return
 
@@ -315,8 +337,8 @@ class LiveNotebook:
         async with self._write_lock:
             try:
                 async with self._lock:
-                    text = await asyncio.to_thread(self.recorder.serialise)
-                await asyncio.to_thread(atomic_write_text, self.recorder.path, text)
+                    parts = await asyncio.to_thread(self.recorder.serialise)
+                await asyncio.to_thread(atomic_write_parts, self.recorder.path, parts)
             except Exception:
                 log.exception("session %s: notebook write failed; refusing new work", self.name)
                 self.degraded = True

@@ -112,14 +112,14 @@ async def test_cells_are_recorded_while_the_file_is_being_written(
 ) -> None:
     # The disk is slow: the first write waits (in its worker thread) until released.
     writing, release = threading.Event(), threading.Event()
-    real_write = notebook.atomic_write_text
+    real_write = notebook.atomic_write_parts
 
-    def slow_write(path: Path, text: str) -> None:
+    def slow_write(path: Path, parts: list[str]) -> None:
         writing.set()
         release.wait(30)
-        real_write(path, text)
+        real_write(path, parts)
 
-    monkeypatch.setattr(notebook, "atomic_write_text", slow_write)
+    monkeypatch.setattr(notebook, "atomic_write_parts", slow_write)
     live = LiveNotebook(recorder(tmp_path), "s1")
     await live.add_cell("print(1)", outputs_for(1), **meta(1))
     assert await asyncio.to_thread(writing.wait, 30)
