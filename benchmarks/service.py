@@ -236,7 +236,7 @@ def idle_sessions(backend: str, count: int) -> dict[str, Any]:
     ):
         base = broker.rss_mb()
         ids = []
-        deadline = time.monotonic() + 60 + 10 * count
+        deadline = time.monotonic() + min(900, 60 + 5 * count)
         for _ in range(count):
             if time.monotonic() > deadline:
                 errors.append("time limit reached")
