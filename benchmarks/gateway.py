@@ -50,8 +50,53 @@ NOT_INSTALLED = (
 FLOOD = "for i in range(10000):\n    print(i, flush=True)"
 
 
+#: The gateway's own virtualenv (made by :func:`ensure_venv`): its dependencies never mix
+#: with the service's. It also holds this package, for the same kernelspecs and provisioner.
+VENV = REPO / ".venv-bench"
+GATEWAY_VERSION = "3.0.1"
+
+
+def venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
 def installed() -> bool:
-    return importlib.util.find_spec("kernel_gateway") is not None
+    return venv_python().exists() or importlib.util.find_spec("kernel_gateway") is not None
+
+
+def gateway_python() -> str:
+    """The interpreter that runs the gateway: its own venv's when there is one."""
+    return str(venv_python()) if venv_python().exists() else sys.executable
+
+
+def ensure_venv() -> bool:
+    """Create :data:`VENV` with Kernel Gateway (through pip, once); whether it is there."""
+    if venv_python().exists():
+        return True
+    print(f"creating {VENV} with jupyter_kernel_gateway=={GATEWAY_VERSION} ...", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
+        subprocess.run(
+            [
+                str(venv_python()),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "-e",
+                str(REPO),
+                f"jupyter_kernel_gateway=={GATEWAY_VERSION}",
+            ],
+            check=True,
+            timeout=900,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"Kernel Gateway venv not made: {exc}", flush=True)
+        import shutil
+
+        shutil.rmtree(VENV, ignore_errors=True)
+        return False
+    return True
 
 
 def free_port() -> int:
@@ -78,7 +123,7 @@ def kernel_gateway(token: str, nodelay: bool = False, timeout: float = 60) -> It
         )
     proc = subprocess.Popen(
         [
-            sys.executable,
+            gateway_python(),
             "-m",
             "kernel_gateway",
             "--KernelGatewayApp.ip=127.0.0.1",

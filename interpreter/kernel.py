@@ -36,6 +36,7 @@ from interpreter.errors import KernelStartFailed
 from interpreter.heartbeat import Heartbeat, hb_url
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.models import KernelInfo
+from interpreter.readiness import wait_ready
 
 log = logging.getLogger(__name__)
 
@@ -417,8 +418,7 @@ class Kernel:
             if busy_ok:
                 reply = await _control_kernel_info(kc, KERNEL_INFO_TIMEOUT_S)
             else:
-                await kc.wait_for_ready(timeout=self.start_timeout_s)
-                reply = await kc.kernel_info(reply=True, timeout=KERNEL_INFO_TIMEOUT_S)
+                reply = await wait_ready(kc, self.start_timeout_s)
         except Exception:
             kc.stop_channels()
             raise

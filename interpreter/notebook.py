@@ -25,16 +25,32 @@ from interpreter.errors import NotebookNotFound
 from interpreter.notes import commented_rerun
 
 NOTEBOOK_NAME = "notebook.ipynb"
+#: Background saves are paced: after a write that took ``d`` seconds the next one starts no
+#: sooner than ``SAVE_PACE * d`` later (at least ``SAVE_MIN_DELAY_S``, at most
+#: ``SAVE_MAX_DELAY_S``), the cells recorded meanwhile going out together. A write costs
+#: about the file's size, so the writes' cost per cell stays flat as the notebook grows (at
+#: most 1/(1 + SAVE_PACE) of one core), and quick cells share one write and one fsync.
+#: The file may lag the in-memory notebook (which the API serves) by that pause; a close or
+#: shutdown flushes at once, and every execution is in the store before its id is given.
+SAVE_PACE = 8.0
+SAVE_MIN_DELAY_S = 0.05
+SAVE_MAX_DELAY_S = 2.0
 
 log = logging.getLogger(__name__)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
+    atomic_write_parts(path, [text])
+
+
+def atomic_write_parts(path: Path, parts: list[str]) -> None:
+    """:func:`atomic_write_text` of ``"".join(parts)``, without building the whole text."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            for part in parts:
+                fh.write(part)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -91,6 +107,12 @@ class NotebookRecorder:
         self._validated = 0
         #: (inode, size, mtime) of the file as last written; None before the first write.
         self._written: tuple[int, int, int] | None = None
+        #: Serialised JSON of each recorded cell, keyed by ``id(cell)`` (with the cell kept
+        #: to make the key safe): a cell is serialised once, not again at every save.
+        self._cell_json: dict[int, tuple[Any, str]] = {}
+        #: Bytes of cell JSON produced by ``json.dumps`` so far (the regression guard's count;
+        #: each cell once, unless changed in place).
+        self.serialised_cell_bytes = 0
 
     @classmethod
     def create(
@@ -194,22 +216,76 @@ class NotebookRecorder:
         self.nb.cells.append(v4.new_markdown_cell(source=text))  # type: ignore[no-untyped-call]
         return len(self.nb.cells) - 1
 
+    def cell_changed(self, cell: Any) -> None:
+        """Forget the cached JSON of ``cell``: call after changing a recorded cell in place."""
+        self._cell_json.pop(id(cell), None)
+
+    @staticmethod
+    def _dumps(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+    def _cell_text(self, cell: Any) -> str:
+        cached = self._cell_json.get(id(cell))
+        if cached is not None and cached[0] is cell:
+            return cached[1]
+        text = self._dumps(cell)
+        self.serialised_cell_bytes += len(text)
+        self._cell_json[id(cell)] = (cell, text)
+        return text
+
     def to_json(self) -> str:
-        # Compact: with ``indent`` json falls back to its pure-Python encoder, ~4x slower and
-        # holding the GIL for the whole (ever-growing) notebook after every cell.
-        return json.dumps(self.nb, ensure_ascii=False, allow_nan=False) + "\n"
+        """The whole notebook as compact JSON (the same text as ``json.dumps(self.nb)``)."""
+        return "".join(self.parts())
+
+    def parts(self) -> list[str]:
+        """The notebook's JSON text in pieces (joined, the same as ``json.dumps(self.nb)``).
+
+        Cells are serialised once and their text reused, so this costs the header plus the
+        new cells, not the whole (ever-growing) notebook again; the pieces are immutable,
+        so they can be written out after the document has moved on. Compact: with
+        ``indent`` json falls back to its pure-Python encoder, ~4x slower.
+        """
+        cells = self.nb.cells
+        if len(self._cell_json) > len(cells):
+            live = {id(c) for c in cells}
+            self._cell_json = {k: v for k, v in self._cell_json.items() if k in live}
+        out = ["{"]
+        for i, (key, value) in enumerate(self.nb.items()):
+            out.append((", " if i else "") + self._dumps(key) + ": ")
+            if key == "cells":
+                out.append("[")
+                for j, cell in enumerate(cells):
+                    if j:
+                        out.append(", ")
+                    out.append(self._cell_text(cell))
+                out.append("]")
+            else:
+                out.append(self._dumps(value))
+        out.append("}\n")
+        return out
 
     def save(self) -> None:
-        """Validate what is new and write atomically. Runs in a worker thread (under the
-        session's notebook lock, so the loop does not mutate the notebook meanwhile)."""
+        """Validate what is new and write atomically (blocking: not on the event loop)."""
+        self.write(self.serialise())
+
+    def serialise(self) -> list[str]:
+        """Validate what is new and return the text to write, in pieces (:meth:`parts`).
+        Runs under the session's notebook lock, so the loop does not mutate the notebook
+        meanwhile; the write itself needs no lock."""
         cells = len(self.nb.cells)
         # Validating the whole notebook each time grows with its size; cells don't change
         # once added, so check the metadata and the new cells only.
         probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated :]})  # type: ignore[no-untyped-call]
         nbformat.validate(probe)
-        self._check_untouched()
-        atomic_write_text(self.path, self.to_json())
+        parts = self.parts()
         self._validated = cells
+        return parts
+
+    def write(self, parts: list[str]) -> None:
+        """Write ``parts`` (from :meth:`serialise`) atomically, noticing first whether the
+        file was changed or removed outside the broker since its last write (blocking)."""
+        self._check_untouched()
+        atomic_write_parts(self.path, parts)
         st = self.path.stat()
         self._written = (st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -244,8 +320,13 @@ class LiveNotebook:
         #: True while the last write failed: the session then runs no new code.
         self.degraded = False
         self._lock = asyncio.Lock()
+        #: Orders the file writes; held while writing, without the document lock, so new
+        #: cells are recorded (and their executions answered) while the disk syncs.
+        self._write_lock = asyncio.Lock()
         self._save_task: asyncio.Task[None] | None = None
         self._save_again = False
+        self._next_save_at = 0.0
+        self._pacing = False
 
     @property
     def path(self) -> Path:
@@ -278,6 +359,7 @@ class LiveNotebook:
                     cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
                     if audit_sha256 is not None:
                         cell.metadata["interp"]["audit_sha256"] = audit_sha256
+                    self.recorder.cell_changed(cell)
                     break
         self.request_save()
 
@@ -299,24 +381,45 @@ class LiveNotebook:
         self._save_task = asyncio.create_task(self._save_loop(), name=f"save-{self.name}")
 
     async def _save_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            delay = self._next_save_at - loop.time()
+            if delay > 0:
+                self._pacing = True
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self._pacing = False
             self._save_again = False
+            started = loop.time()
             await self.save()
+            ended = loop.time()
+            pause = min(SAVE_MAX_DELAY_S, max(SAVE_MIN_DELAY_S, SAVE_PACE * (ended - started)))
+            self._next_save_at = ended + pause
             if not self._save_again:
                 return
 
     async def flush(self) -> bool:
-        """Wait until the file holds every recorded cell; returns whether it does."""
-        if self._save_task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._save_task)
+        """Write now and wait until the file holds every recorded cell; returns whether it
+        does. A background save waiting for its turn is dropped (this one covers it)."""
+        task = self._save_task
+        if task is not None and not task.done():
+            if self._pacing:
+                task.cancel()
+            await asyncio.wait({task})  # its outcome is this save's to report
         return await self.save()
 
     async def save(self) -> bool:
-        """Write the notebook now, off the loop; on failure mark it degraded (R-12)."""
-        async with self._lock:
+        """Write the notebook now, off the loop; on failure mark it degraded (R-12).
+
+        The document is serialised under the lock, then written (and synced) without it:
+        the file holds every cell recorded before this call once it returns True.
+        """
+        async with self._write_lock:
             try:
-                await asyncio.to_thread(self.recorder.save)
+                async with self._lock:
+                    parts = await asyncio.to_thread(self.recorder.serialise)
+                await asyncio.to_thread(self.recorder.write, parts)
             except Exception:
                 log.exception("session %s: notebook write failed; refusing new work", self.name)
                 self.degraded = True

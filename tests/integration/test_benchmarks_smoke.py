@@ -44,3 +44,22 @@ def test_missing_gateway_is_reported_and_the_others_still_run(
     assert "raw jupyter_client" in out
     assert "local backend" in out
     assert "Kernel Gateway (" not in out
+
+
+def test_harness_prints_each_figure_with_its_ratio_to_the_floor(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import run
+
+    argv = ["run", "--quick", "--backends", "local", "--only", "cold", "--no-gateway"]
+    monkeypatch.setattr(sys, "argv", argv)
+    run.main()
+    out = capsys.readouterr().out
+    assert "FAILED" not in out
+    assert "| cold create to 1st result | floor local |" in out
+    row = next(
+        line
+        for line in out.splitlines()
+        if line.startswith("| cold create to 1st result | API local |")
+    )
+    assert row.split("|")[4].strip().endswith("x"), row

@@ -101,6 +101,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.routing", "runtime"),
     ("interpreter.snapshot", "runtime"),
     ("interpreter.displays", "runtime"),
+    ("interpreter.readiness", "runtime"),
     ("interpreter.session", "session"),
     ("interpreter.launch", "launch"),
     ("interpreter.rebuild", "launch"),

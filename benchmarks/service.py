@@ -1,0 +1,321 @@
+"""This service's side of the harness: every scenario through its HTTP API.
+
+The broker is ``interp serve`` in its own process (as deployed), so its resident memory and
+its CPU time (``/proc/<pid>``) are the broker's alone. Clients set ``TCP_NODELAY`` as the
+SDK does. Every loop is bounded in count; every request has a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.floors import BUFFERED, ONE_MESSAGE_PER_LINE
+
+TRANSPORT_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+#: A cell that makes a small matplotlib plot (an image output stored as an artifact).
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [{i}, 1, 2])\nplt.show()"
+
+
+@dataclass
+class Broker:
+    url: str
+    pid: int
+    data: Path
+
+    def client(self, timeout: float = 300) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url,
+            timeout=timeout,
+            transport=httpx.HTTPTransport(socket_options=TRANSPORT_OPTIONS),
+        )
+
+    def rss_mb(self) -> float:
+        """The broker process's resident memory."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the broker process has used, all its threads."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def warm(self) -> int:
+        text = httpx.get(self.url + "/metrics", timeout=30).text
+        match = re.search(r"^interp_warm_kernels (\S+)", text, re.M)
+        return int(float(match.group(1))) if match else 0
+
+    def wait_warm(self, size: int, limit_s: float = 180) -> None:
+        deadline = time.monotonic() + limit_s
+        while self.warm() < size:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the warm pool did not reach {size} in {limit_s} s")
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serve(backend: str, pool: int = 0, *extra: str) -> Iterator[Broker]:
+    data = Path(tempfile.mkdtemp(prefix="interp-bench-"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "interpreter",
+            "serve",
+            "--backend",
+            backend,
+            "--port",
+            "0",
+            "--data-dir",
+            str(data),
+            "--pool-size",
+            str(pool),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "INTERP_KEEP_CONTAINERS_ON_SHUTDOWN": "false"},
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = re.search(r"listening on (http://\S+)", line)
+            if match:
+                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                yield Broker(match.group(1), proc.pid, data)
+                return
+        raise RuntimeError("the server did not start")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def execute(api: httpx.Client, sid: str, code: str) -> dict[str, Any]:
+    resp = api.post(f"/v1/sessions/{sid}/execute", json={"code": code})
+    resp.raise_for_status()
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def execute_sse(api: httpx.Client, sid: str, code: str) -> dict[str, Any]:
+    """Run ``code`` as an SSE stream; return the Execution of the ``done`` event."""
+    event = ""
+    with api.stream(
+        "POST",
+        f"/v1/sessions/{sid}/execute",
+        json={"code": code},
+        headers={"Accept": "text/event-stream"},
+    ) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:") and event == "done":
+                data: dict[str, Any] = json.loads(line[5:])
+                return data
+    raise RuntimeError("the stream ended without done")
+
+
+def create(api: httpx.Client) -> str:
+    resp = api.post("/v1/sessions", json={})
+    if resp.status_code != 201:
+        raise RuntimeError(f"create: {resp.status_code} {resp.text[:200]}")
+    sid: str = resp.json()["id"]
+    return sid
+
+
+def timed(fn: Any, *args: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return (time.perf_counter() - t0) * 1000, out
+
+
+def create_to_first_result(backend: str, n: int, pool: int) -> list[float]:
+    """``POST /v1/sessions`` then ``1+1``; with ``pool``, from a full warm pool each time."""
+    samples = []
+    with serve(backend, pool) as broker, broker.client() as api:
+        for _ in range(n):
+            if pool:
+                broker.wait_warm(pool)
+            t0 = time.perf_counter()
+            sid = create(api)
+            out = execute(api, sid, "1+1")
+            samples.append((time.perf_counter() - t0) * 1000)
+            assert out["outputs"][0]["data"]["text/plain"] == "2", out
+            api.delete(f"/v1/sessions/{sid}")
+    return samples
+
+
+def round_trips(backend: str, n: int) -> dict[str, Any]:
+    """``1+1`` by JSON and by SSE, the two 10,000-line cases (lines counted)."""
+    with serve(backend) as broker, broker.client() as api:
+        sid = create(api)
+        for _ in range(10):
+            execute(api, sid, "1+1")
+            execute_sse(api, sid, "1+1")
+        rtt, sse = [], []
+        for _ in range(n):
+            rtt.append(timed(execute, api, sid, "1+1")[0])
+            sse.append(timed(execute_sse, api, sid, "1+1")[0])
+        out: dict[str, Any] = {"rtt": rtt, "sse": sse}
+        for key, code in (("lines", ONE_MESSAGE_PER_LINE), ("buffered", BUFFERED)):
+            ms, result = timed(execute, api, sid, code)
+            out[key] = (ms, len(result["stdout"].splitlines()))
+        api.delete(f"/v1/sessions/{sid}")
+    return out
+
+
+def concurrent(backend: str, sessions: int, executions: int) -> dict[str, Any]:
+    """``sessions`` sessions each running ``executions`` small cells at once (one thread
+    and one connection per session, as independent agents would)."""
+    with serve(backend, 0, "--max-sessions-per-key", str(max(32, sessions))) as broker:
+        with broker.client() as api:
+            ids = [create(api) for _ in range(sessions)]
+            for sid in ids:
+                execute(api, sid, "1+1")
+        latencies: list[float] = []
+        errors: list[str] = []
+
+        def drive(sid: str) -> None:
+            with broker.client() as api:
+                for i in range(executions):
+                    try:
+                        latencies.append(timed(execute, api, sid, f"{i}*2")[0])
+                    except Exception as exc:
+                        errors.append(repr(exc))
+
+        threads = [threading.Thread(target=drive, args=(sid,)) for sid in ids]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        elapsed = time.perf_counter() - t0
+        idle_rss = broker.rss_mb()
+        with broker.client() as api:
+            for sid in ids:
+                api.delete(f"/v1/sessions/{sid}")
+    return {
+        "throughput": len(latencies) / elapsed,
+        "latencies": latencies,
+        "errors": errors,
+        "broker_rss_mb": idle_rss,
+    }
+
+
+def idle_sessions(backend: str, count: int) -> dict[str, Any]:
+    """``count`` idle sessions (each has run ``1+1``): broker memory and errors."""
+    errors: list[str] = []
+    limit = str(count + 8)
+    with (
+        serve(backend, 0, "--max-sessions", limit, "--max-sessions-per-key", limit) as broker,
+        broker.client() as api,
+    ):
+        base = broker.rss_mb()
+        ids = []
+        deadline = time.monotonic() + min(900, 60 + 5 * count)
+        for _ in range(count):
+            if time.monotonic() > deadline:
+                errors.append("time limit reached")
+                break
+            try:
+                sid = create(api)
+                execute(api, sid, "1+1")
+                ids.append(sid)
+            except Exception as exc:
+                errors.append(repr(exc))
+        out = {
+            "sessions": len(ids),
+            "errors": errors,
+            "broker_rss_mb": broker.rss_mb(),
+            "broker_rss_empty_mb": base,
+        }
+        if backend == "docker":
+            from benchmarks.sessions import container_memory
+
+            broker_id = _broker_id(broker.data)
+            mem = container_memory(broker_id)
+            out["per_session_mb"] = sum(mem) / len(mem) if mem else None
+        for sid in ids:
+            api.delete(f"/v1/sessions/{sid}")
+    return out
+
+
+def _broker_id(data: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(data.resolve()).encode()).hexdigest()[:16]
+
+
+def long_session(backend: str, cells: int, window: int = 50) -> dict[str, Any]:
+    """One session of ``cells`` cells, a plot every 10th: the broker's CPU time and the
+    round trip per cell over the first and the last ``window`` cells."""
+    with serve(backend) as broker, broker.client() as api:
+        sid = create(api)
+        execute(api, sid, "1+1")
+        cpu: list[float] = []
+        wall: list[float] = []
+        for i in range(1, cells + 1):
+            code = PLOT.format(i=i) if i % 10 == 0 else f"x = {i} * 2\nx"
+            c0 = broker.cpu_s()
+            wall.append(timed(execute, api, sid, code)[0])
+            cpu.append((broker.cpu_s() - c0) * 1000)
+        api.delete(f"/v1/sessions/{sid}")
+    first, last = slice(0, window), slice(cells - window, cells)
+    return {
+        "cpu_first_ms": sum(cpu[first]) / window,
+        "cpu_last_ms": sum(cpu[last]) / window,
+        "wall_first": wall[first],
+        "wall_last": wall[last],
+    }
+
+
+REPLAY_CELL = "import math\nv{i} = sum(math.sqrt(k) for k in range(20000))\nprint(round(v{i}, 3))"
+
+
+def replay(backend: str, cells: int) -> dict[str, float]:
+    """Run ``cells`` cells, then replay the session's notebook (``interp replay``'s
+    function) in a fresh session: wall seconds of each."""
+    from interpreter.client import Client
+    from interpreter.replay import replay_notebook
+
+    with serve(backend) as broker, Client(broker.url) as client:
+        session = client.create_session()
+        t0 = time.perf_counter()
+        for i in range(cells):
+            session.run(REPLAY_CELL.format(i=i))
+        original = time.perf_counter() - t0
+        nb = session.notebook()
+        session.close()
+        t0 = time.perf_counter()
+        report = replay_notebook(client, nb)
+        replayed = time.perf_counter() - t0
+    return {
+        "original_s": original,
+        "replay_s": replayed,
+        "replay_cells_s": report.replay_cells_s,
+        "matched": report.matched,
+    }

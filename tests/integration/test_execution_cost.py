@@ -1,0 +1,81 @@
+"""The regression guard: the broker's own work per execution does not grow with the
+session's length (issue 10, item 4).
+
+One session on the local backend runs 1,000 cells through the HTTP API, a matplotlib plot
+every 10th. Over cells 1-50 and cells 951-1000 the test counts, at the message level, what
+the broker does per execution: SQLite statements and transactions (the store's trace
+callback) and bytes of notebook JSON serialised. Counts, not clocks: nothing here depends
+on the machine's speed or load.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from tests.conftest import Server
+
+CELLS = 1000
+WINDOW = 50
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [{i}, 1, 2])\nplt.show()"
+
+
+def code_for(i: int) -> str:
+    return PLOT.format(i=i) if i % 10 == 0 else f"x = {i} * 2\nx"
+
+
+def test_broker_work_per_execution_does_not_grow_with_the_session(local_server: Server) -> None:
+    broker = local_server.thread.broker
+    statements: Counter[str] = Counter()
+
+    def trace(sql: str) -> None:
+        statements[sql.split(None, 1)[0].upper()] += 1
+
+    def settle() -> dict[str, int]:
+        """Wait until every write issued so far is done; return the counts so far."""
+        local_server.thread.call(live.notebook.flush())
+        local_server.thread.call(broker.writer.run(lambda: None))
+        return {**statements, "notebook_bytes": live.notebook.recorder.serialised_cell_bytes}
+
+    with local_server.client() as api:
+        resp = api.post("/v1/sessions", json={})
+        assert resp.status_code == 201, resp.text
+        sid = resp.json()["id"]
+        live = broker.live[sid]
+        local_server.thread.call(
+            broker.writer.run(lambda: broker.store._db.set_trace_callback(trace))
+        )
+        marks: dict[int, dict[str, int]] = {}
+        try:
+            for i in range(1, CELLS + 1):
+                if i in (1, WINDOW + 1, CELLS - WINDOW + 1):
+                    marks[i] = settle()
+                out = api.post(f"/v1/sessions/{sid}/execute", json={"code": code_for(i)})
+                assert out.status_code == 200, out.text
+                assert out.json()["status"] == "ok", out.text
+            marks[CELLS + 1] = settle()
+        finally:
+            local_server.thread.call(
+                broker.writer.run(lambda: broker.store._db.set_trace_callback(None))
+            )
+            api.delete(f"/v1/sessions/{sid}")
+
+    def per_exec(start: int, end: int) -> dict[str, float]:
+        a, b = marks[start], marks[end]
+        return {k: (b.get(k, 0) - a.get(k, 0)) / WINDOW for k in b}
+
+    early = per_exec(1, WINDOW + 1)
+    late = per_exec(CELLS - WINDOW + 1, CELLS + 1)
+    report: dict[str, Any] = {"cells 1-50": early, f"cells {CELLS - WINDOW + 1}-{CELLS}": late}
+    print(json.dumps(report, indent=1))
+    # Each window has five plots, so the same mix of work.
+    for key in ("INSERT", "UPDATE", "COMMIT", "notebook_bytes"):
+        assert early.get(key, 0) > 0, (key, report)
+        assert late.get(key, 0) <= 1.2 * early[key], (key, report)
+    # Every statement kind, reads included, stays flat too.
+    for key, value in late.items():
+        assert value <= 1.2 * early.get(key, 0) + 0.1, (key, report)
+    # Four write transactions per execution today (queued, before the id is handed out;
+    # running; finished with its chain link; the session's activity): a bound, not a goal.
+    assert late["COMMIT"] <= 4, report

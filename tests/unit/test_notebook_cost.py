@@ -1,0 +1,165 @@
+"""The notebook's save path: each cell is serialised once, so a save's cost does not grow
+with the session's length; the text written is exactly the whole notebook; cells are
+recorded while a write syncs; a failed write marks the notebook degraded until one works."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from interpreter import notebook
+from interpreter.notebook import LiveNotebook, NotebookRecorder
+
+PLOT = base64.b64encode(bytes(range(256)) * 16).decode()  # a 4 KiB "image"
+
+
+def outputs_for(i: int) -> list[dict[str, object]]:
+    if i % 10 == 0:
+        return [
+            {
+                "output_type": "display_data",
+                "data": {"image/png": PLOT, "text/plain": "<Figure>"},
+                "metadata": {},
+            }
+        ]
+    return [{"output_type": "stream", "name": "stdout", "text": f"{i}\n"}]
+
+
+def meta(i: int) -> dict[str, object]:
+    return {
+        "execution_id": f"ex_{i:06d}",
+        "execution_count": i,
+        "status": "ok",
+        "started_at": datetime(2026, 1, 1, tzinfo=UTC),
+        "duration_ms": 1.0,
+        "state_lost": False,
+        "reason": None,
+    }
+
+
+def add(rec: NotebookRecorder, i: int) -> None:
+    rec.add_cell(f"print({i})", outputs_for(i), **meta(i))  # type: ignore[arg-type]
+
+
+def recorder(tmp_path: Path) -> NotebookRecorder:
+    return NotebookRecorder.create(
+        tmp_path / "notebook.ipynb", session_id="s1", kernel_name="python3", backend="local"
+    )
+
+
+def test_serialised_bytes_per_cell_do_not_grow_with_the_session(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    per_cell: list[int] = []
+    for i in range(1, 1001):
+        add(rec, i)
+        before = rec.serialised_cell_bytes
+        rec.to_json()  # what every save serialises
+        per_cell.append(rec.serialised_cell_bytes - before)
+    early, late = sum(per_cell[:50]), sum(per_cell[950:])
+    # Each window holds five plots; only the new cell is serialised, once.
+    assert late <= 1.2 * early, (early, late)
+    assert late < 5 * len(PLOT) + 50 * 1_000
+    assert rec.serialised_cell_bytes == sum(len(json.dumps(c)) for c in rec.nb.cells)
+
+
+def test_text_is_exactly_the_whole_notebook_and_saves_are_valid(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    for i in range(1, 31):
+        add(rec, i)
+        if i % 7 == 0:
+            rec.save()
+    rec.set_kernel_info({"name": "python", "version": "3.11.0"}, {})
+    assert rec.to_json() == json.dumps(rec.nb, ensure_ascii=False, allow_nan=False) + "\n"
+    rec.save()
+    on_disk = nbformat.read(str(rec.path), as_version=4)
+    nbformat.validate(on_disk)
+    assert [c.execution_count for c in on_disk.cells] == list(range(1, 31))
+    assert on_disk.metadata["language_info"]["version"] == "3.11.0"
+
+
+def test_a_cell_changed_in_place_is_serialised_again(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    for i in range(1, 4):
+        add(rec, i)
+    rec.to_json()
+    cell = rec.nb.cells[1]
+    cell.outputs = [nbformat.from_dict(o) for o in outputs_for(10)]
+    rec.cell_changed(cell)
+    assert rec.to_json() == json.dumps(rec.nb, ensure_ascii=False, allow_nan=False) + "\n"
+    assert PLOT in rec.to_json()
+
+
+def test_cells_dropped_from_the_notebook_leave_the_cache(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    for i in range(1, 6):
+        add(rec, i)
+    rec.to_json()
+    del rec.nb.cells[:3]
+    text = rec.to_json()
+    assert [c["execution_count"] for c in json.loads(text)["cells"]] == [4, 5]
+    assert len(rec._cell_json) == 2
+
+
+async def test_cells_are_recorded_while_the_file_is_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The disk is slow: the first write waits (in its worker thread) until released.
+    writing, release = threading.Event(), threading.Event()
+    real_write = notebook.atomic_write_parts
+
+    def slow_write(path: Path, parts: list[str]) -> None:
+        writing.set()
+        release.wait(30)
+        real_write(path, parts)
+
+    monkeypatch.setattr(notebook, "atomic_write_parts", slow_write)
+    live = LiveNotebook(recorder(tmp_path), "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    assert await asyncio.to_thread(writing.wait, 30)
+    # The next cell (and so its execution's answer) does not wait for the sync.
+    await asyncio.wait_for(live.add_cell("print(2)", outputs_for(2), **meta(2)), 10)
+    assert len(json.loads(await live.to_json())["cells"]) == 2
+    release.set()
+    assert await live.flush()
+    on_disk = nbformat.read(str(live.path), as_version=4)
+    assert [c.execution_count for c in on_disk.cells] == [1, 2]
+
+
+async def test_a_failed_write_degrades_until_a_write_succeeds(tmp_path: Path) -> None:
+    rec = NotebookRecorder.create(
+        tmp_path / "gone" / "notebook.ipynb", session_id="s1", kernel_name="k", backend="local"
+    )
+    live = LiveNotebook(rec, "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    assert not await live.flush()
+    assert live.degraded
+    (tmp_path / "gone").mkdir()
+    assert await live.save()
+    assert not live.degraded
+    assert [c.execution_count for c in nbformat.read(str(rec.path), as_version=4).cells] == [1]
+
+
+async def test_flush_writes_at_once_while_a_paced_save_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notebook, "SAVE_PACE", 1e9)
+    monkeypatch.setattr(notebook, "SAVE_MAX_DELAY_S", 600.0)
+    live = LiveNotebook(recorder(tmp_path), "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    assert await live.flush()
+    # The next background save now waits its turn (ten minutes here) ...
+    await live.add_cell("print(2)", outputs_for(2), **meta(2))
+    await asyncio.sleep(0)
+    on_disk = nbformat.read(str(live.path), as_version=4)
+    assert [c.execution_count for c in on_disk.cells] == [1]
+    # ... and a flush does not wait for it.
+    assert await asyncio.wait_for(live.flush(), 30)
+    on_disk = nbformat.read(str(live.path), as_version=4)
+    assert [c.execution_count for c in on_disk.cells] == [1, 2]
