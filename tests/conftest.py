@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,3 +206,15 @@ def run(client: httpx.Client, sid: str, code: str, **body: Any) -> dict[str, Any
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
+
+
+def settled(client: httpx.Client, sid: str, within_s: float = 60) -> dict[str, Any]:
+    """The session JSON once a restarted broker has dealt with ``sid`` (reattached or
+    closed: recovery runs while the broker serves, status ``starting`` until then)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        info: dict[str, Any] = client.get(f"/v1/sessions/{sid}").json()
+        if info["status"] != "starting":
+            return info
+        assert time.monotonic() < deadline, f"session {sid} still being reattached"
+        time.sleep(0.1)

@@ -192,7 +192,7 @@ def test_tools_command(fmt: str, key: str) -> None:
     result = interp(None, "tools", "--format", fmt)
     assert result.returncode == 0
     tools = json.loads(result.stdout)
-    assert len(tools) == 8 and all(key in t for t in tools)
+    assert len(tools) == 9 and all(key in t for t in tools)
 
 
 def test_format_table() -> None:

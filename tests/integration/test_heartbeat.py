@@ -51,7 +51,10 @@ def assert_frozen_and_recovered(api: httpx.Client, sid: str, ex: dict[str, Any])
     assert after["outputs"][0]["data"]["text/plain"] == "42"
     assert after["generation"] == ex["generation"] + 1
     nb = api.get(f"/v1/sessions/{sid}/notebook").json()
-    meta = nb["cells"][-2]["metadata"]["interp"]
+    (cell,) = [
+        c for c in nb["cells"] if c["metadata"].get("interp", {}).get("execution_id") == ex["id"]
+    ]
+    meta = cell["metadata"]["interp"]
     assert (meta["status"], meta["reason"]) == ("kernel_died", "kernel_unresponsive")
 
 
