@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from interpreter import quota
+from interpreter import quota, restore_cells
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.errors import ValidationFailed
@@ -204,6 +204,11 @@ class SessionFactory:
             )
             recorder.nb.metadata["interp"]["recovery_note"] = note
             log.warning("session %s: %s; starting a new one", record.id, note)
+        # Cells the file had not caught up with when the earlier broker stopped.
+        executions = await asyncio.to_thread(self.store.executions_of, record.id)
+        restored = restore_cells.restore(recorder, executions, options.session_dir / "artifacts")
+        if restored:
+            log.warning("session %s: %d cells written back from the store", record.id, restored)
         # A session asked for its own image; it runs that image again.
         image = recorder.nb.metadata.get("interp", {}).get("image")
         if self.backend.isolated and isinstance(image, str) and image:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from interpreter import restore_cells
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
@@ -135,7 +136,11 @@ class Recovery:
                 self.report.reattached.append(record.id)
                 return match.id
         await asyncio.to_thread(
-            _close_files, self.factory.settings.session_dir(record.id), record.id, in_flight
+            _close_files,
+            self.factory.settings.session_dir(record.id),
+            record.id,
+            in_flight,
+            self.store,
         )
         # Nothing left behind: its runtime directory, and its disk quota (files kept).
         options = self.factory.launch_options(record.id, record.owner)
@@ -170,11 +175,13 @@ def _leftover_of(
 
 
 def _close_files(
-    session_dir: Path, session_id: str, in_flight: list[tuple[int, Execution]]
+    session_dir: Path,
+    session_id: str,
+    in_flight: list[tuple[int, Execution]],
+    store: Store,
 ) -> None:
-    """Write the cells that were running into the notebook of a session being closed."""
-    if not in_flight:
-        return
+    """Complete the notebook of a session being closed: the cells its file had not caught
+    up with (from the store), and the cells that were running, with a note."""
     path = session_dir / NOTEBOOK_NAME
     try:
         recorder = NotebookRecorder.load(path)
@@ -183,6 +190,8 @@ def _close_files(
             "session %s: notebook unreadable (%s); in-flight cells not added", session_id, exc
         )
         return
+    executions = store.executions_of(session_id)
+    restored = restore_cells.restore(recorder, executions, session_dir / "artifacts")
     for _, ex in in_flight:
         recorder.add_cell(
             ex.code,
@@ -196,4 +205,5 @@ def _close_files(
             reason=ex.reason,
             extra={"note": CLOSED_NOTE},
         )
-    recorder.save()
+    if restored or in_flight:
+        recorder.save()

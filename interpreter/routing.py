@@ -122,7 +122,9 @@ class MessageRouting:
         )
         await self._write_note()
         self._report(handle)
-        self.writer.later(partial(self._save_execution, handle))
+        # On record before anyone is told: a broker killed right after an answer must not
+        # turn it into `unknown`.
+        await self.writer.run(partial(self._save_execution, handle))
         self.writer.later(self._activity(self.status))
         handle.finish()
         self.capture.remember(rec.msg_id, handle)

@@ -333,6 +333,15 @@ class Store:
             )
             _chain(db, execution, notebook_sha256)
 
+    def executions_of(self, session_id: str) -> list[Execution]:
+        """Every execution recorded for ``session_id``, in order."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT data_json FROM executions WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            ).fetchall()
+        return [Execution.model_validate_json(row[0]) for row in rows]
+
     def get_execution(self, session_id: str, execution_id: str) -> Execution | None:
         with self._lock:
             cur = self._db.execute(

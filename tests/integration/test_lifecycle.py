@@ -260,3 +260,35 @@ def test_openapi_document_is_current() -> None:
     schemas = committed["components"]["schemas"]
     assert {"Execution", "Session", "ExecuteRequest", "Output"} <= set(schemas)
     assert "/v1/sessions/{session_id}/execute" in committed["paths"]
+
+
+def test_cells_the_notebook_file_missed_are_written_back_after_a_crash(
+    serve_proc: Any, data_dir: Path
+) -> None:
+    """The notebook file follows the record in the background; a broker killed before it
+    caught up loses no cell: the next broker writes the missing cells back from SQLite."""
+    proc, url = serve_proc()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        first = run(api, sid, "print('one')")
+        last = run(api, sid, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # As if the file had not caught up with the last cell when the broker died.
+    path = data_dir / "sessions" / sid / "notebook.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = [
+        c for c in nb.cells if c.metadata.get("interp", {}).get("execution_id") != last["id"]
+    ]
+    nbformat.write(nb, path)
+    _, url2 = serve_proc()
+    with httpx.Client(base_url=url2, headers=headers, timeout=60) as api:
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "closed")
+        cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+    by_id = {c["metadata"].get("interp", {}).get("execution_id"): c for c in cells}
+    assert first["id"] in by_id and "restored_from" not in by_id[first["id"]]["metadata"]["interp"]
+    restored = by_id[last["id"]]
+    assert restored["metadata"]["interp"]["restored_from"] == "store"
+    assert any("image/png" in o.get("data", {}) for o in restored["outputs"])
+    nbformat.validate(nbformat.from_dict({**nb, "cells": cells}))

@@ -97,6 +97,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.fifo", "runtime"),
     ("interpreter.heartbeat", "runtime"),
     ("interpreter.release", "runtime"),
+    ("interpreter.restore_cells", "storage"),
     ("interpreter.restarts", "runtime"),
     ("interpreter.routing", "runtime"),
     ("interpreter.snapshot", "runtime"),

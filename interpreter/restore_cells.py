@@ -1,0 +1,102 @@
+"""Cells the store has and the notebook file lacks, written back after a broker restart.
+
+The notebook file follows the session's record in the background (saves are paced), so a
+broker killed right after a cell can leave the file a cell or two behind SQLite, which
+has every finished execution before its client is answered. When a restarted broker
+loads a session's notebook (to reattach it, or to close it), it appends those cells from
+the store: code, streams, rich outputs (images read back from their artifacts) and the
+error, marked ``restored_from: "store"``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from interpreter.mime import BINARY_MIMES
+from interpreter.models import TERMINAL_STATUSES, Execution
+from interpreter.notebook import NotebookRecorder
+
+
+def missing(recorder: NotebookRecorder, executions: list[Execution]) -> list[Execution]:
+    """The finished executions (in order) that have no cell in the notebook."""
+    present = {c.metadata.get("interp", {}).get("execution_id") for c in recorder.nb.cells}
+    # Never run (cancelled) or still to be settled by recovery (unknown: a cell that was
+    # running, which recovery writes with its note): not written here.
+    skip = {"cancelled", "unknown"}
+    return [
+        ex
+        for ex in executions
+        if ex.id not in present and ex.status in TERMINAL_STATUSES and ex.status not in skip
+    ]
+
+
+def restore(recorder: NotebookRecorder, executions: list[Execution], artifacts: Path) -> int:
+    """Append a cell for each execution of :func:`missing`; returns how many."""
+    added = missing(recorder, executions)
+    for ex in added:
+        recorder.add_cell(
+            ex.code,
+            outputs_of(ex, artifacts),
+            execution_id=ex.id,
+            execution_count=ex.execution_count,
+            status=ex.status,
+            started_at=ex.started_at,
+            duration_ms=ex.duration_ms,
+            state_lost=ex.state_lost,
+            reason=ex.reason,
+            extra={"restored_from": "store"},
+        )
+    return len(added)
+
+
+def outputs_of(ex: Execution, artifacts: Path) -> list[dict[str, Any]]:
+    """An execution's outputs in notebook form, as well as the record allows (streams are
+    kept whole only up to what the record holds)."""
+    outputs: list[dict[str, Any]] = []
+    for name in ("stdout", "stderr"):
+        text = getattr(ex, name)
+        if text:
+            outputs.append({"output_type": "stream", "name": name, "text": text})
+    for out in ex.outputs:
+        data = dict(out.data)
+        for ref in out.artifacts:
+            if ref.mime in data:
+                continue
+            value = _artifact_value(artifacts / ref.id, ref.mime)
+            if value is not None:
+                data[ref.mime] = value
+        item: dict[str, Any] = {"output_type": out.type, "data": data, "metadata": out.metadata}
+        if out.type == "execute_result":
+            item["execution_count"] = ex.execution_count
+        outputs.append(item)
+    if ex.error is not None:
+        outputs.append(
+            {
+                "output_type": "error",
+                "ename": ex.error.ename,
+                "evalue": ex.error.evalue,
+                "traceback": list(ex.error.traceback),
+            }
+        )
+    return outputs
+
+
+def _artifact_value(path: Path, mime: str) -> Any:
+    """An artifact as a notebook output value: base64 for binary data, parsed JSON for
+    JSON types, text otherwise; None when it cannot be read."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    if mime in BINARY_MIMES:
+        return base64.b64encode(raw).decode("ascii")
+    text = raw.decode("utf-8", "replace")
+    if mime == "application/json" or mime.endswith("+json"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+    return text

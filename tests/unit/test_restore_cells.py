@@ -1,0 +1,79 @@
+"""Cells the notebook file lacks are written back from the store after a broker restart."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import nbformat
+
+from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
+from interpreter.notebook import NotebookRecorder
+from interpreter.restore_cells import missing, restore
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+def _recorder(tmp_path: Path) -> NotebookRecorder:
+    rec = NotebookRecorder.create(
+        tmp_path / "notebook.ipynb", session_id="s_1", kernel_name="k", backend="local"
+    )
+    rec.add_cell(
+        "x = 1",
+        [],
+        execution_id="ex_1",
+        execution_count=1,
+        status="ok",
+        started_at=None,
+        duration_ms=1.0,
+        state_lost=False,
+        reason=None,
+    )
+    return rec
+
+
+def test_only_finished_cells_missing_from_the_file_are_written_back(tmp_path: Path) -> None:
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / "a1").write_bytes(PNG)
+    (artifacts / "a2").write_text(json.dumps({"kind": "line"}))
+    executions = [
+        Execution(id="ex_1", session_id="s_1", status="ok", code="x = 1"),
+        Execution(
+            id="ex_2",
+            session_id="s_1",
+            status="error",
+            code="plot(); 1/0",
+            execution_count=2,
+            stdout="printed\n",
+            outputs=[
+                Output(
+                    type="display_data",
+                    data={"text/plain": "<Figure>"},
+                    artifacts=[
+                        ArtifactRef(id="a1", mime="image/png", size=len(PNG), url="/a1"),
+                        ArtifactRef(id="a2", mime="application/vnd.chart+json", size=16, url="/a2"),
+                    ],
+                )
+            ],
+            error=ErrorInfo(ename="ZeroDivisionError", evalue="division by zero"),
+        ),
+        Execution(id="ex_3", session_id="s_1", status="cancelled", code="never"),
+        Execution(id="ex_4", session_id="s_1", status="unknown", code="was running"),
+        Execution(id="ex_5", session_id="s_1", status="running", code="runs"),
+    ]
+    rec = _recorder(tmp_path)
+    assert [e.id for e in missing(rec, executions)] == ["ex_2"]
+    assert restore(rec, executions, artifacts) == 1
+    assert restore(rec, executions, artifacts) == 0  # idempotent
+    cell = rec.nb.cells[-1]
+    assert cell.metadata["interp"]["execution_id"] == "ex_2"
+    assert cell.metadata["interp"]["restored_from"] == "store"
+    stream, display, error = cell.outputs
+    assert (stream.name, stream.text) == ("stdout", "printed\n")
+    assert base64.b64decode(display.data["image/png"]) == PNG
+    assert display.data["application/vnd.chart+json"] == {"kind": "line"}
+    assert error.ename == "ZeroDivisionError"
+    rec.save()
+    nbformat.validate(nbformat.read(tmp_path / "notebook.ipynb", as_version=4))
