@@ -77,6 +77,12 @@ class ExecutionNotFound(NotFound):
     code = "execution_not_found"
 
 
+class EventsExpired(NotFound):
+    """A resume asked for events no longer kept (the log of a flood is bounded)."""
+
+    code = "events_expired"
+
+
 class ArtifactNotFound(NotFound):
     code = "artifact_not_found"
 

@@ -11,18 +11,28 @@ Every event is also kept in the handle's log, numbered from 1 in the order publi
 SSE ``id:``), so a watcher that lost its connection can resume after the last id it saw:
 :meth:`ExecutionHandle.watch` replays the logged events after that id, then continues live.
 The log of an old finished execution is released (:meth:`ExecutionHandle.release_log`);
-a resume then gets its final :class:`Done`, which holds the complete record.
+a resume then gets its final :class:`Done`, which holds the complete record. The log is
+bounded (:data:`LOG_BUDGET_CHARS` of stream text, oldest events dropped first), so a flood
+costs the broker a bounded amount; a resume from before what is kept raises
+:class:`~interpreter.errors.EventsExpired` (the client then reads the execution instead).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from interpreter.errors import EventsExpired
 from interpreter.execution import ExecutionRecorder
 from interpreter.models import Approval, ErrorInfo, Execution, Output
 from interpreter.policy.approvals import PendingApproval
+
+#: Characters of stream text an execution's event log keeps for resumes (other events
+#: count :data:`EVENT_CHARS` each).
+LOG_BUDGET_CHARS = 1 << 20
+EVENT_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,10 @@ class ExecutionHandle:
     notebook_sha256: str | None = None
     approval: PendingApproval | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
-    _log: list[Event] | None = field(default_factory=list)
+    _log: deque[Event] | None = field(default_factory=deque)
+    #: Id of the oldest event still in the log, and the log's size in characters.
+    _log_first: int = 1
+    _log_chars: int = 0
     _published: int = 0
 
     @classmethod
@@ -130,7 +143,8 @@ class ExecutionHandle:
     def watch(self, after: int | None = None) -> tuple[int, Subscription]:
         """A queue of this execution's events after event id ``after`` (from now on when
         None), then live; ``None`` after :class:`Done`. Returns the id of the first event
-        the queue will hold (the ids that follow count up by one)."""
+        the queue will hold (the ids that follow count up by one). Raises EventsExpired
+        when events after ``after`` are no longer kept."""
         queue: Subscription = asyncio.Queue()
         log = self._log
         if self.finished.is_set() and (log is None or not log):
@@ -139,16 +153,22 @@ class ExecutionHandle:
             queue.put_nowait(None)
             return max(self._published, 1), queue
         assert log is not None
-        start = len(log) if after is None else min(max(after, 0), len(log))
+        last = self._published
+        start = last + 1 if after is None else min(max(after, 0) + 1, last + 1)
         if self.finished.is_set():
-            start = min(start, len(log) - 1)  # the final Done is always delivered
-        for event in log[start:]:
-            queue.put_nowait(event)
+            start = min(start, last)  # the final Done is always delivered
+        if start < self._log_first:
+            raise EventsExpired(
+                f"Events after {after} of execution '{self.execution.id}' are no longer "
+                "kept (its output was large); GET the execution for its output so far."
+            )
+        for index in range(start - self._log_first, len(log)):
+            queue.put_nowait(log[index])
         if self.finished.is_set():
             queue.put_nowait(None)
         else:
             self._subscribers.append(queue)
-        return start + 1, queue
+        return start, queue
 
     def release_log(self) -> None:
         """Forget the logged events of a finished execution (a resume gets ``Done``)."""
@@ -157,8 +177,13 @@ class ExecutionHandle:
 
     def publish(self, event: Event) -> None:
         self._published += 1
-        if self._log is not None:
-            self._log.append(event)
+        log = self._log
+        if log is not None:
+            log.append(event)
+            self._log_chars += _chars(event)
+            while self._log_chars > LOG_BUDGET_CHARS and len(log) > 1:
+                self._log_chars -= _chars(log.popleft())
+                self._log_first += 1
         for queue in self._subscribers:
             queue.put_nowait(event)
 
@@ -169,3 +194,7 @@ class ExecutionHandle:
             queue.put_nowait(None)
         self._subscribers.clear()
         self.finished.set()
+
+
+def _chars(event: Event) -> int:
+    return len(event.text) if isinstance(event, StreamText) else EVENT_CHARS

@@ -130,8 +130,11 @@ class Workspace:
                 except FileNotFoundError:
                     if not create:
                         raise
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                    self._chown_like_root(part, fd)
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        self._chown_like_root(part, fd)
+                    except FileExistsError:
+                        pass  # made by a concurrent upload into the same folder: use it
                     nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = nxt

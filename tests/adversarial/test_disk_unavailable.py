@@ -10,10 +10,12 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -29,6 +31,24 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def reachable_by_nobody() -> Iterator[None]:
+    """Let ``nobody`` reach this checkout (and its .venv): a clean clone may sit in a
+    private temporary directory. Search permission only, taken back afterwards."""
+    changed = []
+    for parent in [*reversed(REPO.parents), REPO]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            os.chmod(parent, mode | stat.S_IXOTH)
+            changed.append((parent, mode))
+    try:
+        yield
+    finally:
+        for parent, mode in changed:
+            os.chmod(parent, stat.S_IMODE(mode))
+
+
+@pytest.mark.usefixtures("reachable_by_nobody")
 def test_a_broker_that_cannot_make_quotas_says_why_and_refuses_to_pretend() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="interp-adv-"))
     os.chown(data_dir, NOBODY, NOBODY)

@@ -29,7 +29,7 @@ from tests.conftest import KEY, OTHER_KEY, REPO, require_docker
 pytestmark = pytest.mark.timeout(600)
 SESSIONS = 20
 UPLOAD_BYTES = 48 << 20
-FLOOD_SECONDS = 10
+FLOOD_SECONDS = 5
 #: What the test allows above the baseline at the peak, and after (README "Resource bounds").
 PEAK_ALLOWANCE_MB = 2000
 FINAL_ALLOWANCE_MB = 100

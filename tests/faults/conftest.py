@@ -173,7 +173,7 @@ def assert_one_final_record_each(broker: Broker, sid: str, returned: dict[str, s
 
 def notebook_cell(api: httpx.Client, sid: str, ex_id: str) -> dict[str, Any]:
     cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
-    found = [c for c in cells if c["metadata"]["interp"]["execution_id"] == ex_id]
+    found = [c for c in cells if c["metadata"].get("interp", {}).get("execution_id") == ex_id]
     assert len(found) == 1, f"{len(found)} notebook cells for {ex_id}"
     cell: dict[str, Any] = found[0]
     return cell

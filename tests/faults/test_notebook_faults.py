@@ -33,7 +33,9 @@ def _file_cells(broker: Broker, sid: str) -> list[str] | None:
         nb = json.loads(_notebook_file(broker, sid).read_text())
     except (OSError, ValueError):
         return None
-    return [c["metadata"]["interp"]["execution_id"] for c in nb["cells"]]
+    return [
+        c["metadata"]["interp"]["execution_id"] for c in nb["cells"] if c["cell_type"] == "code"
+    ]
 
 
 def test_notebook_damaged_or_removed_while_the_session_runs(
@@ -56,7 +58,11 @@ def test_notebook_damaged_or_removed_while_the_session_runs(
             # Rewritten whole from memory: the earlier cell is back, the new one is there.
             wait_for(lambda s=sid: _file_cells(broker, s) == ids[s], what="notebook rewritten")
             served = api.get(f"/v1/sessions/{sid}/notebook").json()
-            assert [c["metadata"]["interp"]["execution_id"] for c in served["cells"]] == ids[sid]
+            assert [
+                c["metadata"]["interp"]["execution_id"]
+                for c in served["cells"]
+                if c["cell_type"] == "code"
+            ] == ids[sid]
             assert_one_final_record_each(broker, sid, dict.fromkeys(ids[sid], "ok"))
         assert broker.logged("was changed outside the broker")
         assert broker.logged("was removed outside the broker")
@@ -115,7 +121,11 @@ def test_notebook_damaged_or_removed_while_the_broker_is_down(
             assert api.get(f"/v1/sessions/{sid}/executions/{before[sid]}").json()["status"] == "ok"
             nb = api.get(f"/v1/sessions/{sid}/notebook").json()
             assert why in nb["metadata"]["interp"]["recovery_note"]
-            assert [c["metadata"]["interp"]["execution_id"] for c in nb["cells"]] == [ex["id"]]
+            assert [
+                c["metadata"]["interp"]["execution_id"]
+                for c in nb["cells"]
+                if c["cell_type"] == "code"
+            ] == [ex["id"]]
             assert_one_final_record_each(broker, sid, {before[sid]: "ok", ex["id"]: "ok"})
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
         assert broker.logged("notebook was unreadable")

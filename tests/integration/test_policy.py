@@ -457,6 +457,7 @@ def test_a_rebuild_goes_through_the_policy_too(policy_server: Server) -> None:
             check = _run(client, sid, "('smuggled' in globals(), x)")
             assert check["outputs"][0]["data"]["text/plain"] == "(False, 1)"
             cells = client.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
-            assert cells[0]["metadata"]["interp"]["status"] == "denied"
+            code = [c for c in cells if c["cell_type"] == "code"]
+            assert code[0]["metadata"]["interp"]["status"] == "denied"
         finally:
             client.delete(f"/v1/sessions/{sid}")

@@ -233,7 +233,11 @@ def _one_pass(broker: Broker) -> tuple[int, int]:
             assert_one_final_record_each(broker, sid, dict.fromkeys(mine, "ok"))
             assert len(broker.executions(sid)) == ROUNDS
             nb = api.get(f"/v1/sessions/{sid}/notebook").json()
-            by_id = {c["metadata"]["interp"]["execution_id"]: c for c in nb["cells"]}
+            by_id = {
+                c["metadata"]["interp"]["execution_id"]: c
+                for c in nb["cells"]
+                if c["cell_type"] == "code"
+            }
             assert set(by_id) == set(mine)
             for ex_id, cell in mine.items():
                 result = cell.result

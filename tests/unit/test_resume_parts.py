@@ -69,3 +69,21 @@ async def test_watch_replays_after_an_id_then_goes_on_live() -> None:
     handle.release_log()
     first, queue = handle.watch(after=1)
     assert first == 5 and drain(queue) == [done, None]
+
+
+async def test_the_event_log_of_a_flood_is_bounded_and_an_old_resume_is_told_so() -> None:
+    from interpreter.errors import EventsExpired
+    from interpreter.handle import LOG_BUDGET_CHARS, ExecutionHandle, StreamText
+    from interpreter.models import Execution
+
+    handle = ExecutionHandle(Execution(id="ex_f", session_id="s", status="running"), 1, 60)
+    chunk = "x" * 1000
+    for _ in range(5 * LOG_BUDGET_CHARS // len(chunk)):
+        handle.publish(StreamText("stdout", chunk))
+    kept = handle._log
+    assert kept is not None and sum(len(e.text) for e in kept) <= LOG_BUDGET_CHARS  # type: ignore[union-attr]
+    last = handle._published
+    with pytest.raises(EventsExpired):
+        handle.watch(0)
+    first, queue = handle.watch(last - 3)
+    assert first == last - 2 and queue.qsize() == 3
