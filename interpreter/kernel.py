@@ -59,6 +59,28 @@ UNRESPONSIVE = "kernel_unresponsive"
 MessageCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
+async def control_request(kc: Any, msg_type: str, within_s: float) -> dict[str, Any] | None:
+    """Send ``msg_type`` on ``kc``'s control channel and return its reply, or None when
+    none came within ``within_s`` seconds. ipykernel serves the control channel from a
+    thread of its own, so it answers while a cell runs. ``kc`` is an
+    ``AsyncKernelClient`` with its channels started; nothing else may read its control
+    channel meanwhile."""
+    msg = kc.session.msg(msg_type, content={})
+    kc.control_channel.send(msg)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while (remaining := deadline - loop.time()) > 0:
+        try:
+            reply: dict[str, Any] = await kc.get_control_msg(timeout=remaining)
+        except queue.Empty:
+            break
+        except Exception:  # a bad message on the control channel: not ours (H-34)
+            continue
+        if (reply.get("parent_header") or {}).get("msg_id") == msg["header"]["msg_id"]:
+            return reply
+    return None
+
+
 async def send_interrupt(kc: Any, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -> bool:
     """Send ``interrupt_request`` on ``kc``'s control channel; wait for its reply.
 
@@ -67,39 +89,17 @@ async def send_interrupt(kc: Any, ack_within: float = INTERRUPT_ACK_TIMEOUT_S) -
     lands between cells is ignored (ipykernel ignores SIGINT outside a request). Without
     waiting, an interrupt delayed in the control queue (seen under load) hits whatever
     runs when it is finally handled: the next cell. Returns False when no reply came
-    within ``ack_within`` seconds. ``kc`` is an ``AsyncKernelClient`` with its channels
-    started; nothing else may read its control channel meanwhile.
+    within ``ack_within`` seconds.
     """
-    msg = kc.session.msg("interrupt_request", content={})
-    kc.control_channel.send(msg)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ack_within
-    while (remaining := deadline - loop.time()) > 0:
-        try:
-            reply = await kc.get_control_msg(timeout=remaining)
-        except queue.Empty:
-            break
-        except Exception:  # a bad message on the control channel: not ours (H-34)
-            continue
-        if (reply.get("parent_header") or {}).get("msg_id") == msg["header"]["msg_id"]:
-            return True
-    return False
+    return await control_request(kc, "interrupt_request", ack_within) is not None
 
 
 async def _control_kernel_info(kc: Any, timeout_s: float) -> dict[str, Any]:
     """``kernel_info`` over the control channel (answered even while a cell runs)."""
-    msg = kc.session.msg("kernel_info_request", content={})
-    kc.control_channel.send(msg)
-    async with asyncio.timeout(timeout_s):
-        while True:
-            try:
-                reply: dict[str, Any] = await kc.get_control_msg(timeout=timeout_s)
-            except queue.Empty:
-                continue
-            except Exception:  # a bad message on the control channel: not ours (H-34)
-                continue
-            if (reply.get("parent_header") or {}).get("msg_id") == msg["header"]["msg_id"]:
-                return reply
+    reply = await control_request(kc, "kernel_info_request", timeout_s)
+    if reply is None:
+        raise TimeoutError(f"no kernel_info reply on the control channel in {timeout_s:g} s")
+    return reply
 
 
 class RestartBudget:
