@@ -227,6 +227,10 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
         broker_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
         for container in list_broker_containers(broker_id):
             remove_container(container.id)
+    # Kept sessions keep their workspace quota mounted (for the next broker): release them.
+    from interpreter import quota
+
+    quota.sweep(path / "sessions", set())
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from interpreter import quota
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from tests.conftest import KEY, REPO, require_docker, run, spawn_serve
 
@@ -35,6 +36,8 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     broker_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     for container in list_broker_containers(broker_id):
         remove_container(container.id)
+    # Kept sessions keep their workspace quota mounted (for the next broker): release them.
+    quota.sweep(path / "sessions", set())
 
 
 @pytest.fixture
