@@ -14,6 +14,7 @@ it back to 3 MB above its start. The broker trims once per housekeeping round
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -59,3 +60,25 @@ def trim() -> bool:
     if _TRIM is None:
         return False
     return bool(_TRIM(0))
+
+
+#: An execution that produced at least this much output is followed by a trim.
+TRIM_AFTER_BYTES = 8 << 20
+#: Seconds between two trims started by :func:`trim_soon`.
+TRIM_EVERY_S = 1.0
+_last_trim = 0.0
+_trims: set[asyncio.Future[bool]] = set()
+
+
+def trim_soon() -> None:
+    """Trim in a worker thread now, unless a trim started less than a second ago. Called
+    on the event loop when a large execution has ended, so that memory freed by a flood
+    goes back at once rather than at the next housekeeping round."""
+    global _last_trim
+    loop = asyncio.get_running_loop()
+    if _TRIM is None or loop.time() - _last_trim < TRIM_EVERY_S:
+        return
+    _last_trim = loop.time()
+    future = loop.run_in_executor(None, trim)
+    _trims.add(future)
+    future.add_done_callback(_trims.discard)

@@ -15,7 +15,7 @@ import asyncio
 from functools import partial
 from typing import Any
 
-from interpreter import logs
+from interpreter import logs, memory
 from interpreter.audit import cell_digest
 from interpreter.displays import EarlierDisplays
 from interpreter.execution import ExecutionRecorder
@@ -128,6 +128,8 @@ class MessageRouting:
         self.writer.later(self._activity(self.status))
         handle.finish()
         self.capture.remember(rec.msg_id, handle)
+        if rec.streams.seen >= memory.TRIM_AFTER_BYTES:
+            memory.trim_soon()  # a flood's freed memory goes back now
         self.displays.remember(handle)
 
     def _report(self, handle: ExecutionHandle) -> None:
