@@ -1,9 +1,9 @@
 """Prometheus metrics of one broker (a registry of its own, so tests can run several).
 
 Counters and histograms are updated where things happen; gauges (sessions by status,
-queued executions, warm kernels) are read from the broker at scrape time. HTTP requests are
-labelled by route template (``/v1/sessions/{session_id}``), never by raw path, so session
-ids never become label values.
+queued executions, warm kernels, uploads being received) are read from the broker at
+scrape time. HTTP requests are labelled by route template (``/v1/sessions/{session_id}``),
+never by raw path, so session ids never become label values.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ class _GaugesCollector(Collector):
         session_counts: Callable[[], dict[str, int]],
         queued: Callable[[], int],
         warm_kernels: Callable[[], int],
+        uploads: Callable[[], int],
     ) -> None:
         self._counts = session_counts
         self._queued = queued
         self._warm = warm_kernels
+        self._uploads = uploads
 
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(
@@ -64,6 +66,11 @@ class _GaugesCollector(Collector):
             "interp_warm_kernels",
             "Kernels ready in the backend's warm pool (0 without a pool).",
             value=self._warm(),
+        )
+        yield GaugeMetricFamily(
+            "interp_uploads_receiving",
+            "File uploads whose body is being received (capped by max_concurrent_uploads).",
+            value=self._uploads(),
         )
 
 
@@ -87,6 +94,8 @@ class Metrics:
         max_timeout_s: float = 3600.0,
         process: bool = True,
     ) -> None:
+        #: Uploads being received now (the API counts them against its cap).
+        self.uploads_receiving = 0
         self.registry = CollectorRegistry(auto_describe=True)
         self.executions = Counter(
             "interp_executions",
@@ -133,7 +142,9 @@ class Metrics:
             buckets=_HTTP_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_GaugesCollector(session_counts, queued, warm_kernels))
+        self.registry.register(
+            _GaugesCollector(session_counts, queued, warm_kernels, lambda: self.uploads_receiving)
+        )
         if process:
             ProcessCollector(registry=self.registry)
 

@@ -8,7 +8,6 @@ number of uploads received at once is capped per broker (503 with Retry-After pa
 from __future__ import annotations
 
 import asyncio
-import weakref
 from typing import Any
 
 from interpreter.api.base import BaseHandler
@@ -16,14 +15,13 @@ from interpreter.broker import SessionBroker
 from interpreter.errors import InterpreterError, TooManyUploads
 from interpreter.upload import Upload
 
-#: Uploads being received, per broker.
-_active: weakref.WeakKeyDictionary[SessionBroker, int] = weakref.WeakKeyDictionary()
 #: Clean-ups of abandoned uploads still running (referenced so they finish).
 _cleanups: set[asyncio.Future[None]] = set()
 
 
 def active_uploads(broker: SessionBroker) -> int:
-    return _active.get(broker, 0)
+    """Uploads the broker is receiving now (also the ``interp_uploads_receiving`` gauge)."""
+    return broker.metrics.uploads_receiving
 
 
 class UploadReceiver(BaseHandler):
@@ -45,7 +43,7 @@ class UploadReceiver(BaseHandler):
                     "at once; retry shortly.",
                     retry_after=2,
                 )
-            _active[self.broker] = active_uploads(self.broker) + 1
+            self.broker.metrics.uploads_receiving += 1
             self._counted = True
             workspace = await self.broker.workspace(self.owner, self.path_kwargs["session_id"])
             self._upload = await asyncio.to_thread(
@@ -81,7 +79,7 @@ class UploadReceiver(BaseHandler):
     def _release(self) -> None:
         if self._counted:
             self._counted = False
-            _active[self.broker] = max(0, active_uploads(self.broker) - 1)
+            self.broker.metrics.uploads_receiving -= 1
 
     def _drop_upload(self) -> None:
         """Give up an upload that will not be committed (after any write in progress)."""

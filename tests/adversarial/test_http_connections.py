@@ -218,12 +218,13 @@ def test_uploads_past_the_cap_get_503_with_retry_after(tight_broker: Any) -> Non
             sock = _connect(tight_broker.url)
             sock.sendall(head.format(i).encode() + b"x" * 10)
             slow.append(sock)
-        # Both are counted once their headers are in: wait for that state.
+        # Both are counted once their headers are in: wait for that state (a third upload
+        # sent before it could take a slot itself and leave a slow one refused).
         deadline = time.monotonic() + 5
-        while True:
-            third = api.put(f"/v1/sessions/{sid}/files/third.bin", content=b"y" * 100)
-            if third.status_code == 503 or time.monotonic() > deadline:
-                break
+        while "interp_uploads_receiving 2.0" not in api.get("/metrics").text:
+            assert time.monotonic() < deadline, "the two slow uploads were never counted"
+            time.sleep(0.01)
+        third = api.put(f"/v1/sessions/{sid}/files/third.bin", content=b"y" * 100)
         assert third.status_code == 503, third.text
         assert third.headers["Retry-After"] == "2"
         assert third.json()["error"]["type"] == "too_many_uploads"
@@ -235,4 +236,5 @@ def test_uploads_past_the_cap_get_503_with_retry_after(tight_broker: Any) -> Non
         assert again.status_code == 201, again.text
         names = {e["name"] for e in api.get(f"/v1/sessions/{sid}/files").json()["entries"]}
         assert names == {"slow0.bin", "slow1.bin", "third.bin"}
+        assert "interp_uploads_receiving 0.0" in api.get("/metrics").text
         api.delete(f"/v1/sessions/{sid}")
