@@ -167,6 +167,12 @@ class PayloadTooLarge(InterpreterError):
     code, status = "payload_too_large", 413
 
 
+class UnsupportedEncoding(InterpreterError):
+    """A request body in a ``Content-Encoding`` the service does not undo."""
+
+    code, status = "unsupported_encoding", 415
+
+
 class RangeNotSatisfiable(InterpreterError):
     code, status = "range_not_satisfiable", 416
 

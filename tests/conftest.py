@@ -181,6 +181,15 @@ def shared_session(server: Server) -> Iterator[str]:
 
 def spawn_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
     """Start ``interp serve ARGS`` in its own process; return it and the URL it announced."""
+    proc, urls = spawn_serve_announcing(("listening on",), *args)
+    return proc, urls[0]
+
+
+def spawn_serve_announcing(
+    announcements: tuple[str, ...], *args: str
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """Start ``interp serve ARGS``; return it and the first URL of each announcement (in
+    order: ``"listening on"``, ``"E2B-compatible surface on"``)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "interpreter", "serve", "--port", "0", *args],
         stdout=subprocess.PIPE,
@@ -190,13 +199,16 @@ def spawn_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
     )
     assert proc.stdout is not None
     seen = []
+    urls: list[str] = []
     for line in proc.stdout:
         seen.append(line)
-        match = re.search(r"listening on (http://\S+)", line)
+        match = re.search(re.escape(announcements[len(urls)]) + r" (http://[^\s,]+)", line)
         if match:
-            # Keep draining its output so the server never blocks on a full pipe.
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            return proc, match.group(1)
+            urls.append(match.group(1))
+            if len(urls) == len(announcements):
+                # Keep draining its output so the server never blocks on a full pipe.
+                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                return proc, urls
     raise AssertionError(f"server did not start (exit {proc.wait()}):\n" + "".join(seen[-20:]))
 
 

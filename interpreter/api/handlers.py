@@ -35,6 +35,7 @@ from interpreter.models import (
     SessionList,
 )
 from interpreter.openapi import openapi_document
+from interpreter.upload import Upload
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,11 @@ class FilesHandler(BaseHandler):
         self.send_json(await asyncio.to_thread(workspace.listing, path))
 
 
-class FileHandler(UploadReceiver):
+class FileHandler(UploadReceiver[Upload]):
+    async def open_upload(self) -> Upload:
+        workspace = await self.broker.workspace(self.owner, self.path_kwargs["session_id"])
+        return await asyncio.to_thread(Upload, workspace, self.path_kwargs["path"], self.body_limit)
+
     async def get(self, session_id: str, path: str) -> None:
         workspace = await self.broker.workspace(self.owner, session_id)
         fh, size = await asyncio.to_thread(workspace.open_read, path, self.conf.max_download_bytes)

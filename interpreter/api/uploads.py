@@ -1,19 +1,22 @@
 """Receiving an upload: streamed to a temporary file in the workspace as it arrives.
 
 The body never sits in memory: each piece tornado reads is written (off the loop) before
-the next is read, so a slow disk slows the client instead of growing the broker. The
-number of uploads received at once is capped per broker (503 with Retry-After past it).
+the next is read, so a slow disk slows the client instead of growing the broker. A
+gzip-encoded body (``Content-Encoding: gzip``) is undone piece by piece, its limit applying
+to what comes out. The number of uploads received at once is capped per broker (503 with
+Retry-After past it). Handlers say what receives the body (:meth:`UploadReceiver.open_upload`:
+one file, or a multipart body of several) and commit it in their method.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from interpreter.api.base import BaseHandler
+from interpreter.body_encoding import GzipDecoder, decoder_for
 from interpreter.broker import SessionBroker
 from interpreter.errors import InterpreterError, TooManyUploads
-from interpreter.upload import Upload
 
 #: Clean-ups of abandoned uploads still running (referenced so they finish).
 _cleanups: set[asyncio.Future[None]] = set()
@@ -24,17 +27,38 @@ def active_uploads(broker: SessionBroker) -> int:
     return broker.metrics.uploads_receiving
 
 
-class UploadReceiver(BaseHandler):
-    """A handler whose PUT body is a file for the workspace, streamed to disk."""
+class Receiving(Protocol):
+    """Where an upload's bytes go as they arrive (synchronous: called in a worker thread)."""
+
+    def write(self, chunk: bytes) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+R = TypeVar("R", bound=Receiving)
+
+
+class UploadReceiver(BaseHandler, Generic[R]):
+    """A handler whose body (of :attr:`upload_method`) is streamed to disk as it arrives."""
 
     body_limit_attr = "max_upload_bytes"
-    _upload: Upload | None = None
+    upload_method = "PUT"
+    _upload: R | None = None
+    _decoder: GzipDecoder | None = None
     _counted = False
     _writing: asyncio.Future[None] | None = None
 
+    async def open_upload(self) -> R:
+        """What receives the body."""
+        raise NotImplementedError
+
     async def prepare(self) -> None:  # type: ignore[override]  # tornado awaits either
         super().prepare()
-        if self.request.method != "PUT" or self._rejected is not None or self._finished:
+        if (
+            self.request.method != self.upload_method
+            or self._rejected is not None
+            or self._finished
+        ):
             return
         try:
             if active_uploads(self.broker) >= self.conf.max_concurrent_uploads:
@@ -45,10 +69,8 @@ class UploadReceiver(BaseHandler):
                 )
             self.broker.metrics.uploads_receiving += 1
             self._counted = True
-            workspace = await self.broker.workspace(self.owner, self.path_kwargs["session_id"])
-            self._upload = await asyncio.to_thread(
-                Upload, workspace, self.path_kwargs["path"], self.body_limit
-            )
+            self._decoder = decoder_for(self.request.headers.get("Content-Encoding"))
+            self._upload = await self.open_upload()
         except InterpreterError as exc:
             self._release()
             self._reject_after_body(exc)
@@ -60,19 +82,26 @@ class UploadReceiver(BaseHandler):
         self._writing = asyncio.ensure_future(self._write(upload, chunk))
         return self._writing
 
-    async def _write(self, upload: Upload, chunk: bytes) -> None:
+    async def _write(self, upload: R, chunk: bytes) -> None:
+        decoder = self._decoder
         try:
-            await asyncio.to_thread(upload.write, chunk)
+            if decoder is None:
+                await asyncio.to_thread(upload.write, chunk)
+            else:
+                await asyncio.to_thread(_write_decoded, decoder, upload, chunk)
         except InterpreterError as exc:
             self._upload = None
             await asyncio.to_thread(upload.abort)
             self._release()
             self.refuse_oversized_body(exc)
 
-    def take_upload(self) -> Upload:
-        """The received upload, for the PUT method to commit (once)."""
+    def take_upload(self) -> R:
+        """The received upload, for the handler's method to commit (once); 400 when a
+        gzip body ended early (the upload is then dropped)."""
         upload = self._upload
         assert upload is not None
+        if self._decoder is not None:
+            self._decoder.close()
         self._upload = None
         return upload
 
@@ -104,3 +133,8 @@ class UploadReceiver(BaseHandler):
     def on_connection_close(self) -> None:
         self._drop_upload()
         super().on_connection_close()
+
+
+def _write_decoded(decoder: GzipDecoder, upload: Receiving, chunk: bytes) -> None:
+    for piece in decoder.feed(chunk):
+        upload.write(piece)

@@ -40,7 +40,14 @@ import httpx
 import nbformat
 import pytest
 
-from tests.conftest import KEY, OTHER_KEY, REPO, require_docker, spawn_serve
+from tests.conftest import (
+    KEY,
+    OTHER_KEY,
+    REPO,
+    require_docker,
+    spawn_serve,
+    spawn_serve_announcing,
+)
 
 #: How far the broker may grow past its module baseline and stay "bounded".
 RSS_SLACK_MB = 200
@@ -91,6 +98,8 @@ class Broker:
     proc: subprocess.Popen[str]
     url: str
     errors: list[str] = field(default_factory=list)
+    #: The E2B-compatible surface's URL, for a broker started with it (``e2b=True``).
+    e2b_url: str = ""
 
     @property
     def pid(self) -> int:
@@ -129,8 +138,8 @@ class Broker:
                 self.errors.append(f"{where}: leaks {leak!r}: {text[:300]}")
 
 
-def start_broker(backend: str, data_dir: Path, *extra: str) -> Broker:
-    proc, url = spawn_serve(
+def start_broker(backend: str, data_dir: Path, *extra: str, e2b: bool = False) -> Broker:
+    args = [
         "--backend",
         backend,
         "--data-dir",
@@ -152,8 +161,14 @@ def start_broker(backend: str, data_dir: Path, *extra: str) -> Broker:
         "--max-disk-mb",
         "256",
         *extra,
+    ]
+    if not e2b:
+        proc, url = spawn_serve(*args)
+        return Broker(backend=backend, data_dir=data_dir, proc=proc, url=url)
+    proc, (url, e2b_url) = spawn_serve_announcing(
+        ("listening on", "E2B-compatible surface on"), *args, "--e2b-port", "0"
     )
-    return Broker(backend=backend, data_dir=data_dir, proc=proc, url=url)
+    return Broker(backend=backend, data_dir=data_dir, proc=proc, url=url, e2b_url=e2b_url)
 
 
 def stop_broker(broker: Broker) -> None:
@@ -190,12 +205,13 @@ class Canary:
 
 @pytest.fixture(scope="module", params=["docker", "local"])
 def adv(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """This module's broker (backend from the parameter)."""
+    """This module's broker (backend from the parameter; with the E2B surface when the
+    module sets ``ADV_E2B = True``)."""
     backend: str = request.param
     if backend == "docker":
         require_docker()
     data_dir = new_data_dir()
-    broker = start_broker(backend, data_dir)
+    broker = start_broker(backend, data_dir, e2b=getattr(request.module, "ADV_E2B", False))
     try:
         yield broker
     finally:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
+import hashlib
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -21,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from e2b import AuthenticationException, InvalidArgumentException, SandboxException
+from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 from e2b_code_interpreter.charts import ChartType
 
@@ -183,6 +187,89 @@ def test_files_write_read_and_stay_in_the_workspace(sbx: Sandbox) -> None:
         sbx.files.write("/etc/passwd", "x")
     with pytest.raises(InvalidArgumentException):
         sbx.files.write("/home/user/../../etc/x", "x")
+
+
+def test_files_of_every_upload_form_arrive_whole(sbx: Sandbox, tmp_path: Path) -> None:
+    # Several files in one multipart body, each part named by its path.
+    infos = sbx.files.write_files(
+        [
+            WriteEntry(path="/home/user/multi/a.csv", data="x,y\n1,2\n"),
+            WriteEntry(path="multi/b.bin", data=bytes(range(256)) * 4),
+            WriteEntry(path="multi/café.txt", data="crème"),
+        ]
+    )
+    assert [i.path for i in infos] == [
+        "/home/user/multi/a.csv",
+        "/home/user/multi/b.bin",
+        "/home/user/multi/café.txt",
+    ]
+    assert sbx.run_code("open('multi/a.csv').read()").text == "x,y\n1,2\n"
+    assert bytes(sbx.files.read("multi/b.bin", format="bytes")) == bytes(range(256)) * 4
+    assert sbx.files.read("multi/café.txt") == "crème"
+    # A file object streams as an octet-stream body; with gzip=True compressed.
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(1 << 16) * 12)  # under the tests' 1 MiB limit
+    with source.open("rb") as fh:
+        assert sbx.files.write("streamed.bin", fh).path == "/home/user/streamed.bin"
+    assert sbx.files.write("packed.csv", "n\n" + "7\n" * 200_000, gzip=True).name == "packed.csv"
+    digest = (
+        "import hashlib\n"
+        "(hashlib.sha256(open('streamed.bin','rb').read()).hexdigest(), "
+        "len(open('packed.csv').read().split()))"
+    )
+    expected = (hashlib.sha256(source.read_bytes()).hexdigest(), 200_001)
+    assert sbx.run_code(digest).text == repr(expected)
+
+
+def test_broken_uploads_are_refused_and_leave_nothing(e2b: E2BServer, sbx: Sandbox) -> None:
+    envd = httpx.Client(
+        base_url=e2b.e2b_url, headers={"X-API-Key": KEY, "E2b-Sandbox-Id": sbx.sandbox_id}
+    )
+    boundary = "XyZ"
+    head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{{}}"\r\n\r\n'
+    multipart = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    with envd:
+        # Two parts for the one ?path=: refused before anything is visible.
+        twice = head.format("a") + "1\r\n" + head.format("b") + f"2\r\n--{boundary}--\r\n"
+        resp = envd.post("/files", params={"path": "twice.txt"}, content=twice, headers=multipart)
+        assert resp.status_code == 400 and "Several file parts" in resp.json()["message"]
+        # A body without its closing boundary.
+        cut = head.format("cut.txt") + "partial"
+        resp = envd.post("/files", content=cut, headers=multipart)
+        assert resp.status_code == 400 and "closing boundary" in resp.json()["message"]
+        # An encoding we do not undo, and gzip that is not gzip.
+        raw = {"Content-Type": "application/octet-stream"}
+        resp = envd.post(
+            "/files",
+            params={"path": "e.txt"},
+            content=b"x",
+            headers={**raw, "Content-Encoding": "br"},
+        )
+        assert resp.status_code == 415 and resp.json()["type"] == "unsupported_encoding"
+        resp = envd.post(
+            "/files",
+            params={"path": "g.txt"},
+            content=b"not gzip",
+            headers={**raw, "Content-Encoding": "gzip"},
+        )
+        assert resp.status_code == 400 and "not valid gzip" in resp.json()["message"]
+        # A small gzip body that expands past the upload limit stops at the limit.
+        bomb = gzip.compress(b"\0" * (16 << 20))
+        resp = envd.post(
+            "/files",
+            params={"path": "bomb.bin"},
+            content=bomb,
+            headers={**raw, "Content-Encoding": "gzip"},
+        )
+        assert resp.status_code == 413 and resp.json()["type"] == "payload_too_large"
+        resp = envd.post("/files", content=b"no path", headers=raw)
+        assert resp.status_code == 400 and "needs ?path=" in resp.json()["message"]
+    listing = sbx.run_code(
+        "import os\nsorted(n for _, _, fs in os.walk('.') for n in fs "
+        "if n in ('twice.txt', 'a', 'b', 'cut.txt', 'e.txt', 'g.txt', 'bomb.bin') "
+        "or n.startswith('.upload-'))"
+    )
+    assert listing.text == "[]"
 
 
 def test_other_languages_are_refused_by_name(sbx: Sandbox) -> None:

@@ -73,6 +73,8 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.audit_verify", "storage"),
     ("interpreter.workspace", "storage"),
     ("interpreter.upload", "storage"),
+    ("interpreter.form_upload", "storage"),
+    ("interpreter.body_encoding", "base"),
     ("interpreter.storage_floor", "storage"),
     ("interpreter.idempotency", "storage"),
     ("interpreter.notebook", "storage"),

@@ -4,7 +4,8 @@ E2B paths are absolute in the sandbox (``/home/user/data.csv``) or relative to t
 home. Here the home is the session's workspace, the kernel's working directory: both forms
 map into it, and any other absolute path is refused (400), as ``/v1`` refuses paths that
 leave the workspace. Uploads are ``application/octet-stream`` (one file, ``?path=``) or
-``multipart/form-data`` (each part's file name is its path, or ``?path=`` for one file).
+``multipart/form-data`` (each file part's file name is its path, or ``?path=`` for one
+file), optionally gzip-encoded; either way the body streams to disk as it arrives.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import asyncio
 import json
 import posixpath
 
-from tornado.httputil import HTTPFile, parse_body_arguments
-
+from interpreter import storage_floor
 from interpreter.api.e2b.base import SANDBOX_HEADER, E2BHandler
 from interpreter.api.e2b.sandboxes import DEBUG_SANDBOX_ID
+from interpreter.api.uploads import Receiving, UploadReceiver
 from interpreter.errors import BadRequest, InterpreterError, PathNotAllowed
+from interpreter.form_upload import FormUpload
+from interpreter.upload import Upload
 
 HOME = "/home/user"
 
@@ -41,8 +44,30 @@ def workspace_path(path: str) -> str:
     return path
 
 
-class FilesHandler(E2BHandler):
-    body_limit_attr = "max_upload_bytes"
+class FilesHandler(E2BHandler, UploadReceiver[Receiving]):
+    """``GET /files`` reads a file; ``POST /files`` writes one or several, streamed to disk
+    as the body arrives (an octet-stream body, or each file part of a multipart one) and
+    made visible together once the whole body is in."""
+
+    upload_method = "POST"
+
+    async def open_upload(self) -> Receiving:
+        sandbox = await self.sandbox()
+        query_path = self.get_query_argument("path", None)
+        content_type = self.request.headers.get("Content-Type", "")
+        workspace = await self.broker.workspace(self.owner, sandbox.id)
+        if content_type.lower().startswith("multipart/"):
+            return await asyncio.to_thread(
+                FormUpload, workspace, content_type, self.body_limit, workspace_path, query_path
+            )
+        if query_path is None:
+            raise BadRequest(
+                "An application/octet-stream upload needs ?path= (or send multipart/form-data "
+                "with the path as each part's file name)."
+            )
+        return await asyncio.to_thread(
+            Upload, workspace, workspace_path(query_path), self.body_limit
+        )
 
     async def get(self) -> None:
         sandbox = await self.sandbox()
@@ -52,36 +77,19 @@ class FilesHandler(E2BHandler):
         await self.send_file(fh, size)
 
     async def post(self) -> None:
-        sandbox = await self.sandbox()
-        query_path = self.get_query_argument("path", None)
-        uploads = self._uploads(query_path)
-        workspace = await self.broker.workspace(self.owner, sandbox.id)
-        written = []
-        for e2b_path, data in uploads:
-            relative = workspace_path(e2b_path)
-            await asyncio.to_thread(workspace.write, relative, [data])
-            written.append(
-                {"name": posixpath.basename(relative), "type": "file", "path": f"{HOME}/{relative}"}
-            )
+        storage_floor.check(self.conf.data_dir, self.conf.min_free_mb)
+        upload = self.take_upload()
+        if isinstance(upload, FormUpload):
+            entries = await asyncio.to_thread(upload.commit)
+        else:
+            assert isinstance(upload, Upload)
+            entries = [await asyncio.to_thread(upload.commit)]
+        written = [
+            {"name": posixpath.basename(e.path), "type": "file", "path": f"{HOME}/{e.path}"}
+            for e in entries
+        ]
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps(written))
-
-    def _uploads(self, query_path: str | None) -> list[tuple[str, bytes]]:
-        body = self.raw_body()
-        content_type = self.request.headers.get("Content-Type", "")
-        if content_type.startswith("multipart/form-data"):
-            arguments: dict[str, list[bytes]] = {}
-            files: dict[str, list[HTTPFile]] = {}
-            parse_body_arguments(content_type, body, arguments, files, self.request.headers)
-            parts = [part for group in files.values() for part in group]
-            if not parts:
-                raise BadRequest("The multipart body holds no file part.")
-            if len(parts) == 1 and query_path:
-                return [(query_path, parts[0].body)]
-            return [(part.filename or "", part.body) for part in parts]
-        if query_path is None:
-            raise BadRequest("An octet-stream upload needs ?path=.")
-        return [(query_path, body)]
 
 
 class HealthHandler(E2BHandler):
