@@ -245,7 +245,7 @@ def openapi_document() -> dict[str, Any]:
                 },
             },
             "put": {
-                "summary": "Upload (raw body)",
+                "summary": "Upload (raw body; Content-Encoding: gzip is undone)",
                 "requestBody": {
                     "content": {
                         "application/octet-stream": {
@@ -253,10 +253,11 @@ def openapi_document() -> dict[str, Any]:
                         }
                     }
                 },
-                # 503: max_concurrent_uploads are being received (Retry-After).
+                # 415: a Content-Encoding other than gzip; 503: max_concurrent_uploads
+                # are being received (Retry-After).
                 "responses": {
                     "201": {"description": "Stored"},
-                    **_errors(400, 401, 404, 413, 503),
+                    **_errors(400, 401, 404, 413, 415, 503),
                 },
             },
             "delete": {

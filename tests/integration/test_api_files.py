@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable
 
 import httpx
 import pytest
 
 from tests.conftest import run
+
+GZIP = {"Content-Encoding": "gzip"}
 
 
 def test_upload_list_download_delete(api: httpx.Client, new_session: Callable[..., str]) -> None:
@@ -79,3 +82,25 @@ def test_upload_size_limit(api: httpx.Client, shared_session: str) -> None:
     assert resp.status_code == 413
     assert resp.json()["error"]["type"] == "payload_too_large"
     assert api.get(f"/v1/sessions/{shared_session}/files/big.bin").status_code == 404
+
+
+def test_gzip_uploads_are_stored_decompressed_and_bounded(
+    api: httpx.Client, shared_session: str
+) -> None:
+    files = f"/v1/sessions/{shared_session}/files"
+    text = b"n\n" + b"42\n" * 100_000
+    up = api.put(f"{files}/packed.csv", content=gzip.compress(text), headers=GZIP)
+    assert up.status_code == 201, up.text
+    assert up.json()["size"] == len(text)
+    assert api.get(f"{files}/packed.csv").content == text
+    # The limit (1 MiB here) applies to what the gzip expands to.
+    bomb = gzip.compress(b"\0" * (32 << 20))
+    resp = api.put(f"{files}/bomb.bin", content=bomb, headers=GZIP)
+    assert resp.status_code == 413 and resp.json()["error"]["type"] == "payload_too_large"
+    resp = api.put(f"{files}/cut.bin", content=gzip.compress(text)[:-30], headers=GZIP)
+    assert resp.status_code == 400 and "truncated" in resp.json()["error"]["message"]
+    resp = api.put(f"{files}/br.bin", content=b"x", headers={"Content-Encoding": "br"})
+    assert resp.status_code == 415 and resp.json()["error"]["type"] == "unsupported_encoding"
+    for name in ("bomb.bin", "cut.bin", "br.bin"):
+        assert api.get(f"{files}/{name}").status_code == 404
+    assert api.delete(f"{files}/packed.csv").status_code == 204
