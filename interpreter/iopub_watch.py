@@ -23,14 +23,17 @@ from zmq.utils.monitor import parse_monitor_message
 from interpreter.execution import DROPPED_MSG_TYPE
 
 
-async def disconnected(sock: zmq.asyncio.Socket) -> None:
-    """Return once ``sock`` loses its connection to the peer."""
+async def disconnected(sock: zmq.asyncio.Socket) -> str:
+    """Return once ``sock`` loses its connection to the peer; what libzmq said of it."""
     monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     try:
         while True:
             frames = await monitor.recv_multipart()
-            if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
-                return
+            event = parse_monitor_message(frames)
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                raw = event.get("endpoint", b"")
+                where = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                return f"endpoint {where}, descriptor {event.get('value')}"
     finally:
         with contextlib.suppress(zmq.ZMQError):
             sock.disable_monitor()

@@ -449,7 +449,7 @@ class Kernel:
         """Renew the iopub channel whenever its connection is cut (a message over the size
         limit: see :mod:`interpreter.iopub_watch`) and tell the running cell."""
         while True:
-            await iopub_watch.disconnected(kc.iopub_channel.socket)
+            detail = await iopub_watch.disconnected(kc.iopub_channel.socket)
             if kc is not self.kc:
                 return
             reader = self._readers[0]
@@ -460,7 +460,13 @@ class Kernel:
             self._readers[0] = asyncio.create_task(
                 self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"
             )
-            log.warning("session %s: the kernel's output link was cut; renewed it", self.name)
+            log.warning(
+                "session %s: the kernel's output link was cut (%s, last message size limit "
+                "%d bytes); renewed it",
+                self.name,
+                detail,
+                self.max_message_bytes,
+            )
             if self._last_execute is not None and await self.is_alive():
                 notice = iopub_watch.dropped_notice(self._last_execute, self.max_message_bytes)
                 await self.on_message("iopub", notice)

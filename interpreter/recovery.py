@@ -132,7 +132,9 @@ class Recovery:
         if self.backend.can_reattach(record.backend):
             match = _leftover_of(self.backend, record, self.leftovers)
             if match is not None and await self._reattach(record, in_flight):
-                await self.writer.run(partial(self.store.set_status, record.id, "idle"))
+                await self.writer.run(
+                    partial(self.store.set_status, record.id, "busy" if in_flight else "idle")
+                )
                 self.report.reattached.append(record.id)
                 return match.id
         await asyncio.to_thread(

@@ -183,6 +183,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             handle.extra_meta["note"] = RESUMED_NOTE
             self.executions.put(handle)
         self._kernel_ready()
+        if in_flight:
+            # Busy from the moment it is served again, not from when the worker first runs:
+            # a client asking in between must not see an idle session with a cell running.
+            self.status = "busy"
 
     def _kernel_ready(self) -> None:
         self.notebook.set_kernel_info(self.kernel.language_info)
