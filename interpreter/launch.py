@@ -170,7 +170,10 @@ class SessionFactory:
             env=dict(req.env),
             idle_timeout_s=req.idle_timeout_s,
         )
-        await asyncio.to_thread(_make_dirs, options)
+        # A warm kernel brings its workspace quota: making one here only to replace it
+        # at the claim cost a mkfs and four mounts per session (issue 10).
+        quota_now = not self.backend.brings_workspace(options)
+        await asyncio.to_thread(_make_dirs, options, quota_now)
         await self.writer.run(lambda: self.store.insert_session(record))
         notebook = self._new_notebook(options, record.id, source, packages)
         return self._build(record, options, notebook)
@@ -252,11 +255,11 @@ class SessionFactory:
         )
 
 
-def _make_dirs(options: LaunchOptions) -> None:
+def _make_dirs(options: LaunchOptions, quota_now: bool = True) -> None:
     options.session_dir.mkdir(parents=True, exist_ok=True)
     options.session_dir.chmod(0o700)
     options.workspace.mkdir(exist_ok=True)
-    if options.disk_mb:
+    if options.disk_mb and quota_now:
         quota.attach(options.session_dir, options.workspace, options.disk_mb)
     (options.session_dir / "artifacts").mkdir(exist_ok=True)
     options.runtime_dir.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,11 @@ class Backend(Protocol):
         """Kernels ready in the warm pool right now (0 when there is none). Called by the
         broker's metrics at scrape time, on the event loop: it must not block."""
 
+    def brings_workspace(self, options: LaunchOptions) -> bool:
+        """Whether a session with ``options`` will likely get a warm kernel whose workspace
+        (with its disk quota) becomes the session's: then the session's own quota is not
+        made up front (the backend attaches it itself if the claim falls through)."""
+
     def can_reattach(self, record_backend: str) -> bool:
         """Whether a session recorded under ``record_backend`` may still have a live kernel
         this backend can reattach (a local kernel dies with its broker). Called at startup

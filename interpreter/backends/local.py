@@ -72,6 +72,9 @@ class LocalBackend:
     def warm_kernels(self) -> int:
         return 0
 
+    def brings_workspace(self, options: LaunchOptions) -> bool:
+        return False
+
     def can_reattach(self, record_backend: str) -> bool:
         return False
 

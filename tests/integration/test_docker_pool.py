@@ -11,6 +11,7 @@ from typing import Any
 import docker.errors
 import pytest
 
+from interpreter import quota
 from interpreter.backends.docker.engine import docker_client, list_broker_containers
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import DockerProvisioner
@@ -94,6 +95,26 @@ async def test_restart_of_a_pooled_session_starts_cold(lab: Lab, pool: Container
     assert _slot(provisioner) is None
     kc = await lab.client(km)
     assert (await run(kc, "1+1"))["result"] == "2"
+
+
+async def test_a_cold_start_makes_the_quota_a_missed_claim_did_not_bring(lab: Lab) -> None:
+    """The broker skips a session's own quota when a warm kernel is ready (its claim
+    brings one); when the claim then falls through, the cold start must make it."""
+    require_docker()
+    if quota.unavailable_reason() is not None:
+        pytest.fail(f"disk quotas unavailable here: {quota.unavailable_reason()}")
+    options = lab.options(disk_mb=32)
+    options.workspace.mkdir()
+    assert not quota.is_mounted(options.workspace)
+    km = await lab.start(options)
+    try:
+        assert quota.is_mounted(options.workspace)
+        kc = await lab.client(km)
+        size = await run(kc, "import os\ns = os.statvfs('.')\ns.f_blocks * s.f_frsize >> 20")
+        assert 24 <= int(size["result"]) <= 32, size
+    finally:
+        await km.shutdown_kernel(now=True)
+        quota.detach(options.session_dir, options.workspace)
 
 
 async def test_close_removes_unclaimed_containers(lab: Lab) -> None:

@@ -83,6 +83,10 @@ class DockerBackend:
     def warm_kernels(self) -> int:
         return self.pool.ready_count if self.pool is not None else 0
 
+    def brings_workspace(self, options: LaunchOptions) -> bool:
+        pool = self.pool
+        return pool is not None and pool.ready_count > 0 and pool.matches(options)
+
     def can_reattach(self, record_backend: str) -> bool:
         return record_backend == self.name
 

@@ -19,6 +19,7 @@ from typing import Any, cast
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
+from interpreter import quota
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
 from interpreter.backends.docker import ipc
 from interpreter.backends.docker.config import KernelUser, kernel_command
@@ -231,6 +232,12 @@ class DockerProvisioner(KernelProvisionerBase):
         if pool is not None and not self._restarting:
             kernel = await pool.claim(options, command=cmd)
         if kernel is None:
+            if options.disk_mb:
+                # Not made up front when a warm kernel was expected (it brings its own);
+                # a no-op when the workspace already has its quota.
+                await asyncio.to_thread(
+                    quota.attach, options.session_dir, options.workspace, options.disk_mb
+                )
             key = self._key if (self._restarting and self._key) else new_key()
             kernel = await start_kernel_container(
                 options,
