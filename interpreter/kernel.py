@@ -34,6 +34,7 @@ from interpreter.backends import Backend
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
 from interpreter.errors import KernelStartFailed
 from interpreter.heartbeat import Heartbeat, hb_url
+from interpreter.kernel_manager import KernelManager
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.models import KernelInfo
 from interpreter.readiness import wait_ready
@@ -388,7 +389,7 @@ class Kernel:
     # ------------------------------------------------------------------ connection
 
     def _new_manager(self) -> AsyncKernelManager:
-        km = AsyncKernelManager(
+        km = KernelManager(
             kernel_name=self.backend.kernel_name, kernel_spec_manager=kernel_spec_manager()
         )
         km.connection_file = str(self.options.session_dir / "connection.json")

@@ -94,6 +94,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.handle", "runtime"),
     ("interpreter.outputs", "runtime"),
     ("interpreter.kernel", "runtime"),
+    ("interpreter.kernel_manager", "runtime"),
     ("interpreter.iopub_watch", "runtime"),
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
