@@ -8,8 +8,12 @@ of it. Nothing here ever receives an API key: requests are named by their key's 
 
 from __future__ import annotations
 
+import atexit
+import copy
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -68,6 +72,8 @@ class JsonFormatter(logging.Formatter):
                 data[key] = value
         if record.exc_info:
             data["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # handed over from another thread (see configure)
+            data["exc_info"] = record.exc_text
         if record.stack_info:
             data["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(data, default=str, ensure_ascii=False)
@@ -77,8 +83,48 @@ def formatter(fmt: Literal["text", "json"]) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
 
 
+class _HandOff(logging.handlers.QueueHandler):
+    """Hands records to the writer thread with only their message rendered (and a
+    traceback as text); the line itself is formatted and written there."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        record = copy.copy(record)
+        record.message = record.getMessage()
+        record.msg, record.args = record.message, None
+        if record.exc_info:
+            record.exc_text = record.exc_text or _TRACEBACKS.formatException(record.exc_info)
+            record.exc_info = None
+        return record
+
+
+_TRACEBACKS = logging.Formatter()
+_listener: logging.handlers.QueueListener | None = None
+
+
+def _stop_writer() -> None:
+    """Write what is queued, then end the writer thread."""
+    global _listener
+    if _listener is not None:
+        listener, _listener = _listener, None
+        listener.stop()
+
+
+# Before logging's own shutdown (exit handlers run last registered first): what was logged
+# last is written before the process ends.
+atexit.register(_stop_writer)
+
+
 def configure(fmt: Literal["text", "json"], level: int = logging.INFO) -> None:
-    """Send every log record of the process to stderr in ``fmt`` (replaces earlier setup)."""
+    """Send every log record of the process to stderr in ``fmt`` (replaces earlier setup).
+
+    Lines are written by a thread of their own: a slow or stalled stderr (a full pipe, a
+    busy journal) never holds up the event loop, and the loop does not pay the write.
+    """
+    global _listener
+    _stop_writer()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(fmt))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    _listener = logging.handlers.QueueListener(records, handler)
+    _listener.start()
+    logging.basicConfig(level=level, handlers=[_HandOff(records)], force=True)

@@ -101,3 +101,34 @@ def test_settings_errors_name_the_variable_but_never_a_secret_value(
 def test_route_templates_are_the_paths_of_the_openapi_document() -> None:
     templates = {template.removesuffix("/?") for template, _ in ROUTES}
     assert templates - {"/v1/openapi.json"} == set(openapi_document()["paths"])
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_lines_are_written_by_their_own_thread_and_all_of_them_before_exit(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    logs.configure("json" if fmt == "json" else "text")
+    try:
+        # The loop's thread only queues records: no handler of its own writes.
+        assert [type(h).__name__ for h in root.handlers] == ["_HandOff"]
+        try:
+            raise ZeroDivisionError("nope")
+        except ZeroDivisionError:
+            logging.getLogger("test.ops").exception("failed %s", "here")
+        for n in range(200):
+            logs.emit(logs.EXECUTIONS, "execution", {"n": n, "status": "ok"})
+    finally:
+        logs._stop_writer()  # as at exit: every queued line is written first
+        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+    err = capsys.readouterr().err
+    if fmt == "json":
+        lines = [json.loads(line) for line in err.splitlines()]
+        assert lines[0]["message"] == "failed here"
+        assert "ZeroDivisionError: nope" in lines[0]["exc_info"]
+        assert [line["n"] for line in lines[1:]] == list(range(200))
+    else:
+        assert "ERROR test.ops: failed here\nTraceback" in err
+        assert "ZeroDivisionError: nope" in err
+        assert err.count("INFO interpreter.executions: execution n=") == 200
