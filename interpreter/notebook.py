@@ -20,6 +20,8 @@ from typing import Any
 
 import nbformat
 from nbformat import v4
+from nbformat.corpus.words import generate_corpus_id as random_cell_id
+from nbformat.notebooknode import NotebookNode
 
 from interpreter.errors import NotebookNotFound
 from interpreter.notes import commented_rerun
@@ -191,7 +193,16 @@ class NotebookRecorder:
         own = f"session:{self.nb.metadata.get('interp', {}).get('session_id')}"
         if extra and extra.get("replay_source") == own:
             code = commented_rerun(code)
-        cell = v4.new_code_cell(source=code)  # type: ignore[no-untyped-call]
+        # Built as nbformat's new_code_cell builds it, without its validation of each new
+        # cell on the event loop: the cell is validated with the others at the next save.
+        cell = NotebookNode(  # type: ignore[no-untyped-call]
+            id=random_cell_id(),  # type: ignore[no-untyped-call]
+            cell_type="code",
+            metadata=NotebookNode(),  # type: ignore[no-untyped-call]
+            execution_count=None,
+            source=code,
+            outputs=[],
+        )
         if timing:
             cell.metadata["execution"] = dict(timing)
         cell.execution_count = execution_count
