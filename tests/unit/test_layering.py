@@ -74,6 +74,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.workspace", "storage"),
     ("interpreter.upload", "storage"),
     ("interpreter.storage_floor", "storage"),
+    ("interpreter.spill", "storage"),
     ("interpreter.idempotency", "storage"),
     ("interpreter.notebook", "storage"),
     ("interpreter.image", "image"),
