@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes queued in memory before the recorder's caller should :meth:`StreamSpill.flush`.
 FLUSH_BYTES = 1 << 20
+#: Characters encoded at a time when queued text is written.
+ENCODE_CHARS = 1 << 20
 #: Name of a spill file: a hidden temporary of the artifact directory.
 PREFIX, SUFFIX = ".spill-", ".tmp"
 
@@ -59,7 +61,17 @@ StopReason = Literal["limit", "disk_full", "disk_error", "floor"]
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _DISK_STOPS = ("disk_full", "disk_error", "floor")
 #: Queue item that truncates every spill file (the cell cleared its output).
-_TRUNCATE = ("", b"", 0)
+_TRUNCATE = ("", "", 0)
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (no copy for ASCII text, the common case)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def _utf8_prefix(text: str, size: int) -> str:
+    """The longest prefix of ``text`` that is at most ``size`` bytes in UTF-8."""
+    return text.encode("utf-8")[: max(size, 0)].decode("utf-8", "ignore")
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,7 @@ class StreamSpill:
         self.flush_bytes = flush_bytes
         self.stopped: StopReason | None = None
         # Event-loop side: what is queued, and what the limit has accepted.
-        self._queue: deque[tuple[str, bytes, int]] = deque()
+        self._queue: deque[tuple[str, str, int]] = deque()
         self._unflushed = 0
         self._accepted = 0
         self._refused_chars = 0
@@ -120,23 +132,24 @@ class StreamSpill:
     # -- event loop ---------------------------------------------------------------------
 
     def write(self, name: str, text: str) -> None:
-        """Queue ``text`` of stream ``name`` (no I/O); past the limit it is dropped."""
+        """Queue ``text`` of stream ``name`` (no I/O, and no copy: it is encoded when
+        written); past the limit it is dropped."""
         if self._closed or self.stopped is not None:
             self._refused_chars += len(text)
             return
-        data = text.encode("utf-8")
+        size = utf8_size(text)
         room = self.limit - self._accepted
-        if len(data) > room:
+        if size > room:
             # Cut between two characters: the bytes of a partial one are dropped too.
-            kept = data[: max(room, 0)].decode("utf-8", "ignore")
+            kept = text[: max(room, 0)] if text.isascii() else _utf8_prefix(text, room)
             self._refused_chars += len(text) - len(kept)
-            text, data = kept, kept.encode("utf-8")
+            text, size = kept, utf8_size(kept)
             self.stopped = "limit"
-        if not data:
+        if not text:
             return
-        self._accepted += len(data)
-        self._unflushed += len(data)
-        self._queue.append((name, data, len(text)))
+        self._accepted += size
+        self._unflushed += size
+        self._queue.append((name, text, size))
 
     def clear(self) -> None:
         """The cell cleared its outputs: drop what was spilled so far."""
@@ -218,17 +231,17 @@ class StreamSpill:
             if item is _TRUNCATE:
                 self._truncate()
                 continue
-            name, data, chars = item
+            name, text, _ = item
             if self.stopped in _DISK_STOPS:
-                self._lost_chars += chars
+                self._lost_chars += len(text)
                 continue
             if not checked:
                 # Once per batch (statvfs costs microseconds).
                 checked = True
                 if not self._room_on_disk():
-                    self._lost_chars += chars
+                    self._lost_chars += len(text)
                     continue
-            self._append(name, data, chars)
+            self._append(name, text)
 
     def _room_on_disk(self) -> bool:
         """Whether the directory exists and its disk is above the data directory's floor."""
@@ -243,24 +256,29 @@ class StreamSpill:
             return False
         return True
 
-    def _append(self, name: str, data: bytes, chars: int) -> None:
+    def _append(self, name: str, text: str) -> None:
         fh = self._files.get(name)
+        written = 0
         try:
             if fh is None:
                 fd, path = tempfile.mkstemp(prefix=PREFIX, suffix=SUFFIX, dir=self.directory)
                 self._paths[name] = Path(path)
                 fh = self._files[name] = os.fdopen(fd, "wb", buffering=0)
                 self._sizes[name] = self._chars[name] = 0
-            view = memoryview(data)
-            while view:
-                view = view[fh.write(view) :]
+            # Encoded a slice at a time: a large message is not copied whole once more.
+            for start in range(0, len(text), ENCODE_CHARS):
+                view = memoryview(text[start : start + ENCODE_CHARS].encode("utf-8"))
+                while view:
+                    done = fh.write(view)
+                    written += done
+                    view = view[done:]
         except OSError as exc:
-            self._lost_chars += chars
+            self._lost_chars += len(text)
             self._stop("disk_full" if exc.errno in _FULL else "disk_error")
             self._cut_back(name)
             return
-        self._sizes[name] += len(data)
-        self._chars[name] += chars
+        self._sizes[name] += written
+        self._chars[name] += len(text)
 
     def _cut_back(self, name: str) -> None:
         """Drop the part of a failed write: the file ends with its last whole item."""
