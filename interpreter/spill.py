@@ -121,6 +121,9 @@ class StreamSpill:
         self._accepted = 0
         self._refused_chars = 0
         self._closed = False
+        #: Anything was queued: until then there is no file and nothing to do in a thread
+        #: (most executions never get here).
+        self._used = False
         # Thread side, under the lock: the files and what they hold.
         self._lock = threading.Lock()
         self._files: dict[str, BinaryIO] = {}
@@ -149,6 +152,7 @@ class StreamSpill:
             return
         self._accepted += size
         self._unflushed += size
+        self._used = True
         self._queue.append((name, text, size))
 
     def clear(self) -> None:
@@ -156,7 +160,8 @@ class StreamSpill:
         if self._closed:
             return
         self._queue.clear()
-        self._queue.append(_TRUNCATE)
+        if self._used:
+            self._queue.append(_TRUNCATE)
         self._accepted = 0
         self._unflushed = 0
 
@@ -177,6 +182,8 @@ class StreamSpill:
         Text written after this is dropped (and counted)."""
         self._closed = True
         self._unflushed = 0
+        if not self._used:
+            return Spilled({}, {}, self._refused_chars, self.stopped)
         files, chars, lost = await asyncio.to_thread(self._close_locked)
         return Spilled(files, chars, self._refused_chars + lost, self.stopped)
 
@@ -184,7 +191,8 @@ class StreamSpill:
         """Remove the files (idempotent): after the artifact is built, or instead of it."""
         self._closed = True
         self._queue.clear()
-        await asyncio.to_thread(self._discard_locked)
+        if self._used:
+            await asyncio.to_thread(self._discard_locked)
 
     # -- worker thread ------------------------------------------------------------------
 
