@@ -61,7 +61,7 @@ StopReason = Literal["limit", "disk_full", "disk_error", "floor"]
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _DISK_STOPS = ("disk_full", "disk_error", "floor")
 #: Queue item that truncates every spill file (the cell cleared its output).
-_TRUNCATE = ("", "", 0)
+_TRUNCATE = ("", "")
 
 
 def utf8_size(text: str) -> int:
@@ -116,7 +116,7 @@ class StreamSpill:
         self.flush_bytes = flush_bytes
         self.stopped: StopReason | None = None
         # Event-loop side: what is queued, and what the limit has accepted.
-        self._queue: deque[tuple[str, str, int]] = deque()
+        self._queue: deque[tuple[str, str]] = deque()
         self._unflushed = 0
         self._accepted = 0
         self._refused_chars = 0
@@ -153,7 +153,7 @@ class StreamSpill:
         self._accepted += size
         self._unflushed += size
         self._used = True
-        self._queue.append((name, text, size))
+        self._queue.append((name, text))
 
     def clear(self) -> None:
         """The cell cleared its outputs: drop what was spilled so far."""
@@ -239,7 +239,7 @@ class StreamSpill:
             if item is _TRUNCATE:
                 self._truncate()
                 continue
-            name, text, _ = item
+            name, text = item
             if self.stopped in _DISK_STOPS:
                 self._lost_chars += len(text)
                 continue
