@@ -12,7 +12,8 @@ this module decides what a client and a model see of them:
 * text past the recorder's in-memory limit was spilled to disk (:mod:`interpreter.spill`):
   each stream's artifact is then its kept text followed by its spill file, copied in
   chunks, and a notice on stderr names the artifacts and says what, if anything, was
-  dropped (past ``max_output_spill_bytes``, or refused by the disk) and why;
+  dropped (past ``max_output_spill_bytes``, refused by the disk, or with no room on it for
+  that copy: the artifact then holds the kept text) and why;
 * the notebook cell of an execution that timed out or whose kernel died ends with that
   error (the kernel itself never reported it).
 
@@ -23,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import weakref
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from interpreter import storage_floor
 from interpreter.artifacts import ArtifactStore, decode_value
 from interpreter.execution import (
     ClearEvent,
@@ -41,6 +44,8 @@ from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, Output
 from interpreter.mime import INLINE_MIMES, is_binary, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 from interpreter.spill import Spilled, StopReason, StreamSpill
+
+log = logging.getLogger(__name__)
 
 #: Least share of the output budget either stream keeps when both are cut.
 MIN_STREAM_SHARE = 1000
@@ -337,28 +342,44 @@ class OutputCapture:
         if len(stdout) + len(stderr) > self.output_bytes or rec.overflowing:
             ex.truncated = True
             stored: dict[str, tuple[int, ArtifactRef]] = {}
+            # Spilled text the disk had no room to copy into its artifact (characters).
+            uncopied = 0
             for name, text in (("stdout", stdout), ("stderr", stderr)):
                 path = spilled.files.get(name) if spilled is not None else None
-                if text or path is not None:
+                more = spilled.chars[name] if spilled is not None and path is not None else 0
+                if not text and path is None:
+                    continue
+                try:
                     ref = await asyncio.to_thread(self._put_text, text, path)
-                    ex.artifacts.append(ref)
-                    more = spilled.chars[name] if spilled is not None and path else 0
-                    stored[name] = (len(text) + more, ref)
+                except OSError as exc:
+                    if path is None or storage_floor.failure_reason(exc) != "storage_full":
+                        raise
+                    # The copy did not fit: the kept text alone, and the notice says so.
+                    log.warning("no room for a spilled %s artifact in %s", name, ex.id)
+                    uncopied, more = uncopied + more, 0
+                    if not text:
+                        continue
+                    ref = await asyncio.to_thread(self._put_text, text, None)
+                ex.artifacts.append(ref)
+                stored[name] = (len(text) + more, ref)
             share_out, share_err = stream_shares(len(stdout), len(stderr), self.output_bytes)
             stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
             if rec.overflowing:
-                rec.streams.notice = self._notice(rec, spilled, stored)
+                rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
                 stderr += rec.streams.notice
         ex.stdout, ex.stderr = stdout, stderr
 
     @staticmethod
     def _notice(
-        rec: ExecutionRecorder, spilled: Spilled | None, stored: dict[str, tuple[int, ArtifactRef]]
+        rec: ExecutionRecorder,
+        spilled: Spilled | None,
+        stored: dict[str, tuple[int, ArtifactRef]],
+        uncopied: int,
     ) -> str:
         if spilled is None:
             return limit_notice(stored, rec.streams.dropped, NO_SPILL)
-        why = _DROPPED_BECAUSE[spilled.stopped]
-        return limit_notice(stored, rec.streams.dropped + spilled.dropped, why)
+        why = _DROPPED_BECAUSE["disk_full" if uncopied else spilled.stopped]
+        return limit_notice(stored, rec.streams.dropped + spilled.dropped + uncopied, why)
 
     def _put_text(self, text: str, spilled: Path | None) -> ArtifactRef:
         """Store a stream's kept text, followed by its spill file if it has one."""

@@ -326,3 +326,18 @@ async def test_a_spill_the_disk_refused_says_so(tmp_path: Path) -> None:
     assert artifact_text(cap, out.id) == "q" * 100
     assert "200 more characters were produced and dropped (the data disk is below" in ex.stderr
     assert ex.status == "ok" and temporaries(cap.artifacts.root) == []
+
+
+async def test_a_spill_the_disk_cannot_copy_into_its_artifact_keeps_the_kept_text(
+    tiny_disk: Path,
+) -> None:
+    rec, spill = spilling(tiny_disk, hard=1000, spill_limit=1 << 20)
+    await feed(rec, spill, [stream("stdout", "k" * 1000), stream("stdout", "s" * 600_000)])
+    ex, cap = await finish(tiny_disk, rec, spill)  # 1 MiB: the spill fits, its copy does not
+    (out,) = ex.artifacts
+    assert artifact_text(cap, out.id) == "k" * 1000
+    assert ex.stderr.endswith(
+        "[output limit reached: 600000 more characters were produced and dropped (the data "
+        f"disk is full); the first 1000 characters of stdout are in the artifact {out.url}]\n"
+    )
+    assert ex.status == "ok" and temporaries(cap.artifacts.root) == []
