@@ -27,7 +27,10 @@ not what it printed (issue 12, item 3).
   is queued in order and whichever thread runs next writes all of it, so a flush whose
   task was cancelled (a restart cancels the kernel's readers) loses nothing and mixes no
   order; :meth:`~StreamSpill.discard` waits for a write in progress before it removes the
-  files. The session discards the spill of every execution, whatever way it ended.
+  files. The session discards the spill of every execution, whatever way it ended; the
+  files of a broker killed mid-cell are removed by the next one
+  (:func:`~interpreter.artifacts.remove_temporaries`, when it reattaches or closes the
+  session).
 """
 
 from __future__ import annotations
