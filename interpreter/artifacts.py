@@ -3,6 +3,10 @@
 Artifacts are named by the SHA-256 of their bytes, so the same plot stored twice is one file
 and a URL never changes meaning. Names come from the server, never from the kernel (H-53).
 All file I/O here is synchronous; the session calls it through ``asyncio.to_thread``.
+
+Files being written have names that start with a dot and end in ``.tmp`` (an artifact's own
+temporary, or a stream's spill file: :mod:`interpreter.spill`); they are never served, and
+:func:`remove_temporaries` removes what a broker that stopped mid-write left behind.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from interpreter.errors import ArtifactNotFound
@@ -21,6 +26,10 @@ from interpreter.models import ArtifactRef
 
 _ID_RE = re.compile(r"^[0-9a-f]{64}$")
 _MIME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*$")
+#: Bytes read at a time when a file is stored (:meth:`ArtifactStore.put_file`).
+CHUNK_BYTES = 1 << 20
+#: Names of files still being written in an artifact directory.
+TEMP_GLOB = ".*.tmp"
 
 
 def artifact_url(session_id: str, artifact_id: str) -> str:
@@ -48,21 +57,76 @@ class ArtifactStore:
 
     def put(self, data: bytes, mime: str) -> ArtifactRef:
         """Store ``data`` (idempotent) and return its reference."""
-        mime = mime.lower() if _MIME_RE.match(mime.lower()) else "application/octet-stream"
         digest = hashlib.sha256(data).hexdigest()
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / digest
         if not path.exists():
-            tmp = self.root / f".{digest}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            meta = self.root / f"{digest}.json"
-            meta.write_text(json.dumps({"mime": mime, "size": len(data)}))
+            tmp = self._temporary()
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            self._commit(tmp, digest, mime, len(data))
+        return self._ref(digest, mime, len(data))
+
+    def put_file(self, source: Path, mime: str, *, head: bytes = b"") -> ArtifactRef:
+        """Store ``head`` followed by the bytes of the file ``source``, and consume the file.
+
+        The file is read in chunks of :data:`CHUNK_BYTES` while it is hashed, never whole:
+        without a ``head``, a file in this store's directory is hashed and then moved into
+        place; otherwise ``head`` and the file are copied to a new file, and ``source`` is
+        removed. Either way ``source`` is gone afterwards (also when the artifact existed).
+        """
+        digest = hashlib.sha256(head)
+        size = len(head)
+        if not head and source.parent.resolve() == self.root.resolve():
+            with open(source, "rb") as src:
+                while chunk := src.read(CHUNK_BYTES):
+                    digest.update(chunk)
+                    size += len(chunk)
+                os.fsync(src.fileno())
+            self._commit(source, digest.hexdigest(), mime, size)
+        else:
+            tmp = self._temporary()
+            try:
+                with open(tmp, "wb") as out, open(source, "rb") as src:
+                    out.write(head)
+                    while chunk := src.read(CHUNK_BYTES):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        size += len(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            self._commit(tmp, digest.hexdigest(), mime, size)
+            source.unlink(missing_ok=True)
+        return self._ref(digest.hexdigest(), mime, size)
+
+    def _temporary(self) -> Path:
+        """A new empty file in the store's directory, named as a temporary."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".put-", suffix=".tmp", dir=self.root)
+        os.close(fd)
+        return Path(name)
+
+    def _commit(self, tmp: Path, digest: str, mime: str, size: int) -> None:
+        """Give the complete file ``tmp`` its name (or drop it: the artifact exists)."""
+        path = self.root / digest
+        if path.exists():
+            tmp.unlink(missing_ok=True)
+            return
+        os.replace(tmp, path)
+        meta = self.root / f"{digest}.json"
+        meta.write_text(json.dumps({"mime": _clean_mime(mime), "size": size}))
+
+    def _ref(self, digest: str, mime: str, size: int) -> ArtifactRef:
         return ArtifactRef(
-            id=digest, mime=mime, size=len(data), url=artifact_url(self.session_id, digest)
+            id=digest, mime=_clean_mime(mime), size=size, url=artifact_url(self.session_id, digest)
         )
 
     def open(self, artifact_id: str) -> tuple[Path, str, int]:
@@ -77,3 +141,25 @@ class ArtifactStore:
             raise ArtifactNotFound(f"No artifact {artifact_id!r} in this session.") from exc
         mime = str(meta.get("mime", "application/octet-stream"))
         return path, mime, size
+
+
+def _clean_mime(mime: str) -> str:
+    lowered = mime.lower()
+    return lowered if _MIME_RE.match(lowered) else "application/octet-stream"
+
+
+def remove_temporaries(root: Path) -> int:
+    """Remove the files a stopped broker left half-written in the artifact directory
+    ``root`` (no broker may be writing there); returns how many."""
+    removed = 0
+    try:
+        paths = list(root.glob(TEMP_GLOB))
+    except OSError:
+        return 0
+    for path in paths:
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed

@@ -7,14 +7,16 @@ message, the events to stream. Completion needs both the reply and the iopub ``i
 session decides how long to wait for an idle that a flood may have lost (docs/security.md H-33).
 
 Kernel messages are attacker input (docs/security.md §1.2): every field is read defensively, text
-is sanitised (lone surrogates, NUL) and sizes are bounded.
+is sanitised (lone surrogates, NUL) and sizes are bounded. Stream text past the in-memory
+limit is handed, in order, to an :class:`Overflow` the caller supplies (the session's
+:class:`~interpreter.spill.StreamSpill`, which only queues it), or counted and dropped.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from interpreter.mime import strip_ansi
 from interpreter.overwrite import OverwrittenText
@@ -107,11 +109,29 @@ class _Stream:
 
 @dataclass
 class StreamTotals:
-    """Bytes of stream text seen and kept for one execution."""
+    """Characters of stream text seen, kept in memory, handed to the overflow or dropped,
+    for one execution."""
 
     seen: int = 0
     kept: int = 0
+    #: Past the in-memory limit, handed to the :class:`Overflow`.
+    spilled: int = 0
+    #: Past the in-memory limit with no overflow to take it.
     dropped: int = 0
+    #: What the broker appended to stderr about the limits when the execution finished
+    #: (``outputs.py``); said again when output arrives late.
+    notice: str = ""
+
+
+class Overflow(Protocol):
+    """Takes the stream text past the recorder's in-memory limit (no I/O on the caller's
+    side: :class:`~interpreter.spill.StreamSpill` queues it)."""
+
+    def write(self, name: str, text: str) -> None:
+        """Take ``text`` of stream ``name``, after everything given before."""
+
+    def clear(self) -> None:
+        """The cell cleared its outputs: forget what was taken so far."""
 
 
 class ExecutionRecorder:
@@ -119,14 +139,28 @@ class ExecutionRecorder:
 
     Args:
         msg_id: the ``msg_id`` of the execute request; messages with another parent are refused.
-        hard_limit: stream characters kept at most; past it text is counted and dropped.
+        hard_limit: stream characters kept in memory at most; past it text goes to
+            ``overflow``, or is counted and dropped.
         rich_limit: characters of rich output kept at most.
+        overflow: takes the stream text past ``hard_limit`` (the caller may detach it by
+            setting :attr:`overflow` to None).
     """
 
-    def __init__(self, msg_id: str, *, hard_limit: int = 20 << 20, rich_limit: int = 64 << 20):
+    def __init__(
+        self,
+        msg_id: str,
+        *,
+        hard_limit: int = 20 << 20,
+        rich_limit: int = 64 << 20,
+        overflow: Overflow | None = None,
+    ) -> None:
         self.msg_id = msg_id
         self.hard_limit = hard_limit
         self.rich_limit = rich_limit
+        self.overflow = overflow
+        #: Set once text went past the limit: all later stream text follows it, so that
+        #: each stream's in-memory part comes before its overflow.
+        self.overflowing = False
         # Each item is a _Stream or an nbformat-shaped dict for a rich/error output.
         self.items: list[_Stream | dict[str, Any]] = []
         self.streams = StreamTotals()
@@ -270,6 +304,8 @@ class ExecutionRecorder:
     def _clear(self, wait: bool) -> Event:
         self.items.clear()
         self._display_index.clear()
+        if self.overflow is not None and self.overflowing:
+            self.overflow.clear()
         return ClearEvent(wait=wait)
 
     def _stream(self, content: dict[str, Any]) -> list[Event]:
@@ -281,12 +317,12 @@ class ExecutionRecorder:
             return []
         events = self._apply_pending_clear()
         self.streams.seen += len(text)
-        room = self.hard_limit - self.streams.kept
-        if room <= 0:
-            self.streams.dropped += len(text)
-            return events
+        room = 0 if self.overflowing else self.hard_limit - self.streams.kept
         if len(text) > room:
-            self.streams.dropped += len(text) - room
+            self.overflowing = True
+            self._overflow(name, text[max(room, 0) :])
+            if room <= 0:
+                return events
             text = text[:room]
         last = self.items[-1] if self.items else None
         if not (isinstance(last, _Stream) and last.name == name):
@@ -298,6 +334,13 @@ class ExecutionRecorder:
         self.streams.kept += len(last.text) - before
         events.append(StreamEvent(name, text))
         return events
+
+    def _overflow(self, name: str, text: str) -> None:
+        if self.overflow is None:
+            self.streams.dropped += len(text)
+        else:
+            self.streams.spilled += len(text)
+            self.overflow.write(name, text)
 
     def _bundle(self, content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         data = content.get("data")

@@ -28,6 +28,7 @@ from interpreter.errors import EventsExpired
 from interpreter.execution import ExecutionRecorder
 from interpreter.models import Approval, ErrorInfo, Execution, Output
 from interpreter.policy.approvals import PendingApproval
+from interpreter.spill import StreamSpill
 
 #: Characters of stream text an execution's event log keeps for resumes (other events
 #: count :data:`EVENT_CHARS` each).
@@ -104,6 +105,7 @@ class ExecutionHandle:
         resumed: an earlier broker sent it to the kernel; this one only awaits its end.
         notebook_sha256: the digest of its notebook cell (``interpreter/audit.py``).
         approval: the approval it waits for before it may run (policy ``approve``).
+        spill: where its stream text past the in-memory limit goes, while it runs.
     """
 
     execution: Execution
@@ -122,6 +124,7 @@ class ExecutionHandle:
     #: Digest of its notebook cell, once written (the audit chain covers it).
     notebook_sha256: str | None = None
     approval: PendingApproval | None = None
+    spill: StreamSpill | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
     _log: deque[Event] | None = field(default_factory=deque)
     #: Id of the oldest event still in the log, and the log's size in characters.

@@ -9,6 +9,11 @@ this module decides what a client and a model see of them:
   ``text/plain`` is both stored whole and kept inline, cut in the middle;
 * stdout and stderr share the output budget in proportion to their sizes; when either is
   cut, the whole text is kept as an artifact and the execution says ``truncated``;
+* text past the recorder's in-memory limit was spilled to disk (:mod:`interpreter.spill`):
+  each stream's artifact is then its kept text followed by its spill file, copied in
+  chunks, and a notice on stderr names the artifacts and says what, if anything, was
+  dropped (past ``max_output_spill_bytes``, refused by the disk, or with no room on it for
+  that copy: the artifact then holds the kept text) and why;
 * the notebook cell of an execution that timed out or whose kernel died ends with that
   error (the kernel itself never reported it).
 
@@ -19,10 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import weakref
 from enum import Enum
+from pathlib import Path
 from typing import Any, Literal
 
+from interpreter import storage_floor
 from interpreter.artifacts import ArtifactStore, decode_value
 from interpreter.execution import (
     ClearEvent,
@@ -35,6 +43,9 @@ from interpreter.execution import (
 from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
 from interpreter.mime import INLINE_MIMES, is_binary, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
+from interpreter.spill import Spilled, StopReason, StreamSpill
+
+log = logging.getLogger(__name__)
 
 #: Least share of the output budget either stream keeps when both are cut.
 MIN_STREAM_SHARE = 1000
@@ -140,6 +151,41 @@ def _broker_error(rec: ExecutionRecorder, ename: str, evalue: str) -> ErrorInfo:
     return ErrorInfo(ename=ename, evalue=evalue, traceback=rec.error.traceback if rec.error else [])
 
 
+#: Why text given to the spill was dropped, for the notice.
+_DROPPED_BECAUSE: dict[StopReason | None, str] = {
+    "limit": "past max_output_spill_bytes, the text kept on disk per execution",
+    "disk_full": "the data disk is full",
+    "disk_error": "the data disk refused the write",
+    "floor": "the data disk is below its free-space floor, min_free_mb",
+    None: "it arrived while the execution was being finished",
+}
+NO_SPILL = "past max_output_hard_bytes, and spilling to disk is off: max_output_spill_bytes=0"
+
+
+def limit_notice(stored: dict[str, tuple[int, ArtifactRef]], dropped: int, why: str) -> str:
+    """What stderr ends with when an execution's text went past the in-memory limit.
+
+    Args:
+        stored: per stream, the characters its artifact holds and the artifact.
+        dropped: characters produced and kept nowhere.
+        why: why they were dropped.
+    """
+    first = "the first " if dropped else "all "
+    where = "; ".join(
+        f"{first}{chars} characters of {name} are in the artifact {ref.url}"
+        for name, (chars, ref) in stored.items()
+    )
+    if not dropped:
+        return (
+            "\n[output limit reached: the text past the broker's in-memory limit was kept on "
+            f"disk; {where}]\n"
+        )
+    return (
+        f"\n[output limit reached: {dropped} more characters were produced and dropped "
+        f"({why}); {where or 'nothing of it is kept'}]\n"
+    )
+
+
 def stream_shares(stdout_len: int, stderr_len: int, limit: int) -> tuple[int, int]:
     """How many characters of stdout and of stderr to keep when both exceed ``limit``."""
     total = max(stdout_len + stderr_len, 1)
@@ -206,21 +252,33 @@ class OutputCapture:
                 handle.publish(ErrorRaised(info))
 
     async def finish(
-        self, ex: Execution, rec: ExecutionRecorder, known: dict[int, Output]
+        self,
+        ex: Execution,
+        rec: ExecutionRecorder,
+        known: dict[int, Output],
+        *,
+        spill: StreamSpill | None = None,
     ) -> list[dict[str, Any]]:
         """Complete ``ex`` from the recorder; returns the cell's notebook outputs.
 
         ``known`` holds the outputs already captured while the cell ran (by index); the
         rest are captured now. An error already set on ``ex`` (by the broker) wins over
-        the kernel's.
+        the kernel's. ``spill`` holds the text past the recorder's in-memory limit; it is
+        detached from the recorder (later text is counted and dropped), built into the
+        stream artifacts and discarded, whatever happens.
         """
-        if rec.streams.kept > self.output_bytes:
-            # Building a full-text artifact copies the text a few times: a few at a time,
-            # so that many floods ending together cost a bounded amount of memory.
-            async with big_finishes():
-                await self._streams(ex, rec)
-        else:
-            await self._streams(ex, rec)
+        rec.overflow = None
+        try:
+            if rec.streams.kept > self.output_bytes:
+                # Building a full-text artifact copies the text a few times: a few at a
+                # time, so that many floods ending together cost a bounded amount of memory.
+                async with big_finishes():
+                    await self._streams(ex, rec, spill)
+            else:
+                await self._streams(ex, rec, spill)
+        finally:
+            if spill is not None:
+                await spill.discard()
         if rec.rich_dropped or rec.messages_dropped:
             ex.truncated = True
         outputs = []
@@ -265,34 +323,70 @@ class OutputCapture:
 
     def late_streams(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
         """Update a finished ``ex`` after stream output arrived late (a background thread
-        printed after the cell ended); returns the cell's new notebook outputs."""
+        printed after the cell ended); returns the cell's new notebook outputs. The
+        artifacts and the notice of the finished execution stay as they were."""
         limit = self.output_bytes
         ex.stdout, ex.stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
         if len(ex.stdout) + len(ex.stderr) > limit:
             ex.truncated = True
             ex.stdout = cut_middle(ex.stdout, limit // 2)
             ex.stderr = cut_middle(ex.stderr, limit // 2)
+        ex.stderr += rec.streams.notice
         return rec.notebook_outputs(stream_limit=limit)
 
-    async def _streams(self, ex: Execution, rec: ExecutionRecorder) -> None:
+    async def _streams(
+        self, ex: Execution, rec: ExecutionRecorder, spill: StreamSpill | None
+    ) -> None:
+        spilled = await spill.close() if spill is not None else None
         stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
-        dropped = rec.streams.dropped
-        if len(stdout) + len(stderr) > self.output_bytes or dropped:
+        if len(stdout) + len(stderr) > self.output_bytes or rec.overflowing:
             ex.truncated = True
-            for text in (stdout, stderr):
-                if text:
-                    ref = await asyncio.to_thread(
-                        self.artifacts.put, text.encode("utf-8"), "text/plain"
-                    )
-                    ex.artifacts.append(ref)
+            stored: dict[str, tuple[int, ArtifactRef]] = {}
+            # Spilled text the disk had no room to copy into its artifact (characters).
+            uncopied = 0
+            for name, text in (("stdout", stdout), ("stderr", stderr)):
+                path = spilled.files.get(name) if spilled is not None else None
+                more = spilled.chars[name] if spilled is not None and path is not None else 0
+                if not text and path is None:
+                    continue
+                try:
+                    ref = await asyncio.to_thread(self._put_text, text, path)
+                except OSError as exc:
+                    if path is None or storage_floor.failure_reason(exc) != "storage_full":
+                        raise
+                    # The copy did not fit: the kept text alone, and the notice says so.
+                    log.warning("no room for a spilled %s artifact in %s", name, ex.id)
+                    uncopied, more = uncopied + more, 0
+                    if not text:
+                        continue
+                    ref = await asyncio.to_thread(self._put_text, text, None)
+                ex.artifacts.append(ref)
+                stored[name] = (len(text) + more, ref)
             share_out, share_err = stream_shares(len(stdout), len(stderr), self.output_bytes)
             stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
-            if dropped:
-                stderr += (
-                    f"\n[output limit reached: {dropped} more characters "
-                    "were produced and not kept]\n"
-                )
+            if rec.overflowing:
+                rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
+                stderr += rec.streams.notice
         ex.stdout, ex.stderr = stdout, stderr
+
+    @staticmethod
+    def _notice(
+        rec: ExecutionRecorder,
+        spilled: Spilled | None,
+        stored: dict[str, tuple[int, ArtifactRef]],
+        uncopied: int,
+    ) -> str:
+        if spilled is None:
+            return limit_notice(stored, rec.streams.dropped, NO_SPILL)
+        why = _DROPPED_BECAUSE["disk_full" if uncopied else spilled.stopped]
+        return limit_notice(stored, rec.streams.dropped + spilled.dropped + uncopied, why)
+
+    def _put_text(self, text: str, spilled: Path | None) -> ArtifactRef:
+        """Store a stream's kept text, followed by its spill file if it has one."""
+        head = text.encode("utf-8")
+        if spilled is None:
+            return self.artifacts.put(head, "text/plain")
+        return self.artifacts.put_file(spilled, "text/plain", head=head)
 
     def _put(self, mime: str, value: object) -> ArtifactRef:
         return self.artifacts.put(decode_value(mime, value), mime)

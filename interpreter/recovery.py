@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from interpreter import restore_cells
+from interpreter.artifacts import remove_temporaries
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
@@ -183,7 +184,9 @@ def _close_files(
     store: Store,
 ) -> None:
     """Complete the notebook of a session being closed: the cells its file had not caught
-    up with (from the store), and the cells that were running, with a note."""
+    up with (from the store), and the cells that were running, with a note; remove what
+    the previous broker was writing in its artifact directory (spill files)."""
+    remove_temporaries(session_dir / "artifacts")
     path = session_dir / NOTEBOOK_NAME
     try:
         recorder = NotebookRecorder.load(path)

@@ -73,6 +73,11 @@ class MessageRouting:
             return
         try:
             await self.capture.publish(handle, rec, events)
+            spill = handle.spill
+            if spill is not None and spill.full:
+                # Off the loop, and the next message waits for it: a flood is paced by
+                # the disk, and the queued text stays within the spill's buffer.
+                await spill.flush()
         finally:
             handle.changed.set()
 
@@ -102,7 +107,8 @@ class MessageRouting:
 
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution
-        nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs)
+        nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs, spill=handle.spill)
+        handle.spill = None  # discarded by finish (and by _abandon if finish was cut short)
         handle.notebook_sha256 = cell_digest(ex.code, nb_outputs)
         self.touch()
         # The cell is in the in-memory notebook (which the API serves) before anyone is

@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from interpreter import storage_floor, waiting
-from interpreter.artifacts import ArtifactStore
+from interpreter.artifacts import ArtifactStore, remove_temporaries
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
 from interpreter.displays import EarlierDisplays
@@ -62,6 +62,7 @@ from interpreter.release import release_disk
 from interpreter.restarts import KernelLifecycle
 from interpreter.routing import MessageRouting
 from interpreter.settings import Settings
+from interpreter.spill import StreamSpill
 from interpreter.store import SessionRecord, Store, Writer, utcnow
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         queue behind it) and attaches what it still prints (:meth:`_resume`).
         """
         await self.kernel.attach(connection, provisioner)
+        # What the previous broker was writing when it stopped (a spill, half an artifact).
+        await asyncio.to_thread(remove_temporaries, self.capture.artifacts.root)
         for seq, execution in in_flight or []:
             handle = ExecutionHandle(execution, seq, self.settings.max_timeout_s, resumed=True)
             handle.extra_meta["note"] = RESUMED_NOTE
@@ -390,6 +393,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex = handle.execution
         if handle.approval is not None:
             handle.approval.withdraw(reason)
+        if handle.spill is not None:
+            # Never finished: its spilled text goes (the record keeps no artifact).
+            spill, handle.spill = handle.spill, None
+            await spill.discard()
         ex.status = status
         ex.reason = reason
         if ex.started_at is not None:
@@ -425,12 +432,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex.started_at = utcnow()
         started = loop.time()
         self.writer.later(partial(self._save_execution, handle))
-        rec = ExecutionRecorder(
-            await self.kernel.execute(ex.code, ex.id),
-            hard_limit=self.settings.max_output_hard_bytes,
-            rich_limit=self.settings.max_output_hard_bytes * 3,
-        )
-        handle.recorder = rec
+        rec = self._record(handle, await self.kernel.execute(ex.code, ex.id))
         ending = await waiting.until_end(
             handle,
             rec,
@@ -470,6 +472,26 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             self.status = "idle"
         await self._finalize(handle, rec)
 
+    def _record(self, handle: ExecutionHandle, msg_id: str) -> ExecutionRecorder:
+        """The recorder of ``handle``'s messages (request ``msg_id``), with its spill: text
+        past ``max_output_hard_bytes`` goes to disk, up to ``max_output_spill_bytes``."""
+        settings = self.settings
+        spill = None
+        if settings.max_output_spill_bytes > 0:
+            spill = StreamSpill(
+                self.capture.artifacts.root,
+                limit=settings.max_output_spill_bytes,
+                min_free_mb=settings.min_free_mb,
+            )
+        rec = ExecutionRecorder(
+            msg_id,
+            hard_limit=settings.max_output_hard_bytes,
+            rich_limit=settings.max_output_hard_bytes * 3,
+            overflow=spill,
+        )
+        handle.recorder, handle.spill = rec, spill
+        return rec
+
     async def _resume(self, handle: ExecutionHandle) -> None:
         """Wait out a cell an earlier broker left running; record what it still prints.
 
@@ -479,12 +501,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         """
         ex = handle.execution
         loop = asyncio.get_running_loop()
-        rec = ExecutionRecorder(
-            ex.id,
-            hard_limit=self.settings.max_output_hard_bytes,
-            rich_limit=self.settings.max_output_hard_bytes * 3,
-        )
-        handle.recorder = rec
+        rec = self._record(handle, ex.id)
         self.status = "busy"
         started = ex.started_at or utcnow()
         ran_for = (utcnow() - started).total_seconds()

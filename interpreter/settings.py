@@ -123,7 +123,17 @@ class Settings(BaseSettings):
         100_000, ge=1000, description="Inline stdout+stderr per execution before head/tail cut."
     )
     max_output_hard_bytes: int = Field(
-        20 << 20, ge=1000, description="Text kept per execution at most (full-text artifact)."
+        20 << 20,
+        ge=1000,
+        description="Stream text kept in the broker's memory per execution; past it the text "
+        "spills to disk (max_output_spill_bytes) for the full-text artifact.",
+    )
+    max_output_spill_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="Stream text past max_output_hard_bytes written to disk per execution, "
+        "for its full-text artifact; past it text is dropped with a notice. 0: no spill "
+        "(text past max_output_hard_bytes is dropped).",
     )
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."

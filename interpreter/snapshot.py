@@ -22,7 +22,7 @@ def output_so_far(handle: ExecutionHandle, *, output_bytes: int) -> Execution:
     if handle.finished.is_set() or rec is None:
         return ex
     stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
-    truncated = bool(rec.streams.dropped or rec.rich_dropped)
+    truncated = bool(rec.overflowing or rec.rich_dropped)
     if len(stdout) + len(stderr) > output_bytes:
         truncated = True
         share_out, share_err = stream_shares(len(stdout), len(stderr), output_bytes)

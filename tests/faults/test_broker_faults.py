@@ -40,12 +40,19 @@ LOOP = (
 HEALTHZ_WITHIN_S = 10
 
 
-def _start_long_cell(api: httpx.Client, sid: str) -> str:
-    """Start LOOP in ``sid`` and leave once it printed (the cell goes on: continue)."""
+#: Prints 1 MB blocks until the file ``stop`` exists: past a 1 MiB in-memory limit, spills.
+FLOOD = (
+    "import os, sys\nwhile not os.path.exists('stop'):\n"
+    "    sys.stdout.write(('y' * 99 + '\\n') * 10_000)\n    sys.stdout.flush()\n"
+)
+
+
+def _start_long_cell(api: httpx.Client, sid: str, code: str = LOOP) -> str:
+    """Start ``code`` in ``sid`` and leave once it printed (the cell goes on: continue)."""
     with api.stream(
         "POST",
         f"/v1/sessions/{sid}/execute",
-        json={"code": LOOP, "on_disconnect": "continue"},
+        json={"code": code, "on_disconnect": "continue"},
         headers={"Accept": "text/event-stream"},
     ) as resp:
         ex_id = resp.headers["X-Execution-Id"]
@@ -136,3 +143,31 @@ def test_broker_sigkilled_with_two_long_cells_and_a_lost_container(
     finally:
         with contextlib.suppress(Exception):  # already unpaused, or gone
             frozen_container.unpause()
+
+
+def test_broker_sigkilled_mid_spill_leaves_no_spill_file_once_restarted(
+    brokers: Callable[..., Broker],
+) -> None:
+    """Issue 12 item 3: the spill files of a cell that was printing past the in-memory
+    limit when the broker was killed are removed by the next broker, which reattaches."""
+    limit = ("--max-output-hard-bytes", str(1 << 20))
+    broker = brokers("docker", *limit)
+    with broker.client() as api:
+        sid, _ = _session(api)
+        artifacts = broker.session_dir(sid) / "artifacts"
+        ex_id = _start_long_cell(api, sid, FLOOD)
+        wait_for(
+            lambda: any(p.stat().st_size for p in artifacts.glob(".spill-*.tmp")),
+            what="the cell's text to spill",
+        )
+    broker.kill()
+    (broker.session_dir(sid) / "workspace" / "stop").write_text("")
+    assert list(artifacts.glob(".spill-*.tmp"))  # left by the killed broker
+    broker = brokers("docker", *limit)
+    with broker.client() as api:
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "idle")
+        assert sorted(p.name for p in artifacts.glob(".*")) == []
+        ex = api.get(f"/v1/sessions/{sid}/executions/{ex_id}").json()
+        assert ex["status"] == "unknown" and ex["reason"] == "broker_restarted"
+        assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "'yes'"
+        assert api.delete(f"/v1/sessions/{sid}").status_code == 204
