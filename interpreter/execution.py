@@ -27,6 +27,8 @@ DROPPED_MSG_TYPE = "interp_message_dropped"
 
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
+#: Characters of rich output one execution keeps at most (images are also artifacts).
+RICH_LIMIT = 64 << 20
 
 
 def clean_text(value: object, limit: int | None = None) -> str:
@@ -151,7 +153,7 @@ class ExecutionRecorder:
         msg_id: str,
         *,
         hard_limit: int = 20 << 20,
-        rich_limit: int = 64 << 20,
+        rich_limit: int = RICH_LIMIT,
         overflow: Overflow | None = None,
     ) -> None:
         self.msg_id = msg_id
@@ -486,6 +488,15 @@ class ExecutionRecorder:
             "evalue": error.evalue,
             "traceback": error.traceback,
         }
+
+
+def cut_around(head: str, tail: str, total: int, limit: int) -> str:
+    """Like :func:`cut_middle` for a text of ``total`` characters that is not whole in
+    memory: it starts with ``head`` and ends with ``tail``."""
+    half = max(limit // 2, 1)
+    head, tail = head[:half], tail[-half:]
+    omitted = max(total - len(head) - len(tail), 0)
+    return f"{head}\n[... {omitted} characters omitted; full text in the artifact ...]\n{tail}"
 
 
 def cut_middle(text: str, limit: int) -> str:

@@ -38,6 +38,7 @@ from interpreter.execution import (
     ExecutionRecorder,
     RichEvent,
     StreamEvent,
+    cut_around,
     cut_middle,
 )
 from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
@@ -362,8 +363,21 @@ class OutputCapture:
                     ref = await asyncio.to_thread(self._put_text, text, None)
                 ex.artifacts.append(ref)
                 stored[name] = (len(text) + more, ref)
-            share_out, share_err = stream_shares(len(stdout), len(stderr), self.output_bytes)
-            stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
+            given = spilled.given if spilled is not None else {}
+            tails = spilled.tails if spilled is not None else {}
+            total_out = len(stdout) + given.get("stdout", 0)
+            total_err = len(stderr) + given.get("stderr", 0)
+            share_out, share_err = stream_shares(total_out, total_err, self.output_bytes)
+            # A stream that went past the in-memory limit ends inline with what the cell
+            # printed last (the spill's tail), not with the end of the in-memory part.
+            if "stdout" in tails:
+                stdout = cut_around(stdout, tails["stdout"], total_out, share_out)
+            else:
+                stdout = cut_middle(stdout, share_out)
+            if "stderr" in tails:
+                stderr = cut_around(stderr, tails["stderr"], total_err, share_err)
+            else:
+                stderr = cut_middle(stderr, share_err)
             if rec.overflowing:
                 rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
                 stderr += rec.streams.notice

@@ -41,7 +41,7 @@ from interpreter.errors import (
     SessionClosed,
     SessionRunning,
 )
-from interpreter.execution import ExecutionRecorder
+from interpreter.execution import RICH_LIMIT, ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle
 from interpreter.ids import new_id
@@ -482,11 +482,12 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 self.capture.artifacts.root,
                 limit=settings.max_output_spill_bytes,
                 min_free_mb=settings.min_free_mb,
+                tail_chars=settings.max_output_bytes,
             )
         rec = ExecutionRecorder(
             msg_id,
             hard_limit=settings.max_output_hard_bytes,
-            rich_limit=settings.max_output_hard_bytes * 3,
+            rich_limit=RICH_LIMIT,
             overflow=spill,
         )
         handle.recorder, handle.spill = rec, spill

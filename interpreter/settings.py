@@ -123,7 +123,7 @@ class Settings(BaseSettings):
         100_000, ge=1000, description="Inline stdout+stderr per execution before head/tail cut."
     )
     max_output_hard_bytes: int = Field(
-        20 << 20,
+        4 << 20,
         ge=1000,
         description="Stream text kept in the broker's memory per execution; past it the text "
         "spills to disk (max_output_spill_bytes) for the full-text artifact.",

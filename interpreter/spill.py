@@ -19,6 +19,9 @@ not what it printed (issue 12, item 3).
   ``OSError``, or free space under the data directory's floor, ``min_free_mb``), spilling
   stops: what was written stays, the rest is dropped and counted, and
   :attr:`Spilled.stopped` says why. Nothing here raises into the execution.
+* **The tail.** The last ``tail_chars`` characters each stream was given (spilled or
+  dropped) are also kept in memory, so the inline text of a result ends with what the
+  cell printed last, not with the end of the in-memory part.
 * **clear_output.** The cell cleared its outputs: what was spilled so far is dropped from
   the files (they are truncated), as the in-memory text is.
 * **Threads.** :meth:`StreamSpill.write` only queues text (the recorder calls it on the
@@ -42,7 +45,7 @@ import os
 import tempfile
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -87,12 +90,17 @@ class Spilled:
         chars: characters in each file.
         dropped: characters given to the spill and not kept (past the limit or refused).
         stopped: why spilling stopped, if it did.
+        tails: the last characters each stream was given (spilled or dropped).
     """
 
     files: dict[str, Path]
     chars: dict[str, int]
     dropped: int
     stopped: StopReason | None
+    #: The last characters each stream was given (at most ``tail_chars``).
+    tails: dict[str, str] = field(default_factory=dict)
+    #: Characters each stream was given in all (spilled or dropped).
+    given: dict[str, int] = field(default_factory=dict)
 
 
 class StreamSpill:
@@ -103,6 +111,7 @@ class StreamSpill:
         limit: bytes written at most (``max_output_spill_bytes``).
         min_free_mb: the data directory's free-space floor; nothing is written below it.
         flush_bytes: queued bytes at which :attr:`full` says to flush.
+        tail_chars: the last characters of each stream kept in memory (:attr:`Spilled.tails`).
     """
 
     def __init__(
@@ -112,8 +121,11 @@ class StreamSpill:
         limit: int,
         min_free_mb: int = 0,
         flush_bytes: int = FLUSH_BYTES,
+        tail_chars: int = 0,
     ) -> None:
         self.directory = directory
+        self.tail_chars = tail_chars
+        self._tails: dict[str, _Tail] = {}
         self.limit = limit
         self.min_free_mb = min_free_mb
         self.flush_bytes = flush_bytes
@@ -140,6 +152,8 @@ class StreamSpill:
     def write(self, name: str, text: str) -> None:
         """Queue ``text`` of stream ``name`` (no I/O, and no copy: it is encoded when
         written); past the limit it is dropped."""
+        if self.tail_chars and not self._closed:
+            self._tails.setdefault(name, _Tail(self.tail_chars)).add(text)
         if self._closed or self.stopped is not None:
             self._refused_chars += len(text)
             return
@@ -163,6 +177,7 @@ class StreamSpill:
         if self._closed:
             return
         self._queue.clear()
+        self._tails.clear()
         if self._used:
             self._queue.append(_TRUNCATE)
         self._accepted = 0
@@ -185,10 +200,12 @@ class StreamSpill:
         Text written after this is dropped (and counted)."""
         self._closed = True
         self._unflushed = 0
+        tails = {name: tail.text() for name, tail in self._tails.items()}
+        given = {name: tail.given for name, tail in self._tails.items()}
         if not self._used:
-            return Spilled({}, {}, self._refused_chars, self.stopped)
+            return Spilled({}, {}, self._refused_chars, self.stopped, tails, given)
         files, chars, lost = await asyncio.to_thread(self._close_locked)
-        return Spilled(files, chars, self._refused_chars + lost, self.stopped)
+        return Spilled(files, chars, self._refused_chars + lost, self.stopped, tails, given)
 
     async def discard(self) -> None:
         """Remove the files (idempotent): after the artifact is built, or instead of it."""
@@ -316,3 +333,30 @@ class StreamSpill:
         if self.stopped is None:
             self.stopped = reason
             log.warning("output spill stopped (%s) in %s", reason, self.directory)
+
+
+class _Tail:
+    """The last ``size`` characters of a stream, kept as the pieces that hold them (a flood
+    of one-line messages costs no copying of the window per message)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._pieces: deque[str] = deque()
+        self._chars = 0
+        #: Characters added in all.
+        self.given = 0
+
+    def add(self, text: str) -> None:
+        self.given += len(text)
+        if len(text) >= self.size:
+            self._pieces.clear()
+            self._pieces.append(text[-self.size :])
+            self._chars = self.size
+            return
+        self._pieces.append(text)
+        self._chars += len(text)
+        while self._chars - len(self._pieces[0]) >= self.size:
+            self._chars -= len(self._pieces.popleft())
+
+    def text(self) -> str:
+        return "".join(self._pieces)[-self.size :]

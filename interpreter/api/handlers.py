@@ -249,7 +249,7 @@ class ArtifactHandler(BaseHandler):
             return
         self._artifact_headers(artifact_id, mime)
         if wanted is None:
-            # In pieces, never whole in memory (a full-text artifact can be 20 MiB).
+            # In pieces, never whole in memory (a full-text artifact can be gigabytes).
             fh = await asyncio.to_thread(path.open, "rb")
             await self.send_file(fh, size, mime)
             return

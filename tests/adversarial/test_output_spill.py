@@ -155,6 +155,12 @@ def test_output_past_the_memory_limit_reaches_the_artifact_whole(
     assert len(body) == count * LINE
     assert body.startswith(line(0).encode()) and body.endswith(line(count - 1).encode())
     assert result["stdout"].startswith(line(0)) and len(result["stdout"]) < 110_000
+    # Inline, the cut is in the middle of all that was printed: it ends with the last line.
+    assert result["stdout"].endswith(line(count - 1))
+    omitted = int(result["stdout"].split("[... ", 1)[1].split(" characters omitted")[0])
+    assert omitted == count * LINE - len(result["stdout"].split("\n[... ")[0]) - len(
+        result["stdout"].split("full text in the artifact ...]\n", 1)[1]
+    )
     assert result["stderr"].endswith(
         "[output limit reached: the text past the broker's in-memory limit was kept on disk; "
         f"all {count * LINE} characters of stdout are in the artifact {ref['url']}]\n"
@@ -177,6 +183,8 @@ def test_past_the_spill_limit_text_is_dropped_with_a_notice_that_counts_it(
     assert ref["size"] == kept and ref["id"] == expected_digest(count, kept)
     body = api.get(ref["url"]).content
     assert assert_numbered_prefix(body) == kept // LINE
+    # The last line printed was dropped from the artifact, but the inline text ends with it.
+    assert result["stdout"].endswith(line(count - 1))
     assert result["stderr"].endswith(
         f"[output limit reached: {count * LINE - kept} more characters were produced and "
         "dropped (past max_output_spill_bytes, the text kept on disk per execution); the "

@@ -17,7 +17,7 @@ from interpreter.artifacts import CHUNK_BYTES, ArtifactStore, remove_temporaries
 from interpreter.execution import ExecutionRecorder
 from interpreter.models import Execution
 from interpreter.outputs import OutputCapture
-from interpreter.spill import PREFIX, StreamSpill
+from interpreter.spill import PREFIX, StreamSpill, _Tail
 
 
 def stream(name: str, text: str, parent: str = "m") -> dict[str, Any]:
@@ -341,3 +341,28 @@ async def test_a_spill_the_disk_cannot_copy_into_its_artifact_keeps_the_kept_tex
         f"disk is full); the first 1000 characters of stdout are in the artifact {out.url}]\n"
     )
     assert ex.status == "ok" and temporaries(cap.artifacts.root) == []
+
+
+def test_the_tail_of_each_stream_is_its_last_characters_however_it_came() -> None:
+    tail = _Tail(1000)
+    text = "".join(f"{i}\n" for i in range(100_000))
+    for start in range(0, len(text), 7):  # a flood of small messages
+        tail.add(text[start : start + 7])
+    assert tail.text() == text[-1000:] and tail.given == len(text)
+    tail.add("y" * 5000)  # one message larger than the window
+    assert tail.text() == "y" * 1000
+    tail.add("end")
+    assert tail.text() == "y" * 997 + "end"
+
+
+async def test_a_spill_reports_the_tail_and_count_of_what_each_stream_was_given(
+    tmp_path: Path,
+) -> None:
+    spill = StreamSpill(tmp_path, limit=100, tail_chars=10)
+    spill.write("stdout", "a" * 80)
+    spill.write("stderr", "e" * 5)
+    spill.write("stdout", "b" * 50 + "last")  # past the limit: dropped, still in the tail
+    spilled = await spill.close()
+    assert spilled.tails == {"stdout": "bbbbbblast", "stderr": "eeeee"}
+    assert spilled.given == {"stdout": 134, "stderr": 5}
+    await spill.discard()
