@@ -70,6 +70,34 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+class RssSampler:
+    """Samples a process's ``VmRSS`` in a thread while the ``with`` block runs."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(rss_mb(self.pid))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    @property
+    def peak(self) -> float:
+        return max(self.samples)
+
+
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from e2b_code_interpreter import Sandbox
 
-from tests.adversarial.conftest import KEY, Attack, Broker, rss_mb
+from tests.adversarial.conftest import KEY, Attack, Broker, RssSampler, rss_mb
 
 ADV_E2B = True
 pytestmark = pytest.mark.timeout(600)
@@ -42,13 +41,6 @@ def test_concurrent_e2b_uploads_cost_the_broker_pieces_not_bodies(
     ]
     attack.sessions += [(KEY, s.sandbox_id) for s in sandboxes]
     baseline = rss_mb(adv.pid)
-    samples: list[float] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append(rss_mb(adv.pid))
-            stop.wait(0.05)
 
     def upload(sbx: Sandbox) -> str:
         with source.open("rb") as fh:
@@ -56,15 +48,9 @@ def test_concurrent_e2b_uploads_cost_the_broker_pieces_not_bodies(
             info = sbx.files.write("data/upload.bin", fh, use_octet_stream=form != "multipart")
         return info.path
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        with ThreadPoolExecutor(UPLOADS) as pool:
-            paths = list(pool.map(upload, sandboxes))
-    finally:
-        stop.set()
-        sampler.join(5)
-    peak = max(samples)
+    with RssSampler(adv.pid, 0.05) as rss, ThreadPoolExecutor(UPLOADS) as pool:
+        paths = list(pool.map(upload, sandboxes))
+    peak, samples = rss.peak, rss.samples
     print(
         f"\nbroker RSS during {UPLOADS} concurrent {form} uploads of {SIZE >> 20} MiB: "
         f"baseline {baseline:.0f} MB, peak {peak:.0f} MB ({len(samples)} samples)"

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.adversarial.conftest import RssSampler, rss_mb
 from tests.conftest import KEY, OTHER_KEY, REPO, require_docker
 
 pytestmark = pytest.mark.timeout(600)
@@ -33,13 +34,6 @@ FLOOD_SECONDS = 5
 #: What the test allows above the baseline at the peak, and after (README "Resource bounds").
 PEAK_ALLOWANCE_MB = 2000
 FINAL_ALLOWANCE_MB = 100
-
-
-def rss_mb(pid: int) -> float:
-    text = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"VmRSS:\s+(\d+) kB", text)
-    assert match
-    return int(match.group(1)) / 1024
 
 
 @pytest.fixture(params=["local", "docker"])
@@ -99,14 +93,6 @@ def test_rss_bounded_under_20_floods_and_20_uploads_and_back_near_baseline(
             assert api.post(f"/v1/sessions/{sid}/execute", json={"code": "1"}).status_code == 200
     time.sleep(1)  # let start-up garbage settle before the baseline
     baseline = rss_mb(proc.pid)
-    samples: list[float] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append(rss_mb(proc.pid))
-            stop.wait(0.1)
-
     flood = (
         "import time\nt = time.time()\n"
         f"while time.time() - t < {FLOOD_SECONDS}:\n    print('x' * 1000)\nprint('end')"
@@ -126,23 +112,20 @@ def test_rss_bounded_under_20_floods_and_20_uploads_and_back_near_baseline(
             size: int = resp.json()["size"]
             return size
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     started = time.monotonic()
-    with ThreadPoolExecutor(2 * SESSIONS) as pool:
-        floods = [pool.submit(run_flood, sid) for sid in sids]
-        uploads = [pool.submit(upload, sid) for sid in sids]
-        results = [f.result() for f in floods]
-        sizes = [u.result() for u in uploads]
-    elapsed = time.monotonic() - started
-    # Settle: the broker's background writes finish, freed memory goes back.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and rss_mb(proc.pid) > baseline + FINAL_ALLOWANCE_MB:
-        time.sleep(0.5)
-    stop.set()
-    sampler.join(5)
+    with RssSampler(proc.pid) as rss:
+        with ThreadPoolExecutor(2 * SESSIONS) as pool:
+            floods = [pool.submit(run_flood, sid) for sid in sids]
+            uploads = [pool.submit(upload, sid) for sid in sids]
+            results = [f.result() for f in floods]
+            sizes = [u.result() for u in uploads]
+        elapsed = time.monotonic() - started
+        # Settle: the broker's background writes finish, freed memory goes back.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and rss_mb(proc.pid) > baseline + FINAL_ALLOWANCE_MB:
+            time.sleep(0.5)
     final = rss_mb(proc.pid)
-    peak = max(samples)
+    peak = rss.peak
     print(
         f"\nbroker RSS: baseline {baseline:.0f} MB, peak {peak:.0f} MB, final {final:.0f} MB "
         f"({SESSIONS} floods of {FLOOD_SECONDS}s + {SESSIONS} uploads of "
