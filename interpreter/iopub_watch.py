@@ -12,8 +12,12 @@ result say what was dropped (``truncated: true`` and a notice on stderr).
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
+import logging
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 import zmq
@@ -22,22 +26,62 @@ from zmq.utils.monitor import parse_monitor_message
 
 from interpreter.execution import DROPPED_MSG_TYPE
 
+log = logging.getLogger(__name__)
+#: After a disconnect, how long to wait for libzmq's own reconnect (it retries every
+#: 100 ms by default) before taking the link for cut for good.
+RECONNECT_WAIT_S = 1.0
 
-async def disconnected(sock: zmq.asyncio.Socket) -> str:
-    """Return once ``sock`` loses its connection to the peer; what libzmq said of it."""
-    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+
+async def cut(sock: zmq.asyncio.Socket) -> str:
+    """Return once ``sock``'s link to the kernel is cut for good; what libzmq said of it
+    (the socket's last monitor events, for the log).
+
+    A disconnect that libzmq repairs itself (a connection error: it reconnects, and a SUB
+    socket subscribes again) is logged and watched past; only one it does not repair (a
+    protocol error, such as a message over the size limit, ends the link for good) is
+    returned: replacing the channel then, not before, loses no message already queued.
+    """
+    monitor = sock.get_monitor_socket(zmq.EVENT_ALL)
+    seen: collections.deque[str] = collections.deque(maxlen=8)
+
+    def note(event: Mapping[str, Any]) -> None:
+        seen.append(f"{_EVENT_NAMES.get(event['event'], event['event'])}:{event.get('value')}")
+
     try:
         while True:
-            frames = await monitor.recv_multipart()
-            event = parse_monitor_message(frames)
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                raw = event.get("endpoint", b"")
-                where = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-                return f"endpoint {where}, descriptor {event.get('value')}"
+            event = parse_monitor_message(await monitor.recv_multipart())
+            note(event)
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            raw = event.get("endpoint", b"")
+            where = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            try:
+                async with asyncio.timeout(RECONNECT_WAIT_S):
+                    while True:
+                        event = parse_monitor_message(await monitor.recv_multipart())
+                        note(event)
+                        if event["event"] in (zmq.EVENT_CONNECTED, zmq.EVENT_CONNECT_RETRIED):
+                            break
+            except TimeoutError:
+                return f"endpoint {where}, events {' '.join(seen)}"
+            log.warning(
+                "the output link to %s dropped and libzmq reconnected it (events %s)",
+                where,
+                " ".join(seen),
+            )
     finally:
         with contextlib.suppress(zmq.ZMQError):
             sock.disable_monitor()
         monitor.close(linger=0)
+
+
+_EVENT_NAMES = {
+    getattr(zmq, name): name.removeprefix("EVENT_")
+    for name in dir(zmq)
+    if name.startswith("EVENT_")
+    and name not in ("EVENT_ALL", "EVENT_ALL_V1", "EVENT_ALL_V2")
+    and isinstance(getattr(zmq, name), int)
+}
 
 
 def renew_channel(kc: Any) -> None:

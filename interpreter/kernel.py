@@ -450,7 +450,7 @@ class Kernel:
         """Renew the iopub channel whenever its connection is cut (a message over the size
         limit: see :mod:`interpreter.iopub_watch`) and tell the running cell."""
         while True:
-            detail = await iopub_watch.disconnected(kc.iopub_channel.socket)
+            detail = await iopub_watch.cut(kc.iopub_channel.socket)
             if kc is not self.kc:
                 return
             reader = self._readers[0]
