@@ -43,6 +43,9 @@ async def _ready(pool: ContainerPool) -> None:
 async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool) -> None:
     await _ready(pool)
     pooled_id = pool._ready[0].container_id
+    engine = docker_client()
+    waiting = await asyncio.to_thread(engine.api.inspect_container, pooled_id)
+    assert waiting["HostConfig"]["CpuShares"] == 128
 
     options = dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab))
     t0 = time.perf_counter()
@@ -59,6 +62,13 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     assert kernel.runtime_dir == options.runtime_dir and kernel.workspace == options.workspace
     assert claim_s < 2.0
     assert (await run(kc, "1+1"))["result"] == "2"
+    # Waiting in the pool it had a low CPU weight; claimed, it gets a session's.
+
+    async def promoted() -> bool:
+        config = await asyncio.to_thread(engine.api.inspect_container, pooled_id)
+        return bool(config["HostConfig"]["CpuShares"] == 1024)
+
+    await wait_for(promoted, 30, "the claimed kernel's CPU weight")
     # The workspace the kernel sees is the session's directory now.
     await run(kc, "open('/workspace/hello.txt', 'w').write('hi')")
     assert (options.workspace / "hello.txt").read_text() == "hi"

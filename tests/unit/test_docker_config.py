@@ -94,6 +94,7 @@ GOLDEN: dict[str, Any] = {
     "mem_limit": "512m",
     "memswap_limit": "512m",
     "nano_cpus": 1_500_000_000,
+    "cpu_shares": 1024,
     "pids_limit": 128,
     "ulimits": [
         {"Name": "nofile", "Soft": 1024, "Hard": 1024},
@@ -227,3 +228,19 @@ def test_backends_create_containers_only_through_the_config_builder() -> None:
         str(p.relative_to(backends)) for p in sources if "containers.create(" in p.read_text()
     ]
     assert creators == ["docker/engine.py"]
+
+
+def test_a_warm_pool_container_starts_with_a_low_cpu_weight() -> None:
+    options = _options()
+    config = build_container_config(
+        options,
+        command=kernel_command(ARGV),
+        name="interp-s-123-abcd",
+        user=KernelUser(),
+        labels=container_labels(options, pool_slot="0123456789abcdef"),
+        background=True,
+    )
+    assert config["cpu_shares"] == 128
+    assert {k: v for k, v in config.items() if k not in ("cpu_shares", "labels")} == {
+        k: v for k, v in _config(options).items() if k not in ("cpu_shares", "labels")
+    }

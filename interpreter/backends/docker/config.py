@@ -50,6 +50,10 @@ SHM_SIZE_MB = 64
 #: Docker keeps what the kernel writes to the container's own stdout/stderr (outside
 #: ipykernel's capture) in a log file on the host: bound it so it cannot fill the disk.
 LOG_MAX_SIZE = "1m"
+#: CPU weight of a warm-pool container until a session claims it (Docker's default is
+#: 1024): a refill starting beside running sessions yields the CPU to them.
+BACKGROUND_CPU_SHARES = 128
+NORMAL_CPU_SHARES = 1024
 
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
@@ -110,6 +114,7 @@ def build_container_config(
     name: str,
     user: KernelUser,
     labels: Mapping[str, str],
+    background: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``docker.DockerClient.containers.create``.
 
@@ -119,6 +124,7 @@ def build_container_config(
         name: the container name (see :func:`container_name`).
         user: the kernel's uid/gid; :data:`KERNEL_UID` unless the broker is not root.
         labels: see :func:`container_labels`.
+        background: a warm-pool container: a low CPU weight until claimed.
 
     Returns:
         A dict of plain data; every hardening item of docs/security.md §2.B that Docker can
@@ -172,6 +178,7 @@ def build_container_config(
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": round(options.cpus * 1e9),
+        "cpu_shares": BACKGROUND_CPU_SHARES if background else NORMAL_CPU_SHARES,
         "pids_limit": options.pids,
         # H-21: bounded fds, no core dumps.
         "ulimits": [

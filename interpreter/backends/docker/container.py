@@ -210,6 +210,7 @@ async def start_kernel_container(
         name=container_name(options.session_id, secrets.token_hex(4)),
         user=user,
         labels=container_labels(options, pool_slot=pool_slot),
+        background=pool_slot is not None,
     )
     create = asyncio.ensure_future(
         call_docker(

@@ -232,6 +232,11 @@ def remove_container(container_id: str) -> None:
 # --------------------------------------------------------------- Docker calls (threads)
 
 
+def set_cpu_shares(client: docker.DockerClient, container_id: str, shares: int) -> None:
+    """Change a running container's CPU weight."""
+    client.api.update_container(container_id, cpu_shares=shares)
+
+
 def create_and_start(client: docker.DockerClient, config: dict[str, Any]) -> dict[str, Any]:
     """Create and start a container; an engine-side (5xx) failure is retried twice.
 

@@ -40,7 +40,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from interpreter import quota
 from interpreter.backends.base import LaunchOptions
 from interpreter.backends.docker import ipc
-from interpreter.backends.docker.config import kernel_command
+from interpreter.backends.docker.config import NORMAL_CPU_SHARES, kernel_command
 from interpreter.backends.docker.container import (
     START_TIMEOUT_S,
     KernelContainer,
@@ -56,6 +56,7 @@ from interpreter.backends.docker.engine import (
     inspect_state,
     list_broker_containers,
     remove_container,
+    set_cpu_shares,
 )
 from interpreter.backends.docker.provisioner import DEFAULT_ARGV
 from interpreter.errors import InterpreterError, KernelStartFailed
@@ -112,6 +113,8 @@ class ContainerPool:
         #: Counters for metrics and tests.
         self.started = 0
         self.claimed = 0
+        #: CPU-weight updates of claimed kernels still under way.
+        self._promotions: set[asyncio.Task[None]] = set()
         self.failures = 0
 
     # -- public -------------------------------------------------------------------------
@@ -196,12 +199,31 @@ class ContainerPool:
                     )
                 return None
             self.claimed += 1
+            # Its session's work now: the weight a session's container has (after the
+            # answer: the claim does not wait for the engine).
+            task = asyncio.create_task(self._promote(kernel.container_id))
+            self._promotions.add(task)
+            task.add_done_callback(self._promotions.discard)
             return dataclasses.replace(kernel, workspace=targets[0], runtime_dir=targets[1])
         return None
+
+    async def _promote(self, container_id: str) -> None:
+        try:
+            await call_docker(
+                "give a claimed kernel its CPU weight",
+                set_cpu_shares,
+                container_id,
+                NORMAL_CPU_SHARES,
+            )
+        except InterpreterError as exc:
+            log.warning("claimed kernel %s keeps its pool CPU weight: %s", container_id, exc)
 
     async def close(self) -> None:
         """Uninstall, stop filling and remove every unclaimed container and its directories."""
         self._closed = True
+        for task in list(self._promotions):
+            with contextlib.suppress(Exception):
+                await task
         if self._filler is not None:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
