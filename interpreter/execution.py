@@ -152,7 +152,7 @@ class ExecutionRecorder:
         self,
         msg_id: str,
         *,
-        hard_limit: int = 20 << 20,
+        hard_limit: int = 4 << 20,
         rich_limit: int = RICH_LIMIT,
         overflow: Overflow | None = None,
     ) -> None:
