@@ -275,6 +275,12 @@ class ExecutionRecorder:
         if msg_type == DROPPED_MSG_TYPE:
             self.messages_dropped += 1
             limit = content.get("limit")
+            if content.get("reconnected"):
+                text = (
+                    "\n[output link interrupted: the connection to the kernel dropped and "
+                    "came back while the cell ran; what it printed meanwhile may be missing]\n"
+                )
+                return self._stream({"name": "stderr", "text": text})
             return self._stream(
                 {
                     "name": "stderr",

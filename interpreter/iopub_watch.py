@@ -17,7 +17,7 @@ import collections
 import contextlib
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import zmq
@@ -32,14 +32,17 @@ log = logging.getLogger(__name__)
 RECONNECT_WAIT_S = 1.0
 
 
-async def cut(sock: zmq.asyncio.Socket) -> str:
+async def cut(
+    sock: zmq.asyncio.Socket, on_reconnected: Callable[[str], Awaitable[None]] | None = None
+) -> str:
     """Return once ``sock``'s link to the kernel is cut for good; what libzmq said of it
     (the socket's last monitor events, for the log).
 
     A disconnect that libzmq repairs itself (a connection error: it reconnects, and a SUB
-    socket subscribes again) is logged and watched past; only one it does not repair (a
-    protocol error, such as a message over the size limit, ends the link for good) is
-    returned: replacing the channel then, not before, loses no message already queued.
+    socket subscribes again) is logged, reported to ``on_reconnected`` (what the kernel
+    published meanwhile is lost) and watched past; only one it does not repair (a protocol
+    error, such as a message over the size limit, ends the link for good) is returned:
+    replacing the channel then, not before, loses no message already queued.
     """
     monitor = sock.get_monitor_socket(zmq.EVENT_ALL)
     seen: collections.deque[str] = collections.deque(maxlen=8)
@@ -64,11 +67,10 @@ async def cut(sock: zmq.asyncio.Socket) -> str:
                             break
             except TimeoutError:
                 return f"endpoint {where}, events {' '.join(seen)}"
-            log.warning(
-                "the output link to %s dropped and libzmq reconnected it (events %s)",
-                where,
-                " ".join(seen),
-            )
+            detail = f"endpoint {where}, events {' '.join(seen)}"
+            log.warning("the output link dropped and libzmq reconnected it (%s)", detail)
+            if on_reconnected is not None:
+                await on_reconnected(detail)
     finally:
         with contextlib.suppress(zmq.ZMQError):
             sock.disable_monitor()
@@ -93,11 +95,13 @@ def renew_channel(kc: Any) -> None:
     kc.iopub_channel.start()
 
 
-def dropped_notice(parent_msg_id: str, limit: int) -> dict[str, Any]:
-    """The message that tells the execution of ``parent_msg_id`` output was dropped."""
+def dropped_notice(parent_msg_id: str, limit: int, *, reconnected: bool = False) -> dict[str, Any]:
+    """The message that tells the execution of ``parent_msg_id`` output was dropped: a
+    message over ``limit``, or (``reconnected``) whatever was published while the link was
+    down."""
     return {
         "header": {"msg_type": DROPPED_MSG_TYPE, "msg_id": secrets.token_hex(8)},
         "parent_header": {"msg_id": parent_msg_id},
         "metadata": {},
-        "content": {"limit": limit},
+        "content": {"limit": limit, "reconnected": reconnected},
     }

@@ -449,8 +449,17 @@ class Kernel:
     async def _watch_iopub(self, kc: Any) -> None:
         """Renew the iopub channel whenever its connection is cut (a message over the size
         limit: see :mod:`interpreter.iopub_watch`) and tell the running cell."""
+
+        async def reconnected(detail: str) -> None:
+            log.warning("session %s: output may be missing (%s)", self.name, detail)
+            if self._last_execute is not None:
+                notice = iopub_watch.dropped_notice(
+                    self._last_execute, self.max_message_bytes, reconnected=True
+                )
+                await self.on_message("iopub", notice)
+
         while True:
-            detail = await iopub_watch.cut(kc.iopub_channel.socket)
+            detail = await iopub_watch.cut(kc.iopub_channel.socket, reconnected)
             if kc is not self.kc:
                 return
             reader = self._readers[0]
