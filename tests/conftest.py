@@ -179,23 +179,33 @@ def shared_session(server: Server) -> Iterator[str]:
         client.delete(f"/v1/sessions/{sid}")
 
 
-def spawn_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
+def spawn_serve(
+    *args: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> tuple[subprocess.Popen[str], str]:
     """Start ``interp serve ARGS`` in its own process; return it and the URL it announced."""
-    proc, urls = spawn_serve_announcing(("listening on",), *args)
+    proc, urls = spawn_serve_announcing(("listening on",), *args, env=env, preexec_fn=preexec_fn)
     return proc, urls[0]
 
 
 def spawn_serve_announcing(
-    announcements: tuple[str, ...], *args: str
+    announcements: tuple[str, ...],
+    *args: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> tuple[subprocess.Popen[str], list[str]]:
-    """Start ``interp serve ARGS``; return it and the first URL of each announcement (in
-    order: ``"listening on"``, ``"E2B-compatible surface on"``)."""
+    """Start ``interp serve ARGS`` (with ``env``, and ``preexec_fn`` run in the child before
+    it starts); return it and the first URL of each announcement (in order: ``"listening
+    on"``, ``"E2B-compatible surface on"``)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "interpreter", "serve", "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
+        env=env,
+        preexec_fn=preexec_fn,
     )
     assert proc.stdout is not None
     seen = []
@@ -210,6 +220,16 @@ def spawn_serve_announcing(
                 threading.Thread(target=proc.stdout.read, daemon=True).start()
                 return proc, urls
     raise AssertionError(f"server did not start (exit {proc.wait()}):\n" + "".join(seen[-20:]))
+
+
+def stop_serve(proc: subprocess.Popen[str], wait_s: float = 60) -> None:
+    """SIGTERM a spawned ``interp serve`` and wait for it (SIGKILL after ``wait_s``)."""
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def run(client: httpx.Client, sid: str, code: str, **body: Any) -> dict[str, Any]:

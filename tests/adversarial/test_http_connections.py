@@ -9,12 +9,10 @@ the concurrency cap get 503 with Retry-After while the others finish.
 from __future__ import annotations
 
 import os
-import re
 import resource
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,7 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import KEY, OTHER_KEY, REPO, require_docker, start_server
+from tests.conftest import KEY, OTHER_KEY, require_docker, spawn_serve, start_server, stop_serve
 
 pytestmark = pytest.mark.timeout(400)
 STALLED = 1100
@@ -44,38 +42,16 @@ def limited_broker(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.
         require_docker()
     data_dir = Path(tempfile.mkdtemp(prefix="interp-conns-"))
     env = {**os.environ, "INTERP_API_KEY": f"{KEY},{OTHER_KEY}"}
-    argv = [sys.executable, "-m", "interpreter", "serve", "--port", "0", "--pool-size", "0"]
-    argv += ["--backend", request.param, "--data-dir", str(data_dir)]
-    argv += ["--no-keep-containers-on-shutdown", "--header-timeout-s", "60"]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
+    proc, url = spawn_serve(
+        *("--pool-size", "0", "--backend", request.param, "--data-dir", str(data_dir)),
+        *("--no-keep-containers-on-shutdown", "--header-timeout-s", "60"),
         env=env,
         preexec_fn=_limit_descriptors,
     )
-    assert proc.stdout is not None
-    seen: list[str] = []
-    url = ""
-    for line in proc.stdout:
-        seen.append(line)
-        match = re.search(r"listening on (http://\S+)", line)
-        if match:
-            url = match.group(1)
-            threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
-            break
-    assert url, "".join(seen[-20:])
     try:
         yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_serve(proc)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

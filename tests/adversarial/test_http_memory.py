@@ -10,12 +10,9 @@ bounded amount of text, so the peak stays within the documented bound (README,
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +22,7 @@ import httpx
 import pytest
 
 from tests.adversarial.conftest import RssSampler, rss_mb
-from tests.conftest import KEY, OTHER_KEY, REPO, require_docker
+from tests.conftest import KEY, OTHER_KEY, require_docker, spawn_serve, stop_serve
 
 pytestmark = pytest.mark.timeout(600)
 SESSIONS = 20
@@ -41,34 +38,17 @@ def broker(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[st
     if request.param == "docker":
         require_docker()
     data_dir = Path(tempfile.mkdtemp(prefix="interp-memory-"))
-    argv = [sys.executable, "-m", "interpreter", "serve", "--port", "0", "--pool-size", "0"]
-    argv += ["--backend", request.param, "--data-dir", str(data_dir)]
-    argv += ["--no-keep-containers-on-shutdown", "--max-upload-bytes", str(64 << 20)]
-    argv += ["--max-concurrent-uploads", "32", "--default-memory-mb", "256"]
     env = {**os.environ, "INTERP_API_KEY": f"{KEY},{OTHER_KEY}"}
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env
+    proc, url = spawn_serve(
+        *("--pool-size", "0", "--backend", request.param, "--data-dir", str(data_dir)),
+        *("--no-keep-containers-on-shutdown", "--max-upload-bytes", str(64 << 20)),
+        *("--max-concurrent-uploads", "32", "--default-memory-mb", "256"),
+        env=env,
     )
-    assert proc.stdout is not None
-    url = ""
-    seen: list[str] = []
-    for line in proc.stdout:
-        seen.append(line)
-        match = re.search(r"listening on (http://\S+)", line)
-        if match:
-            url = match.group(1)
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-            break
-    assert url, "".join(seen[-20:])
     try:
         yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_serve(proc, 90)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
