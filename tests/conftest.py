@@ -30,6 +30,25 @@ from interpreter.settings import Settings
 KEY = "test-key-alpha"
 OTHER_KEY = "test-key-bravo"
 REPO = Path(__file__).resolve().parent.parent
+#: The analyst stack the kernel image and the `kernel` extra promise (issue 13).
+ANALYST = [
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "seaborn",
+    "plotly",
+    "scipy",
+    "scikit-learn",
+    "statsmodels",
+    "pyarrow",
+    "openpyxl",
+    "xlrd",
+    "tqdm",
+    "ipywidgets",
+    "pillow",
+    "sympy",
+    "tabulate",
+]
 
 _docker_state: dict[str, Any] = {}
 

@@ -21,26 +21,7 @@ from interpreter.client.render import render_execution
 from interpreter.image import image_status
 from interpreter.models import Execution
 from interpreter.settings import Settings
-from tests.conftest import Server, require_docker, run, start_server
-
-ANALYST = [
-    "numpy",
-    "pandas",
-    "matplotlib",
-    "seaborn",
-    "plotly",
-    "scipy",
-    "scikit-learn",
-    "statsmodels",
-    "pyarrow",
-    "openpyxl",
-    "xlrd",
-    "tqdm",
-    "ipywidgets",
-    "pillow",
-    "sympy",
-    "tabulate",
-]
+from tests.conftest import ANALYST, Server, require_docker, run, start_server
 
 
 def model_text(result: dict[str, Any]) -> str:

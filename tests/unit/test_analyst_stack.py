@@ -4,32 +4,12 @@ versions, named to models in the run_code and MCP descriptions, and images allow
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 from interpreter.image.inputs import normalize_name, read_pins
 from interpreter.mcp_service import ServiceFacts
 from interpreter.settings import Settings
 from interpreter.tools.specs import TOOLS
-
-REPO = Path(__file__).resolve().parents[2]
-ANALYST = [
-    "numpy",
-    "pandas",
-    "matplotlib",
-    "seaborn",
-    "plotly",
-    "scipy",
-    "scikit-learn",
-    "statsmodels",
-    "pyarrow",
-    "openpyxl",
-    "xlrd",
-    "tqdm",
-    "ipywidgets",
-    "pillow",
-    "sympy",
-    "tabulate",
-]
+from tests.conftest import ANALYST, REPO
 
 
 def kernel_extra() -> dict[str, str]:
