@@ -25,7 +25,7 @@ from interpreter.metrics import Metrics
 from interpreter.models import SessionStatus
 from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture
-from interpreter.store import Writer
+from interpreter.store import Activity, Writer
 
 
 class MessageRouting:
@@ -43,10 +43,10 @@ class MessageRouting:
     def touch(self) -> None:
         raise NotImplementedError
 
-    def _save_execution(self, handle: ExecutionHandle) -> None:
+    def _save_execution(self, handle: ExecutionHandle, activity: Activity | None = None) -> None:
         raise NotImplementedError
 
-    def _activity(self, status: SessionStatus) -> partial[None]:
+    def _activity(self, status: SessionStatus) -> Activity:
         raise NotImplementedError
 
     async def _write_note(self) -> None:
@@ -88,7 +88,7 @@ class MessageRouting:
             await self.notebook.replace_outputs(
                 earlier.execution.id, nb_outputs, audit_sha256=earlier.notebook_sha256
             )
-            self.writer.later(partial(self._save_execution, earlier))
+            self.writer.later(partial(self._save_execution, earlier), key=earlier.execution.id)
 
     async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
         """Output of a finished cell (a background thread printing while no cell runs):
@@ -103,7 +103,7 @@ class MessageRouting:
         await self.notebook.replace_outputs(
             handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
         )
-        self.writer.later(partial(self._save_execution, handle))
+        self.writer.later(partial(self._save_execution, handle), key=handle.execution.id)
 
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution
@@ -130,8 +130,8 @@ class MessageRouting:
         self._report(handle)
         # On record before anyone is told: a broker killed right after an answer must not
         # turn it into `unknown`.
-        await self.writer.run(partial(self._save_execution, handle))
-        self.writer.later(self._activity(self.status))
+        activity = self._activity(self.status)
+        await self.writer.run(partial(self._save_execution, handle, activity))
         handle.finish()
         self.capture.remember(rec.msg_id, handle)
         if rec.streams.seen >= memory.TRIM_AFTER_BYTES:

@@ -63,7 +63,7 @@ from interpreter.restarts import KernelLifecycle
 from interpreter.routing import MessageRouting
 from interpreter.settings import Settings
 from interpreter.spill import StreamSpill
-from interpreter.store import SessionRecord, Store, Writer, utcnow
+from interpreter.store import Activity, SessionRecord, Store, Writer, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await asyncio.to_thread(shutil.rmtree, self.options.runtime_dir, True)
         await self.notebook.flush()
         if keep_kernel:
-            write = self._activity(previous)
+            write = partial(self.store.save_activity, self.id, self._activity(previous))
         else:
             write = partial(
                 self.store.close_session, self.id, reason, last_activity_at=self.last_activity_at
@@ -354,24 +354,23 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             handle.publish(ApprovalRequired(handle.approval.model()))
         # Awaited: an execution id handed to a client is on record even if the broker is
         # killed right after (it then comes back as `unknown`, R-07).
-        await self.writer.run(partial(self._save_execution, handle))
+        await self.writer.run(partial(self._save_execution, handle), key=execution.id)
         return handle
 
-    def _activity(self, status: SessionStatus) -> partial[None]:
-        """The store write that records the session's activity (its status as given)."""
-        return partial(
-            self.store.save_activity,
-            self.id,
-            status=status,
-            execution_count=self.execution_count,
-            last_activity_at=self.last_activity_at,
-        )
+    def _activity(self, status: SessionStatus) -> Activity:
+        """The session's activity as of now, with its status as given."""
+        return Activity(status, self.execution_count, self.last_activity_at)
 
-    def _save_execution(self, handle: ExecutionHandle) -> None:
+    def _save_execution(self, handle: ExecutionHandle, activity: Activity | None = None) -> None:
+        """Write ``handle``'s execution as it is when this runs (on the writer's thread),
+        with the session's ``activity`` in the same transaction if given."""
         if handle.seq == 0:
             handle.seq = self.store.next_seq(self.id)
         self.store.save_execution(
-            handle.seq, handle.execution, notebook_sha256=handle.notebook_sha256
+            handle.seq,
+            handle.execution,
+            notebook_sha256=handle.notebook_sha256,
+            activity=activity,
         )
 
     async def _work(self) -> None:
@@ -431,7 +430,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex.generation = self.generation
         ex.started_at = utcnow()
         started = loop.time()
-        self.writer.later(partial(self._save_execution, handle))
+        self.writer.later(partial(self._save_execution, handle), key=ex.id)
         rec = self._record(handle, await self.kernel.execute(ex.code, ex.id))
         ending = await waiting.until_end(
             handle,

@@ -91,6 +91,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Activity:
+    """A session's activity as the sessions table keeps it (see :meth:`Store.save_activity`)."""
+
+    status: SessionStatus
+    execution_count: int
+    last_activity_at: datetime
+
+
 @dataclass
 class Unfinished:
     """An execution a stopped broker left queued or running, as now recorded."""
@@ -259,21 +268,9 @@ class Store:
             generation,
         )
 
-    def save_activity(
-        self,
-        session_id: str,
-        *,
-        status: SessionStatus,
-        execution_count: int,
-        last_activity_at: datetime,
-    ) -> None:
-        self._update(
-            session_id,
-            "status = ?, execution_count = ?, last_activity_at = ?",
-            status,
-            execution_count,
-            last_activity_at.isoformat(),
-        )
+    def save_activity(self, session_id: str, activity: Activity) -> None:
+        with self._tx() as db:
+            _save_activity(db, session_id, activity)
 
     def save_rebuild(self, session_id: str, report: RebuildReport) -> None:
         self._update(session_id, "rebuild_json = ?", report.model_dump_json())
@@ -302,11 +299,17 @@ class Store:
     # -- executions ----------------------------------------------------------------------
 
     def save_execution(
-        self, seq: int, execution: Execution, *, notebook_sha256: str | None = None
+        self,
+        seq: int,
+        execution: Execution,
+        *,
+        notebook_sha256: str | None = None,
+        activity: Activity | None = None,
     ) -> None:
         """Insert or update an execution; a final one is chained (see ``audit.py``).
 
-        ``notebook_sha256`` is the digest of its notebook cell, if it has one.
+        ``notebook_sha256`` is the digest of its notebook cell, if it has one; ``activity``,
+        if given, is its session's activity, saved in the same transaction.
         """
         data = execution.model_dump_json()
         started = execution.started_at.isoformat() if execution.started_at else None
@@ -332,6 +335,8 @@ class Store:
                 ),
             )
             _chain(db, execution, notebook_sha256)
+            if activity is not None:
+                _save_activity(db, execution.session_id, activity)
 
     def executions_of(self, session_id: str) -> list[Execution]:
         """Every execution recorded for ``session_id``, in order."""
@@ -420,28 +425,69 @@ class Store:
 
 
 class Writer:
-    """Runs store writes on one thread, in the order they are issued."""
+    """Runs store writes on one thread, in the order they are issued.
+
+    A write may name what it saves (``key``, say an execution's id). While a write with a
+    key waits in the queue, a later one with the same key joins it instead of queueing
+    again: the waiting write reads the state when it runs, so it saves the later state
+    too. A busy writer thus saves a cell once, not once per change (queued, running).
+    """
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._lock = threading.Lock()
+        self._waiting: dict[str, Future[Any]] = {}
 
-    async def run(self, fn: Callable[[], T]) -> T:
+    async def run(self, fn: Callable[[], T], key: str | None = None) -> T:
         """Run ``fn`` after every write issued before it, and wait for its result."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        future, _ = self._submit(fn, key)
+        result: T = await asyncio.wrap_future(future)
+        return result
 
-    def later(self, fn: Callable[[], object]) -> None:
+    def later(self, fn: Callable[[], object], key: str | None = None) -> None:
         """Queue ``fn`` behind the earlier writes without waiting (failures are logged)."""
-        self._pool.submit(fn).add_done_callback(_log_write_failure)
+        future, new = self._submit(fn, key)
+        if new:
+            future.add_done_callback(_log_write_failure)
 
     def close(self) -> None:
         """Wait for every queued write, then stop the thread."""
         self._pool.shutdown(wait=True)
+
+    def _submit(self, fn: Callable[[], Any], key: str | None) -> tuple[Future[Any], bool]:
+        """The future of ``fn``'s write, and whether it was queued now (not joined)."""
+        if key is None:
+            return self._pool.submit(fn), True
+        with self._lock:  # held until the write is known as waiting: it cannot start first
+            waiting = self._waiting.get(key)
+            if waiting is not None:
+                return waiting, False
+            future = self._pool.submit(self._start, key, fn)
+            self._waiting[key] = future
+            return future, True
+
+    def _start(self, key: str, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            del self._waiting[key]  # from now on, a write with this key queues anew
+        return fn()
 
 
 def _log_write_failure(future: Future[object]) -> None:
     exc = future.exception()
     if exc is not None:
         log.error("a store write failed: %r", exc)
+
+
+def _save_activity(db: sqlite3.Connection, session_id: str, activity: Activity) -> None:
+    db.execute(
+        "UPDATE sessions SET status = ?, execution_count = ?, last_activity_at = ? WHERE id = ?",
+        (
+            activity.status,
+            activity.execution_count,
+            activity.last_activity_at.isoformat(),
+            session_id,
+        ),
+    )
 
 
 def _chain(db: sqlite3.Connection, execution: Execution, notebook_sha256: str | None) -> None:
