@@ -61,7 +61,11 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     assert kernel.container_id == pooled_id and kernel.pool_slot is not None
     assert kernel.runtime_dir == options.runtime_dir and kernel.workspace == options.workspace
     assert claim_s < 2.0
-    assert (await run(kc, "1+1"))["result"] == "2"
+    # The pool's warm-up cell left no trace: this is cell 1, with no earlier result or
+    # history (pool.WARM_UP_CODE).
+    first = await run(kc, "print(repr(_), len(Out), len(In)); 1+1")
+    assert first["execution_count"] == 1, first
+    assert first["stdout"] == "'' 0 2\n" and first["result"] == "2", first
     # Waiting in the pool it had a low CPU weight; claimed, it gets a session's.
 
     async def promoted() -> bool:

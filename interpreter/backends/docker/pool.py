@@ -65,6 +65,12 @@ log = logging.getLogger(__name__)
 
 #: Longest pause between attempts when starting pool kernels keeps failing.
 MAX_BACKOFF_S = 60.0
+#: Run once in each pool kernel before it is handed out. IPython's first cell in a kernel
+#: takes several milliseconds more than later ones (measured: 10 ms against 4 for ``1+1``);
+#: this pays that before a session waits for it. Not silent (a silent cell skips part of
+#: that first-run path), without history and without a value, so it leaves no trace: the
+#: session's first cell is still number 1 and ``_`` is untouched.
+WARM_UP_CODE = "None"
 #: What a slot name looks like (it becomes a path component).
 _SLOT = re.compile(r"[0-9a-f]{16}")
 
@@ -293,7 +299,8 @@ class ContainerPool:
         return kernel
 
     async def _wait_kernel_info(self, kernel: KernelContainer) -> None:
-        """Wait until the kernel answers ``kernel_info``, so a claim gets a ready kernel."""
+        """Wait until the kernel answers ``kernel_info``, then run :data:`WARM_UP_CODE`, so
+        a claim gets a ready kernel whose first cell costs what later ones do."""
         client = AsyncKernelClient()
         client.load_connection_info(
             ipc.connection_info(ipc.host_prefix(kernel.runtime_dir), kernel.key)
@@ -301,8 +308,9 @@ class ContainerPool:
         client.start_channels()
         try:
             await client.wait_for_ready(timeout=self.start_timeout_s)
-        except RuntimeError as exc:
-            raise KernelStartFailed(f"pool kernel did not answer: {exc}") from exc
+            await _warm_up(client, self.start_timeout_s)
+        except (RuntimeError, TimeoutError) as exc:
+            raise KernelStartFailed(f"pool kernel did not answer: {exc!r}") from exc
         finally:
             client.stop_channels()
 
@@ -392,3 +400,13 @@ def _nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+async def _warm_up(client: AsyncKernelClient, timeout_s: float) -> None:
+    """Run :data:`WARM_UP_CODE` and wait for its reply."""
+    msg_id = client.execute(WARM_UP_CODE, silent=False, store_history=False, allow_stdin=False)
+    async with asyncio.timeout(timeout_s):
+        while True:
+            reply = await client.get_shell_msg()
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return
