@@ -431,8 +431,12 @@ class Kernel:
         )
         self.kc = kc
         self._readers = [
-            asyncio.create_task(self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"),
-            asyncio.create_task(self._read(kc.get_shell_msg, "shell"), name=f"shell-{self.name}"),
+            asyncio.create_task(
+                self._read(receiver(kc, "iopub"), "iopub"), name=f"iopub-{self.name}"
+            ),
+            asyncio.create_task(
+                self._read(receiver(kc, "shell"), "shell"), name=f"shell-{self.name}"
+            ),
             asyncio.create_task(self._watch_iopub(kc), name=f"iopub-watch-{self.name}"),
         ]
         if self.heartbeat_s > 0:
@@ -468,7 +472,7 @@ class Kernel:
                 await reader
             iopub_watch.renew_channel(kc)
             self._readers[0] = asyncio.create_task(
-                self._read(kc.get_iopub_msg, "iopub"), name=f"iopub-{self.name}"
+                self._read(receiver(kc, "iopub"), "iopub"), name=f"iopub-{self.name}"
             )
             log.warning(
                 "session %s: the kernel's output link was cut (%s, last message size limit "
@@ -554,3 +558,19 @@ def _start_failed(exc: Exception) -> KernelStartFailed:
         + (f": {msg}" if msg else "")
         + ". Try again; if it keeps failing, check the service logs."
     )
+
+
+def receiver(kc: Any, channel: str) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """Read the next message of ``kc``'s ``channel`` (``iopub`` or ``shell``), as the
+    client's own ``get_*_msg`` does but without first awaiting a poll: one wake-up per
+    message instead of two. The channel is looked up on each call (a renewed iopub
+    channel is read from then on)."""
+
+    async def receive() -> dict[str, Any]:
+        socket = getattr(kc, f"{channel}_channel").socket
+        frames = await socket.recv_multipart()
+        _, message = kc.session.feed_identities(frames)
+        msg: dict[str, Any] = kc.session.deserialize(message)
+        return msg
+
+    return receive
