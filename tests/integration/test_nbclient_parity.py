@@ -5,6 +5,12 @@ reference Jupyter client, in a kernel of the project's kernelspec) and through t
 (local backend), cell by cell.
 Both must record the same outputs in the same order: output types and stream names, then
 the values compared by replay's comparator (numbers as numbers, images by pixels).
+
+nbclient records one output per stream message, so a cell that prints, pauses and prints
+again has two outputs there; JupyterLab joins consecutive chunks of one stream into one
+output, and so does the service. The reference is nbclient's with those chunks joined
+(:func:`join_consecutive_streams`; nbclient's own ``coalesce_streams`` also moves a stream
+past a display between its chunks, which is not the kernel's order).
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ NOTEBOOKS = {
         "import sys, warnings\nprint('out 1')\nprint('err', file=sys.stderr)\n"
         "display({'a': 1}, raw=False)\nprint('out 2')\nwarnings.warn('careful')\n6 * 7",
     ],
+    "stream_in_pauses": [
+        "import sys, time\nprint('a', flush=True)\ntime.sleep(0.3)\nprint('b', flush=True)\n"
+        "time.sleep(0.3)\nprint('e', file=sys.stderr, flush=True)\ntime.sleep(0.3)\nprint('c')",
+    ],
     "clear_output": [
         "from IPython.display import clear_output\nfor i in range(3):\n"
         "    clear_output(wait=True)\n    print('step', i)",
@@ -56,11 +66,31 @@ def with_nbclient(sources: list[str], cwd: Path) -> list[dict[str, Any]]:
     nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
     km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
     client = NotebookClient(
-        nb, km=km, allow_errors=True, timeout=120, resources={"metadata": {"path": str(cwd)}}
+        nb,
+        km=km,
+        allow_errors=True,
+        timeout=120,
+        resources={"metadata": {"path": str(cwd)}},
     )
     client.execute()
     cells: list[dict[str, Any]] = nbformat.from_dict(nb)["cells"]
-    return [dict(c) for c in cells]
+    return [join_consecutive_streams(dict(c)) for c in cells]
+
+
+def join_consecutive_streams(cell: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` with each run of consecutive outputs of one stream joined into one."""
+    joined: list[dict[str, Any]] = []
+    for output in cell.get("outputs", []):
+        last = joined[-1] if joined else None
+        if (
+            last is not None
+            and output["output_type"] == last["output_type"] == "stream"
+            and output["name"] == last["name"]
+        ):
+            joined[-1] = {**last, "text": last["text"] + output["text"]}
+        else:
+            joined.append(dict(output))
+    return {**cell, "outputs": joined}
 
 
 @pytest.fixture(scope="module")
