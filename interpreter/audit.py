@@ -19,6 +19,12 @@ its source and outputs (:func:`cell_digest`); the content covers that digest and
 (SHA-256) of the execution's artifacts, so ``interp audit verify`` can check the notebook
 and the artifact files against the chain.
 
+The content also covers the policy's decision on the execution (``policy``: decision,
+policy, rule, and the approval's outcome: who decided, what, when and with which comment;
+null without a policy). Links written before the content had that field lack the key; a
+field in :data:`SINCE_V2` is compared only when the link has it, so those links still
+verify (and do not cover the decision).
+
 This is tamper *evidence* against edits of part of the record (a row, a cell, a file):
 nothing is keyed, so whoever can rewrite every piece consistently can rewrite the chain.
 """
@@ -52,7 +58,10 @@ FIELDS = (
     "error_sha256",
     "artifacts",
     "notebook_sha256",
+    "policy",
 )
+#: Fields added to the content later: a link without the key predates them (not compared).
+SINCE_V2 = frozenset({"policy"})
 
 
 def canonical(value: Any) -> str:
@@ -106,12 +115,36 @@ def content_of(execution: Execution, notebook_sha256: str | None) -> dict[str, A
         else None,
         "artifacts": artifact_ids(ex),
         "notebook_sha256": notebook_sha256,
+        "policy": _policy_of(ex),
+    }
+
+
+def _policy_of(ex: Execution) -> dict[str, Any] | None:
+    """The policy decision the chain covers: who allowed what (None: no policy in use)."""
+    if ex.policy is None:
+        return None
+    outcome = ex.policy.approval
+    return {
+        "decision": ex.policy.decision,
+        "policy": ex.policy.policy,
+        "rule": ex.policy.rule,
+        "approval": None
+        if outcome is None
+        else {
+            "decision": outcome.decision,
+            "decided_by": outcome.decided_by,
+            "decided_at": outcome.decided_at.isoformat(),
+            "comment": outcome.comment,
+        },
     }
 
 
 def differences(chained: dict[str, Any], actual: dict[str, Any]) -> list[str]:
-    """The covered fields whose values differ, in :data:`FIELDS` order."""
-    return [f for f in FIELDS if chained.get(f) != actual.get(f)]
+    """The covered fields whose values differ, in :data:`FIELDS` order (a field of
+    :data:`SINCE_V2` only when the chained content has it)."""
+    return [
+        f for f in FIELDS if (f in chained or f not in SINCE_V2) and chained.get(f) != actual.get(f)
+    ]
 
 
 def _joined(value: Any) -> Any:

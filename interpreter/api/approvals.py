@@ -1,13 +1,16 @@
 """Operator routes of the policy stage: ``/v1/approvals`` and ``/v1/policy``.
 
 Only an operator key (``INTERP_OPERATOR_KEY``) passes; an agent's API key gets 403, so an
-agent cannot approve its own code. Decisions are recorded under the operator key's name
-(from the policy file's ``[[keys]]``, else a hash prefix), never the key itself.
+agent cannot approve its own code. A key listed both as an agent's and an operator's key
+may list approvals but gets 403 ``self_approval`` on deciding one it submitted. Decisions
+are recorded under the operator key's name (from the policy file's ``[[keys]]``, else a
+hash prefix), never the key itself.
 """
 
 from __future__ import annotations
 
 from interpreter.api.base import BaseHandler, _matching
+from interpreter.broker import owner_of
 from interpreter.errors import Forbidden, Unauthorized, ValidationFailed
 from interpreter.models import ApprovalList, DecideRequest
 
@@ -16,8 +19,14 @@ MAX_WAIT_S = 60.0
 STATUSES = ("pending", "approved", "denied", "expired", "all")
 
 
+class SelfApproval(Forbidden):
+    code = "self_approval"
+
+
 class OperatorHandler(BaseHandler):
     operator_name = "operator"
+    #: The owner id of the operator's key (what an execution it submitted records).
+    operator_owner = ""
 
     def check_auth(self) -> None:
         operators = self.conf.operator_keys
@@ -25,6 +34,7 @@ class OperatorHandler(BaseHandler):
         key = _matching(token, operators) if operators else None
         if key is not None:
             self.key_id = self.operator_name = self.broker.policy.key_name(key)
+            self.operator_owner = owner_of(key)
             return
         if _matching(token, self.conf.api_keys) is not None or not self.conf.api_keys:
             raise Forbidden(
@@ -71,7 +81,14 @@ class DecideHandler(OperatorHandler):
 
     async def post(self, approval_id: str) -> None:
         req = self.parse(DecideRequest, optional=True)
-        approval = self.broker.policy.approvals.decide(
+        book = self.broker.policy.approvals
+        held = book.get(approval_id)
+        if held.owner == self.operator_owner:
+            raise SelfApproval(
+                f"Approval '{approval_id}' is of code submitted with this same key "
+                f"({held.key}); another operator's key must decide it."
+            )
+        approval = book.decide(
             approval_id, approve=self.approve, by=self.operator_name, comment=req.comment
         )
         self.send_json(approval.model())

@@ -5,20 +5,29 @@ over the source). IPython syntax (``!cmd``, ``%magic``, ``%%cell_magic``) is tur
 the Python IPython itself would run first, so a shell escape is seen as the
 ``get_ipython().system(...)`` call it becomes.
 
-Names are resolved through the cell's own imports and simple assignments: after
-``import subprocess as sp`` the call ``sp.run`` is ``subprocess.run``; after
-``from os import system as s`` the call ``s`` is ``os.system``; ``os.path.join`` is an
-attribute chain on ``os``. What cannot be known without running the code (an import whose
-name is a variable, ``getattr`` with a computed name, ``eval`` of a string built at run
-time) is reported in :attr:`Facts.unknown` instead of guessed. A policy is not a sandbox:
-README "Policies" lists what this analysis does not catch.
+Names are resolved through the cell's own imports and assignments (plain, chained,
+tuple, annotated and walrus): after ``import subprocess as sp`` the call ``sp.run`` is
+``subprocess.run``; after ``from os import system as s`` the call ``s`` is ``os.system``;
+``os.path.join`` is an attribute chain on ``os``. A chain that reaches a module through
+another module's attribute is the module itself: ``os.path.os.system`` and
+``shutil.os.system`` are ``os.system`` (for the modules in :data:`REEXPORTED_MODULES`).
+``from os import *`` binds the names the module exports, for the modules in
+:data:`STAR_MODULES`; a star import of any other module is ``unknown: star_import``.
+The literal source given to ``exec``/``eval``/``compile`` is analysed as code too (nested
+up to :data:`MAX_NESTED_SOURCE` deep). What cannot be known without running the code (an
+import whose name is a variable, ``getattr`` with a computed name, ``eval`` of a string
+built at run time) is reported in :attr:`Facts.unknown` instead of guessed. A policy is
+not a sandbox: README "Policies" lists what this analysis does not catch.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import posixpath
+import shlex
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 #: Line magics (after ``%``) and cell magics (after ``%%``) that run a shell.
@@ -32,6 +41,35 @@ _OPENERS = frozenset({"open", "io.open", "os.open", "pathlib.Path.open", "codecs
 _PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir"})
 _DYNAMIC_RUNNERS = frozenset({"eval", "exec", "compile", "builtins.eval", "builtins.exec"})
 _IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
+#: Modules whose names, reached as an attribute of another module's chain, are taken to be
+#: that module re-exported (``os.path.os`` is ``os``, ``shutil.os`` is ``os``). A fixed
+#: list, not every module name: ``numpy.random`` or ``pandas.io`` are not ``random``/``io``.
+REEXPORTED_MODULES = frozenset(
+    {"os", "posix", "sys", "subprocess", "shutil", "socket", "ctypes", "importlib", "builtins",
+     "pty", "pickle", "marshal", "multiprocessing"}
+)  # fmt: skip
+#: Modules whose ``from M import *`` binds the names M exports (its ``__all__``, read from
+#: the broker's own copy of the standard library); any other star import is unknown.
+STAR_MODULES = frozenset({"os", "posix", "subprocess", "shutil", "socket"})
+#: How deep literal sources of ``exec("...")`` inside ``exec("...")`` are analysed, and the
+#: most source text analysed that way per cell; beyond either, ``unknown: exec_source``.
+MAX_NESTED_SOURCE = 3
+MAX_NESTED_CHARS = 100_000
+#: Methods that write the file named by their first argument (pandas, numpy), whatever
+#: object they are called on, and the keywords that name the path instead.
+_DATA_WRITERS = frozenset(
+    {"to_csv", "to_parquet", "to_excel", "to_json", "to_pickle", "to_feather", "to_hdf",
+     "to_stata", "to_orc", "to_xml", "to_html", "to_latex", "to_markdown", "tofile"}
+)  # fmt: skip
+_PATH_KEYWORDS = ("path_or_buf", "path", "excel_writer", "fname", "file", "fid", "buf")
+_NUMPY_SAVERS = frozenset({"numpy.save", "numpy.savetxt", "numpy.savez", "numpy.savez_compressed"})
+#: Calls that write their second argument (the destination), and those that also change
+#: their first (a rename removes the source).
+_COPIERS = frozenset(
+    {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.copytree", "os.link",
+     "os.symlink"}
+)  # fmt: skip
+_MOVERS = frozenset({"shutil.move", "os.rename", "os.replace", "os.renames"})
 #: Where a Docker session's files live; the local backend passes its own directory.
 WORKSPACE_ROOTS = ("/workspace",)
 
@@ -137,6 +175,9 @@ class _Walker(ast.NodeVisitor):
         self.writes: set[str] = set()
         self.unknown: set[str] = set()
         self.dynamic_exec = False
+        #: How deep in literal ``exec`` sources the walk is, and how much it has read.
+        self.depth = 0
+        self.nested_chars = 0
 
     def facts(self) -> Facts:
         shell = bool(self.magics & (SHELL_MAGICS | {"!"}))
@@ -157,10 +198,42 @@ class _Walker(ast.NodeVisitor):
         for i in range(1, len(parts) + 1):
             self.imports.add(".".join(parts[:i]))
 
+    def normal(self, path: str) -> str:
+        """``path`` with a module re-exported by an imported module's chain taken as
+        itself: ``os.path.os.system`` is ``os.system`` (the last such module wins)."""
+        parts = path.split(".")
+        if len(parts) < 3 or parts[0] not in self.imports:
+            return path
+        for i in range(len(parts) - 2, 0, -1):
+            if parts[i] in REEXPORTED_MODULES:
+                return ".".join(parts[i:])
+        return path
+
+    def _bind(self, target: ast.AST, value: ast.AST | None) -> None:
+        """``target = value``: a name takes the value's path, or forgets its alias."""
+        if isinstance(target, ast.Name):
+            path = self.resolve(value) if value is not None else None
+            if path is not None and isinstance(
+                value, ast.Name | ast.Attribute | ast.Call | ast.NamedExpr
+            ):
+                self.aliases[target.id] = path
+            else:
+                self.aliases.pop(target.id, None)
+        elif isinstance(target, ast.Tuple | ast.List):
+            values = value.elts if isinstance(value, ast.Tuple | ast.List) else None
+            if values is not None and len(values) != len(target.elts):
+                values = None
+            for i, element in enumerate(target.elts):
+                self._bind(element, values[i] if values is not None else None)
+        elif isinstance(target, ast.Starred):
+            self._bind(target.value, None)
+
     def resolve(self, node: ast.AST) -> str | None:
         """The dotted path of a name or attribute chain, through known aliases."""
         if isinstance(node, ast.Name):
             return self.aliases.get(node.id, node.id)
+        if isinstance(node, ast.NamedExpr):
+            return self.resolve(node.value)
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
             return f"{base}.{node.attr}" if base is not None else None
@@ -205,29 +278,46 @@ class _Walker(ast.NodeVisitor):
             self._import(module)
         for alias in node.names:
             if alias.name == "*":
+                self._star(module if not node.level else "")
                 continue
             full = f"{module}.{alias.name}" if module else alias.name
             self.aliases[alias.asname or alias.name] = full
             if module:
                 self.imports.add(full)  # `from os import path` may import a submodule
 
+    def _star(self, module: str) -> None:
+        names = _exported(module) if module in STAR_MODULES else None
+        if names is None:
+            self.unknown.add("star_import")
+            return
+        for name in names:
+            self.aliases[name] = f"{module}.{name}"
+
     def visit_Assign(self, node: ast.Assign) -> None:
         self.generic_visit(node)
-        target = node.targets[0] if len(node.targets) == 1 else None
-        if isinstance(target, ast.Name):
-            path = self.resolve(node.value)
-            if path is not None and isinstance(node.value, ast.Name | ast.Attribute | ast.Call):
-                self.aliases[target.id] = path
-            else:
-                self.aliases.pop(target.id, None)
+        for target in node.targets:
+            self._bind(target, node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.generic_visit(node)
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.generic_visit(node)
+        self._bind(node.target, node.value)
 
     # -- calls
 
     def visit_Call(self, node: ast.Call) -> None:
         self.generic_visit(node)
-        name = self.resolve(node.func)
-        if name is None:
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _DATA_WRITERS:
+            self._data_write(node)
+        raw = self.resolve(node.func)
+        if raw is None:
             return
+        name = self.normal(raw)
+        self.calls.add(raw)
         self.calls.add(name)
         if name in _IMPORTERS:
             module = _literal_str(node.args[0]) if node.args else None
@@ -236,12 +326,32 @@ class _Walker(ast.NodeVisitor):
             else:
                 self._import(module)
         elif name in _DYNAMIC_RUNNERS:
-            if not node.args or _literal_str(node.args[0]) is None:
+            source = _literal_str(node.args[0]) if node.args else None
+            if source is None:
                 self.dynamic_exec = True
                 self.unknown.add("exec_source")
+            else:
+                self._nested(source)
         elif name.startswith("get_ipython()."):
             self._ipython_call(name.removeprefix("get_ipython()."), node)
         self._check_write(name, node)
+
+    def _nested(self, source: str) -> None:
+        """Analyse the literal source of ``exec("...")`` as code of this cell (it runs in
+        the same namespace, so the cell's aliases hold in it and its own carry on)."""
+        self.nested_chars += len(source)
+        if self.depth >= MAX_NESTED_SOURCE or self.nested_chars > MAX_NESTED_CHARS:
+            self.unknown.add("exec_source")
+            return
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError):
+            return  # raises SyntaxError when run: nothing of it runs
+        self.depth += 1
+        try:
+            self.visit(tree)
+        finally:
+            self.depth -= 1
 
     def _ipython_call(self, method: str, node: ast.Call) -> None:
         if method in ("system", "getoutput"):
@@ -251,7 +361,29 @@ class _Walker(ast.NodeVisitor):
             if magic is None:
                 self.unknown.add("magic")
             else:
-                self.magics.add(magic.split()[0] if magic.split() else magic)
+                name = magic.split()[0] if magic.split() else magic
+                self.magics.add(name)
+                if name == "writefile" and method == "run_cell_magic":
+                    self._writefile(node.args[1] if len(node.args) > 1 else None)
+
+    def _writefile(self, line: ast.AST | None) -> None:
+        """``%%writefile [-a] path``: the path is the line's last word."""
+        text = _literal_str(line) if line is not None else None
+        try:
+            words = shlex.split(text) if text is not None else []
+        except ValueError:
+            words = []
+        path = words[-1] if words and not words[-1].startswith("-") else None
+        self._write_target(ast.Constant(path) if path is not None else None)
+
+    def _data_write(self, node: ast.Call) -> None:
+        """``df.to_csv(path)``, ``arr.tofile(path)``: a write when a path is given."""
+        target: ast.AST | None = node.args[0] if node.args else None
+        for kw in node.keywords:
+            if kw.arg in _PATH_KEYWORDS:
+                target = kw.value
+        if target is not None:
+            self._write_target(target)
 
     def _check_write(self, name: str, node: ast.Call) -> None:
         method = name.rsplit(".", 1)[-1]
@@ -267,8 +399,15 @@ class _Walker(ast.NodeVisitor):
             self._write_target(path_node)
         elif name.startswith("pathlib.Path.") and method in _PATH_WRITERS:
             self._write_target(_path_arg(node.func))
-        elif name in ("shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move"):
-            self._write_target(node.args[1] if len(node.args) > 1 else None)
+        elif name in _NUMPY_SAVERS:
+            self._write_target(_argument(node, 0, ("file", "fname")))
+        elif name in _COPIERS or name in _MOVERS:
+            if name in _MOVERS:
+                self._write_target(_argument(node, 0, ("src",)))
+            self._write_target(_argument(node, 1, ("dst",)))
+        elif name.startswith("pathlib.Path.") and method in ("rename", "replace"):
+            self._write_target(_path_arg(node.func))
+            self._write_target(_argument(node, 0, ("target",)))
 
     def _write_target(self, node: ast.AST | None) -> None:
         path = _literal_str(node) if node is not None else None
@@ -276,6 +415,27 @@ class _Walker(ast.NodeVisitor):
             self.unknown.add("write_path")
         elif _outside_workspace(path, self.workspaces):
             self.writes.add(path)
+
+
+def _argument(node: ast.Call, position: int, keywords: tuple[str, ...]) -> ast.AST | None:
+    """The argument at ``position``, or given by one of ``keywords``."""
+    for kw in node.keywords:
+        if kw.arg in keywords:
+            return kw.value
+    return node.args[position] if len(node.args) > position else None
+
+
+@cache
+def _exported(module: str) -> tuple[str, ...] | None:
+    """The names ``from module import *`` binds (the broker's copy of the module)."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        names = [n for n in dir(mod) if not n.startswith("_")]
+    return tuple(str(n) for n in names)
 
 
 def _path_arg(func: ast.AST) -> ast.AST | None:

@@ -10,10 +10,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import shutil
+import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,10 @@ from tests.conftest import KEY, OTHER_KEY, REPO, Server, require_docker, start_s
 
 OPERATOR = "test-operator-key-1"
 LIMITED = "test-key-charlie"
+#: Listed both as an agent's key and as an operator's: it must not decide its own code.
+DUAL = "test-key-ops-and-agent"
+#: Bound to the "strict" policy (default deny) of the rule kinds below.
+STRICT = "test-key-delta"
 
 
 def _prefix(key: str) -> str:
@@ -51,8 +59,23 @@ policy = "small"
 name = "ops-alice"
 sha256 = "{_prefix(OPERATOR)}"
 
+[[keys]]
+name = "ops-dual"
+sha256 = "{_prefix(DUAL)}"
+
+[[keys]]
+name = "agent-delta"
+sha256 = "{_prefix(STRICT)}"
+policy = "strict"
+
 [policies.default]
 default = "allow"
+
+[[policies.default.rules]]
+id = "ops-may-use-subprocess"
+decision = "allow"
+match.keys = ["ops-*"]
+match.imports = ["subprocess", "subprocess.*"]
 
 [[policies.default.rules]]
 id = "no-subprocess"
@@ -105,6 +128,52 @@ id = "delete-needs-approval"
 decision = "approve"
 match.calls = ["os.remove"]
 
+[policies.strict]
+default = "deny"
+default_message = "only math, and csv in etl sessions"
+
+[[policies.strict.rules]]
+id = "fix-syntax"
+decision = "deny"
+message = "this cell does not parse; fix it first"
+match.syntax_error = true
+
+[[policies.strict.rules]]
+id = "no-bash"
+decision = "deny"
+match.magics = ["bash", "!"]
+
+[[policies.strict.rules]]
+id = "no-pip"
+decision = "deny"
+match.magics = ["pip"]
+
+[[policies.strict.rules]]
+id = "no-dynamic-exec"
+decision = "deny"
+match.dynamic_exec = true
+
+[[policies.strict.rules]]
+id = "short-cells"
+decision = "deny"
+match.timeout_s_over = 20
+
+[[policies.strict.rules]]
+id = "etl-csv"
+decision = "allow"
+match.session_metadata = {{ team = "etl" }}
+match.imports = ["csv"]
+
+[[policies.strict.rules]]
+id = "small-sessions"
+decision = "deny"
+match.limits_over = {{ memory_mb = 300 }}
+
+[[policies.strict.rules]]
+id = "math"
+decision = "allow"
+match.imports = ["math"]
+
 [policies.small]
 default = "allow"
 limits.max_memory_mb = 256
@@ -123,8 +192,8 @@ def policy_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     srv = start_server(
         request.param,
         root / "data",
-        api_keys=[KEY, OTHER_KEY, LIMITED],
-        operator_keys=[OPERATOR],
+        api_keys=[KEY, OTHER_KEY, LIMITED, DUAL, STRICT],
+        operator_keys=[OPERATOR, DUAL],
         policy_file=root / "policy.toml",
         policy_poll_s=0.2,
         pool_size=0,
@@ -327,7 +396,12 @@ def test_an_unanswered_approval_expires_as_denied_and_is_announced_on_sse(
                 # Queued behind the held one while it waits: it must not overtake it.
                 behind = _submit(stack, raw, sess.id, "print('behind')")
         assert isinstance(events[0], ApprovalRequiredEvent)
-        assert events[0].approval.status == "pending"
+        announced = events[0].approval
+        assert announced.status == "pending"
+        # The event carries the code, the facts that matched and the rule.
+        assert announced.code == "import os\nos.remove('nothing-here')"
+        assert announced.rule == "delete-needs-approval" and announced.policy == "short-approvals"
+        assert "os.remove" in announced.facts["calls"] and announced.facts["imports"] == ["os"]
         done = events[-1]
         assert isinstance(done, DoneEvent)
         ex = done.execution
@@ -461,3 +535,164 @@ def test_a_rebuild_goes_through_the_policy_too(policy_server: Server) -> None:
             assert code[0]["metadata"]["interp"]["status"] == "denied"
         finally:
             client.delete(f"/v1/sessions/{sid}")
+
+
+def _session(client: httpx.Client, **body: Any) -> str:
+    resp = client.post("/v1/sessions", json=body)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def _decided(ex: dict[str, Any]) -> tuple[str, str | None]:
+    return ex["status"], ex["policy"]["rule"]
+
+
+def test_each_rule_kind_of_a_key_specific_policy_on_a_real_kernel(policy_server: Server) -> None:
+    """The "strict" policy of one key: magics, dynamic exec, syntax errors denied; session
+    metadata, timeouts and limits matched; rules that allow what its default denies."""
+    with policy_server.client(STRICT) as client:
+        etl = _session(client, metadata={"team": "etl"}, limits={"memory_mb": 256})
+        big = _session(client, limits={"memory_mb": 512})
+        # The server's default timeout is above the policy's 20 s: ask for less.
+        run = partial(_run, client, timeout_s=10)
+        try:
+            denied = [
+                ("x = 1", None),  # the default: deny
+                ("def f(:\n    pass", "fix-syntax"),
+                ("%%bash\necho ran > ran.txt", "no-bash"),
+                ("!echo ran > ran.txt", "no-bash"),
+                ("%pip --version", "no-pip"),
+                ("import math\nsrc = 'ran = 1'\nexec(src)", "no-dynamic-exec"),
+            ]
+            for code, rule in denied:
+                ex = run(etl, code)
+                assert _decided(ex) == ("denied", rule), (code, ex)
+            assert "only math" in run(etl, "y = 2")["policy"]["message"]
+            # Allowed by rules the default would deny: math anywhere, csv in etl sessions.
+            ok = run(etl, "import math\nexec('ran = math.sqrt(16)')")
+            assert _decided(ok) == ("ok", "math")
+            assert _decided(run(etl, "import csv\nimport math")) == ("ok", "etl-csv")
+            assert _decided(run(etl, "import math", timeout_s=25)) == (
+                "denied",
+                "short-cells",
+            )
+            last = run(etl, "import math\nimport os\n(ran, os.path.exists('ran.txt'))")
+            assert _decided(last) == ("ok", "math")
+            assert last["outputs"][0]["data"]["text/plain"] == "(4.0, False)"
+            # Without the metadata csv falls through; a session above the limit is denied.
+            assert _decided(run(big, "import csv")) == ("denied", "small-sessions")
+            assert _decided(run(big, "import math")) == ("denied", "small-sessions")
+        finally:
+            client.delete(f"/v1/sessions/{etl}")
+            client.delete(f"/v1/sessions/{big}")
+    # The same cells under the default policy of another key: allowed.
+    with policy_server.client(KEY) as other:
+        sid = _session(other)
+        try:
+            assert _decided(_run(other, sid, "x = 1\nx")) == ("ok", None)
+            assert _decided(_run(other, sid, "import subprocess")) == ("denied", "no-subprocess")
+        finally:
+            other.delete(f"/v1/sessions/{sid}")
+
+
+def test_known_evasions_run_on_a_real_kernel(session: tuple[httpx.Client, str]) -> None:
+    """README "What a policy does not catch": rows of the table, run under a policy that
+    denies os.system; they are not caught and they run."""
+    client, sid = session
+    rows = [
+        "import os\nvars(os)['system']('echo 1 > e1.txt')",
+        "import sys\nsys.modules['os'].system('echo 1 > e2.txt')",
+        "import os\nfns = [os.system]\nfns[0]('echo 1 > e3.txt')",
+        "import os\nclass T:\n    run = os.system\nT.run('echo 1 > e4.txt')",
+    ]
+    for code in rows:
+        ex = _run(client, sid, code)
+        assert _decided(ex) == ("ok", None), (code, ex)
+    # A star import the analyser cannot read: unknown, and it runs.
+    star = _run(client, sid, "from pty import *\nopenpty")
+    assert _decided(star) == ("ok", None) and star["policy"]["facts"]["unknown"] == ["star_import"]
+    check = _run(client, sid, "import os\nsorted(f for f in os.listdir() if f[0] == 'e')")
+    assert check["outputs"][0]["data"]["text/plain"] == "['e1.txt', 'e2.txt', 'e3.txt', 'e4.txt']"
+    # What the analyser now catches stays denied on the same kernel.
+    for code in (
+        "import os.path\nos.path.os.system('echo 1 > c.txt')",
+        "exec(\"import os; os.system('echo 1 > c.txt')\")",
+        "from os import *\nsystem('echo 1 > c.txt')",
+        "import os\n(f := os.system)('echo 1 > c.txt')",
+    ):
+        assert _decided(_run(client, sid, code)) == ("denied", "no-os-system"), code
+    for code in (
+        "%%writefile /etc/interp-policy-test\nx",
+        "import os\nos.rename('e1.txt', '/tmp/e1.txt')",
+    ):
+        assert _decided(_run(client, sid, code)) == ("denied", "no-outside-writes"), code
+    check = _run(client, sid, "import os\n(os.path.exists('c.txt'), os.path.exists('e1.txt'))")
+    assert check["outputs"][0]["data"]["text/plain"] == "(False, True)"
+
+
+def test_a_key_that_is_agent_and_operator_cannot_decide_its_own_code_and_the_decision_is_chained(
+    policy_server: Server, tmp_path: Path
+) -> None:
+    with policy_server.client(DUAL) as dual:
+        sid = _session(dual)
+        try:
+            # An allow rule for this key's name: what the default policy denies others.
+            assert _decided(_run(dual, sid, "import subprocess")) == (
+                "ok",
+                "ops-may-use-subprocess",
+            )
+            with ExitStack() as stack:
+                held = _submit(stack, dual, sid, "import os\nos.remove('missing')")
+                approval = _pending_for(policy_server, held.headers["X-Execution-Id"])
+                own = dual.post(f"/v1/approvals/{approval['id']}/approve", json={})
+                assert own.status_code == 403, own.text
+                error = own.json()["error"]
+                assert error["type"] == "self_approval"
+                assert "same key" in error["message"] and "ops-dual" in error["message"]
+                assert dual.get(f"/v1/approvals/{approval['id']}").json()["status"] == "pending"
+                with _operator(policy_server) as op:
+                    decided = op.post(
+                        f"/v1/approvals/{approval['id']}/deny", json={"comment": "not yours"}
+                    )
+                    assert decided.status_code == 200, decided.text
+                ex = _result(held)
+            assert ex.status == "denied" and ex.policy is not None
+            assert ex.policy.approval is not None and ex.policy.approval.decided_by == "ops-alice"
+        finally:
+            dual.delete(f"/v1/sessions/{sid}")
+    # The decision is in the chain: a forged approver is named by `interp audit verify`.
+    copy = tmp_path / "data"
+    shutil.copytree(policy_server.data_dir / "sessions" / sid, copy / "sessions" / sid)
+    with (
+        closing(sqlite3.connect(policy_server.data_dir / "state.db")) as src,
+        closing(sqlite3.connect(copy / "state.db")) as dst,
+    ):
+        src.backup(dst)
+        dst.execute("DELETE FROM executions WHERE session_id != ?", (sid,))
+        dst.execute("DELETE FROM audit_links WHERE session_id != ?", (sid,))
+        dst.execute("DELETE FROM sessions WHERE id != ?", (sid,))
+        dst.commit()
+    assert _verify(copy)[0] == 0
+    with closing(sqlite3.connect(copy / "state.db")) as db:
+        db.execute(
+            "UPDATE executions SET data_json = json_set(data_json,"
+            " '$.policy.approval.decided_by', 'ops-mallory') WHERE id = ?",
+            (ex.id,),
+        )
+        db.commit()
+    code, out = _verify(copy)
+    assert code == 1, out
+    assert ex.id in out and "policy" in out and "ops-mallory" in out
+
+
+def _verify(data: Path) -> tuple[int, str]:
+    """``interp audit verify`` as a real command: exit code and output."""
+    interp = Path(sys.executable).parent / "interp"
+    proc = subprocess.run(
+        [str(interp), "audit", "verify", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    return proc.returncode, proc.stdout + proc.stderr

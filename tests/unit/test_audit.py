@@ -3,13 +3,14 @@ reads: against a real SQLite file through :class:`~interpreter.store.Store`."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from interpreter.audit import cell_digest, content_of, differences
+from interpreter.audit import canonical, cell_digest, content_of, differences, genesis, link_hash
 from interpreter.audit_verify import format_report, verify
-from interpreter.models import Execution
+from interpreter.models import ApprovalOutcome, Execution, PolicyResult
 from interpreter.store import SessionRecord, Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -143,3 +144,53 @@ def test_bad_inputs_get_one_line_each(tmp_path: Path) -> None:
     problems = verify(data).sessions[0].problems
     assert [p.where for p in problems][:2] == ["chain", "chain"]
     assert "not a JSON object" in problems[1].message
+
+
+def _approved(ex: Execution, by: str) -> Execution:
+    outcome = ApprovalOutcome(decision="approved", decided_by=by, decided_at=T0, comment="ok")
+    policy = PolicyResult(decision="approve", policy="default", rule="r", approval=outcome)
+    return ex.model_copy(update={"policy": policy})
+
+
+def test_the_policy_decision_and_its_approval_are_covered() -> None:
+    ex = _approved(Execution(id="ex_a", session_id="s", status="ok", code="x"), "ops-alice")
+    chained = content_of(ex, None)
+    assert chained["policy"]["approval"] == {
+        "decision": "approved",
+        "decided_by": "ops-alice",
+        "decided_at": T0.isoformat(),
+        "comment": "ok",
+    }
+    forged = _approved(ex, "mallory")
+    assert differences(chained, content_of(forged, None)) == ["policy"]
+    # A policy added to an execution that had none is a difference too.
+    plain = Execution(id="ex_b", session_id="s", status="ok", code="x")
+    assert content_of(plain, None)["policy"] is None
+    assert differences(content_of(plain, None), content_of(_approved(plain, "m"), None)) == [
+        "policy"
+    ]
+
+
+def test_a_link_written_before_the_policy_was_covered_still_verifies(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    ex = _approved(Execution(id="ex_a", session_id="s_1", status="ok", code="1"), "ops-alice")
+    store.save_execution(1, ex)
+    store.close()
+    # Rewrite the chain as a broker of the previous version wrote it: no "policy" key.
+    db = sqlite3.connect(tmp_path / "state.db")
+    (content_json,) = db.execute("SELECT content_json FROM audit_links").fetchone()
+    old = json.loads(content_json)
+    del old["policy"]
+    old_json = canonical(old)
+    digest = link_hash(genesis("s_1"), old_json)
+    db.execute("UPDATE audit_links SET content_json = ?, hash = ?", (old_json, digest))
+    db.execute("UPDATE executions SET hash = ?", (digest,))
+    db.commit()
+    db.close()
+    assert verify(tmp_path).ok, format_report(verify(tmp_path))
+    # The next final write of it covers the decision (an amendment link).
+    store = Store(tmp_path / "state.db")
+    store.save_execution(1, ex)
+    store.close()
+    assert [idx for idx, _, _ in links(tmp_path)] == [1, 2]
+    assert verify(tmp_path).ok

@@ -25,7 +25,65 @@ CAUGHT_CALLS = [
     ("import os\ngetattr(os, 'system')('ls')", "os.system"),
     ("import pathlib\npathlib.Path('x').unlink()", "pathlib.Path.unlink"),
     ("from pathlib import Path\nPath('x').unlink()", "pathlib.Path.unlink"),
+    # The literal source of exec/eval/compile is code too, in the cell's namespace.
+    ("exec(\"import os; os.system('ls')\")", "os.system"),
+    ("eval(\"__import__('os').system('ls')\")", "os.system"),
+    ("import os\nexec('exec(\"os.system(1)\")')", "os.system"),
+    ("compile('import subprocess; subprocess.run(1)', 'f', 'exec')", "subprocess.run"),
+    # A module reached through another module's attribute is that module.
+    ("import os.path\nos.path.os.system('ls')", "os.system"),
+    ("import shutil\nshutil.os.system('ls')", "os.system"),
+    ("import subprocess as sp\nsp.os.system('ls')", "os.system"),
+    ("import logging.handlers\nlogging.handlers.socket.socket()", "socket.socket"),
+    ("__import__('os').path.os.system('ls')", "os.system"),
+    # Star imports of the modules rules commonly name bind what those modules export.
+    ("from os import *\nsystem('ls')", "os.system"),
+    ("from subprocess import *\nrun(['ls'])", "subprocess.run"),
+    ("from shutil import *\nrmtree('x')", "shutil.rmtree"),
+    ("from socket import *\ncreate_connection(('h', 1))", "socket.create_connection"),
+    # Every way a name is bound: walrus, tuples, annotations, chained assignment.
+    ("import os\n(f := os.system)('ls')", "os.system"),
+    ("import os\nif (f := os.system):\n    f('ls')", "os.system"),
+    ("import os\na, b = os.system, 1\na('ls')", "os.system"),
+    ("import os\n[a, (b, c)] = 1, (2, os.system)\nc('ls')", "os.system"),
+    ("import os\nfrom typing import Any\nf: Any = os.system\nf('ls')", "os.system"),
+    ("import os\nf = g = os.system\ng('ls')", "os.system"),
 ]
+
+
+def test_a_rebound_name_forgets_its_alias() -> None:
+    calls = analyse("import os\nf = os.system\nf, g = print, 1\nf('x')").calls
+    assert "os.system" not in calls and "print" in calls
+    calls = analyse("import os\nf = os.system\nf, *g = range(3)\nf('x')").calls
+    assert "os.system" not in calls
+
+
+def test_only_known_modules_count_as_re_exports() -> None:
+    # numpy.random is not the random module, pandas.io not io: no rewriting of those.
+    calls = analyse(
+        "import numpy as np\nnp.random.rand(3)\nimport pandas as pd\npd.io.json.x()"
+    ).calls
+    assert calls == {"numpy.random.rand", "pandas.io.json.x"}
+    # Only chains rooted at an imported module: an object's attribute is not a module.
+    assert analyse("self.os.system('ls')").calls == {"self.os.system"}
+    # The chain as written stays a fact too (a rule may name it).
+    assert "os.path.os.system" in analyse("import os\nos.path.os.system('ls')").calls
+
+
+def test_literal_exec_sources_are_analysed_to_a_bounded_depth() -> None:
+    inner = "import os; os.system('ls')"
+    for _ in range(3):
+        inner = f"exec({inner!r})"
+    facts = analyse(inner)
+    assert "os.system" in facts.calls and not facts.unknown
+    facts = analyse(f"exec({inner!r})")
+    assert "os.system" not in facts.calls and facts.unknown == {"exec_source"}
+    big = "x = 1\n" * 20_000
+    facts = analyse(f"exec({big!r})\nexec('import os; os.system(1)')")
+    assert facts.unknown == {"exec_source"} and "os.system" not in facts.calls
+    # A literal that does not parse raises SyntaxError when run: nothing of it runs.
+    assert analyse("exec('def f(:')").unknown == set()
+    assert not analyse("eval('1 + 1')").dynamic_exec
 
 
 @pytest.mark.parametrize(("code", "call"), CAUGHT_CALLS)
@@ -89,6 +147,22 @@ def test_plain_python_has_no_shell_and_no_unknown() -> None:
         ("open('out/data.csv', 'w')", set()),
         ("open('/etc/passwd')", set()),  # reading is not writing
         ("open('/etc/passwd', 'rb')", set()),
+        ("%%writefile /etc/x.txt\nhello", {"/etc/x.txt"}),
+        ("%%writefile -a '/tmp/y z'\nhello", {"/tmp/y z"}),
+        ("%%writefile out.txt\nhello", set()),
+        ("df.to_csv('/etc/x.csv')", {"/etc/x.csv"}),
+        ("df.to_parquet(path='/etc/x.pq')", {"/etc/x.pq"}),
+        ("df.to_excel('/etc/x.xlsx', index=False)", {"/etc/x.xlsx"}),
+        ("import pandas as pd\npd.DataFrame().to_json('/tmp/x.json')", {"/tmp/x.json"}),
+        ("df.to_csv('out.csv')\ndf.to_json()", set()),  # inside; to_json() returns text
+        ("import numpy as np\nnp.save('/etc/a.npy', a)", {"/etc/a.npy"}),
+        ("import numpy as np\nnp.savetxt(fname='/etc/a.txt', X=a)", {"/etc/a.txt"}),
+        ("arr.tofile('/etc/a.bin')", {"/etc/a.bin"}),
+        ("import os\nos.rename('a.txt', '/etc/a.txt')", {"/etc/a.txt"}),
+        ("import os\nos.replace('/etc/passwd', 'p')", {"/etc/passwd"}),
+        ("import shutil\nshutil.copyfile('a', dst='/etc/b')", {"/etc/b"}),
+        ("import shutil\nshutil.os.rename('a', '/etc/c')", {"/etc/c"}),
+        ("from pathlib import Path\nPath('a').rename('/etc/d')", {"/etc/d"}),
     ],
 )
 def test_writes_outside_the_workspace(code: str, outside: set[str]) -> None:
@@ -99,6 +173,11 @@ def test_the_local_backend_workspace_counts_as_inside() -> None:
     code = "open('/data/sessions/s1/workspace/x', 'w')"
     assert analyse(code, ("/data/sessions/s1/workspace",)).writes_outside_workspace == set()
     assert analyse(code).writes_outside_workspace == {"/data/sessions/s1/workspace/x"}
+
+
+def test_writes_with_computed_paths_are_unknown() -> None:
+    assert analyse("df.to_csv(target)").unknown == {"write_path"}
+    assert analyse("import os\nos.rename('a', target)").unknown == {"write_path"}
 
 
 def test_eval_and_exec_of_non_literals_are_dynamic() -> None:
@@ -118,29 +197,102 @@ def test_a_broken_cell_still_shows_its_line_magics() -> None:
     assert facts.syntax_error and facts.shell
 
 
-# The known evasions (README "Policies"): code that does what a rule forbids, but that the
-# analyser does not see as that. Each row: code, the fact a rule would want, and what the
-# analyser reports instead ("unknown" kinds, or nothing).
+# The known evasions (README "Policies" > "What a policy does not catch"): code that does
+# what a rule forbids, but that the analyser does not see as that. Each row: the README
+# row it belongs to (the text of its first cell), the code, the fact a rule would want, and
+# what the analyser reports instead ("unknown" kinds, or nothing);
+# tests/unit/test_policy_docs.py checks the README's table against these rows.
 EVASIONS = [
-    ("import os\ngetattr(os, 'sys' + 'tem')('ls')", "os.system", {"getattr"}),
-    ("import base64\nexec(base64.b64decode('b3Muc3lzdGVtKCdscycp'))", "os.system", {"exec_source"}),
     (
+        '`getattr(os, "sys" + "tem")("ls")`',
+        "import os\ngetattr(os, 'sys' + 'tem')('ls')",
+        "os.system",
+        {"getattr"},
+    ),
+    (
+        '`exec(base64.b64decode("..."))`',
+        "import base64\nexec(base64.b64decode('b3Muc3lzdGVtKCdscycp'))",
+        "os.system",
+        {"exec_source"},
+    ),
+    (
+        "`exec` of a literal nested more than 3 deep, or literal sources over 100,000 characters",
+        "exec('exec(\"exec(\\'exec(\\\\\"import os; os.system(1)\\\\\")\\')\")')",
+        "os.system",
+        {"exec_source"},
+    ),
+    (
+        "`importlib.import_module(name)` with a computed `name`",
         "import importlib\nname = 'subpro' + 'cess'\nimportlib.import_module(name)",
         "subprocess",
         {"import"},
     ),
-    ("import os\nvars(os)['system']('ls')", "os.system", set()),
-    ("import os\nos.__dict__['system']('ls')", "os.system", set()),
-    ("import sys\nsys.modules['os'].system('ls')", "os.system", set()),
-    ("import ctypes\nctypes.CDLL(None).system(b'ls')", "os.system", set()),
-    ("import pickle\npickle.loads(payload)", "os.system", set()),
-    ("import os\nfns = [os.system]\nfns[0]('ls')", "os.system", set()),
-    ("def run(f):\n    return f('ls')\nimport os\nrun(os.system)", "os.system", set()),
+    (
+        "`from pty import *` (any module but os, posix, subprocess, shutil, socket), "
+        "then `spawn(...)`",
+        "from pty import *\nspawn(['ls'])",
+        "pty.spawn",
+        {"star_import"},
+    ),
+    (
+        '`vars(os)["system"]("ls")`, `os.__dict__["system"]("ls")`',
+        "import os\nvars(os)['system']('ls')",
+        "os.system",
+        set(),
+    ),
+    (
+        '`vars(os)["system"]("ls")`, `os.__dict__["system"]("ls")`',
+        "import os\nos.__dict__['system']('ls')",
+        "os.system",
+        set(),
+    ),
+    (
+        '`sys.modules["os"].system("ls")`',
+        "import sys\nsys.modules['os'].system('ls')",
+        "os.system",
+        set(),
+    ),
+    (
+        '`ctypes.CDLL(None).system(b"ls")`',
+        "import ctypes\nctypes.CDLL(None).system(b'ls')",
+        "os.system",
+        set(),
+    ),
+    (
+        "`pickle.loads(payload)` (a crafted pickle runs any call)",
+        "import pickle\npickle.loads(payload)",
+        "os.system",
+        set(),
+    ),
+    (
+        '`fns = [os.system]; fns[0]("ls")`, passing `os.system` to a function, a class attribute',
+        "import os\nfns = [os.system]\nfns[0]('ls')",
+        "os.system",
+        set(),
+    ),
+    (
+        '`fns = [os.system]; fns[0]("ls")`, passing `os.system` to a function, a class attribute',
+        "def run(f):\n    return f('ls')\nimport os\nrun(os.system)",
+        "os.system",
+        set(),
+    ),
+    (
+        '`fns = [os.system]; fns[0]("ls")`, passing `os.system` to a function, a class attribute',
+        "import os\nclass T:\n    run = os.system\nT.run('ls')",
+        "os.system",
+        set(),
+    ),
+    (
+        '`plt.savefig("/etc/x.png")`, `image.save(...)`: writers of other libraries',
+        "import matplotlib.pyplot as plt\nplt.savefig('/etc/x.png')",
+        "/etc/x.png",
+        set(),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("code", "wanted", "unknown"), EVASIONS)
-def test_known_evasions_are_not_caught(code: str, wanted: str, unknown: set[str]) -> None:
+@pytest.mark.parametrize(("row", "code", "wanted", "unknown"), EVASIONS)
+def test_known_evasions_are_not_caught(row: str, code: str, wanted: str, unknown: set[str]) -> None:
     facts = analyse(code)
-    assert wanted not in facts.calls | facts.imports
+    assert wanted not in facts.calls | facts.imports | facts.writes_outside_workspace
     assert facts.unknown == unknown
