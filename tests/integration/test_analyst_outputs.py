@@ -9,6 +9,7 @@ that need them say so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -250,3 +251,64 @@ def test_a_session_runs_an_allowlisted_image(tmp_path: Path) -> None:
             api.delete(f"/v1/sessions/{sid}")
     finally:
         srv.thread.stop()
+
+
+DERIVED = """\
+FROM interp-kernel:latest
+USER 0
+RUN d=/opt/kernel/lib/python3.11/site-packages \\
+ && mkdir $d/interp_probe-1.2.3.dist-info \\
+ && printf 'Metadata-Version: 2.1\\nName: interp-probe\\nVersion: 1.2.3\\n' \\
+    > $d/interp_probe-1.2.3.dist-info/METADATA \\
+ && echo 'VALUE = 42' > $d/interp_probe.py
+USER 10001:10001
+"""
+
+
+def test_an_image_built_from_ours_reports_its_own_packages(tmp_path: Path) -> None:
+    """A user's image built FROM ours (images/README.md) inherits our package label. Its
+    sessions report what it really has: with the label inherited unchanged, and with a
+    label of its own that is wrong (the list is read from the image, not the label)."""
+    require_docker()
+    import uuid
+
+    import docker
+
+    engine = docker.from_env()
+    tag = f"interp-test-derived-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(DERIVED)
+    (tmp_path / "ctx2").mkdir()
+    (tmp_path / "ctx2" / "Dockerfile").write_text(
+        f'FROM {tag}:inherited\nLABEL org.interp.packages=\'{{"interp-probe": "9.9.9"}}\'\n'
+    )
+    images = [f"{tag}:inherited", f"{tag}:labelled"]
+    srv = None
+    try:
+        engine.images.build(path=str(tmp_path / "ctx"), tag=images[0], network_mode="none")
+        engine.images.build(path=str(tmp_path / "ctx2"), tag=images[1], network_mode="none")
+        base_label = image_status("interp-kernel:latest").packages
+        assert "interp-probe" not in base_label
+        assert image_status(images[0]).packages == base_label  # the inherited, stale label
+        assert image_status(images[1]).packages == {"interp-probe": "9.9.9"}
+        srv = start_server("docker", tmp_path / "data", pool_size=0, docker_images=images)
+        with srv.client() as api:
+            for image in images:
+                resp = api.post("/v1/sessions", json={"image": image})
+                assert resp.status_code == 201, resp.text
+                sid = resp.json()["id"]
+                packages = api.get(f"/v1/sessions/{sid}/packages").json()["packages"]
+                assert packages["interp-probe"] == "1.2.3", image
+                assert packages["pandas"] == base_label["pandas"]
+                assert notebook(api, sid)["metadata"]["interp"]["packages"] == packages
+                code = "import interp_probe\nprint(interp_probe.VALUE)"
+                assert run(api, sid, code)["stdout"] == "42\n"
+                api.delete(f"/v1/sessions/{sid}")
+            # The default image's list does not name the derived image's package.
+            assert "interp-probe" not in api.get("/v1/info").json()["packages"]
+    finally:
+        if srv is not None:
+            srv.thread.stop()
+        for image in reversed(images):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                engine.images.remove(image, force=True)
