@@ -316,3 +316,52 @@ def test_an_image_built_from_ours_reports_its_own_packages(tmp_path: Path) -> No
         for image in reversed(images):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 engine.images.remove(image, force=True)
+
+
+def test_composite_charts_and_a_json_display_read_as_text(api: httpx.Client, analyst: str) -> None:
+    """One figure with a violin, a seaborn heatmap, an imshow, stacked and grouped bars, a
+    seaborn hue line plot and a twin axis, then a JSON display: each recognised and named."""
+    code = """
+import seaborn as sns, pandas as pd, numpy as np, matplotlib.pyplot as plt
+from IPython.display import display, JSON
+df = pd.DataFrame({'g': list('aaabbb'), 'v': [1, 2, 3, 4, 5, 9]})
+fig, axes = plt.subplots(2, 3, figsize=(12, 7))
+sns.violinplot(data=df, x='g', y='v', ax=axes[0, 0])
+grid = pd.DataFrame([[1, 2, 3], [4, 5, 6]], index=['r1', 'r2'], columns=['c1', 'c2', 'c3'])
+sns.heatmap(grid, ax=axes[0, 1])
+axes[0, 2].imshow(np.arange(12).reshape(3, 4))
+bars = pd.DataFrame({'x': [1, 2], 'y': [3, 4]}, index=['p', 'q'])
+bars.plot.bar(stacked=True, ax=axes[1, 0])
+bars.plot.bar(ax=axes[1, 1])
+lines = pd.DataFrame({'t': [0, 1, 0, 1], 'y': [1, 2, 3, 4], 'k': list('uuww')})
+sns.lineplot(data=lines, x='t', y='y', hue='k', ax=axes[1, 2])
+axes[1, 2].twinx().plot([0, 1], [30, 40], label='temp')
+plt.show()
+display(JSON({'region': 'north', 'sales': [120, 95], 'ok': True}))
+"""
+    result = run(api, analyst, code)
+    text = model_text(result)
+    assert result["status"] == "ok", text
+    expected = [
+        "plot 1: violin plot (x='g', y='v'), subplot row 1 column 1 of 2x3\n  series: a; b",
+        "plot 2: heatmap",
+        "  series: 2x3 grid, rows r1, r2, columns c1, c2, c3, values 1, 2, 3; 4, 5, 6",
+        "plot 3: heatmap (image), subplot row 1 column 3 of 2x3\n"
+        "  series: 3x4 grid, values 0, 1, 2, 3; 4, 5, 6, 7; 8, 9, 10, 11",
+        "plot 4: stacked bar, subplot row 2 column 1 of 2x3\n"
+        "  series 'x': p=1, q=2\n  series 'y': p=3, q=4",
+        "plot 5: grouped bar, subplot row 2 column 2 of 2x3\n"
+        "  series 'x': p=1, q=2\n  series 'y': p=3, q=4",
+        "plot 6: line (x='t', y='y'), subplot row 2 column 3 of 2x3\n"
+        "  series 'u': (0, 1), (1, 2)\n  series 'w': (0, 3), (1, 4)\n  (legend: k)",
+        "plot 7: line, twin axes over plot 6 (same x, own y axis)\n"
+        "  series 'temp': (0, 30), (1, 40)",
+    ]
+    for part in expected:
+        assert part in text, f"{part!r} not in:\n{text}"
+    chart, shown = result["outputs"]
+    kinds = [ax["kind"] for ax in chart["data"]["application/vnd.chart+json"]["axes"]]
+    assert kinds == ["violin", "heatmap", "image", "bar", "bar", "line", "line"], kinds
+    # The JSON display reaches the model as the JSON itself, not an object repr.
+    assert shown["data"]["application/json"] == {"region": "north", "sales": [120, 95], "ok": True}
+    assert '"region": "north"' in text and '"ok": true' in text and "object>" not in text
