@@ -387,10 +387,18 @@ def _replay_against(
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    """``interp tools --format openai|anthropic``: print tool definitions as JSON."""
+    """``interp tools --format openai|anthropic``: print tool definitions as JSON. With a
+    service (``--url`` or ``$INTERP_URL``), ``run_code`` names its kernel's main packages."""
     from interpreter.tools import tool_definitions
 
-    print(json.dumps(tool_definitions(args.format), indent=2))
+    packages: dict[str, str] | None = None
+    if _explicit_url(args):
+        try:
+            with _client(args) as client:
+                packages = dict(client.info().packages)
+        except ClientError as exc:
+            return _service_error(exc)
+    print(json.dumps(tool_definitions(args.format, packages=packages), indent=2))
     return EXIT_OK
 
 
@@ -501,7 +509,12 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     )
     replay.set_defaults(func=_quiet_http_log(cmd_replay), embed=embed)
 
-    tools = subparsers.add_parser("tools", help="Print tool definitions for function calling.")
+    tools = subparsers.add_parser(
+        "tools",
+        parents=[parent],
+        help="Print tool definitions for function calling (with --url, naming the kernel's "
+        "packages).",
+    )
     tools.add_argument("--format", choices=["openai", "anthropic"], default="openai")
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 

@@ -7,31 +7,9 @@ import logging
 from dataclasses import dataclass, field
 
 from interpreter.client import AsyncClient, ClientError, NotFoundError
+from interpreter.tools.specs import packages_sentence
 
 log = logging.getLogger(__name__)
-
-#: Packages worth naming to a model, in this order, when the kernel has them.
-NOTABLE_PACKAGES = (
-    "numpy",
-    "pandas",
-    "matplotlib",
-    "scipy",
-    "scikit-learn",
-    "statsmodels",
-    "seaborn",
-    "plotly",
-    "polars",
-    "pyarrow",
-    "sympy",
-    "networkx",
-    "pillow",
-    "openpyxl",
-    "xlrd",
-    "tabulate",
-    "tqdm",
-    "ipywidgets",
-    "requests",
-)
 
 
 @dataclass(frozen=True)
@@ -75,13 +53,7 @@ class ServiceFacts:
         elif self.backend == "local":
             lines.append("Limits per session: none enforced (local backend).")
         if self.packages:
-            known = {k.lower(): (k, v) for k, v in self.packages.items()}
-            shown = [f"{known[n][0]} {known[n][1]}" for n in NOTABLE_PACKAGES if n in known]
-            more = len(self.packages) - len(shown)
-            text = "Packages: " + (", ".join(shown) if shown else "")
-            if more > 0:
-                text += (", and " if shown else "") + f"{more} more"
-            lines.append(text + ".")
+            lines.append(packages_sentence(self.packages))
         return "About this service:\n" + "\n".join(lines) if lines else ""
 
 

@@ -2,17 +2,27 @@
 
 Outputs are compared in a normal form, not byte for byte:
 
-* text has its colour codes and what really varies between runs masked: memory addresses
-  (``0x7f...``), object ids (a number after ``id``, or a bare integer that can only be
-  an ``id()``: 14-15 digits, 16-byte aligned, in the user-space range of 64-bit Linux
-  addresses), clock readings (times of day and
-  timestamps with fractional seconds, as ``datetime.now()`` prints them), durations and
-  ``timeit`` loop counts, UUIDs, artifact ids, session ids, temporary names and IPython's
-  temporary cell file names; trailing whitespace is dropped. Digits that carry a value are
-  never masked: a hash, a long integer or a date in the data must match;
+* text has its colour codes and only what really varies between runs masked:
+  - memory addresses in reprs (``<Foo object at 0x7f...>``) and a bare hex number that
+    can only be a user-space address (12 digits from ``0x55...``); ``0xff`` is a value;
+  - object ids: a bare 14-15 digit integer that can only be an ``id()`` (8-byte aligned,
+    in the user-space range of 64-bit Linux addresses); a number after "id" is a value;
+  - readings of the clock: a date and time (``datetime``, pandas, ``logging``, ISO 8601)
+    or a time of day with fractional seconds, masked only when it falls within the time
+    that run of the cell took (give or take :data:`CLOCK_SLACK_S`; a naive time may be in
+    any time zone), so a timestamp in the data is compared however it is printed;
+  - timing reports: IPython's ``Wall time:``, ``CPU times:`` and ``%timeit`` lines, and
+    tqdm's elapsed time and rate; a duration the cell computed and printed is a value;
+  - UUIDs are values, except a version-1 (time-based) UUID whose time falls within the
+    run: a ``uuid4()`` printed by the cell differs on every run and is reported, since a
+    random UUID and one read from data cannot be told apart;
+  - artifact ids, session ids, ``tempfile`` names and IPython's temporary cell file
+    names; trailing whitespace is dropped. Digits that carry a value are never masked:
+    a hash, a long integer or a date in the data must match;
 * numbers are compared as numbers: integers exactly, floats (a number with a point or an
-  exponent) within a relative tolerance of :data:`REL_TOL` (``1e-9``) or an absolute one of
-  :data:`ABS_TOL` (``1e-12``, for noise around zero); an integer never matches a float;
+  exponent) within a relative tolerance of :data:`REL_TOL` (``1e-9``) and no absolute
+  one (``3e-13`` and ``9e-13`` differ; ``0.0`` only matches ``0.0``, so noise around zero
+  such as ``1.1e-16`` is reported); an integer never matches a float;
 * everything a cell printed to stdout (or stderr) is compared as one text, so the way
   the stream happened to be chunked and interleaved with displays does not matter;
 * rich outputs are compared in order, MIME type by MIME type, for the types the recording
@@ -32,8 +42,10 @@ import json
 import math
 import re
 import struct
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from interpreter.client.render import bundle_text
@@ -43,34 +55,47 @@ from interpreter.models import ArtifactRef, Execution
 # ---------------------------------------------------------------------- normalisation
 
 REL_TOL = 1e-9
-"""Relative tolerance for floats (a replay may run on other hardware or BLAS)."""
-ABS_TOL = 1e-12
-"""Absolute tolerance for floats, so that noise around zero (``5.55e-17``) matches."""
+"""Relative tolerance for floats (a replay may run on other hardware or BLAS). There is no
+absolute tolerance: a printed ``3e-13`` is a value, so zero only matches zero."""
+
+CLOCK_SLACK_S = 2.0
+"""How far outside a cell's run a timestamp may fall and still count as a reading of the
+clock while it ran (the broker's and the kernel's times of the same run differ a little)."""
+
+RunWindow = tuple[datetime, datetime]
+"""When a cell ran: its first and last known instants (timezone-aware)."""
+
+_DURATION = r"[\d.]+\s?(?:ns|µs|μs|us|ms|s|min|h)"
+_PLUS_MINUS = r"(?:±|\+-)"
 
 _MASKS: list[tuple[re.Pattern[str], str]] = [
     (ANSI_RE, ""),
-    (
-        re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
-        "<uuid>",
-    ),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x<addr>"),
-    (
-        re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}:\d{2}[.,]\d{3,}(Z|[+-]\d{2}:?\d{2})?"),
-        "<timestamp>",
-    ),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}[.,]\d+\b"), "<time>"),
-    (re.compile(r"ipykernel_\d+[/\\]\d+\.py"), "ipykernel_<pid>/<cell>.py"),
-    (re.compile(r"\btmp[A-Za-z0-9_]{6,}"), "tmp<random>"),
-    (re.compile(r"\b(artifacts?[ /:=]+)[0-9a-fA-F]{16,}\b"), r"\1<artifact>"),
-    (re.compile(r"\b(id\b[ =:(]*)\d{6,}\b", re.IGNORECASE), r"\1<id>"),
+    # Memory addresses in reprs (``<Foo object at 0x7f...>``, ``<memory at 0x...>``), and a
+    # bare hex number that can only be a user-space address (``hex(id(x))``). Other hex
+    # literals (``0xff``) are values.
+    (re.compile(r"\bat 0x[0-9a-fA-F]+\b"), "at 0x<addr>"),
+    (re.compile(r"\b0x(?:5[5-9a-fA-F]|[67][0-9a-fA-F])[0-9a-fA-F]{10}\b"), "0x<addr>"),
+    # Timing reports: IPython's %time and %timeit, and tqdm's elapsed time and rate. A
+    # duration the cell printed itself is a value.
+    (re.compile(rf"(Wall time: ){_DURATION}"), r"\1<duration>"),
+    (re.compile(r"(CPU times: )user [^\n]*"), r"\1<durations>"),
     (
         re.compile(
-            r"(?<![\w.])[-+]?\d+(\.\d+)?(e[-+]?\d+)?\s?"
-            r"(ns|µs|μs|us|ms|s|sec|secs|seconds?|min|mins|minutes?)\b"
+            rf"{_DURATION} {_PLUS_MINUS} {_DURATION} per loop \(mean {_PLUS_MINUS} std\. dev\."
+            r" of [\d,]+ runs?, [\d,]+ loops? each\)"
         ),
-        "<duration>",
+        "<timeit>",
     ),
-    (re.compile(r"\b[\d,]+ loops?\b"), "<n> loops"),
+    (re.compile(r"\b[\d,]+ loops?, best of \d+: [\d.]+ \S+ per loop"), "<timeit>"),
+    (re.compile(r"(The slowest run took )[\d.]+( times longer)"), r"\1<n>\2"),
+    (
+        re.compile(r"\[\d+(?::\d\d){1,2}(?:<(?:\d+(?::\d\d){1,2}|\?))?, *[^,\]\s]*/[^,\]\s]*"),
+        "[<elapsed>, <rate>",
+    ),
+    (re.compile(r"ipykernel_\d+[/\\]\d+\.py"), "ipykernel_<pid>/<cell>.py"),
+    # tempfile's names: "tmp" and 8 characters of its alphabet.
+    (re.compile(r"\btmp[a-z0-9_]{8}\b"), "tmp<random>"),
+    (re.compile(r"\b(artifacts?[ /:=]+)[0-9a-fA-F]{16,}\b"), r"\1<artifact>"),
 ]
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
@@ -79,24 +104,101 @@ _SVG_IDS = re.compile(r'\s(id|clip-path|xlink:href|href)="[^"]*"|url\(#[^)]*\)')
 _SVG_METADATA = re.compile(r"<metadata>.*?</metadata>", re.DOTALL)
 
 
-#: ``id()`` of a CPython object on 64-bit Linux: a heap or mmap address, 16-byte aligned.
+#: ``id()`` of a CPython object on 64-bit Linux: a heap or mmap address, 8-byte aligned.
 _ADDRESS_RANGE = (0x550000000000, 0x7FFFFFFFFFFF)
 _BARE_INT = re.compile(r"(?<![\w.])\d{14,15}(?![\w.])")
+
+#: A date and time of day, as ``datetime``, pandas, ``logging`` and ISO 8601 print them.
+_TIMESTAMP = re.compile(
+    r"(?<![\w.])(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
+    r"(Z|[+-]\d{2}:?\d{2})?(?![\w.])"
+)
+#: A time of day with fractional seconds (``datetime.now().time()``).
+_TIME_OF_DAY = re.compile(r"(?<![\w.:])(\d{1,2}:\d{2}:\d{2})[.,](\d{1,9})(?![\w.:])")
+#: A UUID; only a version-1 one (time-based) can be shown to come from the clock.
+_UUID = re.compile(
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-1[0-9a-fA-F]{3}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+)
+_UUID_EPOCH = datetime(1582, 10, 15, tzinfo=UTC)
 
 
 def _mask_address(match: re.Match[str]) -> str:
     value = int(match.group())
     low, high = _ADDRESS_RANGE
-    return "<id>" if low <= value <= high and value % 16 == 0 else match.group()
+    return "<id>" if low <= value <= high and value % 8 == 0 else match.group()
 
 
-def normalize_text(text: str, extra_ids: tuple[str, ...] = ()) -> str:
-    """Mask what legitimately changes between runs; see the module docstring."""
+def _in_window(moment: datetime, ran: RunWindow) -> bool:
+    """Whether ``moment`` falls within the run, give or take :data:`CLOCK_SLACK_S`. A naive
+    time is the kernel's local time, in an unknown time zone: any offset that is a whole
+    number of quarter hours between -12 h and +14 h is tried."""
+    slack = timedelta(seconds=CLOCK_SLACK_S)
+    start, end = ran[0] - slack, ran[1] + slack
+    if moment.tzinfo is not None:
+        return start <= moment <= end
+    naive = moment.replace(tzinfo=UTC)
+    return any(
+        start <= naive - timedelta(minutes=15 * quarter) <= end for quarter in range(-56, 49)
+    )
+
+
+def _fraction(digits: str | None) -> int:
+    return int((digits or "0")[:6].ljust(6, "0"))
+
+
+def _mask_timestamp(ran: RunWindow) -> Callable[[re.Match[str]], str]:
+    def mask(match: re.Match[str]) -> str:
+        day, clock, fraction, zone = match.groups()
+        try:
+            moment = datetime.fromisoformat(f"{day}T{clock}").replace(
+                microsecond=_fraction(fraction)
+            )
+            if zone:
+                moment = moment.replace(
+                    tzinfo=datetime.fromisoformat(f"2000-01-01T00:00:00{zone}").tzinfo
+                )
+        except ValueError:
+            return match.group()
+        return "<now>" if _in_window(moment, ran) else match.group()
+
+    return mask
+
+
+def _mask_time_of_day(ran: RunWindow) -> Callable[[re.Match[str]], str]:
+    def mask(match: re.Match[str]) -> str:
+        try:
+            clock = time.fromisoformat(match.group(1).zfill(8))
+        except ValueError:
+            return match.group()
+        clock = clock.replace(microsecond=_fraction(match.group(2)))
+        days = {ran[0].date() + timedelta(days=n) for n in (-1, 0, 1)} | {ran[1].date()}
+        hit = any(_in_window(datetime.combine(day, clock), ran) for day in days)
+        return "<now>" if hit else match.group()
+
+    return mask
+
+
+def _mask_uuid1(ran: RunWindow) -> Callable[[re.Match[str]], str]:
+    def mask(match: re.Match[str]) -> str:
+        made = uuid.UUID(match.group())
+        moment = _UUID_EPOCH + timedelta(microseconds=made.time // 10)
+        return "<uuid1>" if _in_window(moment, ran) else match.group()
+
+    return mask
+
+
+def normalize_text(text: str, extra_ids: tuple[str, ...] = (), ran: RunWindow | None = None) -> str:
+    """Mask what legitimately changes between runs; see the module docstring. Readings of
+    the clock are masked only when ``ran``, when the cell ran, is known and they fall in it."""
     for ident in extra_ids:
         if ident:
             text = text.replace(ident, "<session>")
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
+    if ran is not None:
+        text = _TIMESTAMP.sub(_mask_timestamp(ran), text)
+        text = _TIME_OF_DAY.sub(_mask_time_of_day(ran), text)
+        text = _UUID.sub(_mask_uuid1(ran), text)
     text = _BARE_INT.sub(_mask_address, text)
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     return "\n".join(lines).strip("\n")
@@ -111,28 +213,31 @@ def _float_text(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
-def normalize_json(value: Any, extra_ids: tuple[str, ...] = ()) -> Any:
+def normalize_json(
+    value: Any, extra_ids: tuple[str, ...] = (), ran: RunWindow | None = None
+) -> Any:
     """JSON with strings normalised as text (numbers are kept; see :func:`numbers_match`)."""
     if isinstance(value, dict):
-        return {k: normalize_json(v, extra_ids) for k, v in value.items()}
+        return {k: normalize_json(v, extra_ids, ran) for k, v in value.items()}
     if isinstance(value, list):
-        return [normalize_json(v, extra_ids) for v in value]
+        return [normalize_json(v, extra_ids, ran) for v in value]
     if isinstance(value, str):
-        return normalize_text(value, extra_ids)
+        return normalize_text(value, extra_ids, ran)
     if isinstance(value, float):
         return _float_text(value)
     return value
 
 
 def numbers_match(a: str, b: str) -> bool:
-    """Two numbers as printed: integers exactly, floats within REL_TOL / ABS_TOL."""
+    """Two numbers as printed: integers exactly, floats within REL_TOL (zero only matches
+    zero)."""
     a_float = any(c in a for c in ".eE")
     b_float = any(c in b for c in ".eE")
     if not a_float and not b_float:
         return a.lstrip("+") == b.lstrip("+")
     if a_float != b_float:
         return False
-    return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    return math.isclose(float(a), float(b), rel_tol=REL_TOL)
 
 
 def texts_match(a: str, b: str) -> bool:
@@ -161,10 +266,19 @@ def first_difference(recorded: str, replayed: str) -> str:
 
 
 def compare_text(
-    what: str, recorded: str, replayed: str, extra_ids: tuple[str, ...] = ()
+    what: str,
+    recorded: str,
+    replayed: str,
+    extra_ids: tuple[str, ...] = (),
+    *,
+    recorded_ran: RunWindow | None = None,
+    replayed_ran: RunWindow | None = None,
 ) -> str | None:
-    """None if the texts match once normalised, else a description of the difference."""
-    a, b = normalize_text(recorded, extra_ids), normalize_text(replayed, extra_ids)
+    """None if the texts match once normalised, else a description of the difference.
+    ``recorded_ran`` and ``replayed_ran`` say when each run happened, for readings of the
+    clock; without them no timestamp is masked."""
+    a = normalize_text(recorded, extra_ids, recorded_ran)
+    b = normalize_text(replayed, extra_ids, replayed_ran)
     if texts_match(a, b):
         return None
     return f"{what} differs: {first_difference(a, b)}"
@@ -197,7 +311,7 @@ def _json_difference(a: Any, b: Any, path: str) -> str | None:
         if isinstance(a, int) and isinstance(b, int):
             same = a == b
         else:
-            same = math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+            same = math.isclose(a, b, rel_tol=REL_TOL)
         return None if same else f"{path}: recorded {json.dumps(a)}, replayed {json.dumps(b)}"
     if isinstance(a, str) and isinstance(b, str) and texts_match(a, b):
         return None
@@ -207,11 +321,19 @@ def _json_difference(a: Any, b: Any, path: str) -> str | None:
 
 
 def compare_json(
-    what: str, recorded: Any, replayed: Any, extra_ids: tuple[str, ...] = ()
+    what: str,
+    recorded: Any,
+    replayed: Any,
+    extra_ids: tuple[str, ...] = (),
+    *,
+    recorded_ran: RunWindow | None = None,
+    replayed_ran: RunWindow | None = None,
 ) -> str | None:
     """None if two JSON values match once normalised, else where they differ."""
     found = _json_difference(
-        normalize_json(recorded, extra_ids), normalize_json(replayed, extra_ids), "$"
+        normalize_json(recorded, extra_ids, recorded_ran),
+        normalize_json(replayed, extra_ids, replayed_ran),
+        "$",
     )
     return f"{what} differs at {found}" if found else None
 
@@ -309,8 +431,11 @@ def compare_value(
     *,
     image_tolerance: float = 0.02,
     extra_ids: tuple[str, ...] = (),
+    recorded_ran: RunWindow | None = None,
+    replayed_ran: RunWindow | None = None,
 ) -> str | None:
     """Compare one MIME-bundle value of a recorded and a replayed output."""
+    ran = {"recorded_ran": recorded_ran, "replayed_ran": replayed_ran}
     if mime in RASTER_MIMES:
         a, b = _decode_b64(recorded), _decode_b64(replayed)
         if a is None or b is None:
@@ -320,9 +445,9 @@ def compare_value(
         a_svg, b_svg = normalize_svg(bundle_text(recorded)), normalize_svg(bundle_text(replayed))
         return None if a_svg == b_svg else f"{mime} differs: {first_difference(a_svg, b_svg)}"
     if mime.endswith("json") and not isinstance(recorded, str | list):
-        return compare_json(mime, recorded, replayed, extra_ids)
+        return compare_json(mime, recorded, replayed, extra_ids, **ran)
     if isinstance(recorded, str | list) and isinstance(replayed, str | list):
-        return compare_text(mime, bundle_text(recorded), bundle_text(replayed), extra_ids)
+        return compare_text(mime, bundle_text(recorded), bundle_text(replayed), extra_ids, **ran)
     return None if recorded == replayed else f"{mime} differs"
 
 
@@ -337,11 +462,38 @@ class CellOutputs:
     stderr: str = ""
     rich: list[dict[str, Any]] = field(default_factory=list)
     error: tuple[str, str] | None = None
+    ran: RunWindow | None = None
+
+
+def _moment(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def recorded_window(cell: dict[str, Any]) -> RunWindow | None:
+    """When a recorded cell ran: the span of JupyterLab's ``metadata.execution`` message
+    times and of the service's own start time and duration, or None if none is recorded."""
+    meta = cell.get("metadata") or {}
+    timing = meta.get("execution") or {}
+    moments = [m for m in map(_moment, timing.values()) if m is not None]
+    own = meta.get("interp") or {}
+    started = _moment(own.get("started_at"))
+    if started is not None:
+        moments.append(started)
+        duration = own.get("duration_ms")
+        if isinstance(duration, int | float):
+            moments.append(started + timedelta(milliseconds=duration))
+    return (min(moments), max(moments)) if moments else None
 
 
 def outputs_from_cell(cell: dict[str, Any]) -> CellOutputs:
     """The recorded outputs of an nbformat code cell."""
-    result = CellOutputs()
+    result = CellOutputs(ran=recorded_window(cell))
     for output in cell.get("outputs") or []:
         kind = output.get("output_type")
         if kind == "stream":
@@ -376,7 +528,13 @@ def outputs_from_execution(
                 data[ref.mime] = raw.decode("utf-8", errors="replace")
         rich.append(data)
     error = (execution.error.ename, execution.error.evalue) if execution.error else None
-    return CellOutputs(execution.stdout, execution.stderr, rich, error)
+    ran: RunWindow | None = None
+    if execution.started_at is not None:
+        started = execution.started_at
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=UTC)
+        ran = (started, started + timedelta(milliseconds=execution.duration_ms or 0))
+    return CellOutputs(execution.stdout, execution.stderr, rich, error, ran)
 
 
 def compare_outputs(
@@ -388,6 +546,7 @@ def compare_outputs(
 ) -> list[str]:
     """Every difference between a cell's recorded and replayed outputs (empty: match)."""
     diffs: list[str] = []
+    ran = {"recorded_ran": recorded.ran, "replayed_ran": replayed.ran}
     rec_err, rep_err = recorded.error, replayed.error
     if rec_err is not None and rep_err is None:
         diffs.append(f"recorded error {rec_err[0]}: {rec_err[1]}, replay raised nothing")
@@ -396,7 +555,7 @@ def compare_outputs(
     elif (
         rec_err is not None
         and rep_err is not None
-        and compare_text("error", ": ".join(rec_err), ": ".join(rep_err), extra_ids)
+        and compare_text("error", ": ".join(rec_err), ": ".join(rep_err), extra_ids, **ran)
     ):
         diffs.append(
             f"error differs: recorded {rec_err[0]}: {rec_err[1]}, "
@@ -406,7 +565,7 @@ def compare_outputs(
         ("stdout", recorded.stdout, replayed.stdout),
         ("stderr", recorded.stderr, replayed.stderr),
     ):
-        found = compare_text(what, a, b, extra_ids)
+        found = compare_text(what, a, b, extra_ids, **ran)
         if found:
             diffs.append(found)
     if len(recorded.rich) != len(replayed.rich):
@@ -417,7 +576,12 @@ def compare_outputs(
                 diffs.append(f"output {n}: {mime} missing in replay")
                 continue
             found = compare_value(
-                mime, value, b_data[mime], image_tolerance=image_tolerance, extra_ids=extra_ids
+                mime,
+                value,
+                b_data[mime],
+                image_tolerance=image_tolerance,
+                extra_ids=extra_ids,
+                **ran,
             )
             if found:
                 diffs.append(f"output {n}: {found}")

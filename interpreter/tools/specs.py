@@ -3,11 +3,48 @@ for OpenAI or Anthropic function calling."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 ToolFormat = Literal["openai", "anthropic"]
+
+#: Packages worth naming to a model, in this order, when the kernel has them.
+NOTABLE_PACKAGES = (
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "scipy",
+    "scikit-learn",
+    "statsmodels",
+    "seaborn",
+    "plotly",
+    "polars",
+    "pyarrow",
+    "sympy",
+    "networkx",
+    "pillow",
+    "openpyxl",
+    "xlrd",
+    "tabulate",
+    "tqdm",
+    "ipywidgets",
+    "requests",
+)
+
+
+def packages_sentence(packages: Mapping[str, str]) -> str:
+    """The kernel's main packages with versions, from its package list (the service's
+    ``/v1/info`` ``packages``), as ``Packages: numpy 2.3.4, ..., and 54 more.``"""
+    if not packages:
+        return ""
+    known = {k.lower(): (k, v) for k, v in packages.items()}
+    shown = [f"{known[n][0]} {known[n][1]}" for n in NOTABLE_PACKAGES if n in known]
+    more = len(packages) - len(shown)
+    text = "Packages: " + (", ".join(shown) if shown else "")
+    if more > 0:
+        text += (", and " if shown else "") + f"{more} more"
+    return text + "."
 
 
 @dataclass(frozen=True)
@@ -42,9 +79,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "comes back as an image with a text description of what was drawn (its values, or "
         "their statistics for long series). Printing a huge object wastes context: show "
         "df.head() or summaries instead.\n"
-        "The kernel has the usual data-analysis stack: numpy, pandas, matplotlib, seaborn, "
-        "plotly, scipy, scikit-learn, statsmodels, pyarrow, openpyxl, xlrd, sympy, tabulate, "
-        "tqdm, ipywidgets and Pillow (the service's /v1/info lists every package).\n"
+        "The kernel's packages are listed below when the service is known; /v1/info lists "
+        "every one.\n"
         "If the code raises, the error and traceback are returned and the state from before "
         "the failing line is kept: read the error, fix the code and run only the corrected "
         "part again. Code running past timeout_s is interrupted; if the kernel has to be "
@@ -234,7 +270,9 @@ TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 
 
 def tool_definitions(
-    format: ToolFormat = "openai", names: Iterable[str] | None = None
+    format: ToolFormat = "openai",
+    names: Iterable[str] | None = None,
+    packages: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Tool definitions ready to pass to a model API.
 
@@ -242,11 +280,19 @@ def tool_definitions(
         format: ``openai`` (Chat Completions ``tools`` entries) or ``anthropic`` (Messages
             API ``tools`` entries).
         names: Only these tools (default: all nine).
+        packages: The kernel's package list (``client.info().packages``); ``run_code``'s
+            description then names the main ones with their versions.
 
     Returns:
         A list of JSON-serialisable dicts.
     """
     chosen = [TOOLS_BY_NAME[n] for n in names] if names is not None else list(TOOLS)
+    sentence = packages_sentence(packages or {})
+    if sentence:
+        chosen = [
+            replace(t, description=f"{t.description}\n\n{sentence}") if t.name == "run_code" else t
+            for t in chosen
+        ]
     if format == "openai":
         return [
             {

@@ -193,6 +193,20 @@ def test_tools_command(fmt: str, key: str) -> None:
     assert result.returncode == 0
     tools = json.loads(result.stdout)
     assert len(tools) == 9 and all(key in t for t in tools)
+    [run_code] = [
+        t for t in tools if t.get("name", t.get("function", {}).get("name")) == "run_code"
+    ]
+    assert "Packages:" not in json.dumps(run_code)  # no service: no package list
+
+
+def test_tools_command_names_the_kernels_packages(local_server: Server) -> None:
+    result = interp(local_server, "tools", "--format", "anthropic")
+    assert result.returncode == 0, result.stderr
+    [run_code] = [t for t in json.loads(result.stdout) if t["name"] == "run_code"]
+    with Client(local_server.url, api_key=local_server.api_key) as client:
+        packages = client.info().packages
+    sentence = f"Packages: numpy {packages['numpy']}, pandas {packages['pandas']}, "
+    assert sentence in run_code["description"]
 
 
 def test_format_table() -> None:

@@ -21,8 +21,8 @@ EXAMPLES = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 CELLS = [
     "import datetime, os, time, uuid\nclass Thing: pass\n"
-    "print(Thing(), datetime.datetime.now(), uuid.uuid4(), id(Thing))\nprint(os.getcwd())",
-    "t = time.perf_counter(); time.sleep(0.01)\nprint(f'took {time.perf_counter() - t:.4f}s')",
+    "print(Thing(), datetime.datetime.now(), uuid.uuid1(), id(Thing))\nprint(os.getcwd())",
+    "%time time.sleep(0.01)",
     "import numpy as np, pandas as pd\nrng = np.random.default_rng(7)\n"
     "df = pd.DataFrame({'g': list('abab'), 'v': rng.normal(size=4)})\ndf",
     "undefined_variable",

@@ -8,7 +8,7 @@ import tomllib
 from interpreter.image.inputs import normalize_name, read_pins
 from interpreter.mcp_service import ServiceFacts
 from interpreter.settings import Settings
-from interpreter.tools.specs import TOOLS
+from interpreter.tools.specs import TOOLS, tool_definitions
 from tests.conftest import ANALYST, REPO
 
 
@@ -30,10 +30,20 @@ def test_the_image_and_the_kernel_extra_pin_the_same_analyst_stack() -> None:
         assert extra.get(name) == image[name], f"{name}: extra {extra.get(name)} != {image[name]}"
 
 
-def test_the_run_code_description_names_the_main_packages() -> None:
-    [run_code] = [t for t in TOOLS if t.name == "run_code"]
-    for name in ("pandas", "seaborn", "plotly", "scipy", "scikit-learn", "statsmodels", "tqdm"):
-        assert name in run_code.description
+def test_the_run_code_description_names_the_main_packages_of_the_kernel() -> None:
+    packages = {"pandas": "2.3.3", "seaborn": "0.13.2", "polars": "1.9.0", "zzz": "1"}
+    for fmt in ("openai", "anthropic"):
+        tools = tool_definitions(fmt, packages=packages)
+        [run_code] = [
+            t.get("function", t) for t in tools if t.get("function", t)["name"] == "run_code"
+        ]
+        text = run_code["description"]
+        assert "Packages: pandas 2.3.3, seaborn 0.13.2, polars 1.9.0, and 1 more." in text
+    # The kernel's list, not a fixed one: a package it lacks is not named.
+    [plain] = [t for t in TOOLS if t.name == "run_code"]
+    [named] = tool_definitions("anthropic", ["run_code"], packages={"numpy": "2.0.0"})
+    assert named["description"] == plain.description + "\n\nPackages: numpy 2.0.0."
+    assert tool_definitions("anthropic", ["run_code"])[0]["description"] == plain.description
 
 
 def test_the_mcp_description_names_the_packages_the_kernel_has() -> None:

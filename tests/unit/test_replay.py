@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -40,16 +41,24 @@ def png(
 
 # ---------------------------------------------------------------------- normalisation
 
+# When the recording and the replay ran: readings of the clock within them are masked.
+RECORDED_AT = datetime(2026, 11, 23, 15, 20, 3, tzinfo=UTC)
+REPLAYED_AT = datetime(2026, 11, 24, 9, 1, 58, tzinfo=UTC)
+RAN = {
+    "recorded_ran": (RECORDED_AT, RECORDED_AT + timedelta(seconds=2)),
+    "replayed_ran": (REPLAYED_AT, REPLAYED_AT + timedelta(seconds=2)),
+}
+
 
 @pytest.mark.parametrize(
     ("a", "b"),
     [
         ("<__main__.A object at 0x7fa9401f3cd0>", "<__main__.A object at 0x7f00deadbeef>"),
-        ("now: 2024-05-01 12:00:03.123456", "now: 2026-11-22T07:39:58.058967+00:00"),
-        ("at 12:00:03.250", "at 07:39:58.5"),
-        ("7d39d79a-bf10-4598-946e-022360c15097", "11111111-2222-3333-4444-555555555555"),
-        ("id 93991165833440", "id 140234567890123"),
-        ("took 0.050s", "took 1.3 s"),
+        ("hex(id(x)) 0x7fa9401f3cd0", "hex(id(x)) 0x55d0c0ffee00"),
+        ("now: 2026-11-23 15:20:03.123456", "now: 2026-11-24T09:01:58.058967+00:00"),
+        ("at 15:20:04.250", "at 09:01:59.5"),
+        ("local 2026-11-23 16:20:04.1", "local 2026-11-24 04:31:59.9"),  # UTC+1, UTC-4:30
+        ("id 93991165833440", "id 140234567890128"),
         (
             "2.37 μs ± 339 ns per loop (mean ± std. dev. of 7 runs, 100,000 loops each)",
             "1.9 µs ± 12.5 ns per loop (mean ± std. dev. of 7 runs, 1,000,000 loops each)",
@@ -61,12 +70,12 @@ def png(
         ),
         ("artifact b410578edfe607ed0be917f093d0506d", "artifact 0123456789abcdef0123456789abcdef"),
         ("\x1b[31mred\x1b[0m text   \r\n", "red text"),
-        ("file /tmp/tmpab12cd_x/data.csv", "file /tmp/tmpZZ99yy77/data.csv"),
+        ("file /tmp/tmpab12cd_x/data.csv", "file /tmp/tmpzz99yy77/data.csv"),
     ],
 )
 def test_masked_differences_match(a: str, b: str) -> None:
-    assert normalize_text(a) == normalize_text(b)
-    assert compare_text("stdout", a, b) is None
+    assert normalize_text(a, ran=RAN["recorded_ran"]) == normalize_text(b, ran=RAN["replayed_ran"])
+    assert compare_text("stdout", a, b, **RAN) is None
 
 
 @pytest.mark.parametrize(
@@ -106,35 +115,99 @@ TAMPERED = [
     ("1", "1.0"),
     ("-3", "3"),
     ("[1.5 2.5]", "[1.5 2.6]"),
+    # Hex literals are values; only addresses in reprs are masked.
+    ("0xff", "0xfe"),
+    ("mask 0x0000ffff", "mask 0x0000fffe"),
+    ("crc 0xdeadbeefcafe", "crc 0xdeadbeefcaff"),
+    # A number after "id" is a value; only an id() can be masked.
+    ("order id 1234567", "order id 7654321"),
+    ("ID: 100200", "ID: 999999"),
+    ("user_id=140234567890128", "user_id=140234567890129"),
+    # Durations the cell printed are values; only timing reports are masked.
+    ("mean duration 42.5 s", "mean duration 97.0 s"),
+    ("5 minutes", "50 minutes"),
+    ("took 0.050s", "took 1.3 s"),
+    ("timeout 30 ms", "timeout 300 ms"),
+    # Timestamps in the data, with or without fractional seconds.
+    ("Timestamp('2024-01-01 10:00:00.5')", "Timestamp('2024-01-01 10:00:00.7')"),
+    ("Timestamp('2024-01-01 10:00:00.500000')", "Timestamp('2024-01-01 10:00:00.700000')"),
+    ("event 2026-11-20 15:20:04.123456", "event 2026-11-20 15:20:04.123457"),
+    ("at 10:00:03.250", "at 10:00:03.251"),
+    # UUIDs from data (and random ones: a uuid4 cannot be told apart from data).
+    ("id 7d39d79a-bf10-4598-946e-022360c15097", "id 7d39d79a-bf10-4598-946e-022360c15098"),
+    ("run 7d39d79a-bf10-4598-946e-022360c15097", "run 0b4f3c1e-9a55-4f5e-8d39-3e2b1c0a9f88"),
+    ("uuid1 78f3d000-2c7d-11ea-8000-0242ac110002", "uuid1 798c6680-2c7d-11ea-8000-0242ac110002"),
+    # No absolute tolerance: small values are values.
+    ("p = 3e-13", "p = 9e-13"),
+    ("eps 1e-20", "eps 2e-20"),
+    ("residual 1.1102230246251565e-16", "residual 0.0"),
+    ("noise 5.551115123125783e-17", "noise -2.7755575615628914e-17"),
+    # A tempfile-like word that is data.
+    ("column tmp_total", "column tmp_count"),
 ]
 
 # Reprs that legitimately differ between two runs of the same code.
 VARYING = [
     ("<Foo object at 0x7f3a2c1b9d90>", "<Foo object at 0x55d0c0ffee00>"),
+    ("<memory at 0x7f3a2c1b9d90>", "<memory at 0x7f3a2c1b9e00>"),
     ("datetime.now(): 2026-11-23 15:20:04.123456", "datetime.now(): 2026-11-24 09:01:59.000001"),
-    ("logged 2026-11-23 15:20:04,123 INFO", "logged 2026-11-23 15:21:05,999 INFO"),
-    ("id(x) = id 140234567890123", "id(x) = id 93991165833440"),
+    ("logged 2026-11-23 15:20:04,123 INFO", "logged 2026-11-24 09:01:59,999 INFO"),
+    ("Timestamp('2026-11-23 15:20:03.5')", "Timestamp('2026-11-24 09:01:58.7')"),
+    ("utc 2026-11-23T15:20:04Z", "utc 2026-11-24T09:01:59Z"),
+    ("id(x) = id 140234567890128", "id(x) = id 93991165833440"),
     ("<class 'Thing'> 140061543826512", "<class 'Thing'> 94512938215424"),
     ("0.1 + 0.2 = 0.30000000000000004", "0.1 + 0.2 = 0.30000000000000004"),
     ("sum 10.000000000000002", "sum 10.0"),
     ("x = 0.30000000000000004", "x = 0.3"),
-    ("noise 5.551115123125783e-17", "noise -2.7755575615628914e-17"),
-    ("residual 1.1102230246251565e-16", "residual 0.0"),
-    ("run 7d39d79a-bf10-4598-946e-022360c15097", "run 0b4f3c1e-9a55-4f5e-8d39-3e2b1c0a9f88"),
-    ("CPU times: user 12 ms", "CPU times: user 1.3 s"),
+    ("zero 0.0", "zero -0.0"),
+    ("uuid1 5b942a00-e751-11f1-8000-0242ac110002", "uuid1 b4ad9d80-e7e5-11f1-8000-0242ac110002"),
+    (
+        "CPU times: user 12 ms, sys: 0 ns, total: 12 ms",
+        "CPU times: user 1.3 s, sys: 4 ms, total: 1.31 s",
+    ),
+    ("Wall time: 15 ms", "Wall time: 2.1 s"),
+    (
+        "2.37 μs ± 339 ns per loop (mean ± std. dev. of 7 runs, 100,000 loops each)",
+        "1.9 µs ± 12.5 ns per loop (mean ± std. dev. of 7 runs, 1,000,000 loops each)",
+    ),
+    (
+        "<TimeitResult : 5.1 ms +- 1 ms per loop (mean +- std. dev. of 1 run, 1 loop each)>",
+        "<TimeitResult : 3 s +- 0 ns per loop (mean +- std. dev. of 1 run, 1 loop each)>",
+    ),
+    (
+        "The slowest run took 5.12 times longer than the fastest.",
+        "The slowest run took 11.50 times longer than the fastest.",
+    ),
+    (
+        "100%|██████████| 10/10 [00:00<00:00, 9652.78it/s]",
+        "100%|██████████| 10/10 [00:01<00:00,  8.12it/s]",
+    ),
+    ("rows: 10it [00:00, 123.4rows/s, loss=0.5]", "rows: 10it [01:02, 1.23s/it, loss=0.5]"),
 ]
 
 
 @pytest.mark.parametrize(("recorded", "replayed"), TAMPERED)
 def test_every_tampered_value_is_a_mismatch(recorded: str, replayed: str) -> None:
-    assert compare_text("stdout", recorded, replayed) is not None
-    assert compare_text("stdout", replayed, recorded) is not None
-    assert compare_value("text/plain", recorded, replayed) is not None
+    for ran in ({}, RAN):
+        assert compare_text("stdout", recorded, replayed, **ran) is not None
+        assert compare_text("stdout", replayed, recorded, **ran) is not None
+        assert compare_value("text/plain", recorded, replayed, **ran) is not None
 
 
 @pytest.mark.parametrize(("recorded", "replayed"), VARYING)
 def test_every_legitimately_varying_repr_matches(recorded: str, replayed: str) -> None:
-    assert compare_text("stdout", recorded, replayed) is None
+    assert compare_text("stdout", recorded, replayed, **RAN) is None
+    assert compare_value("text/plain", recorded, replayed, **RAN) is None
+
+
+def test_clock_readings_are_masked_only_within_the_run() -> None:
+    now = "now 2026-11-23 15:20:04.123456"
+    later = "now 2026-11-24 09:01:59.000001"
+    assert compare_text("stdout", now, later) is not None  # when the runs are unknown
+    assert compare_text("stdout", now, later, recorded_ran=RAN["recorded_ran"]) is not None
+    assert compare_text("stdout", now, later, **RAN) is None
+    # A timestamp ten seconds after the recorded run is not a reading of its clock.
+    assert compare_text("stdout", "now 2026-11-23 15:20:15.0", later, **RAN) is not None
 
 
 def test_difference_message_points_at_the_line() -> None:
@@ -167,9 +240,11 @@ def test_svg_ignores_generated_ids_and_metadata() -> None:
 
 
 def test_json_compares_structure_with_rounded_floats() -> None:
-    a = {"shape": [3, 2], "rows": [[1, 0.1 + 0.2]], "when": "2024-01-01T00:00:00.123456"}
-    b = {"shape": [3, 2], "rows": [[1, 0.3]], "when": "2025-06-01T10:00:00.654321"}
-    assert compare_json("application/json", a, b) is None
+    a = {"shape": [3, 2], "rows": [[1, 0.1 + 0.2]], "when": "2026-11-23T15:20:04.123456"}
+    b = {"shape": [3, 2], "rows": [[1, 0.3]], "when": "2026-11-24T09:01:59.654321"}
+    assert compare_json("application/json", a, b, **RAN) is None
+    assert compare_json("application/json", a, b) is not None
+    assert compare_json("x", {"p": 3e-13}, {"p": 9e-13}) is not None
     assert compare_json("x", {"v": 0.9999999999999999}, {"v": 0.3333333333333333}) == (
         "x differs at $.v: recorded 0.9999999999999999, replayed 0.3333333333333333"
     )

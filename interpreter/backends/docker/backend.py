@@ -23,7 +23,7 @@ from interpreter.backends.docker.engine import (
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
 from interpreter.backends.docker.stamps import stamp_forever, stamp_interval
-from interpreter.image import image_status
+from interpreter.image.packages import image_packages
 from interpreter.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class DockerBackend:
         self.settings = settings
         self.keep_on_shutdown = settings.keep_containers_on_shutdown
         self.image: str | None = settings.docker_image
-        self.packages: Mapping[str, str] = dict(image_status(settings.docker_image).packages)
+        self.packages: Mapping[str, str] = image_packages(settings.docker_image)
         self.pool: ContainerPool | None = None
         self._stamping: asyncio.Task[None] | None = None
 
