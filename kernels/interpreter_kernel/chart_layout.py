@@ -111,6 +111,9 @@ def layout(axes: list[Any], described: list[dict[str, Any]]) -> None:
     for ax, description in zip(axes, described, strict=True):
         spec = ax.get_subplotspec() if hasattr(ax, "get_subplotspec") else None
         if spec is not None:
+            # A colorbar taken from an Axes (seaborn's heatmap) nests its spec in a grid of
+            # its own: the position on the figure is that of the outermost spec.
+            spec = spec.get_topmost_subplotspec()
             rows, columns = spec.get_gridspec().get_geometry()
             if rows * columns > 1:
                 description["grid"] = [spec.rowspan.start, spec.colspan.start, rows, columns]

@@ -344,7 +344,7 @@ display(JSON({'region': 'north', 'sales': [120, 95], 'ok': True}))
     assert result["status"] == "ok", text
     expected = [
         "plot 1: violin plot (x='g', y='v'), subplot row 1 column 1 of 2x3\n  series: a; b",
-        "plot 2: heatmap",
+        "plot 2: heatmap, subplot row 1 column 2 of 2x3",
         "  series: 2x3 grid, rows r1, r2, columns c1, c2, c3, values 1, 2, 3; 4, 5, 6",
         "plot 3: heatmap (image), subplot row 1 column 3 of 2x3\n"
         "  series: 3x4 grid, values 0, 1, 2, 3; 4, 5, 6, 7; 8, 9, 10, 11",
