@@ -55,6 +55,7 @@ from interpreter.models import (
 )
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
+from interpreter.notes import broker_restart_note
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
@@ -525,4 +526,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             ex.execution_count = rec.execution_count
         if self.status == "busy":
             self.status = "idle"
+        # Shown after the cell (then the note of a restart that ended it, if any).
+        resumed = broker_restart_note(kernel_survived=True)
+        self._note = resumed if self._note is None else f"{resumed}\n\n{self._note}"
         await self._finalize(handle, rec)

@@ -126,9 +126,12 @@ def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_d
         assert api.get(f"/v1/sessions/{sid}/files/runs.txt").content == b"xy"
         # The cell that was running is in the notebook, with what is known of it.
         cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
-        meta = cells[-1]["metadata"]["interp"]
+        meta = cells[-2]["metadata"]["interp"]
         assert (meta["execution_id"], meta["status"]) == (execution_id, "unknown")
         assert "broker restarted" in meta["note"]
+        # A person reading the notebook (JupyterLab, `interp html`) sees why, after it.
+        assert cells[-1]["cell_type"] == "markdown"
+        assert cells[-1]["source"].startswith("**Broker restarted** while the cell above ran")
     # The record of what happened still verifies end to end.
     audit = subprocess.run(
         [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
