@@ -199,6 +199,7 @@ class SessionBroker:
                 await self._cull_task
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._let_running_cells_finish(self.settings.shutdown_grace_s)
         keep = self.backend.keep_on_shutdown
         await asyncio.gather(
             *(
@@ -208,6 +209,25 @@ class SessionBroker:
             return_exceptions=True,
         )
         self.live.clear()
+
+    async def _let_running_cells_finish(self, grace_s: float) -> None:
+        """Give running cells up to ``grace_s`` to finish (R-11); queued cells, which would
+        start meanwhile, are cancelled first. What still runs after it is dealt with by
+        the sessions' close: interrupted, or left running on a kept kernel."""
+        if grace_s <= 0:
+            return
+        sessions = list(self.live.values())
+        for session in sessions:
+            await session.cancel_queued("broker_shutdown")
+        running = [
+            handle.finished.wait()
+            for session in sessions
+            if (handle := session.executions.current) is not None and not handle.finished.is_set()
+        ]
+        if running:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_s):
+                    await asyncio.gather(*running)
 
     def _status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

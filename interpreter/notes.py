@@ -43,6 +43,26 @@ def restart_note(reason: str, generation: int) -> str:
     )
 
 
+def broker_restart_note(*, kernel_survived: bool) -> str:
+    """The markdown after a cell that was running when the broker stopped (R-07).
+
+    Its outcome is unknown, and it is never re-run. What it printed before the restart
+    was held only by the broker that stopped, so it is lost; with ``kernel_survived``
+    (the next broker reattached its kernel) what it printed afterwards is in the cell.
+    """
+    if kernel_survived:
+        return (
+            "**Broker restarted** while the cell above ran: its outcome is unknown and it "
+            "was not re-run. Output it printed before the restart is lost; the output shown "
+            "is what it printed after the broker came back."
+        )
+    return (
+        "**Broker restarted** while the cell above ran, and its kernel did not survive: "
+        "its outcome is unknown, it was not re-run, and its output is lost. The session "
+        "was closed."
+    )
+
+
 def rebuild_note(source: str, own: bool, counts: list[int | None], skipped: int) -> str:
     """The markdown before a rebuild's re-run cells: what is re-run, from where, and why.
 

@@ -30,6 +30,7 @@ from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
+from interpreter.notes import broker_restart_note
 from interpreter.release import release_disk
 from interpreter.session import LiveSession
 from interpreter.store import SessionRecord, Store, Unfinished, Writer
@@ -210,5 +211,6 @@ def _close_files(
             reason=ex.reason,
             extra={"note": CLOSED_NOTE},
         )
+        recorder.add_markdown(broker_restart_note(kernel_survived=False))
     if restored or in_flight:
         recorder.save()

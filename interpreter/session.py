@@ -55,6 +55,7 @@ from interpreter.models import (
 )
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
+from interpreter.notes import broker_restart_note
 from interpreter.outputs import OutputCapture, conclude
 from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
@@ -191,6 +192,11 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             # a client asking in between must not see an idle session with a cell running.
             self.status = "busy"
 
+    async def cancel_queued(self, reason: str) -> None:
+        """Cancel the cells waiting in the queue (they never reached the kernel)."""
+        for handle in self.executions.drain():
+            await self._abandon(handle, "cancelled", reason)
+
     def _kernel_ready(self) -> None:
         self.notebook.set_kernel_info(self.kernel.language_info)
         if self._worker is None:
@@ -226,8 +232,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if self._recovery is not None:
             self._recovery.cancel()
         closed_by = "broker_shutdown" if reason == "broker_shutdown" else "session_closed"
-        for handle in self.executions.drain():
-            await self._abandon(handle, "cancelled", closed_by)  # never reached the kernel
+        await self.cancel_queued(closed_by)
         current = self.executions.current
         if self._worker is not None:
             if current is not None and not keep_kernel:
@@ -525,4 +530,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             ex.execution_count = rec.execution_count
         if self.status == "busy":
             self.status = "idle"
+        # Shown after the cell (then the note of a restart that ended it, if any).
+        resumed = broker_restart_note(kernel_survived=True)
+        self._note = resumed if self._note is None else f"{resumed}\n\n{self._note}"
         await self._finalize(handle, rec)

@@ -85,6 +85,14 @@ class Settings(BaseSettings):
     interrupt_grace_s: float = Field(
         3.0, gt=0, description="After a timeout's interrupt, wait this long before restarting."
     )
+    shutdown_grace_s: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "On SIGTERM, running cells get this long to finish (new work gets 503 meanwhile); "
+            "then they are interrupted, or left running for the next broker (kept kernels)."
+        ),
+    )
     max_lifetime_s: float = Field(
         86400.0, ge=0, description="Close a session this long after its creation; 0 = off."
     )

@@ -3,7 +3,8 @@
 ``server`` is parametrised over the backends, so every API test that uses it runs against
 both the local and the Docker backend (one suite, not two copies). The Docker variant is
 skipped only when no engine or image is available, and ``INTERP_REQUIRE_DOCKER=1`` (set by
-CI) turns that skip into a failure.
+CI) turns that skip into a failure; so it does for the tests that need disk quotas
+(:func:`require_quotas`) or root to mount a filesystem.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
 
+from interpreter import quota
 from interpreter.server import ServerThread
 from interpreter.settings import Settings
 
@@ -71,10 +73,23 @@ def docker_ready() -> tuple[bool, str]:
 
 def require_docker() -> None:
     ok, why = docker_ready()
-    if ok:
-        return
+    if not ok:
+        skip_or_fail(why, "Docker tests")
+
+
+def require_quotas() -> None:
+    """Disk quotas (loop-mounted filesystems: root, ``mkfs.ext4``, loop devices), which the
+    "data directory full" and quota tests need. Like Docker, required in CI."""
+    why = quota.unavailable_reason()
+    if why is not None:
+        skip_or_fail(f"no disk quotas: {why}", "Disk tests (loop mounts, quotas)")
+
+
+def skip_or_fail(why: str, what: str) -> NoReturn:
+    """Skip a test that cannot run here, or fail it under ``INTERP_REQUIRE_DOCKER=1`` (set
+    by CI, where Docker, root and loop devices are there and nothing may be skipped)."""
     if os.environ.get("INTERP_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"Docker tests must run here but cannot: {why}")
+        pytest.fail(f"{what} must run here but cannot: {why}")
     pytest.skip(why)
 
 

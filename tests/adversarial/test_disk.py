@@ -7,13 +7,15 @@ import os
 
 import pytest
 
-from interpreter import quota
 from tests.adversarial.conftest import Attack, Broker, mounts_under
-from tests.conftest import KEY
+from tests.conftest import KEY, require_quotas
 
-pytestmark = pytest.mark.skipif(
-    quota.unavailable_reason() is not None, reason=f"no disk quotas: {quota.unavailable_reason()}"
-)
+
+@pytest.fixture(scope="module", autouse=True)
+def _quotas() -> None:
+    """Skipped without disk quotas, failed instead under INTERP_REQUIRE_DOCKER=1 (CI)."""
+    require_quotas()
+
 
 FILL = (
     "import errno, os\nwritten = 0\ncode = None\n"

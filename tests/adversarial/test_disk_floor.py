@@ -17,7 +17,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from interpreter import quota
 from tests.adversarial.conftest import (
     Broker,
     assert_nothing_left,
@@ -27,15 +26,16 @@ from tests.adversarial.conftest import (
     start_broker,
     stop_broker,
 )
-from tests.conftest import require_docker, settled
+from tests.conftest import require_docker, require_quotas, settled
 
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.skipif(
-        quota.unavailable_reason() is not None,
-        reason=f"no disk quotas: {quota.unavailable_reason()}",
-    ),
-]
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _quotas() -> None:
+    """Skipped without disk quotas, failed instead under INTERP_REQUIRE_DOCKER=1 (CI)."""
+    require_quotas()
+
 
 DATA_DISK_MB = 400
 FLOOR_MB = 150

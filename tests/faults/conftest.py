@@ -179,6 +179,22 @@ def notebook_cell(api: httpx.Client, sid: str, ex_id: str) -> dict[str, Any]:
     return cell
 
 
+def note_after(api: httpx.Client, sid: str, ex_id: str) -> str:
+    """The markdown note right after the notebook cell of ``ex_id`` (what a reader sees)."""
+    cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+    at = [
+        i
+        for i, c in enumerate(cells)
+        if c["metadata"].get("interp", {}).get("execution_id") == ex_id
+    ]
+    assert len(at) == 1 and at[0] + 1 < len(cells), f"no cell after {ex_id}"
+    after = cells[at[0] + 1]
+    assert after["cell_type"] == "markdown", after
+    text = after["source"]
+    assert text.startswith("**Broker restarted**"), text
+    return str(text)
+
+
 class Canary:
     """A session of the same broker that must not notice the fault next door."""
 

@@ -24,6 +24,7 @@ from tests.faults.conftest import (
     Broker,
     Canary,
     assert_one_final_record_each,
+    note_after,
     notebook_cell,
     wait_for,
 )
@@ -121,12 +122,21 @@ def test_broker_sigkilled_with_two_long_cells_and_a_lost_container(
             assert_one_final_record_each(broker, lost, {lost_first: "ok", lost_ex: "unknown"})
             meta = notebook_cell(api, lost, lost_ex)["metadata"]["interp"]
             assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
+            note = note_after(api, lost, lost_ex)
+            assert "did not survive" in note and "outcome is unknown" in note
 
             # The busy session: its cell ends, unknown, with what it printed since attached.
             (broker.session_dir(busy) / "workspace" / "stop").write_text("")
             wait_for(lambda: api.get(f"/v1/sessions/{busy}").json()["status"] == "idle")
             ex = api.get(f"/v1/sessions/{busy}/executions/{busy_ex}").json()
             assert ex["status"] == "unknown" and ex["stdout"].split()[-1] == "stopped"
+            # In the notebook: what it printed after the restart, then a note a reader
+            # sees. Its first line (0) was printed before the kill, to the old broker only.
+            cell = notebook_cell(api, busy, busy_ex)
+            printed = "".join(o["text"] for o in cell["outputs"] if o.get("name") == "stdout")
+            assert printed == ex["stdout"] and not printed.startswith("0\n"), printed[:80]
+            note = note_after(api, busy, busy_ex)
+            assert "outcome is unknown" in note and "before the restart is lost" in note
             after = run(api, busy, "kept")
             assert after["outputs"][0]["data"]["text/plain"] == "'yes'"
             assert_one_final_record_each(

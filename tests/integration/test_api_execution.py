@@ -487,6 +487,41 @@ def test_a_requested_restart_ends_the_running_cell_once(
     assert api.get(f"/v1/sessions/{sid}").json()["generation"] == before + 1
 
 
+def test_requested_restarts_of_running_cells_past_the_budget_never_close_the_session(
+    server: Server, api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    """Issue 14 item 2, past the automatic budget: each requested restart while a cell
+    runs replaces the kernel exactly once, ends that cell interrupted (state lost), and is
+    never counted, so more of them than ``restart_limit`` leave the session usable."""
+    limit = server.thread.broker.settings.restart_limit
+    sid = new_session()
+    generation = api.get(f"/v1/sessions/{sid}").json()["generation"]
+    for n in range(limit + 2):
+        with api.stream(
+            "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
+        ) as resp:
+            eid = resp.headers["X-Execution-Id"]
+            _await_status(api, sid, eid, {"running"})
+            restarted = api.post(f"/v1/sessions/{sid}/restart")
+            assert restarted.status_code == 200, (n, restarted.text)
+            assert restarted.json()["generation"] == generation + 1, n
+        ended = _await_status(
+            api, sid, eid, {"interrupted", "kernel_died", "ok", "timeout", "error"}
+        )
+        assert (ended["status"], ended["reason"], ended["state_lost"]) == (
+            "interrupted",
+            "restarted",
+            True,
+        ), (n, ended)
+        generation += 1
+        info = api.get(f"/v1/sessions/{sid}").json()
+        # Exactly one replacement: the old kernel's end was not taken for a death.
+        assert (info["status"], info["generation"]) == ("idle", generation), (n, info)
+    after = run(api, sid, "40 + 2")
+    assert (after["status"], after["generation"]) == ("ok", generation), after
+    assert after["outputs"][0]["data"]["text/plain"] == "42"
+
+
 def test_a_requested_restart_cancels_the_queue_unless_asked_to_keep_it(
     api: httpx.Client, new_session: Callable[..., str]
 ) -> None:

@@ -231,10 +231,17 @@ def test_broker_killed_with_busy_sessions_serves_at_once_and_keeps_them(
             assert ex["stdout"].split()[-1] == "39", ex["stdout"][-200:]
             assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "'yes'"
             cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
-            cell = next(c for c in cells if c["metadata"]["interp"]["execution_id"] == ex_id)
+            at = next(
+                i for i, c in enumerate(cells) if c["metadata"]["interp"]["execution_id"] == ex_id
+            )
+            cell, note = cells[at], cells[at + 1]
             meta = cell["metadata"]["interp"]
             assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
             assert cell["source"] == loop
+            # Shown to a reader, right after the cell: it was not re-run, and what it
+            # printed before the restart is not in the cell.
+            assert note["cell_type"] == "markdown", note
+            assert note["source"].startswith("**Broker restarted** while the cell above ran")
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
     audit = subprocess.run(
         [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],

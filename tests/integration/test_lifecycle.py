@@ -19,6 +19,7 @@ import nbformat
 import pytest
 
 from interpreter.openapi import openapi_document
+from interpreter.store import Store
 from tests.conftest import KEY, REPO, Server, run, spawn_serve, start_server
 
 
@@ -126,9 +127,12 @@ def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_d
         assert api.get(f"/v1/sessions/{sid}/files/runs.txt").content == b"xy"
         # The cell that was running is in the notebook, with what is known of it.
         cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
-        meta = cells[-1]["metadata"]["interp"]
+        meta = cells[-2]["metadata"]["interp"]
         assert (meta["execution_id"], meta["status"]) == (execution_id, "unknown")
         assert "broker restarted" in meta["note"]
+        # A person reading the notebook (JupyterLab, `interp html`) sees why, after it.
+        assert cells[-1]["cell_type"] == "markdown"
+        assert cells[-1]["source"].startswith("**Broker restarted** while the cell above ran")
     # The record of what happened still verifies end to end.
     audit = subprocess.run(
         [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
@@ -185,6 +189,75 @@ def test_a_draining_broker_refuses_new_work_and_still_answers_reads(data_dir: Pa
             assert (never["status"], never["reason"]) == ("cancelled", "broker_shutdown")
     finally:
         srv.thread.stop()
+
+
+def test_a_real_sigterm_drains_with_503_and_records_what_happened(
+    serve_proc: Any, data_dir: Path
+) -> None:
+    """A real ``interp serve`` gets a real SIGTERM while cells run (R-11). During the drain
+    (``--shutdown-grace-s 4``) new work gets 503 ``shutting_down`` with Retry-After,
+    ``/healthz`` 503 ``draining``, and reads still answer. Then the record says what
+    happened (README, "Graceful shutdown"): the cell that ended within the grace is ``ok``
+    with its output; the one still running after it is ``interrupted`` (a local kernel
+    stops with its broker), the queued one ``cancelled`` and never run."""
+    grace = 4.0
+    proc, url = serve_proc("--shutdown-grace-s", str(grace))
+    headers = {"Authorization": f"Bearer {KEY}"}
+    long_code = "import time\nprint('long', flush=True)\ntime.sleep(60)"
+    short_code = "import time\nprint('short', flush=True)\ntime.sleep(1.5)\nprint('finished')"
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        long_sid, short_sid = (api.post("/v1/sessions").json()["id"] for _ in range(2))
+        done = run(api, long_sid, "x = 1")
+        ids: dict[str, str] = {}
+        for name, sid, code in (
+            ("long", long_sid, long_code),
+            ("short", short_sid, short_code),
+            ("queued", long_sid, "open('never.txt', 'w').write('ran')"),
+        ):
+            body = {"code": code, "on_disconnect": "continue"}
+            with api.stream("POST", f"/v1/sessions/{sid}/execute", json=body) as resp:
+                ids[name] = resp.headers["X-Execution-Id"]
+
+        def status(sid: str, name: str) -> str:
+            got = api.get(f"/v1/sessions/{sid}/executions/{ids[name]}").json()
+            return str(got["status"])
+
+        wait_for(lambda: status(long_sid, "long") == status(short_sid, "short") == "running")
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        health = wait_for(lambda: (h := api.get("/healthz")).status_code == 503 and h)
+        assert health.json()["status"] == "draining" and int(health.headers["Retry-After"]) > 0
+        for resp in (
+            api.post("/v1/sessions"),
+            api.post(f"/v1/sessions/{short_sid}/execute", json={"code": "1"}),
+        ):
+            assert resp.status_code == 503, resp.text
+            assert resp.json()["error"]["type"] == "shutting_down"
+            assert int(resp.headers["Retry-After"]) > 0
+        # Reads answer during the drain, and the long cell still runs (it has its grace).
+        got = api.get(f"/v1/sessions/{long_sid}/executions/{done['id']}")
+        assert got.status_code == 200 and got.json()["status"] == "ok"
+        assert status(long_sid, "long") == "running"
+        assert api.get(f"/v1/sessions/{short_sid}").status_code == 200
+    assert proc.wait(timeout=30) == 0
+    assert time.monotonic() - signalled >= grace - 0.5  # the long cell's grace was given
+
+    store = Store(data_dir / "state.db")
+    try:
+        recorded = {ex.id: ex for sid in (long_sid, short_sid) for ex in store.executions_of(sid)}
+    finally:
+        store.close()
+    short, long, queued = (recorded[ids[n]] for n in ("short", "long", "queued"))
+    assert (short.status, short.stdout) == ("ok", "short\nfinished\n")
+    assert (long.status, long.reason) == ("interrupted", "broker_shutdown")
+    assert (queued.status, queued.reason) == ("cancelled", "broker_shutdown")
+    assert not (data_dir / "sessions" / long_sid / "workspace" / "never.txt").exists()
+    # The notebook was flushed before the exit, with the cell that finished in the grace.
+    nb = nbformat.read(data_dir / "sessions" / short_sid / "notebook.ipynb", as_version=4)
+    nbformat.validate(nb)
+    cell = next(c for c in nb.cells if c.metadata["interp"].get("execution_id") == ids["short"])
+    assert cell.metadata["interp"]["status"] == "ok"
+    assert "".join(o["text"] for o in cell.outputs) == "short\nfinished\n"
 
 
 def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path) -> None:

@@ -18,6 +18,7 @@ from interpreter.execution import ExecutionRecorder
 from interpreter.models import Execution
 from interpreter.outputs import OutputCapture
 from interpreter.spill import PREFIX, StreamSpill, _Tail
+from tests.conftest import skip_or_fail
 
 
 def stream(name: str, text: str, parent: str = "m") -> dict[str, Any]:
@@ -148,14 +149,14 @@ async def test_below_the_data_disk_floor_nothing_is_written(tmp_path: Path) -> N
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: writes past it fail with ENOSPC (root only)."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        skip_or_fail("mounting a tmpfs needs root", "The full-disk test")
     mount = tmp_path / "tiny"
     mount.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode()[:200]}")
+        skip_or_fail(f"cannot mount a tmpfs: {done.stderr.decode()[:200]}", "The full-disk test")
     try:
         yield mount
     finally:
