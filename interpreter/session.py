@@ -245,7 +245,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             if keep_kernel:
                 await self._abandon(current, "unknown", closed_by)
             else:
-                await self._abandon(current, "interrupted", closed_by)
+                await self._end_stopped(current, closed_by)
         if keep_kernel:
             await self.kernel.detach()
         else:
@@ -408,6 +408,22 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self._report(handle)
         await self.writer.run(partial(self._save_execution, handle))
         handle.finish()
+
+    async def _end_stopped(self, handle: ExecutionHandle, reason: str) -> None:
+        """End a cell whose kernel the close stops: ``interrupted``, and what it printed so
+        far is kept, in its record and as its notebook cell, as for any finished cell."""
+        ex, rec = handle.execution, handle.recorder
+        if rec is None or ex.started_at is None:
+            await self._abandon(handle, "interrupted", reason)  # never reached the kernel
+            return
+        ex.status, ex.reason = "interrupted", reason
+        ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
+        try:
+            await self._finalize(handle, rec)
+        except Exception:
+            log.exception("session %s: could not record the output of %s", self.id, ex.id)
+            if not handle.finished.is_set():
+                await self._abandon(handle, "interrupted", reason)
 
     # ------------------------------------------------------------------ running
 

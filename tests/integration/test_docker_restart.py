@@ -259,8 +259,12 @@ def test_sigterm_keeps_running_cells_and_records_them_truthfully(
     run to their end. They are recorded `unknown` (reason broker_shutdown), never
     `interrupted`; the next broker reattaches them and attaches what they print."""
     proc, url = broker()
+    # Each cell runs until the test lets it end (a file in its workspace), not for a fixed
+    # time: on a loaded machine, starting three sessions took longer than a 6 s cell, so
+    # the first cell could end before the SIGTERM it is meant to outlive.
     code = (
-        "import time\nprint('start', flush=True)\ntime.sleep(6)\n"
+        "import os, time\nprint('start', flush=True)\n"
+        "while not os.path.exists('go'):\n    time.sleep(0.1)\n"
         "open('done.txt', 'w').write('1')\nprint('end', flush=True)"
     )
     sessions: dict[str, str] = {}
@@ -285,6 +289,8 @@ def test_sigterm_keeps_running_cells_and_records_them_truthfully(
             "broker_shutdown",
         )
     db.close()
+    for sid in sessions:  # the kept containers' cells may end now, with no broker there
+        (data_dir / "sessions" / sid / "workspace" / "go").write_text("")
     _, url = broker()
     with client(url) as api:
         for sid, ex_id in sessions.items():

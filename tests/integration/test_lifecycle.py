@@ -250,6 +250,7 @@ def test_a_real_sigterm_drains_with_503_and_records_what_happened(
     short, long, queued = (recorded[ids[n]] for n in ("short", "long", "queued"))
     assert (short.status, short.stdout) == ("ok", "short\nfinished\n")
     assert (long.status, long.reason) == ("interrupted", "broker_shutdown")
+    assert long.stdout == "long\n"  # what it printed before it was stopped is kept
     assert (queued.status, queued.reason) == ("cancelled", "broker_shutdown")
     assert not (data_dir / "sessions" / long_sid / "workspace" / "never.txt").exists()
     # The notebook was flushed before the exit, with the cell that finished in the grace.
@@ -258,6 +259,10 @@ def test_a_real_sigterm_drains_with_503_and_records_what_happened(
     cell = next(c for c in nb.cells if c.metadata["interp"].get("execution_id") == ids["short"])
     assert cell.metadata["interp"]["status"] == "ok"
     assert "".join(o["text"] for o in cell.outputs) == "short\nfinished\n"
+    nb = nbformat.read(data_dir / "sessions" / long_sid / "notebook.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata["interp"].get("execution_id") == ids["long"])
+    assert cell.metadata["interp"]["status"] == "interrupted"
+    assert "".join(o["text"] for o in cell.outputs) == "long\n"
 
 
 def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path) -> None:
