@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import logging
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,8 @@ class SessionBroker:
             settings, backend, self.store, self.writer, self.metrics, self.broker_id
         )
         self.closing = False
-        self._creating = 0
+        #: Sessions being created, by owner: they count against the caps until adopted.
+        self._creating: Counter[str] = Counter()
         self._cull_task: asyncio.Task[None] | None = None
         self.recovery: Recovery | None = None
         self._recovery_task: asyncio.Task[None] | None = None
@@ -241,25 +243,32 @@ class SessionBroker:
         """Create a session (optionally rebuilt from another session or a notebook)."""
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
-        live_count = len(self.live) + self._creating
+        live_count = len(self.live) + self._creating.total()
         if live_count >= self.settings.max_sessions:
             raise TooManySessions(
                 f"The service runs its maximum of {self.settings.max_sessions} sessions; "
                 "delete idle sessions or retry later.",
                 retry_after=10,
             )
-        mine = sum(1 for s in self.live.values() if s.owner == owner)
+        mine = sum(1 for s in self.live.values() if s.owner == owner) + self._creating[owner]
         if mine >= self.settings.max_sessions_per_key:
             raise TooManySessions(
-                f"This API key already has {mine} live sessions (the maximum); delete some.",
+                f"This API key already has {mine} live or starting sessions (the maximum); "
+                "delete some.",
                 retry_after=10,
             )
         storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         limits = self.policy.session_limits(owner, req.limits, self._default_limits(), mine)
         if limits is not req.limits:
             req = req.model_copy(update={"limits": limits})
-        source = await self._rebuild_source(owner, req)
-        self._creating += 1  # until adopted by _start_session: then it counts as live
+        # Counted from here, before anything awaits, so that concurrent creations see it;
+        # until adopted by _start_session, from then on it counts as live.
+        self._creating[owner] += 1
+        try:
+            source = await self._rebuild_source(owner, req)
+        except BaseException:
+            self._created(owner)
+            raise
         session = await self._start_session(owner, req, source.description if source else None)
         if source is not None:
             if source.workspace is not None:
@@ -304,7 +313,7 @@ class SessionBroker:
         try:
             session = await self.factory.new(owner, req, source=source)
         finally:
-            self._creating -= 1  # a session being created counts once, not twice
+            self._created(owner)  # a session being created counts once, not twice
         self._adopt(session)
         began = asyncio.get_running_loop().time()
         try:
@@ -320,6 +329,11 @@ class SessionBroker:
         self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)
         await session.notebook.flush()
         return session
+
+    def _created(self, owner: str) -> None:
+        self._creating[owner] -= 1
+        if self._creating[owner] <= 0:
+            del self._creating[owner]
 
     async def _rebuild_source(
         self, owner: str, req: CreateSessionRequest

@@ -60,6 +60,10 @@ UNRESPONSIVE = "kernel_unresponsive"
 MessageCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
+async def _ignore(channel: str, msg: dict[str, Any]) -> None:
+    """The message callback of a closed kernel: nobody listens any more."""
+
+
 async def control_request(kc: Any, msg_type: str, within_s: float) -> dict[str, Any] | None:
     """Send ``msg_type`` on ``kc``'s control channel and return its reply, or None when
     none came within ``within_s`` seconds. ipykernel serves the control channel from a
@@ -293,10 +297,15 @@ class Kernel:
         await self._disconnect()
 
     def close(self) -> None:
-        """Release the ZMQ context (after :meth:`stop` or :meth:`detach`)."""
+        """Release the ZMQ context (after :meth:`stop` or :meth:`detach`) and let go of
+        the owner's callbacks. They are bound methods of the session, which holds this
+        kernel: kept, they would make the closed session (its notebook, its executions'
+        output) a reference cycle that only the cyclic collector frees, long after."""
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
             self._ctx = None
+        self.on_message = _ignore
+        self.on_unresponsive = None
 
     # ------------------------------------------------------------------ queries and requests
 

@@ -114,9 +114,9 @@ class Broker:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def client(self, timeout: float = 120) -> httpx.Client:
+    def client(self, timeout: float = 120, key: str = KEY) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=timeout
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
         )
 
     def logged(self, text: str) -> bool:

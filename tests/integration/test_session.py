@@ -4,6 +4,8 @@ factory, the queue, typed events, the notebook, the restart budget and closing."
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -147,3 +149,27 @@ async def test_requested_restarts_never_count_against_the_budget(parts: Parts) -
         assert handle.execution.outputs[0].data["text/plain"] == "False"
     finally:
         await session.close()
+
+
+async def test_a_closed_session_is_freed_at_once_not_by_the_cyclic_collector(
+    parts: Parts,
+) -> None:
+    """A closed session, with its notebook and its executions' output, is freed as soon as
+    nothing refers to it: the kernel lets go of the session's callbacks when closed, so no
+    reference cycle waits for the cyclic collector (whose full runs, after a burst of
+    sessions, can be long in coming; the load suite measures the broker's memory)."""
+    session = await parts.session()
+    handle = await session.submit("print('x' * 100_000)", 30)
+    await asyncio.wait_for(handle.finished.wait(), 30)
+    assert handle.execution.status == "ok"
+    alive = weakref.ref(session)
+    notebook = weakref.ref(session.notebook)
+    gc.collect()
+    gc.disable()
+    try:
+        await session.close()
+        del session, handle
+        assert alive() is None, [type(r).__qualname__ for r in gc.get_referrers(alive())]
+        assert notebook() is None
+    finally:
+        gc.enable()
