@@ -327,7 +327,6 @@ class SessionBroker:
             raise
         elapsed = asyncio.get_running_loop().time() - began
         self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)
-        await session.notebook.flush()
         return session
 
     def _created(self, owner: str) -> None:

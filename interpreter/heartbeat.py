@@ -36,6 +36,21 @@ def hb_url(connection: Mapping[str, Any]) -> str:
     return f"{transport}://{ip}:{port}"
 
 
+async def echoes(ctx: zmq.asyncio.Context, url: str, within_s: float) -> bool:
+    """Whether the kernel at heartbeat ``url`` echoes one ping within ``within_s``: a
+    cheap proof that its process runs and is not frozen (no engine call)."""
+    sock = ctx.socket(zmq.REQ)
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(url)
+        await sock.send(b"ping")
+        if await sock.poll(timeout=max(1, int(within_s * 1000))):
+            return bool(await sock.recv())
+        return False
+    finally:
+        sock.close(linger=0)
+
+
 class Heartbeat:
     """Pings one kernel's heartbeat socket until it stops answering or is stopped.
 

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution
 from interpreter.notebook import NotebookRecorder
@@ -37,9 +38,10 @@ def restore(recorder: NotebookRecorder, executions: list[Execution], artifacts: 
     """Append a cell for each execution of :func:`missing`; returns how many."""
     added = missing(recorder, executions)
     for ex in added:
+        outputs = outputs_of(ex, artifacts)
         recorder.add_cell(
             ex.code,
-            outputs_of(ex, artifacts),
+            outputs,
             execution_id=ex.id,
             execution_count=ex.execution_count,
             status=ex.status,
@@ -47,7 +49,10 @@ def restore(recorder: NotebookRecorder, executions: list[Execution], artifacts: 
             duration_ms=ex.duration_ms,
             state_lost=ex.state_lost,
             reason=ex.reason,
-            extra={"restored_from": "store"},
+            # Its digest as written: `interp audit verify` matches it against the chain,
+            # which holds the digest of the cell the earlier broker wrote (an exact
+            # restoration verifies; one that differs is reported as such, not as missing).
+            extra={"restored_from": "store", "audit_sha256": cell_digest(ex.code, outputs)},
         )
     return len(added)
 

@@ -156,13 +156,21 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start the kernel and the worker. Raises KernelStartFailed."""
+        """Start the kernel and the worker. Raises KernelStartFailed.
+
+        The notebook's first write runs while the kernel starts, so the file is on disk
+        (valid; the kernel's language info follows with the first cell) before the session
+        is handed out, without the start waiting for the disk after the kernel (issue 10).
+        """
+        first_write = asyncio.create_task(self.notebook.save(), name=f"first-save-{self.id}")
         try:
             await self.kernel.start()
         except KernelStartFailed:
             self.status = "dead"
+            await first_write
             raise
-        self._kernel_ready()
+        await first_write
+        self._kernel_ready()  # its language info goes to disk with the first cell's save
         self.generation += 1
         self.touch()  # idle time counts from when the session became usable
         await self._persist_kernel()

@@ -163,6 +163,53 @@ async def test_a_new_pool_keeps_claimed_containers(lab: Lab, pool: ContainerPool
     assert await km.is_alive()
 
 
+async def test_a_dead_pooled_kernel_is_never_handed_out(lab: Lab, pool: ContainerPool) -> None:
+    """A pooled kernel that died while it waited does not echo its heartbeat; the claim
+    then asks the engine, removes it, and the session starts cold (None)."""
+    await _ready(pool)
+    dead = pool._ready[0]
+    engine = docker_client()
+    await asyncio.to_thread(engine.api.kill, dead.container_id)
+    options = dataclasses.replace(pool.template, **_fresh_paths(lab))
+    assert await pool.claim(options) is None
+    assert pool.claimed == 0
+    with pytest.raises(docker.errors.NotFound):
+        await asyncio.to_thread(engine.api.inspect_container, dead.container_id)
+    assert not dead.workspace.parent.exists()  # its slot is gone too
+    await _ready(pool)  # and the pool replaces it
+    assert pool._ready[0].container_id != dead.container_id
+
+
+async def test_the_refill_waits_while_a_ready_kernel_is_left(lab: Lab) -> None:
+    """A claim that leaves a ready kernel lets the claimed session have the machine for
+    ``refill_pause_s``; a claim that empties the pool starts the refill at once."""
+    require_docker()
+    pool = ContainerPool(2, lab.options(), lab.base, root=lab.base / "pool")
+    pool.refill_pause_s = 3600.0  # nothing in this test may wait for it to pass
+    await pool.start()
+    try:
+        await _ready(pool)
+        assert pool.started == 2
+        first = await pool.claim(dataclasses.replace(pool.template, **_fresh_paths(lab)))
+        assert first is not None and pool.ready_count == 1
+        await asyncio.sleep(3)  # a refill would have begun at once (its slot dir first)
+        assert pool.started == 2 and list(pool.root.iterdir()) == [pool._ready[0].workspace.parent]
+        second = await pool.claim(dataclasses.replace(pool.template, **_fresh_paths(lab)))
+        assert second is not None and pool.ready_count == 0
+
+        async def refilled() -> bool:
+            return pool.ready_count == 1
+
+        await wait_for(refilled, 90, "the refill of an emptied pool")
+        assert pool.started == 3
+        for kernel in (first, second):
+            await asyncio.to_thread(
+                docker_client().api.remove_container, kernel.container_id, force=True
+            )
+    finally:
+        await pool.close()
+
+
 def _slot(provisioner: DockerProvisioner) -> str | None:
     assert provisioner.container is not None
     return provisioner.container.pool_slot

@@ -98,6 +98,42 @@ def serve_proc(data_dir: Path) -> Iterator[Any]:
             proc.wait()
 
 
+def test_cells_the_file_lacked_after_a_sigkill_are_restored_and_verify(
+    serve_proc: Any, data_dir: Path
+) -> None:
+    """A broker killed before its notebook file caught up: the next broker writes the
+    missing cells back from the store, and the audit chain still verifies them."""
+    proc, url = serve_proc()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        first = run(api, sid, "1+1")["id"]
+        second = run(api, sid, "print('hi')")["id"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # As if the kill came before the file's paced save: the file has no cell yet.
+    path = data_dir / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"] = []
+    path.write_text(json.dumps(nb))
+    _, url2 = serve_proc()
+    with httpx.Client(base_url=url2, headers=headers, timeout=60) as api:
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "closed")
+        cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+    metas = [c["metadata"]["interp"] for c in cells]
+    assert [(m["execution_id"], m["restored_from"]) for m in metas] == [
+        (first, "store"),
+        (second, "store"),
+    ]
+    audit = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
 def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_dir: Path) -> None:
     proc, url = serve_proc()
     headers = {"Authorization": f"Bearer {KEY}"}

@@ -9,7 +9,7 @@ import contextlib
 import zmq
 import zmq.asyncio
 
-from interpreter.heartbeat import Heartbeat, hb_url
+from interpreter.heartbeat import Heartbeat, echoes, hb_url
 
 
 class Echo:
@@ -99,5 +99,25 @@ def test_one_late_echo_resets_the_count() -> None:
             await hb.stop()
             await echo.close()
             ctx.destroy(linger=0)
+
+    asyncio.run(main())
+
+
+def test_one_ping_proves_an_echoing_kernel_and_not_a_silent_or_absent_one() -> None:
+    async def main() -> None:
+        ctx = zmq.asyncio.Context()
+        echo = Echo(ctx)
+        url = f"tcp://127.0.0.1:{echo.port}"
+        try:
+            assert await echoes(ctx, url, 2.0)
+            echo.answering = False
+            assert not await echoes(ctx, url, 0.2)
+            echo.answering = True
+            assert await echoes(ctx, url, 2.0)  # each ping has a socket of its own
+        finally:
+            await echo.close()
+        # Nothing listening at all (a dead kernel's socket): no echo, no hang.
+        assert not await echoes(ctx, "ipc:///nonexistent/interp-kernel-hb", 0.2)
+        ctx.destroy(linger=0)
 
     asyncio.run(main())

@@ -99,7 +99,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.iopub_watch", "runtime"),
     ("interpreter.waiting", "runtime"),
     ("interpreter.fifo", "runtime"),
-    ("interpreter.heartbeat", "runtime"),
+    ("interpreter.heartbeat", "base"),
     ("interpreter.release", "runtime"),
     ("interpreter.restore_cells", "storage"),
     ("interpreter.restarts", "runtime"),

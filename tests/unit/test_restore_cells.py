@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 
+from interpreter.audit import cell_digest
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 from interpreter.notebook import NotebookRecorder
 from interpreter.restore_cells import missing, restore
@@ -77,3 +78,9 @@ def test_only_finished_cells_missing_from_the_file_are_written_back(tmp_path: Pa
     assert error.ename == "ZeroDivisionError"
     rec.save()
     nbformat.validate(nbformat.read(tmp_path / "notebook.ipynb", as_version=4))
+    # It carries the digest of the cell as written, so `interp audit verify` can match it
+    # against the digest the chain holds for the cell the earlier broker wrote.
+    saved = json.loads((tmp_path / "notebook.ipynb").read_text())["cells"][-1]
+    assert saved["metadata"]["interp"]["audit_sha256"] == cell_digest(
+        saved["source"], saved["outputs"]
+    )
