@@ -44,6 +44,29 @@ def clean_text(value: object, limit: int | None = None) -> str:
     return text
 
 
+def header_date(date: object) -> object:
+    """A message header's date as jupyter_client's stock ``Session.deserialize`` gives it.
+
+    The broker's session (:mod:`interpreter.wire`) leaves header dates as the text the kernel
+    sent; the few kept as timing are parsed here, with jupyter_client's own function, so the
+    recorded text is the same as with the stock session. An ISO 8601 text becomes a
+    ``datetime`` (one without a zone is taken as local time); other text, and whatever is not
+    text, is returned as it is. None for an ISO 8601-looking date that is no date
+    (``2024-02-30``): the stock session refuses the whole message for it; here the message
+    is kept and that date is not.
+    """
+    if not isinstance(date, str):
+        return date
+    # Imported here: the SDK, the tools and replay use this module without jupyter_client.
+    from jupyter_client.jsonutil import parse_date
+
+    try:
+        parsed: object = parse_date(date)
+    except (ValueError, OverflowError):
+        return None
+    return parsed
+
+
 def clean_json(value: Any, depth: int = 0) -> Any:
     """Make kernel-supplied JSON safe to store and send: finite numbers, clean strings."""
     if depth > 64:
@@ -222,7 +245,7 @@ class ExecutionRecorder:
         metadata = msg.get("metadata")
         started = metadata.get("started") if isinstance(metadata, dict) else None
         if started is not None:
-            self._time({"header": {"date": started}}, "shell.execute_reply.started")
+            self._keep_time("shell.execute_reply.started", started)
         self.reply = content
         count = content.get("execution_count")
         if isinstance(count, int) and not isinstance(count, bool):
@@ -295,6 +318,12 @@ class ExecutionRecorder:
         """Keep the first time of ``key``: the message header's date, as ISO 8601 text."""
         header = msg.get("header")
         date = header.get("date") if isinstance(header, dict) else None
+        if key in self.timing or date is None:
+            return
+        self._keep_time(key, header_date(date))
+
+    def _keep_time(self, key: str, date: object) -> None:
+        """Keep ``date`` (a ``datetime`` or text) as the time of ``key`` unless it has one."""
         if key in self.timing or date is None:
             return
         text = date.isoformat() if hasattr(date, "isoformat") else clean_text(date, 64)

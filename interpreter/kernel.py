@@ -27,7 +27,6 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
-from jupyter_client.session import Session as JupyterSession
 
 from interpreter import iopub_watch
 from interpreter.backends import Backend
@@ -38,6 +37,7 @@ from interpreter.kernel_manager import KernelManager
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.models import KernelInfo
 from interpreter.readiness import wait_ready
+from interpreter.wire import BrokerSession
 
 log = logging.getLogger(__name__)
 
@@ -419,18 +419,22 @@ class Kernel:
         # A fresh jupyter Session per client: same key, new id. Every client of one manager
         # would otherwise share a ZMQ identity, and a lingering socket of an earlier client
         # can hold it on the kernel's ROUTER so the new client's requests go unanswered.
-        session = JupyterSession(
+        # BrokerSession reads messages as checked but cheaper (interpreter/wire.py).
+        session = BrokerSession(
             key=self.km.session.key, signature_scheme=self.km.session.signature_scheme
         )
         kc = self.km.client(context=self._ctx, session=session)
-        kc.start_channels()
+        # No heartbeat channel (a thread per client; the broker has its own heartbeat,
+        # interpreter/heartbeat.py) and no stdin channel (requests never allow stdin).
+        # ``kc.is_alive()`` asks the manager, the client's parent, not the heartbeat.
+        kc.start_channels(hb=False, stdin=False)
         try:
             if busy_ok:
                 reply = await _control_kernel_info(kc, KERNEL_INFO_TIMEOUT_S)
             else:
                 reply = await wait_ready(kc, self.start_timeout_s)
         except Exception:
-            kc.stop_channels()
+            stop_channels(kc)
             raise
         content = reply.get("content", {})
         lang = content.get("language_info") or {}
@@ -506,7 +510,7 @@ class Kernel:
         self._readers = []
         if self.kc is not None:
             with contextlib.suppress(Exception):
-                self.kc.stop_channels()
+                stop_channels(self.kc)
             self.kc = None
 
     async def _read(self, receive: Callable[[], Any], channel: str) -> None:
@@ -567,6 +571,16 @@ def _start_failed(exc: Exception) -> KernelStartFailed:
         + (f": {msg}" if msg else "")
         + ". Try again; if it keeps failing, check the service logs."
     )
+
+
+def stop_channels(kc: Any) -> None:
+    """Stop the channels of ``kc`` that were started, as ``kc.stop_channels()`` does, but
+    without first creating those never started (stdin, heartbeat): jupyter_client's would
+    connect a stdin socket to the kernel only to close it."""
+    for name in ("shell", "iopub", "stdin", "hb", "control"):
+        channel = getattr(kc, f"_{name}_channel", None)
+        if channel is not None and channel.is_alive():
+            channel.stop()
 
 
 def receiver(kc: Any, channel: str) -> Callable[[], Awaitable[dict[str, Any]]]:

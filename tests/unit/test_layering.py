@@ -95,6 +95,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.handle", "runtime"),
     ("interpreter.outputs", "runtime"),
     ("interpreter.kernel", "runtime"),
+    ("interpreter.wire", "runtime"),
     ("interpreter.kernel_manager", "runtime"),
     ("interpreter.iopub_watch", "runtime"),
     ("interpreter.waiting", "runtime"),
