@@ -10,7 +10,8 @@ Scenarios (each bounded in count; every request and execution has a time limit):
 * ``cold``: create to first result (``1+1``) with no pool; raw: start a kernel, ``1+1``;
 * ``warm``: the same from a full warm pool (Docker backend only; pool refilled between runs);
 * ``rtt``: ``1+1`` round trips (API: JSON and SSE), then 10,000 lines one message each and
-  10,000 lines in one message, every line counted;
+  10,000 lines in one message, every line counted; the floor and the service are both up
+  and are driven in alternating blocks (``benchmarks/paired.py``), so drift hits both;
 * ``load``: 20 sessions x 50 executions at once: throughput, p50, p95; broker memory;
 * ``idle``: per-session memory and broker memory with ``--idle`` idle sessions (default 20;
   ``--idle 200`` for the issue's 200 Docker sessions, which takes several minutes);
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import floors, gateway, service
+from benchmarks import floors, gateway, paired, service
 from benchmarks.floors import p
 
 ALL = ("cold", "warm", "rtt", "load", "idle", "long", "replay")
@@ -133,15 +134,19 @@ def main() -> None:
             t.add("warm create to 1st result", "API docker p50", p(api, 0.5), "ms", None, "<= 30")
             t.add("warm create to 1st result", "API docker p95", p(api, 0.95), "ms", None, "<= 60")
     if "rtt" in only:
-        print(f"rtt: 1+1 x {n_rtt} (p50), 10,000 lines", flush=True)
+        print(f"rtt: 1+1 x {n_rtt} (p50), 10,000 lines; floor and API in turns", flush=True)
+        pairs: dict[str, dict[str, Any]] = {}
         for b in backends:
-            raw = bounded(f"floor {b}", lambda b=b: asyncio.run(floors.round_trips(b, n_rtt)))
-            if raw:
-                floor[b].update(raw)
-                t.add("1+1 round trip", f"floor {b}", p(raw["rtt"], 0.5), "ms")
-                for key in ("lines", "buffered"):
-                    ms, lines = raw[key]
-                    t.add(f"10k lines, {key}", f"floor {b}", ms, "ms", note=f"{lines} lines")
+            pair = bounded(f"floor and api {b}", paired.round_trips, b, n_rtt)
+            if not pair:
+                continue
+            pairs[b] = pair
+            raw = pair["floor"]
+            floor[b].update(raw)
+            t.add("1+1 round trip", f"floor {b}", p(raw["rtt"], 0.5), "ms")
+            for key in ("lines", "buffered"):
+                ms, lines = raw[key]
+                t.add(f"10k lines, {key}", f"floor {b}", ms, "ms", note=f"{lines} lines")
         if use_gateway:
             gw = bounded("gateway", gateway.measure, n_rtt, True, True)
             if gw:
@@ -161,10 +166,8 @@ def main() -> None:
                         "ms",
                         fl.get("lines", (None,))[0],
                     )
-        for b in backends:
-            api = bounded(f"api {b}", service.round_trips, b, n_rtt)
-            if not api:
-                continue
+        for b, pair in pairs.items():
+            api = pair["api"]
             fl = floor[b]
             base = p(fl["rtt"], 0.5) if fl.get("rtt") else None
             t.add("1+1 round trip", f"API {b} JSON", p(api["rtt"], 0.5), "ms", base, "<= 1.25x")
