@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from interpreter.handle import ExecutionHandle
+from interpreter.models import TERMINAL_STATUSES
 
 #: Finished handles kept in memory for lookups by id (the store has them all).
 KEPT_HANDLES = 64
@@ -40,10 +41,12 @@ class ExecutionQueue:
         return self.current is None and self._waiting.empty()
 
     def ahead(self) -> ExecutionHandle | None:
-        """What a new execution would wait for: the running one, else the first that waits."""
-        if self.current is not None:
-            return self.current
-        return next((h for h in self._by_id.values() if not h.finished.is_set()), None)
+        """What a new execution would wait for: the running one, else the first that waits.
+
+        One whose outcome is already decided is not waited for: a client may read that
+        outcome while the broker still writes it down, and must then be served, not told
+        the session runs it."""
+        return next((h for h in self._by_id.values() if not _settled(h)), None)
 
     def get(self, execution_id: str) -> ExecutionHandle | None:
         return self._by_id.get(execution_id)
@@ -78,3 +81,8 @@ class ExecutionQueue:
         while not self._waiting.empty():
             taken.append(self._waiting.get_nowait())
         return taken
+
+
+def _settled(handle: ExecutionHandle) -> bool:
+    """Finished, or its outcome set and only its writing down left."""
+    return handle.finished.is_set() or handle.execution.status in TERMINAL_STATUSES
