@@ -125,7 +125,8 @@ class ContainerPool:
         self._wanted = asyncio.Event()
         #: Set when a claim takes the last ready kernel (the refill then waits no longer).
         self._emptied = asyncio.Event()
-        self._last_claim = -REFILL_PAUSE_S
+        #: When the last claim took a kernel (loop time); ``None`` before the first.
+        self._last_claim: float | None = None
         self.refill_pause_s = REFILL_PAUSE_S
         self._filler: asyncio.Task[None] | None = None
         self._closed = False
@@ -318,7 +319,7 @@ class ContainerPool:
         """Leave a just-claimed kernel's first moments to its session: while a ready kernel
         is left, wait until ``refill_pause_s`` has passed since the last claim."""
         loop = asyncio.get_running_loop()
-        while self._ready and not self._closed:
+        while self._ready and not self._closed and self._last_claim is not None:
             left = self._last_claim + self.refill_pause_s - loop.time()
             if left <= 0:
                 return
