@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import resource
 import socket
 import time
@@ -80,7 +81,7 @@ class GatedHTTPServer(HTTPServer):
         self._unauthenticated: dict[IOStream, float] = {}
         #: Connections that sent a request with a valid key: never evicted.
         self._trusted: set[IOStream] = set()
-        self._last_warning = 0.0
+        self._last_warning = -math.inf  # the first warning is logged, however soon after boot
 
     # -- accepting ---------------------------------------------------------------------
 
