@@ -180,6 +180,37 @@ async def test_a_dead_pooled_kernel_is_never_handed_out(lab: Lab, pool: Containe
     assert pool._ready[0].container_id != dead.container_id
 
 
+async def test_a_claim_cancelled_while_it_checks_leaves_the_kernel_in_the_pool(
+    lab: Lab, pool: ContainerPool
+) -> None:
+    """A paused pooled kernel does not echo, so the claim waits on it; cancelled there (a
+    broker stopping), the kernel goes back to the pool instead of running on unowned.
+    The claim checks the heartbeat when the kernel's process is not visible on the host
+    (a broker in a container of its own): as here, with its host process forgotten."""
+    await _ready(pool)
+    pool._ready[0] = dataclasses.replace(pool._ready[0], host_process=None)
+    paused = pool._ready[0]
+    engine = docker_client()
+    await asyncio.to_thread(engine.api.pause, paused.container_id)
+    try:
+        claim = asyncio.create_task(
+            pool.claim(dataclasses.replace(pool.template, **_fresh_paths(lab)))
+        )
+        await asyncio.sleep(0.1)  # within the heartbeat wait
+        assert pool.ready_count == 0 and not claim.done()
+        claim.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        assert [k.container_id for k in pool._ready] == [paused.container_id]
+        assert pool.claimed == 0
+    finally:
+        await asyncio.to_thread(engine.api.unpause, paused.container_id)
+    # Awake again, it is the kernel the next claim hands out.
+    claimed = await pool.claim(dataclasses.replace(pool.template, **_fresh_paths(lab)))
+    assert claimed is not None and claimed.container_id == paused.container_id
+    await asyncio.to_thread(engine.api.remove_container, claimed.container_id, force=True)
+
+
 async def test_the_refill_waits_while_a_ready_kernel_is_left(lab: Lab) -> None:
     """A claim that leaves a ready kernel lets the claimed session have the machine for
     ``refill_pause_s``; a claim that empties the pool starts the refill at once. The first

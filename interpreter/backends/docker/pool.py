@@ -209,7 +209,11 @@ class ContainerPool:
             if not self._ready:
                 self._emptied.set()
             self._wanted.set()
-            running = await self._still_running(kernel)
+            try:
+                running = await self._still_running(kernel)
+            except BaseException:  # cancelled: the kernel stays the pool's, not lost
+                self._ready.appendleft(kernel)
+                raise
             if usable is not None:
                 check, usable = usable, None
                 try:
@@ -383,8 +387,11 @@ class ContainerPool:
         # A kernel that echoes its heartbeat runs: no engine call on the claim's path
         # (an inspect took 3-5 ms). Only one that does not is asked about.
         url = hb_url(ipc.connection_info(ipc.host_prefix(kernel.runtime_dir), kernel.key))
-        if await echoes(self._zmq(), url, HEARTBEAT_PROOF_S):
-            return True
+        try:
+            if await echoes(self._zmq(), url, HEARTBEAT_PROOF_S):
+                return True
+        except zmq.ZMQError:  # no answer either way: the engine decides
+            log.debug("no heartbeat check of pooled kernel %s", kernel.name, exc_info=True)
         try:
             state = await call_docker(
                 "inspect a kernel container", inspect_state, kernel.container_id
