@@ -79,6 +79,11 @@ class BrokerSession(Session):
             "content": self.unpack(signed[3]) if content else signed[3],
             "buffers": _buffers(msg_list[MESSAGE_FRAMES:]),
         }
+        # Signed is not well formed: code in the kernel holds the key (docs/security.md
+        # H-34), and every reader of a message takes these parts for objects.
+        for part in ("parent_header", "metadata", "content")[: 3 if content else 2]:
+            if not isinstance(message[part], dict):
+                raise TypeError(f"malformed message: its {part} is not an object")
         if self.debug:
             pprint.pprint(message)
         if not is_protocol_5(header):

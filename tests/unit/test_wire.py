@@ -202,6 +202,23 @@ def test_a_hostile_header_is_refused() -> None:
             broker().deserialize([k.sign(parts), *parts])
 
 
+def test_a_signed_message_whose_parts_are_not_objects_is_refused() -> None:
+    """Code in the kernel holds the key: a signed parent header, metadata or content that is
+    no JSON object is refused here, before any reader takes it for one."""
+    k = kernel()
+    header = {"msg_id": "m", "msg_type": "status", "version": "5.3"}
+    for position in (1, 2, 3):
+        for value in ([1], "text", 7, None):
+            objects: list[Any] = [header, {}, {}, {"execution_state": "idle"}]
+            objects[position] = value
+            parts = [k.pack(o) for o in objects]
+            with pytest.raises(TypeError, match="is not an object"):
+                broker().deserialize([k.sign(parts), *parts])
+    # A peek leaves the content packed, unchecked.
+    parts = [k.pack(o) for o in (header, {}, {}, [1])]
+    assert broker().deserialize([k.sign(parts), *parts], content=False)["content"] == parts[3]
+
+
 def timing(session: Session, messages: list[dict[str, Any]], reply: dict[str, Any]) -> Any:
     """The timing an execution records from ``messages`` read by ``session``."""
     k = kernel()
