@@ -522,7 +522,8 @@ class Kernel:
             except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
                 self._note_bad_message(exc)
                 continue
-            probe = self._probes.get((msg.get("parent_header") or {}).get("msg_id", ""))
+            parent_id = msg["parent_header"].get("msg_id")  # an object (interpreter/wire.py)
+            probe = self._probes.get(parent_id) if isinstance(parent_id, str) else None
             if probe is not None and channel == "shell":
                 if not probe.done():
                     probe.set_result(None)

@@ -56,6 +56,8 @@ class MessageRouting:
         """Route one kernel message to the running execution, by the broker's msg_id."""
         parent = msg.get("parent_header") or {}
         parent_id = parent.get("msg_id") if isinstance(parent, dict) else None
+        if not isinstance(parent_id, str):
+            parent_id = None  # forged (an id is text): routed nowhere
         handle = self.executions.current
         if handle is None or handle.recorder is None or parent_id != handle.recorder.msg_id:
             finished = self.capture.finished_cell(parent_id) if channel == "iopub" else None

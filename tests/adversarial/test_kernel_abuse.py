@@ -130,8 +130,8 @@ def test_tmp_fill_stops_at_its_size_and_the_session_answers(adv: Broker, attack:
 
 def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None:
     """The kernel holds the HMAC key, so it can sign anything: messages for no request,
-    unsigned junk, a reply of the wrong type, a parent header that is no object. None may
-    reach the result or break the link."""
+    unsigned junk, a reply of the wrong type, a parent header that is no object or whose
+    id is no text. None may reach the result or break the link."""
     sid = attack.session()
     code = (
         "k = get_ipython().kernel\n"
@@ -146,6 +146,8 @@ def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None
         " b'{}', b'{}'])\n"
         "parts = [s.pack(s.msg_header('status')), s.pack([1]), s.pack({}),"
         " s.pack({'execution_state': 'idle'})]\n"
+        "k.iopub_socket.send_multipart([b'status', b'<IDS|MSG>', s.sign(parts), *parts])\n"
+        "parts[1] = s.pack({'msg_id': [1]})\n"
         "k.iopub_socket.send_multipart([b'status', b'<IDS|MSG>', s.sign(parts), *parts])\n"
         "print('real')"
     )
