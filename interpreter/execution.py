@@ -14,11 +14,12 @@ limit is handed, in order, to an :class:`Overflow` the caller supplies (the sess
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from interpreter.mime import strip_ansi
+from interpreter.mime import is_json, strip_ansi
 from interpreter.overwrite import OverwrittenText
 
 #: The type of the message the broker itself reports a dropped kernel message with
@@ -388,15 +389,16 @@ class ExecutionRecorder:
         for mime, value in data.items():
             if not isinstance(mime, str) or len(mime) > 200:
                 continue
+            mime = clean_text(mime)
             value = clean_json(value)
-            if isinstance(value, list) and mime.startswith("text/"):
-                value = "".join(str(v) for v in value)
+            if not is_json(mime):
+                value = _as_text(value)
             length = len(value) if isinstance(value, str) else len(str(value))
             if length > MAX_RICH_VALUE_CHARS:
                 self.rich_dropped += length
                 continue
             size += length
-            clean[clean_text(mime)] = value
+            clean[mime] = value
         if self.rich_chars + size > self.rich_limit:
             self.rich_dropped += size
             return None
@@ -423,7 +425,8 @@ class ExecutionRecorder:
         output: dict[str, Any] = {"output_type": msg_type, "data": data, "metadata": metadata}
         if msg_type == "execute_result":
             count = content.get("execution_count")
-            output["execution_count"] = count if isinstance(count, int) else self.execution_count
+            valid = isinstance(count, int) and not isinstance(count, bool)
+            output["execution_count"] = count if valid else self.execution_count
         display_id = self._display_id(content)
         if display_id:
             output["_display_id"] = display_id
@@ -523,6 +526,17 @@ class ExecutionRecorder:
             "evalue": error.evalue,
             "traceback": error.traceback,
         }
+
+
+def _as_text(value: Any) -> str:
+    """A display value of a text MIME type as text: a list of strings joined (nbformat's
+    multiline form), anything else that is not a string written as JSON. A value of
+    another shape would make the notebook invalid, so it could not be saved."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def cut_around(head: str, tail: str, total: int, limit: int) -> str:

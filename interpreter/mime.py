@@ -15,6 +15,10 @@ CHART_MIME = "application/vnd.chart+json"
 SVG_MIME = "image/svg+xml"
 PDF_MIME = "application/pdf"
 
+#: MIME types whose value in a notebook may be any JSON (nbformat v4's schema); every other
+#: type's value is text (a string, or a list of strings to join).
+_JSON_MIME = re.compile(r"^application/(.*\+)?json$")
+
 #: Raster images: base64 text in Jupyter messages, decoded bytes in artifacts.
 RASTER_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})
 #: Values that are binary (base64 text in Jupyter messages).
@@ -54,3 +58,8 @@ def is_binary(mime: str) -> bool:
 def strip_ansi(text: str) -> str:
     """Remove terminal colour and cursor codes."""
     return ANSI_RE.sub("", text)
+
+
+def is_json(mime: str) -> bool:
+    """Whether a value of ``mime`` is JSON data rather than text (in nbformat's terms)."""
+    return _JSON_MIME.match(mime) is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import time
 
+import nbformat
 import pytest
 
 from tests.adversarial.conftest import Attack, Broker
@@ -126,6 +127,40 @@ def test_tmp_fill_stops_at_its_size_and_the_session_answers(adv: Broker, attack:
     failed, n = ast.literal_eval(attack.text(sid, code, timeout_s=60))
     assert failed == "ENOSPC" and n <= 64
     assert attack.text(sid, "'ok'") == "'ok'"
+
+
+def test_display_values_of_any_shape_leave_the_notebook_valid(adv: Broker, attack: Attack) -> None:
+    """A display whose text-type value is no string (a number, null, a mapping), or a result
+    numbered ``true``, made the notebook invalid, so it could not be saved: the session then
+    refused all later work as if its disk were full. Such values are kept as text (JSON), a
+    bad number is replaced, and the file on disk stays valid."""
+    sid = attack.session()
+    code = (
+        "from IPython.display import publish_display_data\n"
+        "publish_display_data({'text/plain': 'shown', 'x-custom/number': 5,"
+        " 'text/html': None, 'text/csv': {'a': [1]}, 'application/json': {'kept': [1]}})\n"
+        "k = get_ipython().kernel\n"
+        "k.session.send(k.iopub_socket, 'execute_result', {'data': {'text/plain': 'r'},"
+        " 'metadata': {}, 'execution_count': True}, parent=k.get_parent('shell'))\n"
+        "print('done')"
+    )
+    result = attack.run(sid, code)
+    assert result["status"] == "ok" and result["stdout"] == "done\n", result
+    data = result["outputs"][0]["data"]
+    assert data["x-custom/number"] == "5" and data["text/html"] == "null"
+    assert data["text/csv"] == '{"a": [1]}' and data["application/json"] == {"kept": [1]}
+    assert attack.text(sid, "'still runs'") == "'still runs'"
+    path = adv.data_dir / "sessions" / sid / "notebook.ipynb"
+    deadline = time.monotonic() + 30
+    while "still runs" not in (path.read_text() if path.exists() else ""):
+        assert time.monotonic() < deadline, "the notebook was not written"
+        time.sleep(0.1)
+    nb = nbformat.reads(path.read_text(), as_version=4)
+    nbformat.validate(nb)
+    assert [c.metadata["interp"]["status"] for c in nb.cells if c.cell_type == "code"] == [
+        "ok",
+        "ok",
+    ]
 
 
 def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None:
