@@ -2,11 +2,16 @@
 the broker reads them (docs/security.md H-34): either refused as malformed, or recorded
 without an exception, into notebook outputs that are valid nbformat. Hypothesis draws the
 messages: known message types with contents of any JSON, some with the keys the broker
-looks for."""
+looks for.
+
+The run is derandomized, so a failure reproduces; ``INTERP_FUZZ_EXAMPLES=4000`` draws more
+(the same way each time for a given number).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import nbformat
@@ -51,6 +56,9 @@ KEYS = [
     "application/json",
 ]
 
+#: Examples per test (message lists, replies).
+EXAMPLES = int(os.environ.get("INTERP_FUZZ_EXAMPLES", "300"))
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -94,7 +102,13 @@ def valid_outputs(rec: ExecutionRecorder) -> None:
     nbformat.validate(nbformat.v4.new_notebook(cells=[cell]))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.lists(st.tuples(headers, parents, json_values, contents), min_size=1, max_size=6))
 def test_any_signed_iopub_messages_are_refused_or_recorded_validly(
     messages: list[tuple[Any, Any, Any, Any]],
@@ -109,7 +123,7 @@ def test_any_signed_iopub_messages_are_refused_or_recorded_validly(
     valid_outputs(rec)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True)
 @given(json_values, contents)
 def test_any_signed_reply_is_refused_or_recorded_validly(metadata: Any, content: Any) -> None:
     rec = ExecutionRecorder(PARENT, hard_limit=10_000, rich_limit=10_000)
