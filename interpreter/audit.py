@@ -70,7 +70,9 @@ def canonical(value: Any) -> str:
 
 
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """SHA-256 of the UTF-8 text; a lone surrogate (no valid text has one) is hashed as
+    its code point rather than raising, so that a digest is never what fails."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def genesis(session_id: str) -> str:

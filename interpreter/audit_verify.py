@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from interpreter import audit
 from interpreter.models import Execution
+from interpreter.notebook_repair import original_outputs
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,8 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
             result.cells_not_chained += 1
             continue
         found.add(eid)
-        digest = audit.cell_digest(cell.get("source", ""), cell.get("outputs") or [])
+        # A repaired cell's digest covers the outputs it was recorded with (kept aside).
+        digest = audit.cell_digest(cell.get("source", ""), original_outputs(cell))
         if digest != recorded:
             result.problems.append(
                 Problem(

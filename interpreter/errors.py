@@ -238,6 +238,14 @@ class AuditDegraded(InterpreterError):
             retry_after=30,
         )
 
+    @classmethod
+    def notebook_invalid(cls, session_id: str) -> AuditDegraded:
+        return cls(
+            f"Session '{session_id}' holds a cell that its notebook cannot store and that "
+            "could not be repaired (a fault in the service; the broker's log names it), so "
+            "no new code runs in it. Its executions stay readable; start a new session."
+        )
+
 
 class TooManyUploads(InterpreterError):
     """The broker already receives its maximum of concurrent uploads."""

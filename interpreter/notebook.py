@@ -24,6 +24,7 @@ from nbformat.corpus.words import generate_corpus_id as random_cell_id
 from nbformat.notebooknode import NotebookNode
 
 from interpreter.errors import NotebookNotFound
+from interpreter.notebook_repair import KEPT, repair_cell
 from interpreter.notes import commented_rerun
 
 NOTEBOOK_NAME = "notebook.ipynb"
@@ -106,7 +107,13 @@ class NotebookRecorder:
     def __init__(self, path: Path, nb: nbformat.NotebookNode) -> None:
         self.path = path
         self.nb = nb
+        #: Cells before this index have been validated; later ones are new.
         self._validated = 0
+        #: Validated cells changed in place since (late output), keyed by ``id(cell)``:
+        #: validated again at the next save.
+        self._changed: dict[int, Any] = {}
+        #: Cells repaired because nbformat refused them (:mod:`interpreter.notebook_repair`).
+        self.repaired_cells = 0
         #: (inode, size, mtime) of the file as last written; None before the first write.
         self._written: tuple[int, int, int] | None = None
         #: Serialised JSON of each recorded cell, keyed by ``id(cell)`` (with the cell kept
@@ -228,8 +235,10 @@ class NotebookRecorder:
         return len(self.nb.cells) - 1
 
     def cell_changed(self, cell: Any) -> None:
-        """Forget the cached JSON of ``cell``: call after changing a recorded cell in place."""
+        """Forget the cached JSON of ``cell`` and validate it again at the next save: call
+        after changing a recorded cell in place."""
         self._cell_json.pop(id(cell), None)
+        self._changed[id(cell)] = cell
 
     @staticmethod
     def _dumps(value: Any) -> str:
@@ -240,6 +249,7 @@ class NotebookRecorder:
         if cached is not None and cached[0] is cell:
             return cached[1]
         text = self._dumps(cell)
+        text.encode("utf-8")  # raises for a lone surrogate, before the write would
         self.serialised_cell_bytes += len(text)
         self._cell_json[id(cell)] = (cell, text)
         return text
@@ -282,15 +292,45 @@ class NotebookRecorder:
     def serialise(self) -> list[str]:
         """Validate what is new and return the text to write, in pieces (:meth:`parts`).
         Runs under the session's notebook lock, so the loop does not mutate the notebook
-        meanwhile; the write itself needs no lock."""
-        cells = len(self.nb.cells)
-        # Validating the whole notebook each time grows with its size; cells don't change
-        # once added, so check the metadata and the new cells only.
-        probe = nbformat.from_dict({**self.nb, "cells": self.nb.cells[self._validated :]})  # type: ignore[no-untyped-call]
-        nbformat.validate(probe)
-        parts = self.parts()
-        self._validated = cells
+        meanwhile; the write itself needs no lock.
+
+        A new or changed cell that cannot be stored as recorded is repaired, its originals
+        kept in its metadata (:mod:`interpreter.notebook_repair`); one that cannot be
+        repaired raises, and the session's record is then degraded."""
+        cells = self.nb.cells
+        count = len(cells)
+        # Validating the whole notebook each time grows with its size; recorded cells do
+        # not change unless said so (``cell_changed``), so check the metadata, the new
+        # cells and the changed ones only.
+        fresh = cells[self._validated :]
+        known = {id(c) for c in fresh}
+        check = fresh + [c for k, c in self._changed.items() if k not in known]
+        try:
+            self._validate(check)
+            parts = self.parts()
+        except (nbformat.ValidationError, ValueError) as exc:
+            repaired = [c for c in check if repair_cell(c)]
+            if not repaired:
+                raise
+            for cell in repaired:
+                self._cell_json.pop(id(cell), None)
+            self.repaired_cells += len(repaired)
+            log.error(
+                "notebook %s: %d cell(s) could not be stored as recorded (%s); their outputs "
+                "were replaced by a note and kept in metadata.interp",
+                self.path,
+                len(repaired),
+                str(getattr(exc, "message", exc))[:200],
+            )
+            self._validate(check)
+            parts = self.parts()
+        self._validated = count
+        self._changed.clear()
         return parts
+
+    def _validate(self, cells: list[Any]) -> None:
+        probe = nbformat.from_dict({**self.nb, "cells": cells})  # type: ignore[no-untyped-call]
+        nbformat.validate(probe)
 
     def write(self, parts: list[str]) -> None:
         """Write ``parts`` (from :meth:`serialise`) atomically, noticing first whether the
@@ -330,6 +370,9 @@ class LiveNotebook:
         self.name = name
         #: True while the last write failed: the session then runs no new code.
         self.degraded = False
+        #: Whether that failure was a cell nbformat refuses and no repair could fix (not
+        #: the disk): retrying does not help.
+        self.invalid = False
         self._lock = asyncio.Lock()
         #: Orders the file writes; held while writing, without the document lock, so new
         #: cells are recorded (and their executions answered) while the disk syncs.
@@ -368,6 +411,7 @@ class LiveNotebook:
             for cell in reversed(self.recorder.nb.cells):
                 if cell.metadata.get("interp", {}).get("execution_id") == execution_id:
                     cell.outputs = [nbformat.from_dict(o) for o in outputs]  # type: ignore[no-untyped-call]
+                    cell.metadata.get("interp", {}).pop(KEPT, None)
                     if audit_sha256 is not None:
                         cell.metadata["interp"]["audit_sha256"] = audit_sha256
                     self.recorder.cell_changed(cell)
@@ -431,9 +475,10 @@ class LiveNotebook:
                 async with self._lock:
                     parts = await asyncio.to_thread(self.recorder.serialise)
                 await asyncio.to_thread(self.recorder.write, parts)
-            except Exception:
+            except Exception as exc:
                 log.exception("session %s: notebook write failed; refusing new work", self.name)
                 self.degraded = True
+                self.invalid = isinstance(exc, (nbformat.ValidationError, ValueError))
                 return False
-        self.degraded = False
+        self.degraded = self.invalid = False
         return True

@@ -338,6 +338,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             raise SessionClosed.cannot_run(self.id, self.status)
         # A client retrying after freeing space is served at once (the save is retried).
         if self.notebook.degraded and not await self.notebook.save():
+            if self.notebook.invalid:
+                raise AuditDegraded.notebook_invalid(self.id)
             raise AuditDegraded.notebook_unwritable()
         storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         ahead = self.executions.ahead() if reject_if_busy else None

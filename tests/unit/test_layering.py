@@ -65,6 +65,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.metrics", "base"),
     ("interpreter.logs", "base"),
     ("interpreter.audit", "base"),
+    ("interpreter.notebook_repair", "base"),
     ("interpreter.memory", "base"),
     ("interpreter.kernelspecs", "base"),
     ("interpreter.memory", "base"),

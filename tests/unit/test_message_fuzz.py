@@ -59,15 +59,22 @@ KEYS = [
 #: Examples per test (message lists, replies).
 EXAMPLES = int(os.environ.get("INTERP_FUZZ_EXAMPLES", "300"))
 
+#: Text, some with a lone surrogate (a JSON ``\\ud800`` escape decodes to one).
+texts = st.text(max_size=30) | st.builds(
+    lambda head, odd, tail: head + odd + tail,
+    st.text(max_size=10),
+    st.sampled_from(["\ud800", "\udfff", "\ud83d"]),
+    st.text(max_size=10),
+)
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats()
-    | st.text(max_size=30),
+    | texts,
     lambda inner: (
         st.lists(inner, max_size=4)
-        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), inner, max_size=5)
+        | st.dictionaries(st.sampled_from(KEYS) | texts, inner, max_size=5)
     ),
     max_leaves=25,
 )
@@ -98,8 +105,11 @@ def read(frames: list[bytes]) -> dict[str, Any] | None:
 
 
 def valid_outputs(rec: ExecutionRecorder) -> None:
+    """The outputs are valid nbformat and can be written as the notebook is written
+    (strict JSON, UTF-8)."""
     cell = nbformat.v4.new_code_cell("x", outputs=rec.notebook_outputs())
     nbformat.validate(nbformat.v4.new_notebook(cells=[cell]))
+    json.dumps(cell, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
 @settings(
