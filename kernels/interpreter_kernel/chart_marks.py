@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: Attribute set on a wrapped function, so wrapping twice is a no-op.
 _WRAPPED = "__interp_chart_mark__"
+#: Outlier values kept per box (``outliers`` still counts them all).
+MAX_OUTLIER_VALUES = 100
 
 
 @dataclass
@@ -77,6 +79,7 @@ def _box_stats(stats: Any) -> list[dict[str, Any]]:
     out = []
     for entry in stats:
         fliers = entry.get("fliers")
+        kept = [_number(v) for v in (fliers if fliers is not None else [])]
         out.append(
             {
                 "median": _number(entry.get("med")),
@@ -86,6 +89,7 @@ def _box_stats(stats: Any) -> list[dict[str, Any]]:
                 "whisker_high": _number(entry.get("whishi")),
                 "mean": _number(entry.get("mean")),
                 "outliers": len(fliers) if fliers is not None else 0,
+                "outlier_values": [v for v in kept if v is not None][:MAX_OUTLIER_VALUES],
                 "label": str(entry["label"]) if entry.get("label") is not None else None,
             }
         )

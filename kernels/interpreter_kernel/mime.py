@@ -81,8 +81,10 @@ histograms, ...), ``empty`` when it draws nothing. Each ``<series>`` is one of::
                                       # pcolormesh grids (seaborn's heatmap), tick names
     {"type": "box" | "violin", "label": str | null, "orientation": "vertical" | "horizontal",
      "groups": [{"label", "median", "q1", "q3", "whisker_low", "whisker_high", "mean",
-                 "outliers"} | {"label", "median", "mean", "min", "max"} | {"label"}],
+                 "outliers", "outlier_values"} | {"label", "median", "mean", "min", "max"}
+                | {"label"}],
      "points": n_groups, "truncated": false}
+                                      # outliers: how many; outlier_values: the first 100
 
 Lines, scatters and bars also carry ``"stats": {"count", "min", "max", "mean"}`` of all
 their values (not only the points kept), or ``null`` without finite values. Box plots are

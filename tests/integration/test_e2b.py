@@ -142,6 +142,24 @@ def test_matplotlib_figure_gives_png_text_and_chart(sbx: Sandbox) -> None:
     assert [(e.label, e.points) for e in chart.elements] == [("s", [(1, 4), (2, 5), (3, 6)])]
 
 
+def test_a_box_plot_gives_a_box_and_whisker_chart(sbx: Sandbox) -> None:
+    execution = sbx.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.boxplot([[1, 2, 3, 4, 10], [2, 3, 4, 5, 6]], tick_labels=['a', 'b'])\n"
+        "plt.ylabel('load (kg)')\n"
+        "plt.show()"
+    )
+    [result] = execution.results
+    chart = result.chart
+    assert chart is not None and chart.type == ChartType.BOX_AND_WHISKER
+    assert (chart.y_label, chart.y_unit) == ("load (kg)", "kg")
+    got = [
+        (e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers)
+        for e in chart.elements
+    ]
+    assert got == [("a", 1, 2, 3, 4, 4, [10]), ("b", 2, 3, 4, 5, 6, [])]
+
+
 def test_dataframe_gives_html_and_data(sbx: Sandbox) -> None:
     execution = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
     [result] = execution.results

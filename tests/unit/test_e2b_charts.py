@@ -38,12 +38,40 @@ def test_pie_wedges_get_their_angle_in_degrees() -> None:
     assert [(e.label, e.angle) for e in chart.elements] == [("yes", 90.0), ("no", 270.0)]
 
 
+def test_box_plots_become_box_and_whisker_elements() -> None:
+    full = {
+        "label": "a",
+        "median": 3,
+        "q1": 2,
+        "q3": 4,
+        "whisker_low": 1,
+        "whisker_high": 4,
+        "mean": 4,
+        "outliers": 1,
+        "outlier_values": [10],
+    }
+    without_numbers = {"label": "v"}  # as a seaborn violin's group: no box to draw
+    box = {"type": "box", "label": None, "groups": [full, {**full, "label": None}]}
+    chart = decoded(axes("box", box, {"type": "box", "groups": [without_numbers]}))
+    assert chart.type == ChartType.BOX_AND_WHISKER and chart.y_label == "y"
+    got = [
+        (e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers)
+        for e in chart.elements
+    ]
+    assert got == [("a", 1, 2, 3, 4, 4, [10]), ("", 1, 2, 3, 4, 4, [10])]
+
+
 def test_several_axes_are_a_superchart_and_unknown_kinds_stay_unknown() -> None:
     line = {"type": "line", "label": None, "x": [0, 1], "y": [1, 2]}
     hist = {"type": "hist", "label": None, "bin_edges": [0, 1], "counts": [3]}
-    chart = decoded(axes("line", line), axes("hist", hist), suptitle="both")
+    violin = {"type": "violin", "label": None, "groups": [{"label": "v", "median": 1}]}
+    chart = decoded(axes("line", line), axes("hist", hist), axes("violin", violin), suptitle="both")
     assert chart.type == ChartType.SUPERCHART and chart.title == "both"
-    assert [c.type for c in chart.elements] == [ChartType.LINE, ChartType.UNKNOWN]
+    assert [c.type for c in chart.elements] == [
+        ChartType.LINE,
+        ChartType.UNKNOWN,
+        ChartType.UNKNOWN,
+    ]
     assert chart.elements[0].elements[0].points == [(0, 1), (1, 2)]
 
 

@@ -48,6 +48,7 @@ def test_a_seaborn_boxplot_is_one_box_series_with_its_statistics() -> None:
         "whisker_high": 4,
         "mean": 4,
         "outliers": 1,
+        "outlier_values": [10],
         "label": "a",
     }
     assert b["label"] == "b" and b["median"] == 4 and b["outliers"] == 0
@@ -77,6 +78,15 @@ def test_matplotlib_boxplot_and_violins() -> None:
     ]
     assert second["kind"] == "violin"
     assert second["series"][0]["groups"][1]["max"] == 9
+
+
+def test_a_box_keeps_its_first_outlier_values_and_counts_them_all() -> None:
+    fig = Figure()
+    fig.subplots().boxplot([[*range(500), *range(10_000, 10_150)], [1, 2, 3]])
+    first, second = axes_of(fig)[0]["series"][0]["groups"]
+    assert first["outliers"] == 150 and len(first["outlier_values"]) == 100
+    assert set(first["outlier_values"]) <= set(range(10_000, 10_150))
+    assert second["outliers"] == 0 and second["outlier_values"] == []
 
 
 def test_seaborn_violins_are_named_by_their_ticks() -> None:

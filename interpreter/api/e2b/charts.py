@@ -2,8 +2,10 @@
 
 E2B's ``Result.chart`` is one chart, or a ``superchart`` holding one per Axes. Line and
 scatter series become point elements, bars become (label, group, value) elements, pie
-wedges get their angle in degrees. Axes kinds E2B has no type for (histograms, images,
-mixed axes) become ``unknown`` charts with their title, never a wrong reading.
+wedges get their angle in degrees, box plots become ``box_and_whisker`` boxes (whisker ends
+as min and max, the first 100 outliers). Axes kinds E2B has no type for (histograms,
+violins, heatmaps, images, mixed axes) become ``unknown`` charts with their title, never a
+wrong reading.
 """
 
 from __future__ import annotations
@@ -82,7 +84,38 @@ def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(size, int | float)
             ],
         }
+    if kind == "box":
+        boxes = [_box(group) for s in series for group in s.get("groups") or []]
+        elements = [box for box in boxes if box is not None]
+        return {**base, **two_d, "type": "box_and_whisker", "elements": elements}
     return {**base, "type": "unknown", "elements": []}
+
+
+#: E2B's box fields, from ours: min and max are the whiskers' ends.
+BOX_FIELDS = {
+    "min": "whisker_low",
+    "first_quartile": "q1",
+    "median": "median",
+    "third_quartile": "q3",
+    "max": "whisker_high",
+}
+
+
+def _box(group: object) -> dict[str, Any] | None:
+    """One E2B box of a box-plot group; None without its five numbers."""
+    if not isinstance(group, dict):
+        return None
+    numbers = {theirs: group.get(ours) for theirs, ours in BOX_FIELDS.items()}
+    if not all(isinstance(v, int | float) for v in numbers.values()):
+        return None
+    outliers = group.get("outlier_values")
+    return {
+        "label": str(group.get("label") or ""),
+        **numbers,
+        "outliers": [v for v in outliers if isinstance(v, int | float)]
+        if isinstance(outliers, list)
+        else [],
+    }
 
 
 def _unit(label: object) -> str | None:
