@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from interpreter.mime import is_json, strip_ansi
@@ -58,6 +59,12 @@ def header_date(date: object) -> object:
     """
     if not isinstance(date, str):
         return date
+    # The kernel's own form (``2026-01-01T00:00:00.000000Z``) the fast way; the same result.
+    if len(date) > 19 and date[-1] == "Z" and date[10] == "T":
+        try:
+            return datetime.fromisoformat(date)
+        except ValueError:
+            pass
     # Imported here: the SDK, the tools and replay use this module without jupyter_client.
     from jupyter_client.jsonutil import parse_date
 

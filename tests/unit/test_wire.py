@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,36 @@ def test_a_date_the_stock_session_refuses_is_not_kept() -> None:
     assert rec.busy_seen and rec.timing == {}
     assert header_date("2024-02-30T00:00:00Z") is None
     assert header_date(None) is None and header_date(5) == 5
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        "2026-11-25T20:15:16.988123Z",
+        "2026-11-25T20:15:16.988Z",
+        "2026-11-25T20:15:16Z",
+        "2026-11-25T20:15Z",
+        "2026-11-25T20:15:16.988123+00:00",
+        "2026-11-25T20:15:16.988123+05:30",
+        "2026-11-25T20:15:16.988123",
+        "2026-02-30T00:00:00.000000Z",
+        "2026-11-25 20:15:16Z",
+        "not a dateZ",
+        "",
+    ],
+)
+def test_header_dates_read_as_jupyter_client_reads_them(date: str) -> None:
+    """The kernel's own form is parsed without jupyter_client's parser, to the same value;
+    every other text goes through that parser."""
+    from jupyter_client.jsonutil import parse_date
+
+    try:
+        theirs: object = parse_date(date)
+    except ValueError:
+        theirs = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a date without a zone: taken as local, warned
+        assert header_date(date) == theirs
 
 
 async def test_the_broker_client_runs_no_heartbeat_or_stdin_channel() -> None:
