@@ -35,6 +35,9 @@ from .ipythondir import private_ipython_dir
 from .textsafe import install
 from .watchdog import start_from_environment
 
+#: Longest wait for the control thread to finish at shutdown (its flush takes milliseconds).
+CONTROL_JOIN_TIMEOUT_S = 5.0
+
 
 class InterpreterKernelApp(IPKernelApp):
     """``IPKernelApp`` hardened and configured for the interpreter (see the module docs)."""
@@ -67,6 +70,22 @@ class InterpreterKernelApp(IPKernelApp):
         :mod:`interpreter_kernel.textsafe`."""
         super().init_io()  # type: ignore[no-untyped-call]
         install(self.session, [sys.stdout, sys.stderr])
+
+    def start(self) -> None:
+        """Run the kernel until it shuts down, then let the control thread finish first.
+
+        After a ``shutdown_request`` the control thread flushes ``sys.stdout`` through the
+        IOPub thread and waits for that flush (ipykernel's ``flush_timeout``, 10 s). The
+        main thread meanwhile returned from here into the exit handlers, the first of which
+        stops the IOPub thread: the flush then waited out its timeout, and a client's
+        graceful shutdown gave up and sent SIGTERM (measured: 4 shutdowns in 10 took 3.4 s
+        instead of 0.2 s). Joined here, the control thread ends while IOPub still runs.
+        """
+        super().start()  # type: ignore[no-untyped-call]
+        control = self.control_thread
+        if control is not None and control.is_alive():
+            control.stop()
+            control.join(timeout=CONTROL_JOIN_TIMEOUT_S)
 
     def log_connection_info(self) -> None:
         """Record the ports without printing the console hints.
