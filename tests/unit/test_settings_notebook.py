@@ -66,7 +66,7 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
     nbformat.validate(nb)
     assert nb.metadata["interp"]["session_id"] == "s_1"
     assert [c.source for c in plan(json.loads(rec.to_json())) if c.rerun] == ["print(1)"]
-    # A cell that cannot validate is refused before anything is written.
+    # An output that cannot validate is repaired (kept in metadata), not refused ...
     rec.add_cell(
         "bad",
         [{"output_type": "nonsense"}],
@@ -78,9 +78,26 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
         state_lost=False,
         reason=None,
     )
+    rec.save()
+    written = nbformat.read(tmp_path / "n.ipynb", as_version=4)
+    nbformat.validate(written)
+    assert written.cells[2].outputs[0]["name"] == "stderr"
+    # ... and a cell no repair fixes is refused before anything is written.
+    rec.nb.cells.append(
+        nbformat.from_dict(
+            {
+                "cell_type": "code",
+                "id": "broken",
+                "metadata": {},
+                "execution_count": None,
+                "source": 5,
+                "outputs": [],
+            }
+        )
+    )
     with pytest.raises(nbformat.ValidationError):
         rec.save()
-    assert len(nbformat.read(tmp_path / "n.ipynb", as_version=4).cells) == 2
+    assert len(nbformat.read(tmp_path / "n.ipynb", as_version=4).cells) == 3
 
 
 def test_a_relative_data_dir_is_made_absolute_once(
