@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import shutil
 import statistics
 import tempfile
@@ -157,8 +158,10 @@ async def concurrent(backend: str, sessions: int, executions: int) -> dict[str, 
 
 
 def p(samples: list[float], q: float) -> float:
-    """The ``q`` quantile (0.5 = median) of ``samples``."""
+    """The ``q`` quantile (0.5 = median) of ``samples``; others by nearest rank (the
+    smallest sample that at least ``q`` of them do not exceed). A p95 of fewer than 20
+    samples is their maximum."""
     if q == 0.5:
         return statistics.median(samples)
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[max(0, min(len(ordered), math.ceil(q * len(ordered))) - 1)]

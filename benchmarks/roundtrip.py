@@ -39,17 +39,16 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 
 from benchmarks import gateway
+from benchmarks.floors import p
 from interpreter.kernelspecs import kernel_spec_manager
 
 FLOOD = "for i in range(10000):\n    print(i, flush=True)"
 
 
 def summary(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
     return (
-        f"median {statistics.median(ordered):7.2f} ms   p90 {pick(0.9):7.2f} ms   "
-        f"p99 {pick(0.99):7.2f} ms"
+        f"median {statistics.median(samples):7.2f} ms   p90 {p(samples, 0.9):7.2f} ms   "
+        f"p99 {p(samples, 0.99):7.2f} ms"
     )
 
 
