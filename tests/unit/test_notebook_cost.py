@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -163,3 +164,14 @@ async def test_flush_writes_at_once_while_a_paced_save_waits(
     assert await asyncio.wait_for(live.flush(), 30)
     on_disk = nbformat.read(str(live.path), as_version=4)
     assert [c.execution_count for c in on_disk.cells] == [1, 2]
+
+
+def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``writev`` may write less than asked (a signal, a nearly full disk): the rest follows,
+    in order, and the file is whole."""
+    real_writev = os.writev
+    monkeypatch.setattr(notebook.os, "writev", lambda fd, bufs: real_writev(fd, [bufs[0][:3]]))
+    monkeypatch.setattr(notebook, "IOV_MAX", 4)
+    parts = [f"part {i};".encode() for i in range(10)] + ["é and the end".encode()]
+    notebook.atomic_write_parts(tmp_path / "f", parts)
+    assert (tmp_path / "f").read_bytes() == b"".join(parts)
