@@ -40,6 +40,20 @@ BAD_OUTPUTS = {
 }
 
 
+def unrepairable_cell() -> Any:
+    """A code cell whose source is a number: nothing the repair changes makes it valid."""
+    return nbformat.from_dict(
+        {
+            "cell_type": "code",
+            "id": "broken",
+            "metadata": {},
+            "execution_count": None,
+            "source": 5,
+            "outputs": [],
+        }
+    )
+
+
 def recorder(tmp_path: Path) -> NotebookRecorder:
     return NotebookRecorder.create(
         tmp_path / "notebook.ipynb", session_id="s1", kernel_name="python3", backend="local"
@@ -147,18 +161,7 @@ async def test_a_cell_no_repair_can_fix_degrades_the_record_as_invalid_not_unwri
     live = LiveNotebook(recorder(tmp_path), "s1")
     await live.add_cell("x", [GOOD], **cell_meta("e1"))
     assert await live.flush()
-    live.recorder.nb.cells.append(
-        nbformat.from_dict(
-            {
-                "cell_type": "code",
-                "id": "broken",
-                "metadata": {},
-                "execution_count": None,
-                "source": 5,
-                "outputs": [],
-            }
-        )
-    )
+    live.recorder.nb.cells.append(unrepairable_cell())
     assert not await live.flush()
     assert live.degraded and live.invalid
     assert on_disk(live.recorder).cells[0].outputs == [GOOD]  # the last good file stays

@@ -12,6 +12,7 @@ from interpreter.cells import plan
 from interpreter.client._config import API_KEY_ENV
 from interpreter.notebook import NotebookRecorder, atomic_write_text
 from interpreter.settings import Settings
+from tests.unit.test_notebook_repair import unrepairable_cell
 
 
 def test_api_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,18 +84,7 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
     nbformat.validate(written)
     assert written.cells[2].outputs[0]["name"] == "stderr"
     # ... and a cell no repair fixes is refused before anything is written.
-    rec.nb.cells.append(
-        nbformat.from_dict(
-            {
-                "cell_type": "code",
-                "id": "broken",
-                "metadata": {},
-                "execution_count": None,
-                "source": 5,
-                "outputs": [],
-            }
-        )
-    )
+    rec.nb.cells.append(unrepairable_cell())
     with pytest.raises(nbformat.ValidationError):
         rec.save()
     assert len(nbformat.read(tmp_path / "n.ipynb", as_version=4).cells) == 3
