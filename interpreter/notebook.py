@@ -39,8 +39,9 @@ NOTEBOOK_NAME = "notebook.ipynb"
 SAVE_PACE = 8.0
 SAVE_MIN_DELAY_S = 0.05
 SAVE_MAX_DELAY_S = 2.0
-#: Buffers per ``writev`` call (the system's limit, 1024 on Linux).
-IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+#: Buffers per ``writev`` call: the system's limit (1024 on Linux), 16 if it names none.
+IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+IOV_MAX = IOV_MAX if IOV_MAX > 0 else 16
 
 log = logging.getLogger(__name__)
 
