@@ -60,7 +60,7 @@ def header_date(date: object) -> object:
     if not isinstance(date, str):
         return date
     # The kernel's own form (``2026-01-01T00:00:00.000000Z``) the fast way; the same result.
-    if len(date) > 19 and date[-1] == "Z" and date[10] == "T":
+    if len(date) > 19 and date[-1] == "Z" and date[4] == date[7] == "-" and date[10] == "T":
         try:
             return datetime.fromisoformat(date)
         except ValueError:

@@ -291,6 +291,7 @@ def test_a_date_the_stock_session_refuses_is_not_kept() -> None:
         "2026-02-30T00:00:00.000000Z",
         "2026-11-25 20:15:16Z",
         "not a dateZ",
+        "2026-W47-3T10:00:00Z",  # a week date: fromisoformat reads it, jupyter_client not
         "",
     ],
 )
