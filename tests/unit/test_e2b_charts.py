@@ -10,6 +10,7 @@ from e2b_code_interpreter.charts import ChartType, _deserialize_chart
 from interpreter.api.e2b.charts import e2b_chart
 from interpreter.api.e2b.files import workspace_path
 from interpreter.errors import BadRequest, PathNotAllowed
+from tests.unit.chart_samples import BOX_GROUP_A
 
 
 def axes(kind: str, *series: dict[str, Any], title: str | None = "t") -> dict[str, Any]:
@@ -39,17 +40,7 @@ def test_pie_wedges_get_their_angle_in_degrees() -> None:
 
 
 def test_box_plots_become_box_and_whisker_elements() -> None:
-    full = {
-        "label": "a",
-        "median": 3,
-        "q1": 2,
-        "q3": 4,
-        "whisker_low": 1,
-        "whisker_high": 4,
-        "mean": 4,
-        "outliers": 1,
-        "outlier_values": [10],
-    }
+    full = BOX_GROUP_A  # as the kernel describes a box (tests/unit/test_kernel_charts.py)
     without_numbers = {"label": "v"}  # as a seaborn violin's group: no box to draw
     box = {"type": "box", "label": None, "groups": [full, {**full, "label": None}]}
     chart = decoded(axes("box", box, {"type": "box", "groups": [without_numbers]}))

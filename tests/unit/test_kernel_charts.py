@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from interpreter_kernel import CHART_MIME, chart_json
 from interpreter_kernel.chart_marks import install_matplotlib, install_seaborn
 from interpreter_kernel.plotly_figure import figure_bundle
+from tests.unit.chart_samples import BOX_GROUP_A
 
 install_matplotlib(matplotlib.axes)
 install_seaborn(sns)
@@ -40,17 +41,7 @@ def test_a_seaborn_boxplot_is_one_box_series_with_its_statistics() -> None:
     [ax] = axes_of(fig)
     assert ax["kind"] == "box" and len(ax["series"]) == 1
     a, b = ax["series"][0]["groups"]
-    assert a == {
-        "median": 3,
-        "q1": 2,
-        "q3": 4,
-        "whisker_low": 1,
-        "whisker_high": 4,
-        "mean": 4,
-        "outliers": 1,
-        "outlier_values": [10],
-        "label": "a",
-    }
+    assert a == BOX_GROUP_A
     assert b["label"] == "b" and b["median"] == 4 and b["outliers"] == 0
 
 
