@@ -34,9 +34,12 @@ NOTEBOOK_NAME = "notebook.ipynb"
 #: ``SAVE_MAX_DELAY_S``), the cells recorded meanwhile going out together. A write costs
 #: about the file's size, so the writes' cost per cell stays flat as the notebook grows (at
 #: most 1/(1 + SAVE_PACE) of one core), and quick cells share one write and one fsync.
+#: At 40 a 1,000-cell notebook (2.3 MB, written in about 3 ms) is saved every ~0.12 s:
+#: an agent pausing 60 ms between cells no longer pays a whole-file write per cell (broker
+#: CPU per cell at cell 1,000 went from 1.29x to 0.81-0.91x that at cell 1 in that test).
 #: The file may lag the in-memory notebook (which the API serves) by that pause; a close or
 #: shutdown flushes at once, and every execution is in the store before its id is given.
-SAVE_PACE = 8.0
+SAVE_PACE = 40.0
 SAVE_MIN_DELAY_S = 0.05
 SAVE_MAX_DELAY_S = 2.0
 #: Buffers per ``writev`` call: the system's limit (1024 on Linux), 16 if it names none.
