@@ -85,6 +85,7 @@ async def raw_kernel(backend: str) -> AsyncIterator[RawKernel]:
             pids=defaults.default_pids,
             tmp_size_mb=defaults.tmp_size_mb,
             image=defaults.docker_image,
+            cgroup_parent=defaults.docker_cgroup_parent,
         )
         (scratch / "session").mkdir()
         (scratch / "workspace").mkdir()

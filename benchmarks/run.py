@@ -3,7 +3,11 @@
 Usage (from the repository root, with the dev virtualenv)::
 
     .venv/bin/python -m benchmarks.run [--quick] [--backends local,docker] [--idle 200]
-        [--no-gateway] [--only SCENARIO,...]
+        [--no-gateway] [--only SCENARIO,...] [--kernel-cgroup NAME]
+
+``--kernel-cgroup`` puts every kernel container, the floor's and the service's, under that
+cgroup (``INTERP_DOCKER_CGROUP_PARENT``); give it a CPU weight first (README "Kernels'
+share of the CPU"). The run prints the weight the containers' cgroup has.
 
 Scenarios (each bounded in count; every request and execution has a time limit):
 
@@ -28,10 +32,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import platform
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from benchmarks import floors, gateway, paired, service
@@ -79,6 +86,19 @@ def bounded(name: str, fn: Callable[..., Any], *args: Any) -> Any:
         print(f"  ({name}: {time.monotonic() - t0:.0f} s)", flush=True)
 
 
+def container_weight(parent: str | None) -> str:
+    """The CPU weight of the cgroup the kernel containers go under, as the host says it."""
+    root = Path("/sys/fs/cgroup")
+    name = (parent or "docker").strip("/")
+    for path, what in (
+        (root / "cpu" / name / "cpu.shares", "cpu.shares (cgroup v1; one host thread: 1024)"),
+        (root / name / "cpu.weight", "cpu.weight (cgroup v2; one host process: 100)"),
+    ):
+        with contextlib.suppress(OSError):
+            return f"/{name}, {what} {path.read_text().strip()}"
+    return f"/{name}, weight unknown (not made yet, or another layout)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
@@ -86,7 +106,10 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(ALL), help="comma-separated scenarios")
     parser.add_argument("--idle", type=int, default=20, help="idle sessions to hold")
     parser.add_argument("--no-gateway", action="store_true")
+    parser.add_argument("--kernel-cgroup", help="cgroup for every kernel container")
     args = parser.parse_args()
+    if args.kernel_cgroup:
+        os.environ["INTERP_DOCKER_CGROUP_PARENT"] = args.kernel_cgroup
     quick = args.quick
     n_rtt, n_create = (20, 3) if quick else (200, 10)
     # A p95 needs samples past 20 (of 10 it is their maximum); warm creates are cheap.
@@ -106,6 +129,8 @@ def main() -> None:
         f"benchmarks.run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()}, "
         f"{platform.processor() or platform.machine()}, backends {backends}"
     )
+    if "docker" in backends:
+        print(f"  docker kernels' cgroup: {container_weight(args.kernel_cgroup)}")
     if not args.no_gateway and not use_gateway:
         print(f"  {gateway.NOT_INSTALLED}")
     t = Table()

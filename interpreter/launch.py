@@ -103,6 +103,7 @@ class SessionFactory:
             disk_mb=disk,
             image=image or s.docker_image,
             runtime=s.docker_runtime,
+            cgroup_parent=s.docker_cgroup_parent,
             extra={"broker_id": self.broker_id, "orphan_after_s": s.orphan_kernel_timeout_s},
         )
 

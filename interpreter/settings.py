@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -16,6 +17,19 @@ ENV_PREFIX = "INTERP_"
 API_KEY_ENV = "INTERP_API_KEY"
 #: Operator keys (comma-separated): the only keys that decide approvals.
 OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
+#: One name of a cgroup path: what systemd and the cgroup filesystem both accept.
+_CGROUP_NAME = re.compile(r"[A-Za-z0-9_.:@-]+")
+
+
+def cgroup_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the cgroup that kernel containers go under; None if it can."""
+    parts = path.strip("/").split("/")
+    if any(p in ("", ".", "..") or not _CGROUP_NAME.fullmatch(p) for p in parts):
+        return (
+            f"{path!r} is not a cgroup path: give names of letters, digits and '_.:@-' "
+            "joined by '/', e.g. 'interp-kernels'"
+        )
+    return None
 
 
 class Settings(BaseSettings):
@@ -182,6 +196,12 @@ class Settings(BaseSettings):
         "images built FROM interp-kernel:latest; the default image is always allowed.",
     )
     docker_runtime: str | None = Field(None, description="Container runtime, e.g. 'runsc'.")
+    docker_cgroup_parent: str | None = Field(
+        None,
+        description="cgroup all kernel containers go under, e.g. 'interp-kernels' (a slice "
+        "such as 'interp-kernels.slice' with the systemd driver), to weigh or cap their CPU "
+        "together; unset: the engine's default.",
+    )
     default_memory_mb: int = Field(1024, ge=64, description="Per-session memory by default.")
     default_cpus: float = Field(1.0, gt=0, description="Per-session CPUs by default.")
     default_pids: int = Field(256, ge=16, description="Per-session pids limit by default.")
@@ -213,6 +233,16 @@ class Settings(BaseSettings):
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("docker_cgroup_parent")
+    @classmethod
+    def _cgroup_parent(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        problem = cgroup_path_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("metrics_key", mode="before")

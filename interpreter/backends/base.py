@@ -41,6 +41,8 @@ class LaunchOptions:
         disk_mb: size of the workspace's own filesystem (interpreter.quota); None: none.
         image: container image (docker backend only).
         runtime: container runtime such as ``runsc`` (docker backend only).
+        cgroup_parent: the cgroup the container goes under (docker backend only); None:
+            the engine's default.
         pool: warm kernels the provisioner may claim a first kernel from, set by the
             backend's ``configure`` (docker: a ``ContainerPool``); never used for a
             restart. Passing it here, per launch, keeps provisioners free of global state.
@@ -59,6 +61,7 @@ class LaunchOptions:
     disk_mb: int | None = None
     image: str = "interp-kernel:latest"
     runtime: str | None = None
+    cgroup_parent: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     pool: Any = field(default=None, compare=False, repr=False)
 

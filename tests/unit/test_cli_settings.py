@@ -104,6 +104,17 @@ def test_bad_values_are_one_line_naming_the_source(monkeypatch: pytest.MonkeyPat
     assert accepts("e2b_port") == "an integer >= 0 and <= 65535, or unset for none"
 
 
+def test_a_cgroup_parent_is_a_cgroup_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERP_DOCKER_CGROUP_PARENT", "interp/kernels")
+    assert load().docker_cgroup_parent == "interp/kernels"
+    monkeypatch.setenv("INTERP_DOCKER_CGROUP_PARENT", " ")
+    assert load().docker_cgroup_parent is None
+    for bad in ("../escape", "a//b", "a b", "/"):
+        monkeypatch.setenv("INTERP_DOCKER_CGROUP_PARENT", bad)
+        with pytest.raises(SettingsError, match=r"INTERP_DOCKER_CGROUP_PARENT=.*cgroup path"):
+            load()
+
+
 def test_the_old_key_variable_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     # Ignoring it would start the service without the keys its operator meant to require.
     monkeypatch.setenv("INTERP_API_KEYS", "secret")

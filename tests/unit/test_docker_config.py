@@ -13,6 +13,7 @@ from interpreter.backends.base import BASE_KERNEL_ENV, LaunchOptions
 from interpreter.backends.docker.config import (
     KernelUser,
     build_container_config,
+    cgroup_parent_problem,
     container_labels,
     container_name,
     kernel_command,
@@ -113,6 +114,32 @@ def test_config_matches_golden() -> None:
 def test_runtime_is_added_only_when_asked() -> None:
     assert "runtime" not in _config()
     assert _config(_options(runtime="runsc"))["runtime"] == "runsc"
+
+
+def test_cgroup_parent_is_added_only_when_set() -> None:
+    assert "cgroup_parent" not in _config()
+    assert _config(_options(cgroup_parent="interp-kernels"))["cgroup_parent"] == "interp-kernels"
+
+
+@pytest.mark.parametrize(
+    ("parent", "driver", "fine"),
+    [
+        ("interp-kernels", "cgroupfs", True),
+        ("/interp/kernels", "cgroupfs", True),
+        ("interp-kernels.slice", "cgroupfs", True),
+        ("interp-kernels.slice", "systemd", True),
+        ("interp-kernels", "systemd", False),
+        ("system.slice/interp.slice", "systemd", False),
+        ("interp-kernels", None, True),
+    ],
+)
+def test_the_cgroup_parent_must_suit_the_engine_driver(
+    parent: str, driver: str | None, fine: bool
+) -> None:
+    problem = cgroup_parent_problem(parent, driver)
+    assert (problem is None) is fine, problem
+    if not fine:
+        assert problem is not None and "interp-kernels.slice" in problem
 
 
 def test_memory_and_swap_are_always_equal() -> None:

@@ -15,14 +15,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from interpreter.backends.base import LaunchOptions, Leftover
+from interpreter.backends.docker.config import cgroup_parent_problem
 from interpreter.backends.docker.engine import (
     abandoned_containers,
+    cgroup_driver,
     list_broker_containers,
     remove_container,
 )
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
 from interpreter.backends.docker.stamps import stamp_forever, stamp_interval
+from interpreter.errors import BackendUnavailable
 from interpreter.image.packages import image_packages
 from interpreter.settings import Settings
 
@@ -39,6 +42,11 @@ class DockerBackend:
     isolated = True
 
     def __init__(self, settings: Settings) -> None:
+        parent = settings.docker_cgroup_parent
+        if parent:
+            problem = cgroup_parent_problem(parent, cgroup_driver())
+            if problem:
+                raise BackendUnavailable(problem + ".")
         self.settings = settings
         self.keep_on_shutdown = settings.keep_containers_on_shutdown
         self.image: str | None = settings.docker_image

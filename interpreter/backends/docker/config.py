@@ -195,7 +195,21 @@ def build_container_config(
     }
     if options.runtime:
         config["runtime"] = options.runtime  # H-06, e.g. gVisor's runsc
+    if options.cgroup_parent:
+        config["cgroup_parent"] = options.cgroup_parent
     return config
+
+
+def cgroup_parent_problem(parent: str, driver: str | None) -> str | None:
+    """Why the engine, whose cgroup driver is ``driver``, cannot put kernel containers
+    under ``parent``; None when it can. The systemd driver takes a slice's unit name; the
+    cgroupfs driver takes a path (made when missing)."""
+    if driver == "systemd" and ("/" in parent or not parent.endswith(".slice")):
+        return (
+            f"docker_cgroup_parent {parent!r}: this Docker engine uses the systemd cgroup "
+            "driver, which takes a slice name such as 'interp-kernels.slice'"
+        )
+    return None
 
 
 def _environment(options: LaunchOptions) -> dict[str, str]:

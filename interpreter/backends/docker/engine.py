@@ -162,6 +162,12 @@ def docker_available(timeout: float = 2.0) -> bool:
         client.close()
 
 
+def cgroup_driver() -> str | None:
+    """The engine's cgroup driver (``cgroupfs`` or ``systemd``), None if it does not say."""
+    driver = docker_client().info().get("CgroupDriver")
+    return str(driver) if driver else None
+
+
 def list_broker_containers(broker_id: str) -> list[ContainerSummary]:
     """Every container, running or not, labelled with ``broker_id`` (synchronous).
 
