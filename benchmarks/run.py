@@ -20,8 +20,9 @@ Scenarios (each bounded in count; every request and execution has a time limit):
 * ``load``: 20 sessions x 50 executions at once: throughput, p50, p95; broker memory;
 * ``idle``: per-session memory and broker memory with ``--idle`` idle sessions (default 20;
   ``--idle 200`` for the issue's 200 Docker sessions, which takes several minutes);
-* ``long``: broker CPU per execution over cells 1-100 and 901-1000 of one session that
-  plots every 10th cell (``--quick``: 200 cells, windows of 50);
+* ``long``: broker CPU per execution over cells 901-1000 of a session that plots every
+  10th cell and over cells 1-100 of a fresh one, 0.3 s after each cell, the notebook's
+  saves included (``--quick``: 200 cells, windows of 50);
 * ``replay``: a 50-cell session replayed (``interp replay``'s function) against its run.
 
 Every figure is printed with its ratio to the floor of the same run: the local floor for
@@ -258,7 +259,11 @@ def main() -> None:
             if idle.get("per_session_mb") is not None:
                 t.add("memory per idle session", f"API {b}", idle["per_session_mb"], "MiB")
     if "long" in only and ok:
-        print(f"long: one session of {cells} cells, a plot every 10th", flush=True)
+        print(
+            f"long: the last {window} of {cells} cells and a fresh session's first {window}, "
+            f"a plot every 10th, {service.LONG_PAUSE_S} s after each",
+            flush=True,
+        )
         for b in backends:
             long = bounded(f"api {b}", service.long_session, b, cells, window)
             if long:

@@ -297,31 +297,58 @@ def _broker_id(data: Path) -> str:
     return hashlib.sha256(str(data.resolve()).encode()).hexdigest()[:16]
 
 
-def long_session(backend: str, cells: int, window: int = 100) -> dict[str, Any]:
-    """One session of ``cells`` cells, a plot every 10th: the broker's CPU time and the
-    round trip per cell over the first and the last ``window`` cells.
+#: The pause after each measured cell of ``long_session``: an agent thinking between cells.
+LONG_PAUSE_S = 0.3
 
-    The CPU of a window is read once at its start and once at its end, so what the broker
-    does between two requests (a notebook save after an answer) counts too. The kernel
-    counts CPU in ticks of 10 ms: over 100 cells of about 4 ms each that is 2.5% at most.
+
+def _long_cell(i: int) -> str:
+    return PLOT.format(i=i) if i % 10 == 0 else f"x = {i} * 2\nx"
+
+
+def long_session(
+    backend: str, cells: int, window: int = 100, pause: float = LONG_PAUSE_S
+) -> dict[str, Any]:
+    """The broker's CPU per execution over cells 1-``window`` of a fresh session and over
+    the last ``window`` of a ``cells``-cell one (a plot every 10th cell in both).
+
+    The long session is taken to ``cells - window`` cells back to back; then its last
+    window runs, then a fresh session's first, one after the other. Each measured cell is
+    followed by ``pause`` seconds, as an agent's would be, so the notebook saves are paced
+    as they are in use, and each window ends with the notebook's longest lag
+    (``SAVE_MAX_LAG_S``) plus a second, so that the saves its cells caused are counted in
+    it. The CPU is the broker process's, all threads, read from their scheduler accounts.
     """
-    with serve(backend) as broker, broker.client() as api:
-        sid = create(api)
-        execute(api, sid, "1+1")
-        marks: list[float] = []  # the broker's CPU seconds before each cell, and after all
+    from interpreter.notebook import SAVE_MAX_LAG_S
+
+    settle = SAVE_MAX_LAG_S + 1.0
+
+    def measure(api: httpx.Client, sid: str, numbers: range) -> tuple[float, list[float]]:
         wall: list[float] = []
-        for i in range(1, cells + 1):
-            code = PLOT.format(i=i) if i % 10 == 0 else f"x = {i} * 2\nx"
-            marks.append(broker.cpu_s())
-            wall.append(timed(execute, api, sid, code)[0])
-        marks.append(broker.cpu_s())
-        api.delete(f"/v1/sessions/{sid}")
-    last = cells - window
+        c0 = broker.cpu_s()
+        for i in numbers:
+            wall.append(timed(execute, api, sid, _long_cell(i))[0])
+            time.sleep(pause)
+        time.sleep(settle)
+        return (broker.cpu_s() - c0) * 1000 / len(numbers), wall
+
+    with serve(backend) as broker, broker.client() as api:
+        old = create(api)
+        execute(api, old, "1+1")
+        for i in range(1, cells - window + 1):
+            execute(api, old, _long_cell(i))
+        time.sleep(settle)
+        cpu_last, wall_last = measure(api, old, range(cells - window + 1, cells + 1))
+        new = create(api)
+        execute(api, new, "1+1")
+        time.sleep(settle)
+        cpu_first, wall_first = measure(api, new, range(1, window + 1))
+        api.delete(f"/v1/sessions/{old}")
+        api.delete(f"/v1/sessions/{new}")
     return {
-        "cpu_first_ms": (marks[window] - marks[0]) * 1000 / window,
-        "cpu_last_ms": (marks[cells] - marks[last]) * 1000 / window,
-        "wall_first": wall[:window],
-        "wall_last": wall[last:],
+        "cpu_first_ms": cpu_first,
+        "cpu_last_ms": cpu_last,
+        "wall_first": wall_first,
+        "wall_last": wall_last,
     }
 
 

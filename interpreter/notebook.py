@@ -29,16 +29,21 @@ from interpreter.notebook_repair import KEPT, repair_cell
 from interpreter.notes import commented_rerun
 
 NOTEBOOK_NAME = "notebook.ipynb"
-#: Background saves are paced: after a write that took ``d`` seconds the next one starts no
+#: When the file is written. A save rewrites the whole file (atomic replacement has no
+#: cheaper form), so its cost grows with the notebook; saving after every cell would make
+#: a long session's cells dearer than a new one's. So the file is saved once the changes
+#: not yet in it reach ``SAVE_NEW_SHARE`` of its cells (at once for the first 20 cells,
+#: after 50 new cells at 1,000), or once the oldest of them is ``SAVE_MAX_LAG_S`` old,
+#: whichever comes first; a close, a shutdown or a copy of the session flushes at once.
+#: Every execution is in the store before its id is given, and a crash puts the cells the
+#: file had not reached back into it (``interpreter/restore_cells.py``): none is lost.
+#: The API serves the notebook from memory, never behind.
+SAVE_NEW_SHARE = 0.05
+SAVE_MAX_LAG_S = 10.0
+#: Saves are also paced: after a write that took ``d`` seconds the next one starts no
 #: sooner than ``SAVE_PACE * d`` later (at least ``SAVE_MIN_DELAY_S``, at most
-#: ``SAVE_MAX_DELAY_S``), the cells recorded meanwhile going out together. A write costs
-#: about the file's size, so the writes' cost per cell stays flat as the notebook grows (at
-#: most 1/(1 + SAVE_PACE) of one core), and quick cells share one write and one fsync.
-#: At 40 a 1,000-cell notebook (2.3 MB, written in about 3 ms) is saved every ~0.12 s:
-#: an agent pausing 60 ms between cells no longer pays a whole-file write per cell (broker
-#: CPU per cell at cell 1,000 went from 1.29x to 0.81-0.91x that at cell 1 in that test).
-#: The file may lag the in-memory notebook (which the API serves) by that pause; a close or
-#: shutdown flushes at once, and every execution is in the store before its id is given.
+#: ``SAVE_MAX_DELAY_S``), so writes take at most 1/(1 + SAVE_PACE) of one core however
+#: quickly cells come, and quick cells share one write and one fsync.
 SAVE_PACE = 40.0
 SAVE_MIN_DELAY_S = 0.05
 SAVE_MAX_DELAY_S = 2.0
@@ -47,6 +52,12 @@ IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 IOV_MAX = IOV_MAX if IOV_MAX > 0 else 16
 
 log = logging.getLogger(__name__)
+
+
+def enough_to_save(pending: int, saved_cells: int) -> bool:
+    """Whether ``pending`` changes are enough to rewrite a file of ``saved_cells`` cells
+    now rather than when the oldest of them is ``SAVE_MAX_LAG_S`` old."""
+    return pending >= max(1.0, SAVE_NEW_SHARE * saved_cells)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -400,9 +411,16 @@ class LiveNotebook:
         #: cells are recorded (and their executions answered) while the disk syncs.
         self._write_lock = asyncio.Lock()
         self._save_task: asyncio.Task[None] | None = None
-        self._save_again = False
+        #: Changes not yet being written, since (loop time) the oldest of them.
+        self._pending = 0
+        self._dirty_since = 0.0
+        #: Cells the file held at the last save (the base of ``SAVE_NEW_SHARE``).
+        self._saved_cells = 0
+        #: Set by every change, so that a waiting save looks again at when it is due.
+        self._poke = asyncio.Event()
         self._next_save_at = 0.0
-        self._pacing = False
+        #: True while the save task writes (a flush then waits for it, else drops it).
+        self._saving = False
 
     @property
     def path(self) -> Path:
@@ -451,37 +469,47 @@ class LiveNotebook:
         return data
 
     def request_save(self) -> None:
-        """Save soon: one save in flight at a time, the latest state wins."""
+        """Save when due (see ``SAVE_NEW_SHARE``): one save task at a time, the latest
+        state wins."""
+        if not self._pending:
+            self._dirty_since = asyncio.get_running_loop().time()
+        self._pending += 1
         if self._save_task is not None and not self._save_task.done():
-            self._save_again = True
+            self._poke.set()
             return
         self._save_task = asyncio.create_task(self._save_loop(), name=f"save-{self.name}")
 
+    def _due_at(self) -> float:
+        """Loop time at which the changes not yet written are due in the file."""
+        if enough_to_save(self._pending, self._saved_cells):
+            return self._dirty_since
+        return self._dirty_since + SAVE_MAX_LAG_S
+
     async def _save_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            delay = self._next_save_at - loop.time()
+        while self._pending:
+            self._poke.clear()  # before reading the state: a change after this wakes us
+            delay = max(self._next_save_at, self._due_at()) - loop.time()
             if delay > 0:
-                self._pacing = True
-                try:
-                    await asyncio.sleep(delay)
-                finally:
-                    self._pacing = False
-            self._save_again = False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._poke.wait(), delay)
+                continue
             started = loop.time()
-            await self.save()
+            self._saving = True
+            try:
+                await self.save()
+            finally:
+                self._saving = False
             ended = loop.time()
             pause = min(SAVE_MAX_DELAY_S, max(SAVE_MIN_DELAY_S, SAVE_PACE * (ended - started)))
             self._next_save_at = ended + pause
-            if not self._save_again:
-                return
 
     async def flush(self) -> bool:
         """Write now and wait until the file holds every recorded cell; returns whether it
         does. A background save waiting for its turn is dropped (this one covers it)."""
         task = self._save_task
         if task is not None and not task.done():
-            if self._pacing:
+            if not self._saving:
                 task.cancel()
             await asyncio.wait({task})  # its outcome is this save's to report
         return await self.save()
@@ -495,6 +523,8 @@ class LiveNotebook:
         async with self._write_lock:
             try:
                 async with self._lock:
+                    self._pending = 0
+                    self._saved_cells = len(self.recorder.nb.cells)
                     parts = await asyncio.to_thread(self.recorder.serialise)
                 await asyncio.to_thread(self.recorder.write, parts)
             except Exception as exc:

@@ -175,3 +175,68 @@ def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     parts = [f"part {i};".encode() for i in range(10)] + ["é and the end".encode()]
     notebook.atomic_write_parts(tmp_path / "f", parts)
     assert (tmp_path / "f").read_bytes() == b"".join(parts)
+
+
+def test_bytes_written_per_cell_do_not_grow_with_the_session() -> None:
+    """The save rule (``enough_to_save``), cells of one size, no time passing: whatever the
+    session's length, a new cell costs at most 25 cells' worth of rewriting (1/SAVE_NEW_SHARE
+    plus the sawtooth), where a save after every cell would cost the whole notebook
+    (1,000 cells' worth at cell 1,000)."""
+    cell = 2_300  # bytes: 1,000 such cells make the benchmark's 2.3 MB notebook
+    cells = 2_000
+    written = [0] * (cells + 1)
+    pending = saved = 0
+    for n in range(1, cells + 1):
+        pending += 1
+        if notebook.enough_to_save(pending, saved):
+            written[n] = n * cell
+            pending, saved = 0, n
+    assert all(written[1:21])  # a short notebook is written after every cell
+    for start in (1, 101, 401, 901, 1901):
+        per_cell = sum(written[start : start + 100]) / 100
+        assert per_cell <= 25 * cell, (start, per_cell / cell)
+
+
+async def _saved(live: LiveNotebook, count: int) -> None:
+    """Wait (bounded) until the file holds ``count`` cells."""
+    for _ in range(600):
+        if live.path.exists() and len(nbformat.read(str(live.path), 4).cells) == count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the file never held {count} cells")
+
+
+async def _long_notebook(tmp_path: Path, cells: int) -> LiveNotebook:
+    rec = recorder(tmp_path)
+    for i in range(1, cells + 1):
+        add(rec, i)
+    live = LiveNotebook(rec, "s1")
+    assert await live.save()
+    return live
+
+
+async def test_a_long_notebook_is_rewritten_once_enough_of_it_is_new(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notebook, "SAVE_MAX_LAG_S", 600.0)
+    monkeypatch.setattr(notebook, "SAVE_MIN_DELAY_S", 0.0)
+    live = await _long_notebook(tmp_path, 100)  # 5% of it: 5 cells
+    for i in range(101, 105):
+        await live.add_cell(f"print({i})", outputs_for(i), **meta(i))
+    await asyncio.sleep(0.3)
+    assert len(nbformat.read(str(live.path), 4).cells) == 100
+    await live.add_cell("print(105)", outputs_for(105), **meta(105))
+    await _saved(live, 105)
+    # A flush writes what is pending at once.
+    await live.add_cell("print(106)", outputs_for(106), **meta(106))
+    assert await live.flush()
+    assert len(nbformat.read(str(live.path), 4).cells) == 106
+
+
+async def test_a_change_reaches_the_file_within_the_lag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notebook, "SAVE_MAX_LAG_S", 0.2)
+    live = await _long_notebook(tmp_path, 100)
+    await live.add_cell("print(101)", outputs_for(101), **meta(101))
+    await _saved(live, 101)
