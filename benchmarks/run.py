@@ -21,8 +21,9 @@ Scenarios (each bounded in count; every request and execution has a time limit):
 * ``idle``: per-session memory and broker memory with ``--idle`` idle sessions (default 20;
   ``--idle 200`` for the issue's 200 Docker sessions, which takes several minutes);
 * ``long``: broker CPU per execution over cells 901-1000 of a session that plots every
-  10th cell and over cells 1-100 of a fresh one, 0.3 s after each cell, the notebook's
-  saves included (``--quick``: 200 cells, windows of 50);
+  10th cell and over cells 1-100 of a fresh one, each in its own broker, the cells
+  alternating, 0.3 s after each, the notebook's saves included (``--quick``: 200 cells,
+  windows of 50);
 * ``replay``: a 50-cell session replayed (``interp replay``'s function) against its run.
 
 Every figure is printed with its ratio to the floor of the same run: the local floor for

@@ -311,39 +311,46 @@ def long_session(
     """The broker's CPU per execution over cells 1-``window`` of a fresh session and over
     the last ``window`` of a ``cells``-cell one (a plot every 10th cell in both).
 
-    The long session is taken to ``cells - window`` cells back to back; then its last
-    window runs, then a fresh session's first, one after the other. Each measured cell is
-    followed by ``pause`` seconds, as an agent's would be, so the notebook saves are paced
-    as they are in use, and each window ends with the notebook's longest lag
-    (``SAVE_MAX_LAG_S``) plus a second, so that the saves its cells caused are counted in
-    it. The CPU is the broker process's, all threads, read from their scheduler accounts.
+    Two brokers run side by side, one session each: the first session is taken to
+    ``cells - window`` cells back to back; then its last window and the fresh session's
+    first alternate, cell by cell, so both see the machine at the same moments, and each
+    broker's CPU (all its threads, from their scheduler accounts) is its session's alone,
+    the notebook saves its cells cause included, whenever they happen. Each cell is
+    followed by ``pause`` seconds, as an agent's would be, and the windows end with the
+    notebook's longest save lag (``SAVE_MAX_LAG_S``) plus a second.
     """
     from interpreter.notebook import SAVE_MAX_LAG_S
 
     settle = SAVE_MAX_LAG_S + 1.0
-
-    def measure(api: httpx.Client, sid: str, numbers: range) -> tuple[float, list[float]]:
-        wall: list[float] = []
-        c0 = broker.cpu_s()
-        for i in numbers:
-            wall.append(timed(execute, api, sid, _long_cell(i))[0])
-            time.sleep(pause)
-        time.sleep(settle)
-        return (broker.cpu_s() - c0) * 1000 / len(numbers), wall
-
-    with serve(backend) as broker, broker.client() as api:
-        old = create(api)
-        execute(api, old, "1+1")
+    with (
+        serve(backend) as old_broker,
+        serve(backend) as new_broker,
+        old_broker.client() as old_api,
+        new_broker.client() as new_api,
+    ):
+        old = create(old_api)
+        execute(old_api, old, "1+1")
         for i in range(1, cells - window + 1):
-            execute(api, old, _long_cell(i))
+            execute(old_api, old, _long_cell(i))
+        new = create(new_api)
+        execute(new_api, new, "1+1")
         time.sleep(settle)
-        cpu_last, wall_last = measure(api, old, range(cells - window + 1, cells + 1))
-        new = create(api)
-        execute(api, new, "1+1")
+        wall_first: list[float] = []
+        wall_last: list[float] = []
+        old_cpu, new_cpu = old_broker.cpu_s(), new_broker.cpu_s()
+        for k in range(window):
+            turns = [
+                (old_api, old, cells - window + 1 + k, wall_last),
+                (new_api, new, 1 + k, wall_first),
+            ]
+            for api, sid, i, wall in turns if k % 2 else turns[::-1]:
+                wall.append(timed(execute, api, sid, _long_cell(i))[0])
+                time.sleep(pause)
         time.sleep(settle)
-        cpu_first, wall_first = measure(api, new, range(1, window + 1))
-        api.delete(f"/v1/sessions/{old}")
-        api.delete(f"/v1/sessions/{new}")
+        cpu_last = (old_broker.cpu_s() - old_cpu) * 1000 / window
+        cpu_first = (new_broker.cpu_s() - new_cpu) * 1000 / window
+        old_api.delete(f"/v1/sessions/{old}")
+        new_api.delete(f"/v1/sessions/{new}")
     return {
         "cpu_first_ms": cpu_first,
         "cpu_last_ms": cpu_last,
