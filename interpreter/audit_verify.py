@@ -15,8 +15,9 @@ For each session (or the one asked for), in this order:
 A problem names the session, the link or execution and what differs. Records written
 before the chain existed (no hash) are counted as *not chained*, not as broken; so are
 notebook cells without a digest. Reads only: the database is opened read-only, and a
-running broker may keep writing meanwhile (a cell still being written may then show as
-missing from the notebook; run again once it is idle).
+running broker may keep writing meanwhile (a live session's file lags its newest cells
+by up to ``SAVE_MAX_LAG_S``, which then show as missing from the notebook; check closed
+sessions, or run again once the session has been idle that long).
 """
 
 from __future__ import annotations
