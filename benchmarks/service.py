@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -359,38 +360,54 @@ def long_session(
     }
 
 
+#: Original-and-replay pairs the replay scenario times (medians are reported).
+REPLAY_ROUNDS = 5
 REPLAY_CELL = "import math\nv{i} = sum(math.sqrt(k) for k in range(20000))\nprint(round(v{i}, 3))"
 
 
-def replay(backend: str, cells: int) -> dict[str, float]:
+def replay(backend: str, cells: int, rounds: int = REPLAY_ROUNDS) -> dict[str, Any]:
     """Run ``cells`` cells in a new session, then replay its notebook (``interp replay``'s
     function) in another: wall seconds of each, timed alike, from the session's creation
-    to its close (the replay's comparison of outputs included)."""
+    to its close (the replay's comparison of outputs included).
+
+    One broker serves ``rounds`` such pairs, each original followed by its replay, so that
+    the machine's drift hits both sides alike; the figures are the medians over the rounds,
+    with the ratio of each round beside them. A single pair moved by half its value from
+    one run to the next (the session's create and close dominate a 50-cell run).
+    """
     from interpreter.client import Client
     from interpreter.replay import replay_notebook
 
     # As served by default: the Docker backend keeps a warm pool of 2 (the local one none).
     pool = 2 if backend == "docker" else 0
+    originals: list[float] = []
+    replays: list[float] = []
+    cells_only: list[float] = []
+    matched = cells
     with serve(backend, pool) as broker, Client(broker.url) as client:
-        if pool:
-            broker.wait_warm(pool)
-        t0 = time.perf_counter()
-        session = client.create_session()
-        for i in range(cells):
-            session.run(REPLAY_CELL.format(i=i))
-        ran = time.perf_counter() - t0
-        nb = session.notebook()  # not part of the run: the replay is handed it
-        t0 = time.perf_counter()
-        session.close()
-        original = ran + time.perf_counter() - t0
-        if pool:
-            broker.wait_warm(pool)
-        t0 = time.perf_counter()
-        report = replay_notebook(client, nb)
-        replayed = time.perf_counter() - t0
+        for _ in range(rounds):
+            if pool:
+                broker.wait_warm(pool)
+            t0 = time.perf_counter()
+            session = client.create_session()
+            for i in range(cells):
+                session.run(REPLAY_CELL.format(i=i))
+            ran = time.perf_counter() - t0
+            nb = session.notebook()  # not part of the run: the replay is handed it
+            t0 = time.perf_counter()
+            session.close()
+            originals.append(ran + time.perf_counter() - t0)
+            if pool:
+                broker.wait_warm(pool)
+            t0 = time.perf_counter()
+            report = replay_notebook(client, nb)
+            replays.append(time.perf_counter() - t0)
+            cells_only.append(report.replay_cells_s)
+            matched = min(matched, report.matched)
     return {
-        "original_s": original,
-        "replay_s": replayed,
-        "replay_cells_s": report.replay_cells_s,
-        "matched": report.matched,
+        "original_s": statistics.median(originals),
+        "replay_s": statistics.median(replays),
+        "replay_cells_s": statistics.median(cells_only),
+        "ratios": [r / o for r, o in zip(replays, originals, strict=True)],
+        "matched": matched,
     }
