@@ -13,6 +13,7 @@ import json
 import logging
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -23,6 +24,9 @@ from typing import Any, TypeVar
 
 from interpreter import audit
 from interpreter.models import Execution, KernelInfo, RebuildReport, Session, SessionStatus
+
+#: Sessions whose last execution number the store keeps in memory (see ``next_seq``).
+SEQ_CACHE_SESSIONS = 4096
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -171,6 +175,8 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
+        #: The last sequence number handed out per session, most recently used last.
+        self._last_seq: OrderedDict[str, int] = OrderedDict()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -357,12 +363,24 @@ class Store:
         return Execution.model_validate_json(row[0]) if row else None
 
     def next_seq(self, session_id: str) -> int:
+        """A new sequence number for an execution of ``session_id``: one past the last.
+
+        Each number is handed out once (a write that then fails leaves a gap, which the
+        order does not mind). The last number of the sessions used most recently is kept,
+        so a running session costs no query per execution; others are read from the table.
+        """
         with self._lock:
-            cur = self._db.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM executions WHERE session_id = ?",
-                (session_id,),
-            )
-            return int(cur.fetchone()[0]) + 1
+            last = self._last_seq.pop(session_id, None)
+            if last is None:
+                cur = self._db.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM executions WHERE session_id = ?",
+                    (session_id,),
+                )
+                last = int(cur.fetchone()[0])
+            self._last_seq[session_id] = last + 1
+            if len(self._last_seq) > SEQ_CACHE_SESSIONS:
+                self._last_seq.popitem(last=False)
+            return last + 1
 
     def mark_unfinished(self) -> list[Unfinished]:
         """Executions a broker that stopped left unfinished, marked for what is known.
