@@ -588,11 +588,29 @@ def receiver(kc: Any, channel: str) -> Callable[[], Awaitable[dict[str, Any]]]:
     """Read the next message of ``kc``'s ``channel`` (``iopub`` or ``shell``), as the
     client's own ``get_*_msg`` does but without first awaiting a poll: one wake-up per
     message instead of two. The channel is looked up on each call (a renewed iopub
-    channel is read from then on)."""
+    channel is read from then on).
+
+    A message already waiting is taken at once, without the future, the events check
+    and the callbacks pyzmq's asyncio socket spends on each receive (in a flood of one
+    message per line that was a third of the broker's CPU per message); only an empty
+    socket is awaited through pyzmq. The synchronous twin shares the asyncio socket's
+    libzmq socket and is only used while that socket is open (closing it frees both).
+    """
+    twin: tuple[Any, zmq.Socket[bytes]] | None = None
 
     async def receive() -> dict[str, Any]:
+        nonlocal twin
         socket = getattr(kc, f"{channel}_channel").socket
-        frames = await socket.recv_multipart()
+        frames: list[bytes] | None = None
+        if not socket.closed:
+            if twin is None or twin[0] is not socket:
+                twin = (socket, zmq.Socket.shadow(socket.underlying))
+            try:
+                frames = twin[1].recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        if frames is None:
+            frames = await socket.recv_multipart()
         _, message = kc.session.feed_identities(frames)
         msg: dict[str, Any] = kc.session.deserialize(message)
         return msg
