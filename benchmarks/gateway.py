@@ -48,6 +48,10 @@ NOT_INSTALLED = (
     "Jupyter Kernel Gateway: not installed, skipped (install the extra: pip install -e '.[bench]')"
 )
 FLOOD = "for i in range(10000):\n    print(i, flush=True)"
+#: Longest one execution through the gateway may take (the flood takes seconds).
+EXECUTE_LIMIT_S = 300.0
+#: How long the ``idle`` status may follow the reply before the execution counts as over.
+IDLE_AFTER_REPLY_S = 5.0
 
 
 #: The gateway's own virtualenv (made by :func:`ensure_venv`): its dependencies never mix
@@ -203,7 +207,13 @@ class Channels:
         return msg_id
 
     async def execute(self, code: str) -> tuple[dict[str, Any], int]:
-        """Run ``code``; return its ``execute_reply`` and the stdout lines it printed."""
+        """Run ``code``; return its ``execute_reply`` and the stdout lines it printed.
+
+        Bounded: the whole execution within :data:`EXECUTE_LIMIT_S`, and the ``idle``
+        status within :data:`IDLE_AFTER_REPLY_S` of the reply. The gateway drops IOPub
+        messages under a flood (its rate limit), ``idle`` included at times, and a run
+        that waited for it hung for good.
+        """
         msg_id = self.send(
             "shell",
             "execute_request",
@@ -219,20 +229,31 @@ class Channels:
         reply: dict[str, Any] | None = None
         idle = False
         lines = 0
-        while reply is None or not idle:
-            raw = await self.conn.read_message()
-            if raw is None:
-                raise RuntimeError("the gateway closed the kernel's websocket")
-            msg = json.loads(raw)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            msg_type = msg["msg_type"]
-            if msg_type == "execute_reply":
-                reply = msg["content"]
-            elif msg_type == "stream":
-                lines += msg["content"]["text"].count("\n")
-            elif msg_type == "status" and msg["content"]["execution_state"] == "idle":
-                idle = True
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(EXECUTE_LIMIT_S) as limit:
+                while reply is None or not idle:
+                    raw = await self.conn.read_message()
+                    if raw is None:
+                        raise RuntimeError("the gateway closed the kernel's websocket")
+                    msg = json.loads(raw)
+                    if msg["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    msg_type = msg["msg_type"]
+                    if msg_type == "execute_reply":
+                        reply = msg["content"]
+                        deadline = limit.when()
+                        assert deadline is not None
+                        limit.reschedule(min(deadline, loop.time() + IDLE_AFTER_REPLY_S))
+                    elif msg_type == "stream":
+                        lines += msg["content"]["text"].count("\n")
+                    elif msg_type == "status" and msg["content"]["execution_state"] == "idle":
+                        idle = True
+        except TimeoutError:
+            if reply is None:
+                raise RuntimeError(f"no reply from the gateway in {EXECUTE_LIMIT_S:g} s") from None
+            # The reply came and its idle was dropped: the execution is over all the same.
+        assert reply is not None
         return reply, lines
 
     async def wait_ready(self) -> None:
