@@ -605,10 +605,8 @@ def receiver(kc: Any, channel: str) -> Callable[[], Awaitable[dict[str, Any]]]:
         if not socket.closed:
             if twin is None or twin[0] is not socket:
                 twin = (socket, zmq.Socket.shadow(socket.underlying))
-            try:
+            with contextlib.suppress(zmq.Again):
                 frames = twin[1].recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                pass
         if frames is None:
             frames = await socket.recv_multipart()
         _, message = kc.session.feed_identities(frames)
