@@ -194,16 +194,17 @@ class Kernel:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, launched: Callable[[], None] | None = None) -> None:
         """Start a kernel and connect to it. Raises KernelStartFailed.
 
         A kernel that dies before it answers is replaced once by a fresh one: under heavy
         load a start was seen to fail that way and the next attempt to work. What the
-        failed kernel said is logged either way.
+        failed kernel said is logged either way. ``launched`` is called each time a kernel
+        is launched (its process or container is up), before the handshake.
         """
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                await self._start_once()
+                await self._start_once(launched)
                 return
             except RuntimeError as exc:  # jupyter_client: the kernel died before replying
                 if attempt < START_ATTEMPTS:
@@ -215,11 +216,13 @@ class Kernel:
             except Exception as exc:
                 raise _start_failed(exc) from exc
 
-    async def _start_once(self) -> None:
+    async def _start_once(self, launched: Callable[[], None] | None = None) -> None:
         self.km = self._new_manager()
         try:
             async with asyncio.timeout(self.start_timeout_s):
                 await self.km.start_kernel(**{LAUNCH_KWARG: self.options})
+            if launched is not None:
+                launched()
             await self._connect()
         except Exception as exc:
             await self._log_start_failure(exc)

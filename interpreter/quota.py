@@ -28,6 +28,7 @@ Everything here blocks; async callers use ``asyncio.to_thread``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
@@ -46,6 +47,8 @@ IMAGE_NAME = "workspace.img"
 MIN_DISK_MB = 8
 _MOUNT_OPTIONS = "loop,nosuid,nodev"
 _TIMEOUT_S = 60
+#: mount(2)'s flag for moving a mount (linux/mount.h), what ``mount --move`` passes.
+MS_MOVE = 8192
 
 
 @dataclass(frozen=True)
@@ -150,8 +153,35 @@ def move(src_dir: Path, src_ws: Path, dst_dir: Path, dst_ws: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         image_path(dst_dir).unlink()
     dst_ws.mkdir(mode=0o755, parents=True, exist_ok=True)
-    _run(["mount", "--move", str(src_ws), str(dst_ws)], "move")
+    _move_mount(src_ws, dst_ws)
     os.rename(image_path(src_dir), image_path(dst_dir))
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_void_p,
+    ]
+    libc.mount.restype = ctypes.c_int
+    return libc
+
+
+def _move_mount(src: Path, dst: Path) -> None:
+    """Move the mount at ``src`` to ``dst`` with one mount(2) call, as ``mount --move``
+    does: on a warm-pool claim, starting that tool was most of the claim's time (3-4 ms of
+    a 5 ms claim, measured, issue 10)."""
+    done = _libc().mount(os.fsencode(src), os.fsencode(dst), None, MS_MOVE, None)
+    if done != 0:
+        err = ctypes.get_errno()
+        log.error("disk quota: move failed: %s", os.strerror(err))
+        raise KernelStartFailed(
+            "The workspace disk quota could not move; the broker's log says why."
+        )
 
 
 def sweep(sessions_root: Path, keep: set[str], *, copy: Copier | None = None) -> list[str]:

@@ -258,3 +258,57 @@ def _fresh_paths(lab: Lab) -> dict[str, Any]:
         "workspace": fresh.workspace,
         "runtime_dir": fresh.runtime_dir,
     }
+
+
+async def test_a_claimed_kernel_gets_a_sessions_weight_only_after_its_first_moments(
+    lab: Lab,
+) -> None:
+    """Raising a claimed kernel's CPU weight is an engine call that runs ``runc``; made at
+    once it took the CPU from the session's start and first cell. It waits
+    ``promote_after_s`` (here: longer than the test), and a pool closing makes it at once,
+    for the kernels that outlive it with their sessions."""
+    require_docker()
+    pool = ContainerPool(1, lab.options(), lab.base, root=lab.base / "pool")
+    pool.promote_after_s = 1e9
+    await pool.start()
+    engine = docker_client()
+
+    async def shares(container_id: str) -> int:
+        config = await asyncio.to_thread(engine.api.inspect_container, container_id)
+        return int(config["HostConfig"]["CpuShares"])
+
+    try:
+        await _ready(pool)
+        km = await lab.start(dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab)))
+        provisioner = km.provisioner
+        assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
+        claimed_id = provisioner.container.container_id
+        kc = await lab.client(km)
+        assert (await run(kc, "1+1"))["result"] == "2"
+        await asyncio.sleep(1)  # an update issued with the claim would have landed by now
+        assert await shares(claimed_id) == 128
+        assert len(pool._promotions) == 1
+    finally:
+        await pool.close()
+    assert await shares(claimed_id) == 1024
+    kc.stop_channels()
+    await km.shutdown_kernel(now=True)
+
+
+async def test_a_session_that_ends_before_its_weight_is_raised_leaves_no_error(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    require_docker()
+    pool = ContainerPool(1, lab.options(), lab.base, root=lab.base / "pool")
+    pool.promote_after_s = 1e9
+    await pool.start()
+    try:
+        await _ready(pool)
+        km = await lab.start(dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab)))
+        await km.shutdown_kernel(now=True)  # its container is removed
+    finally:
+        with caplog.at_level("DEBUG", logger="interpreter.backends.docker.pool"):
+            await pool.close()
+    assert not pool._promotions
+    assert "ended before its CPU weight was raised" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= 30], caplog.text

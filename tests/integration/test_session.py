@@ -19,19 +19,20 @@ from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest
 from interpreter.session import LiveSession
 from interpreter.store import Store, Writer
+from tests.conftest import require_docker
 from tests.conftest import test_settings as settings_for
 
 pytestmark = pytest.mark.slow
 
 
 class Parts:
-    def __init__(self, data_dir: Path, **overrides: object) -> None:
+    def __init__(self, data_dir: Path, backend: str = "local", **overrides: object) -> None:
         self.settings = settings_for(data_dir, **overrides)
         self.store = Store(self.settings.db_path)
         self.writer = Writer()
         self.factory = SessionFactory(
             self.settings,
-            backends.create("local", self.settings),
+            backends.create(backend, self.settings),
             self.store,
             self.writer,
             Metrics(lambda: {}),
@@ -78,6 +79,36 @@ async def test_executions_run_in_order_and_are_recorded(parts: Parts) -> None:
     record = parts.store.get_session(session.id)
     assert record is not None and record.status == "closed" and record.closed_reason == "deleted"
     assert session.notebook.path.is_file()
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_the_first_notebook_write_waits_for_the_launch_not_for_the_handshake(
+    tmp_path: Path, backend: str
+) -> None:
+    """The notebook's first write starts once the kernel is launched (its sync beside a
+    warm-pool claim's renames held those up) and is on disk before the session is
+    handed out; it overlaps the handshake instead of adding to the start."""
+    if backend == "docker":
+        require_docker()
+    parts = Parts(tmp_path, backend)
+    session = await parts.factory.new("owner", CreateSessionRequest())
+    kernel = session.kernel
+    connect = kernel._connect
+    at_handshake: list[bool] = []
+
+    async def observed(**kwargs: bool) -> None:
+        notebook = session.notebook  # whether its first write has begun, or is done
+        at_handshake.append(notebook._write_lock.locked() or notebook.path.exists())
+        await connect(**kwargs)
+
+    kernel._connect = observed  # type: ignore[method-assign]
+    try:
+        await session.start()
+        assert at_handshake == [False]
+        assert session.notebook.path.is_file()
+    finally:
+        await session.close()
+        parts.close()
 
 
 async def test_a_streaming_watcher_sees_typed_events_in_order(parts: Parts) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from interpreter import backends, quota, storage_floor
-from interpreter.errors import StorageFull, ValidationFailed
+from interpreter.errors import KernelStartFailed, StorageFull, ValidationFailed
 from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
 from interpreter.models import Limits
@@ -86,3 +86,33 @@ def test_an_unmounted_image_still_gives_its_files_back(tmp_path: Path) -> None:
     quota.detach(session_dir, workspace, copy=copy_tree_safely)
     assert (workspace / "kept.txt").read_text() == "kept"
     assert not quota.is_mounted(workspace) and not quota.image_path(session_dir).exists()
+
+
+def test_a_quota_moves_with_one_system_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm-pool claim hands its slot's mounted quota to the session: the mount and its
+    files move, the image follows, and no tool is started for it (``mount --move`` was
+    most of a claim's time)."""
+    require_quotas()  # skipped without loop mounts; failed in CI
+    slot, session = tmp_path / "slot", tmp_path / "session"
+    quota.attach(slot, slot / "ws", 8)
+    (slot / "ws" / "kept.txt").write_text("moved")
+    session.mkdir()
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    quota.move(slot, slot / "ws", session, session / "workspace")
+    monkeypatch.undo()
+    try:
+        assert quota.is_mounted(session / "workspace") and not quota.is_mounted(slot / "ws")
+        assert (session / "workspace" / "kept.txt").read_text() == "moved"
+        assert quota.image_path(session).exists() and not quota.image_path(slot).exists()
+        # What cannot move fails with the quota's error, not a crash: nothing is mounted there.
+        with pytest.raises(KernelStartFailed, match="could not move"):
+            quota.move(slot, slot / "ws", tmp_path / "other", tmp_path / "other" / "ws")
+    finally:
+        quota.detach(session, session / "workspace")
+    assert not quota.is_mounted(session / "workspace")
