@@ -8,6 +8,7 @@ import gc
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from interpreter.errors import SessionBusy, SessionClosed
 from interpreter.handle import Done, OutputAdded, StreamText
 from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
-from interpreter.models import CreateSessionRequest
+from interpreter.models import CreateSessionRequest, Execution
 from interpreter.session import LiveSession
 from interpreter.store import Store, Writer
 from tests.conftest import require_docker
@@ -109,6 +110,34 @@ async def test_the_first_notebook_write_waits_for_the_launch_not_for_the_handsha
     finally:
         await session.close()
         parts.close()
+
+
+async def test_an_execution_is_counted_once_on_record_and_before_its_answer(
+    parts: Parts,
+) -> None:
+    """The finished count (and the log line beside it) follows the final record: at the
+    final write nothing has counted the execution yet; when its waiter wakes, it has.
+    Counted earlier, the log line was formatted on the log thread during the write and
+    held the answer up."""
+    session = await parts.session()
+    executions = session.metrics.executions.labels("ok")
+    save = parts.store.save_execution
+    counted_at_final_write: list[float] = []
+
+    def observed(seq: int, execution: Execution, **kwargs: Any) -> None:
+        if execution.status == "ok":
+            counted_at_final_write.append(executions._value.get())
+        save(seq, execution, **kwargs)
+
+    parts.store.save_execution = observed  # type: ignore[method-assign]
+    try:
+        before = executions._value.get()
+        handle = await session.submit("1+1", 30)
+        await asyncio.wait_for(handle.finished.wait(), 30)
+        assert counted_at_final_write == [before]
+        assert executions._value.get() == before + 1
+    finally:
+        await session.close()
 
 
 async def test_a_streaming_watcher_sees_typed_events_in_order(parts: Parts) -> None:
