@@ -161,8 +161,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         The notebook's first write runs during the kernel's handshake, so the file is on
         disk (valid; the kernel's language info follows with the first cell) before the
         session is handed out, without the start waiting for the disk after the kernel
-        (issue 10). Not before the kernel is launched: the write's sync, beside a warm-pool
-        claim's renames into the same session directory, held those up by 3 ms (measured).
+        (issue 10). Not before the kernel is launched: its syncs would run in the session
+        directory while a warm-pool claim renames the workspace into it.
         """
         first_write: list[asyncio.Task[bool]] = []
 
