@@ -86,9 +86,10 @@ async def test_executions_run_in_order_and_are_recorded(parts: Parts) -> None:
 async def test_the_first_notebook_write_waits_for_the_launch_not_for_the_handshake(
     tmp_path: Path, backend: str
 ) -> None:
-    """The notebook's first write starts once the kernel is launched (its sync beside a
-    warm-pool claim's renames held those up) and is on disk before the session is
-    handed out; it overlaps the handshake instead of adding to the start."""
+    """The notebook's first write starts once the kernel is launched (not beside a
+    warm-pool claim's renames into the same directory) and is on disk before the session
+    is handed out; it overlaps the handshake instead of adding to the start. Only the
+    Docker case can tell the order apart: a local launch never yields to the loop."""
     if backend == "docker":
         require_docker()
     parts = Parts(tmp_path, backend)
