@@ -31,6 +31,7 @@ from jupyter_client.manager import AsyncKernelManager
 from interpreter import iopub_watch
 from interpreter.backends import Backend
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
+from interpreter.channels import stop_channels
 from interpreter.errors import KernelStartFailed
 from interpreter.heartbeat import Heartbeat, hb_url
 from interpreter.kernel_manager import KernelManager
@@ -575,16 +576,6 @@ def _start_failed(exc: Exception) -> KernelStartFailed:
         + (f": {msg}" if msg else "")
         + ". Try again; if it keeps failing, check the service logs."
     )
-
-
-def stop_channels(kc: Any) -> None:
-    """Stop the channels of ``kc`` that were started, as ``kc.stop_channels()`` does, but
-    without first creating those never started (stdin, heartbeat): jupyter_client's would
-    connect a stdin socket to the kernel only to close it."""
-    for name in ("shell", "iopub", "stdin", "hb", "control"):
-        channel = getattr(kc, f"_{name}_channel", None)
-        if channel is not None and channel.is_alive():
-            channel.stop()
 
 
 def receiver(kc: Any, channel: str) -> Callable[[], Awaitable[dict[str, Any]]]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import Container
+from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 #: How long one attempt waits for a shell reply before it asks again.
@@ -32,8 +32,13 @@ SHELL_WAIT_S = 1.0
 IOPUB_RESEND_S = 0.05
 
 
-async def wait_ready(kc: Any, timeout_s: float) -> dict[str, Any]:
+async def wait_ready(
+    kc: Any, timeout_s: float, alive: Callable[[], Awaitable[bool]] | None = None
+) -> dict[str, Any]:
     """Send ``kernel_info`` until it is answered on shell and seen on IOPub; its reply.
+
+    ``alive`` says whether the kernel still runs, asked only after an attempt went
+    unanswered; by default the client's own ``is_alive`` (its manager's answer).
 
     Raises:
         RuntimeError: the kernel died, or ``timeout_s`` passed without an answer (the same
@@ -49,7 +54,7 @@ async def wait_ready(kc: Any, timeout_s: float) -> dict[str, Any]:
             reply = await _answer(kc.get_shell_msg, sent, SHELL_WAIT_S)
         if reply is not None and await _answer(kc.get_iopub_msg, sent, IOPUB_RESEND_S):
             return reply
-        if not await kc.is_alive():
+        if not await (alive or kc.is_alive)():
             raise RuntimeError("Kernel died before replying to kernel_info")
         if loop.time() > deadline:
             raise RuntimeError(f"Kernel didn't respond in {timeout_s:.0f} seconds")

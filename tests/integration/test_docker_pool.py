@@ -10,6 +10,8 @@ from typing import Any
 
 import docker.errors
 import pytest
+import zmq.asyncio
+from jupyter_client.channels import HBChannel
 
 from interpreter import quota
 from interpreter.backends.docker.engine import docker_client, list_broker_containers
@@ -312,3 +314,47 @@ async def test_a_session_that_ends_before_its_weight_is_raised_leaves_no_error(
     assert not pool._promotions
     assert "ended before its CPU weight was raised" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= 30], caplog.text
+
+
+async def test_a_pooled_kernels_handshake_needs_no_heartbeat_thread_nor_context(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jupyter_client's ``wait_for_ready`` needs a heartbeat channel, a thread per client
+    that the handshake polled in 0.2 s steps, and a client made without a context makes a
+    ZMQ context (an I/O thread) of its own: per refilled kernel, half a second longer to
+    be ready and threads made only to be stopped. The pool's handshake uses shell and
+    IOPub, and the pool's one context."""
+    require_docker()
+    heartbeats: list[object] = []
+    contexts: list[object] = []
+    real_hb_init = HBChannel.__init__
+
+    def counted_hb(self: HBChannel, *args: Any, **kwargs: Any) -> None:
+        heartbeats.append(self)
+        real_hb_init(self, *args, **kwargs)
+
+    class CountedContext(zmq.asyncio.Context):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            contexts.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(HBChannel, "__init__", counted_hb)
+    monkeypatch.setattr(zmq.asyncio, "Context", CountedContext)
+    pool = ContainerPool(1, lab.options(), lab.base, root=lab.base / "pool")
+    await pool.start()
+    try:
+        await _ready(pool)
+        assert pool.started == 1
+        assert heartbeats == []
+        assert contexts == [pool._ctx]
+        # The handshake's sockets are closed; the pool's context stays open for claims.
+        assert pool._ctx is not None and not pool._ctx.closed
+        # And the kernel it readied serves a session as before.
+        options = dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab))
+        km = await lab.start(options)
+        kc = await lab.client(km)
+        first = await run(kc, "1+1")
+        assert first["result"] == "2" and pool.claimed == 1
+    finally:
+        await pool.close()
+    assert pool._ctx is None and contexts[0].closed

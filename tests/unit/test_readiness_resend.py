@@ -106,3 +106,31 @@ async def test_no_status_ever_is_a_timeout_not_a_hang() -> None:
     kc = LateSubscriber(lost=10**6)
     with pytest.raises(RuntimeError, match="respond"):
         await wait_ready(kc, 0.3)
+
+
+class Silent(LateSubscriber):
+    """A kernel that never answers (it died while starting), whose own client cannot tell:
+    without a manager or a heartbeat channel, jupyter_client's ``is_alive`` says True."""
+
+    def kernel_info(self) -> str:
+        msg_id = f"ki-{len(self.sent)}"
+        self.sent.append(msg_id)
+        return msg_id
+
+    async def is_alive(self) -> bool:
+        raise AssertionError("the given liveness check is asked, not the client")
+
+
+async def test_the_given_liveness_check_ends_the_wait_for_a_dead_kernel() -> None:
+    kc = Silent(lost=0)
+    asked: list[bool] = []
+
+    async def alive() -> bool:
+        asked.append(False)
+        return False
+
+    with pytest.raises(RuntimeError, match="died"):
+        await wait_ready(kc, 600, alive=alive)
+    # One unanswered attempt, then the check: not the 600 s the timeout allows.
+    assert asked == [False] and len(kc.sent) == 1
+    assert kc.waited_for_nothing <= readiness.SHELL_WAIT_S

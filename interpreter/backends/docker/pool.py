@@ -33,6 +33,7 @@ import re
 import secrets
 import stat
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import docker.errors
@@ -61,8 +62,10 @@ from interpreter.backends.docker.engine import (
     set_cpu_shares,
 )
 from interpreter.backends.docker.provisioner import DEFAULT_ARGV
+from interpreter.channels import stop_channels
 from interpreter.errors import InterpreterError, KernelStartFailed
 from interpreter.heartbeat import echoes, hb_url
+from interpreter.readiness import wait_ready
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +308,7 @@ class ContainerPool:
             self._ctx = None
 
     def _zmq(self) -> zmq.asyncio.Context:
-        """The context of the claims' heartbeat pings (one per pool)."""
+        """The pool's ZMQ context: its handshakes and its claims' heartbeat pings."""
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
         return self._ctx
@@ -384,18 +387,23 @@ class ContainerPool:
     async def _wait_kernel_info(self, kernel: KernelContainer) -> None:
         """Wait until the kernel answers ``kernel_info``, then run :data:`WARM_UP_CODE`, so
         a claim gets a ready kernel whose first cell costs what later ones do."""
-        client = AsyncKernelClient()
+        client = AsyncKernelClient(context=self._zmq())
         client.load_connection_info(
             ipc.connection_info(ipc.host_prefix(kernel.runtime_dir), kernel.key)
         )
-        client.start_channels()
+        # Shell and IOPub only. jupyter_client's own handshake needs a heartbeat channel,
+        # a thread per kernel that polled it in 0.2 s steps before the first kernel_info;
+        # whether the kernel still runs is asked of the pool's own check instead.
+        client.start_channels(hb=False, stdin=False, control=False)
         try:
-            await client.wait_for_ready(timeout=self.start_timeout_s)
+            await wait_ready(
+                client, self.start_timeout_s, alive=partial(self._still_running, kernel)
+            )
             await _warm_up(client, self.start_timeout_s)
         except (RuntimeError, TimeoutError) as exc:
             raise KernelStartFailed(f"pool kernel did not answer: {exc!r}") from exc
         finally:
-            client.stop_channels()
+            stop_channels(client)
 
     async def _still_running(self, kernel: KernelContainer) -> bool:
         if kernel.host_process is not None:
