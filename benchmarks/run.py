@@ -14,6 +14,9 @@ Scenarios (each bounded in count; every request and execution has a time limit):
 * ``cold``: create to first result (``1+1``) with no pool; raw: start a kernel, ``1+1``;
 * ``warm``: the same from a full warm pool, 40 times (Docker backend only; pool refilled
   between runs);
+* ``refill``: a running session's ``1+1`` from two claims until the pool is full again,
+  against the same session for as long with the pool full and quiet, in turns, five
+  pairs (Docker backend only; ``benchmarks/refill.py``);
 * ``rtt``: ``1+1`` round trips (API: JSON and SSE), then 10,000 lines one message each and
   10,000 lines in one message, every line counted; the floor and the service are both up
   and are driven in alternating blocks (``benchmarks/paired.py``), so drift hits both;
@@ -44,10 +47,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floors, gateway, paired, service
+from benchmarks import floors, gateway, paired, refill, service
 from benchmarks.floors import p
 
-ALL = ("cold", "warm", "rtt", "load", "idle", "long", "replay")
+ALL = ("cold", "warm", "refill", "rtt", "load", "idle", "long", "replay")
 
 
 class Table:
@@ -164,6 +167,25 @@ def main() -> None:
         if api:
             t.add("warm create to 1st result", "API docker p50", p(api, 0.5), "ms", None, "<= 30")
             t.add("warm create to 1st result", "API docker p95", p(api, 0.95), "ms", None, "<= 60")
+    if "refill" in only and "docker" in backends:
+        print("refill: a running session's 1+1, quiet vs while the pool refills", flush=True)
+        pairs = 2 if quick else 5
+        seen = bounded("api docker refill", refill.running_session, 2, pairs)
+        if seen:
+            quiet, busy = seen["quiet"], seen["refill"]
+            for q, name in ((0.5, "p50"), (0.95, "p95")):
+                t.add("running 1+1, pool quiet", f"API docker {name}", p(quiet, q), "ms")
+                t.add(
+                    "running 1+1, pool refilling",
+                    f"API docker {name}",
+                    p(busy, q),
+                    "ms",
+                    p(quiet, q),
+                    "<= 1.1x quiet",
+                    note=f"{len(busy)} round trips",
+                )
+            if seen["refilled"]:
+                t.add("pool refill after 2 claims", "API docker", p(seen["refilled"], 0.5), "s")
     if "rtt" in only:
         print(f"rtt: 1+1 x {n_rtt} (p50), 10,000 lines; floor and API in turns", flush=True)
         pairs: dict[str, dict[str, Any]] = {}

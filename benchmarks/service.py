@@ -86,8 +86,12 @@ class Broker:
             total, read = total + float(match.group(1)) / 1000, True
         return total if read else None
 
-    def warm(self) -> int:
-        text = httpx.get(self.url + "/metrics", timeout=30).text
+    def warm(self, client: httpx.Client | None = None) -> int:
+        """Ready kernels in the warm pool (``client``: ask over its kept-alive connection)."""
+        if client is not None:
+            text = client.get("/metrics").text
+        else:
+            text = httpx.get(self.url + "/metrics", timeout=30).text
         match = re.search(r"^interp_warm_kernels (\S+)", text, re.M)
         return int(float(match.group(1))) if match else 0
 
