@@ -63,3 +63,18 @@ def test_harness_prints_each_figure_with_its_ratio_to_the_floor(
         if line.startswith("| cold create to 1st result | API local |")
     )
     assert row.split("|")[4].strip().endswith("x"), row
+
+
+@pytest.mark.docker
+def test_the_refill_scenario_times_the_running_session_in_both_kinds_of_block() -> None:
+    from benchmarks import refill
+    from tests.integration.docker_lab import require_docker
+
+    require_docker()
+    seen = refill.running_session(pool=1, pairs=1)
+    # The running session's round trips in each kind of block, every one a real answer.
+    assert seen["refill"] and seen["quiet"]
+    assert all(ms > 0 for ms in seen["refill"] + seen["quiet"])
+    # One refill, timed from the claim until the pool was full again (bounded).
+    assert len(seen["refilled"]) == 1
+    assert 0 < seen["refilled"][0] < refill.MAX_BLOCK_S
