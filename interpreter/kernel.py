@@ -199,8 +199,10 @@ class Kernel:
         """Start a kernel and connect to it. Raises KernelStartFailed.
 
         A kernel that dies before it answers is replaced once by a fresh one: under heavy
-        load a start was seen to fail that way and the next attempt to work. What the
-        failed kernel said is logged either way. ``launched`` is called each time a kernel
+        load a start was seen to fail that way and the next attempt to work. (The cause
+        found, a Docker runtime directory shut to the kernel for an instant while it read
+        its connection file, is fixed in ``ipc.lock_runtime_dir``.) What the failed kernel
+        said is logged either way. ``launched`` is called each time a kernel
         is launched (its process or container is up), before the handshake.
         """
         for attempt in range(1, START_ATTEMPTS + 1):

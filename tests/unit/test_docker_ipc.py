@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,6 +155,55 @@ def test_lock_takes_the_directory_back(short_dir: Path) -> None:
     runtime = short_dir / "run"
     ipc.prepare_runtime_dir(runtime, USER)
     assert ipc.lock_runtime_dir(runtime)
+    st = os.stat(runtime)
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
+
+
+@pytest.mark.skipif(not ROOT, reason="only a root broker can take the directory back")
+def test_the_kernel_can_read_its_connection_file_at_every_step_of_the_lock(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ipykernel binds its sockets, then reads its connection file; the broker takes the
+    directory back as soon as the sockets are there. Owned by root while still mode 0700,
+    the directory was shut to the kernel between the two calls of the lock, and a kernel
+    reading its file then died ("Could not find '/run/interp/kernel.json'"; under load
+    about one Docker start in 150). After each call, a process of the kernel's uid and
+    gid looks for the file."""
+    os.chmod(short_dir, 0o755)  # mkdtemp's 0700 would shut the kernel out by itself
+    runtime = short_dir / "run"
+    ipc.prepare_runtime_dir(runtime, USER)
+    ipc.write_connection_file(runtime, {"key": b"k", "transport": "ipc"}, USER)
+    target = runtime / "kernel.json"
+
+    def kernel_sees() -> bool:
+        done = subprocess.run(
+            ["stat", "--", str(target)],
+            user=USER.uid,
+            group=USER.gid,
+            extra_groups=[],
+            capture_output=True,
+            timeout=30,
+        )
+        return done.returncode == 0
+
+    seen: list[tuple[str, bool]] = []
+    real_chown, real_chmod = os.chown, os.chmod
+
+    def chown(*args: Any, **kwargs: Any) -> None:
+        real_chown(*args, **kwargs)
+        seen.append(("chown", kernel_sees()))
+
+    def chmod(*args: Any, **kwargs: Any) -> None:
+        real_chmod(*args, **kwargs)
+        seen.append(("chmod", kernel_sees()))
+
+    assert kernel_sees()
+    monkeypatch.setattr(os, "chown", chown)
+    monkeypatch.setattr(os, "chmod", chmod)
+    assert ipc.lock_runtime_dir(runtime)
+    monkeypatch.undo()
+    assert sorted(step for step, _ in seen) == ["chmod", "chown"]
+    assert all(ok for _, ok in seen), seen
     st = os.stat(runtime)
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
 

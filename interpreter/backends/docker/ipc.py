@@ -175,11 +175,17 @@ def lock_runtime_dir(runtime_dir: Path) -> bool:
     With the directory owned by root and mode 0755 the kernel can no longer unlink or
     rename its sockets, so it cannot replace one with a symlink that a later ZMQ reconnect
     would follow. Only possible when the broker is root; returns whether it was done.
+
+    The mode is set before the owner: ipykernel binds its sockets and only then reads its
+    connection file, so the kernel may be looking in the directory right now. Owned by
+    root while still mode 0700, the directory was shut to the kernel for that instant,
+    and under load about one start in 150 ended with "Could not find
+    '/run/interp/kernel.json'".
     """
     if os.geteuid() != 0:
         return False
-    os.chown(runtime_dir, 0, 0, follow_symlinks=False)
     os.chmod(runtime_dir, 0o755, follow_symlinks=False)
+    os.chown(runtime_dir, 0, 0, follow_symlinks=False)
     return True
 
 
