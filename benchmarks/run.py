@@ -14,7 +14,7 @@ Scenarios (each bounded in count; every request and execution has a time limit):
 * ``cold``: create to first result (``1+1``) with no pool; raw: start a kernel, ``1+1``;
 * ``warm``: the same from a full warm pool, 40 times (Docker backend only; pool refilled
   between runs);
-* ``refill``: a running session's ``1+1`` from two claims until the pool is full again,
+* ``refill``: a running session's ``1+1`` from two claims' answers until the pool is full again,
   against the same session for as long with the pool full and quiet, in turns, five
   pairs (Docker backend only; ``benchmarks/refill.py``);
 * ``rtt``: ``1+1`` round trips (API: JSON and SSE), then 10,000 lines one message each and
