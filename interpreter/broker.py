@@ -144,6 +144,7 @@ class SessionBroker:
         )
         self._recovery_task = asyncio.create_task(self._recover(), name="recovery")
         self._cull_task = asyncio.create_task(self._cull_loop(), name="cull")
+        self.factory.prime()  # the first session then starts as fast as the next
 
     async def _recover(self) -> None:
         assert self.recovery is not None
@@ -189,6 +190,7 @@ class SessionBroker:
         self.store.close()
 
     async def _drain(self) -> None:
+        await self.factory.stop_priming()
         if self._recovery_task is not None and not self._recovery_task.done():
             self._recovery_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -10,6 +10,7 @@ kernel's packages exactly as a new one does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -21,7 +22,13 @@ from interpreter.ids import new_id
 from interpreter.image.packages import environment_packages, image_packages
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Limits
-from interpreter.notebook import NOTEBOOK_NAME, LiveNotebook, NotebookRecorder, set_aside
+from interpreter.notebook import (
+    NOTEBOOK_NAME,
+    LiveNotebook,
+    NotebookRecorder,
+    prime_validator,
+    set_aside,
+)
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.store import SessionRecord, Store, Writer, utcnow
@@ -55,6 +62,30 @@ class SessionFactory:
         self.writer = writer
         self.metrics = metrics
         self.broker_id = broker_id
+        self._primed: asyncio.Task[None] | None = None
+
+    def prime(self) -> None:
+        """Start doing, off the loop, what a process's first session would do first:
+        building nbformat's validator and, for a backend without an image, reading the
+        environment's distributions (importlib caches them until site-packages changes).
+        The first local session took 190 ms longer than the next without it. A create
+        waits for it if it has not finished (:meth:`new`)."""
+        if self._primed is None:
+            self._primed = asyncio.create_task(self._prime(), name="prime")
+
+    async def stop_priming(self) -> None:
+        if self._primed is not None and not self._primed.done():
+            self._primed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._primed
+
+    async def _prime(self) -> None:
+        try:
+            await asyncio.to_thread(prime_validator)
+            if not self.backend.isolated:
+                await asyncio.to_thread(environment_packages)
+        except Exception:  # only a head start: the first create does it if this fails
+            log.warning("could not prepare for the first session", exc_info=True)
 
     def launch_options(
         self,
@@ -150,6 +181,8 @@ class SessionFactory:
 
         ``source`` describes what it is rebuilt from (``session:<id>``, ``notebook``).
         """
+        if self._primed is not None and not self._primed.done():
+            await asyncio.shield(self._primed)
         session_id = new_id("s")
         options = self.launch_options(session_id, owner, req.limits, req.env, req.image)
         packages = await self.kernel_packages(options.image)

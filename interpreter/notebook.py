@@ -54,6 +54,15 @@ IOV_MAX = IOV_MAX if IOV_MAX > 0 else 16
 log = logging.getLogger(__name__)
 
 
+def prime_validator() -> None:
+    """Build nbformat's validator for new notebooks now: its first use compiles the JSON
+    schema (about 40 ms), which the first session's ``new_notebook`` otherwise did on the
+    event loop. Call off the loop; later validations reuse it (nbformat caches it)."""
+    nbformat.validator.get_validator(  # type: ignore[no-untyped-call]
+        version=v4.nbformat, version_minor=v4.nbformat_minor
+    )
+
+
 def enough_to_save(pending: int, saved_cells: int) -> bool:
     """Whether ``pending`` changes are enough to rewrite a file of ``saved_cells`` cells
     now rather than when the oldest of them is ``SAVE_MAX_LAG_S`` old."""
