@@ -8,6 +8,7 @@ never by raw path, so session ids never become label values.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 
 from prometheus_client import (
@@ -48,29 +49,35 @@ class _GaugesCollector(Collector):
         self._queued = queued
         self._warm = warm_kernels
         self._uploads = uploads
+        self._values: tuple[dict[str, int], int, int, int] = ({}, 0, 0, 0)
+
+    def read(self) -> None:
+        """Read the broker's state now, on its event loop: a scrape renders in a worker
+        thread, which must not walk the loop's live dicts."""
+        self._values = (dict(self._counts()), self._queued(), self._warm(), self._uploads())
 
     def collect(self) -> Iterable[Metric]:
+        counts, queued, warm, uploads = self._values
         family = GaugeMetricFamily(
             "interp_sessions", "Live sessions of the broker, by status.", labels=["status"]
         )
-        counts = self._counts()
         for status in SESSION_STATUSES:
             family.add_metric([status], counts.get(status, 0))
         yield family
         yield GaugeMetricFamily(
             "interp_queued_executions",
             "Executions waiting in session queues (not yet running).",
-            value=self._queued(),
+            value=queued,
         )
         yield GaugeMetricFamily(
             "interp_warm_kernels",
             "Kernels ready in the backend's warm pool (0 without a pool).",
-            value=self._warm(),
+            value=warm,
         )
         yield GaugeMetricFamily(
             "interp_uploads_receiving",
             "File uploads whose body is being received (capped by max_concurrent_uploads).",
-            value=self._uploads(),
+            value=uploads,
         )
 
 
@@ -142,9 +149,10 @@ class Metrics:
             buckets=_HTTP_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(
-            _GaugesCollector(session_counts, queued, warm_kernels, lambda: self.uploads_receiving)
+        self._gauges = _GaugesCollector(
+            session_counts, queued, warm_kernels, lambda: self.uploads_receiving
         )
+        self.registry.register(self._gauges)
         if process:
             ProcessCollector(registry=self.registry)
 
@@ -158,4 +166,14 @@ class Metrics:
         self.http_duration.labels(route, method).observe(seconds)
 
     def render(self) -> bytes:
+        """The exposition text, rendered here (on the loop, if called there)."""
+        self._gauges.read()
         return bytes(generate_latest(self.registry))
+
+    async def scrape(self) -> bytes:
+        """The exposition text for ``/metrics``: the broker's gauges read on the loop, the
+        rest rendered in a worker thread. Rendering the registry and reading this
+        process's ``/proc`` entries took about 2 ms, all of it on the event loop."""
+        self._gauges.read()
+        text = await asyncio.to_thread(generate_latest, self.registry)
+        return bytes(text)

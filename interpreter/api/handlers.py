@@ -311,7 +311,7 @@ class MetricsHandler(BaseHandler):
 
     async def get(self) -> None:
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.finish(self.broker.metrics.render())
+        self.finish(await self.broker.metrics.scrape())
 
 
 class OpenAPIHandler(BaseHandler):
