@@ -68,7 +68,7 @@ class SessionFactory:
         """Start doing, off the loop, what a process's first session would do first:
         building nbformat's validator and, for a backend without an image, reading the
         environment's distributions (importlib caches them until site-packages changes).
-        The first local session took 190 ms longer than the next without it. A create
+        The first local session took about 170 ms longer than the next without it. A create
         waits for it if it has not finished (:meth:`new`)."""
         if self._primed is None:
             self._primed = asyncio.create_task(self._prime(), name="prime")

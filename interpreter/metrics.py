@@ -165,11 +165,6 @@ class Metrics:
         self.http_requests.labels(route, method, str(status)).inc()
         self.http_duration.labels(route, method).observe(seconds)
 
-    def render(self) -> bytes:
-        """The exposition text, rendered here (on the loop, if called there)."""
-        self._gauges.read()
-        return bytes(generate_latest(self.registry))
-
     async def scrape(self) -> bytes:
         """The exposition text for ``/metrics``: the broker's gauges read on the loop, the
         rest rendered in a worker thread. Rendering the registry and reading this
