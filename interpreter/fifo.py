@@ -8,6 +8,8 @@ is finished in place and skipped when its turn comes.
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 
 from interpreter.handle import ExecutionHandle
 from interpreter.models import TERMINAL_STATUSES
@@ -24,6 +26,8 @@ class ExecutionQueue:
     def __init__(self, size: int) -> None:
         self._waiting: asyncio.Queue[ExecutionHandle] = asyncio.Queue(maxsize=size)
         self._by_id: dict[str, ExecutionHandle] = {}
+        #: Handles out of the queue, oldest first, whose event log may still be held.
+        self._logged: collections.deque[ExecutionHandle] = collections.deque()
         self.current: ExecutionHandle | None = None
 
     @property
@@ -63,15 +67,26 @@ class ExecutionQueue:
             if not handle.finished.is_set():
                 self.current = handle
                 return handle
+            self._logged.append(handle)  # cancelled while it waited
 
     def done(self) -> None:
-        """The current execution ended; forget old finished ones."""
+        """The current execution ended; forget old finished ones.
+
+        Only the oldest handles are looked at: it used to scan every kept handle (up to
+        65) after each cell, 8.5 us against 2 us now (measured alone, issue 10).
+        """
+        if self.current is not None:
+            self._logged.append(self.current)
         self.current = None
-        finished = [h for h in self._by_id.values() if h.finished.is_set()]
-        for handle in finished[:-KEPT_EVENT_LOGS]:
-            handle.release_log()
-        if len(self._by_id) > KEPT_HANDLES:
-            for key in list(self._by_id)[:-KEPT_HANDLES]:
+        while len(self._logged) > KEPT_EVENT_LOGS:
+            # One not finished yet (a drained cell being ended) keeps its log for now; past
+            # KEPT_HANDLES it is let go here and its log goes when the handle is forgotten.
+            if not self._logged[0].finished.is_set() and len(self._logged) <= KEPT_HANDLES:
+                break
+            self._logged.popleft().release_log()
+        excess = len(self._by_id) - KEPT_HANDLES
+        if excess > 0:
+            for key in list(itertools.islice(self._by_id, excess)):
                 if self._by_id[key].finished.is_set():
                     del self._by_id[key]
 
@@ -80,6 +95,7 @@ class ExecutionQueue:
         taken = []
         while not self._waiting.empty():
             taken.append(self._waiting.get_nowait())
+        self._logged.extend(taken)
         return taken
 
 

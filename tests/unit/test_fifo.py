@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from interpreter.fifo import ExecutionQueue
+from interpreter.fifo import KEPT_EVENT_LOGS, KEPT_HANDLES, ExecutionQueue
 from interpreter.handle import ExecutionHandle
 from interpreter.models import Execution
 
@@ -42,3 +42,66 @@ async def test_a_cancelled_waiting_execution_is_not_ahead() -> None:
     first.execution.status = "cancelled"
     first.finish()
     assert queue.ahead() is second
+
+
+async def test_after_each_cell_only_the_oldest_kept_log_is_let_go(monkeypatch) -> None:
+    """The newest KEPT_EVENT_LOGS finished cells keep their event logs and the newest
+    KEPT_HANDLES stay found by id, as before; but each finished cell releases one log,
+    not every log older than the window again (the old scan did that after each cell,
+    over up to 65 kept handles)."""
+    released: list[str] = []
+    original = ExecutionHandle.release_log
+
+    def counting(self: ExecutionHandle) -> None:
+        released.append(self.execution.id)
+        original(self)
+
+    monkeypatch.setattr(ExecutionHandle, "release_log", counting)
+    queue = ExecutionQueue(4)
+    handles = [handle(n) for n in range(200)]
+    for h in handles:
+        queue.put(h)
+        assert await queue.next() is h
+        h.finish()
+        queue.done()
+    assert len(released) == len(handles) - KEPT_EVENT_LOGS
+    assert released == [h.execution.id for h in handles[:-KEPT_EVENT_LOGS]]
+    assert all(h._log is None for h in handles[:-KEPT_EVENT_LOGS])
+    assert all(h._log is not None for h in handles[-KEPT_EVENT_LOGS:])
+    assert [queue.get(h.execution.id) for h in handles[-KEPT_HANDLES:]] == handles[-KEPT_HANDLES:]
+    assert all(queue.get(h.execution.id) is None for h in handles[:-KEPT_HANDLES])
+
+
+async def test_cancelled_and_drained_cells_let_their_logs_go_once_finished() -> None:
+    queue = ExecutionQueue(KEPT_EVENT_LOGS + 4)
+    cancelled = handle(0)
+    queue.put(cancelled)
+    cancelled.finish()  # cancelled while it waited: skipped by next()
+    ran = [handle(n) for n in range(1, 3)]
+    for h in ran:
+        queue.put(h)
+    assert await queue.next() is ran[0]
+    drained = [handle(n) for n in range(3, 3 + KEPT_EVENT_LOGS)]
+    for h in drained:
+        queue.put(h)
+    assert queue.drain() == [ran[1], *drained]
+    ran[0].finish()
+    queue.done()
+    # The skipped one is past the window; the drained ones, not finished yet, are not let go
+    # (the oldest of them holds the rest back until it is finished).
+    assert cancelled._log is None and ran[0]._log is not None
+    assert released_none(drained)
+    for h in [ran[1], *drained]:
+        h.finish()  # ended by the session, as cancel_queued does
+    later = handle(99)
+    queue.put(later)
+    assert await queue.next() is later
+    later.finish()
+    queue.done()
+    # Once finished, the oldest drained ones go, the newest KEPT_EVENT_LOGS to end stay.
+    assert ran[1]._log is None and drained[0]._log is None and drained[1]._log is None
+    assert released_none([*drained[2:], ran[0], later])
+
+
+def released_none(handles: list[ExecutionHandle]) -> bool:
+    return all(h._log is not None for h in handles)
