@@ -20,6 +20,7 @@ costs the broker a bounded amount; a resume from before what is kept raises
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -106,6 +107,7 @@ class ExecutionHandle:
         notebook_sha256: the digest of its notebook cell (``interpreter/audit.py``).
         approval: the approval it waits for before it may run (policy ``approve``).
         spill: where its stream text past the in-memory limit goes, while it runs.
+        running_write: the store write of its running state, once the worker issued it.
     """
 
     execution: Execution
@@ -125,6 +127,8 @@ class ExecutionHandle:
     notebook_sha256: str | None = None
     approval: PendingApproval | None = None
     spill: StreamSpill | None = None
+    #: The write of its running state, issued by the worker as it sends the code.
+    running_write: concurrent.futures.Future[None] | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
     _log: deque[Event] | None = field(default_factory=deque)
     #: Id of the oldest event still in the log, and the log's size in characters.

@@ -378,8 +378,15 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if handle.approval is not None:
             handle.publish(ApprovalRequired(handle.approval.model()))
         # Awaited: an execution id handed to a client is on record even if the broker is
-        # killed right after (it then comes back as `unknown`, R-07).
-        await self.writer.run(partial(self._save_execution, handle), key=execution.id)
+        # killed right after (it then comes back as `unknown`, R-07). An idle worker takes
+        # the cell in the loop's next step, before this one resumes, and writes it down as
+        # running as it sends it: that write puts it on record, one transaction instead of
+        # two (queued, then running; issue 10). A cell that waits is written as queued.
+        await asyncio.sleep(0)
+        if handle.running_write is not None:
+            await asyncio.wrap_future(handle.running_write)
+        else:
+            await self.writer.run(partial(self._save_execution, handle), key=execution.id)
         return handle
 
     def _activity(self, status: SessionStatus) -> Activity:
@@ -471,7 +478,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex.generation = self.generation
         ex.started_at = utcnow()
         started = loop.time()
-        self.writer.later(partial(self._save_execution, handle), key=ex.id)
+        handle.running_write = self.writer.later(partial(self._save_execution, handle), key=ex.id)
         rec = self._record(handle, await self.kernel.execute(ex.code, ex.id))
         ending = await waiting.until_end(
             handle,

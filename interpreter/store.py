@@ -462,11 +462,13 @@ class Writer:
         result: T = await asyncio.wrap_future(future)
         return result
 
-    def later(self, fn: Callable[[], object], key: str | None = None) -> None:
-        """Queue ``fn`` behind the earlier writes without waiting (failures are logged)."""
+    def later(self, fn: Callable[[], T], key: str | None = None) -> Future[T]:
+        """Queue ``fn`` behind the earlier writes without waiting (failures are logged);
+        returns the future of the write that saves it (one it joined, if it did)."""
         future, new = self._submit(fn, key)
         if new:
             future.add_done_callback(_log_write_failure)
+        return future
 
     def close(self) -> None:
         """Wait for every queued write, then stop the thread."""
