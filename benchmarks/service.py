@@ -104,7 +104,9 @@ class Broker:
 
 
 @contextlib.contextmanager
-def serve(backend: str, pool: int = 0, *extra: str) -> Iterator[Broker]:
+def serve(backend: str, pool: int = 0, *extra: str, cwd: Path | None = None) -> Iterator[Broker]:
+    """``interp serve`` in a process of its own, its data in a fresh directory. ``cwd``: a
+    checkout to serve the package from (``python -m`` imports from there first)."""
     data = Path(tempfile.mkdtemp(prefix="interp-bench-"))
     proc = subprocess.Popen(
         [
@@ -126,6 +128,7 @@ def serve(backend: str, pool: int = 0, *extra: str) -> Iterator[Broker]:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "INTERP_KEEP_CONTAINERS_ON_SHUTDOWN": "false"},
+        cwd=cwd,
     )
     try:
         assert proc.stdout is not None

@@ -7,6 +7,8 @@ gateway process runs a real kernel; without it, the benchmark must say so and go
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +80,49 @@ def test_the_refill_scenario_times_the_running_session_in_both_kinds_of_block() 
     # One refill, timed from the claim until the pool was full again (bounded).
     assert len(seen["refilled"]) == 1
     assert 0 < seen["refilled"][0] < refill.MAX_BLOCK_S
+
+
+def test_side_by_side_drives_this_build_and_a_revision_from_its_own_checkout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+
+    from benchmarks import service, sidebyside
+
+    served_from: list[Path | None] = []
+    serve = service.serve
+
+    def recording(backend: str, cwd: Path | None = None) -> Any:
+        served_from.append(cwd)
+        if cwd is not None:  # the revision's checkout, and the package imported from it
+            probe = [sys.executable, "-c", "import interpreter; print(interpreter.__file__)"]
+            where = subprocess.run(probe, cwd=cwd, capture_output=True, text=True, check=True)
+            assert Path(where.stdout.strip()) == cwd / "interpreter" / "__init__.py"
+        return serve(backend, cwd=cwd)
+
+    monkeypatch.setattr(service, "serve", recording)
+    argv = ["sidebyside", "--against", "HEAD", "--turns", "3", "--rounds", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    sidebyside.main()
+    out = capsys.readouterr().out
+    assert "| floor | 1 |" in out
+    assert "| this build | 1 |" in out
+    assert "| HEAD | 1 |" in out
+    this, checkout = served_from
+    assert this is None and checkout is not None
+    # The checkout is gone afterwards, from the disk and from git's list.
+    assert not checkout.exists()
+    listed = subprocess.run(
+        ["git", "-C", str(sidebyside.REPO), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert str(checkout) not in listed
+
+
+def test_side_by_side_says_which_revision_it_cannot_check_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from benchmarks import sidebyside
+
+    monkeypatch.setattr(sys, "argv", ["sidebyside", "--against", "no-such-revision-xyz"])
+    with pytest.raises(SystemExit, match="cannot check out 'no-such-revision-xyz'"):
+        sidebyside.main()
