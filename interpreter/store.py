@@ -320,13 +320,17 @@ class Store:
         data = execution.model_dump_json()
         started = execution.started_at.isoformat() if execution.started_at else None
         with self._tx() as db:
+            # The chain's link first, so that the row takes its hashes in the same statement.
+            link = _chain(db, execution, notebook_sha256)
             db.execute(
                 "INSERT INTO executions (id, session_id, seq, status, code, created_at,"
-                " started_at, duration_ms, data_json, notebook_sha256)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " started_at, duration_ms, data_json, notebook_sha256, prev_hash, hash)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET status = excluded.status,"
                 " started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
-                " data_json = excluded.data_json, notebook_sha256 = excluded.notebook_sha256",
+                " data_json = excluded.data_json, notebook_sha256 = excluded.notebook_sha256,"
+                " prev_hash = coalesce(excluded.prev_hash, prev_hash),"
+                " hash = coalesce(excluded.hash, hash)",
                 (
                     execution.id,
                     execution.session_id,
@@ -338,9 +342,9 @@ class Store:
                     execution.duration_ms,
                     data,
                     notebook_sha256,
+                    *(link or (None, None)),
                 ),
             )
-            _chain(db, execution, notebook_sha256)
             if activity is not None:
                 _save_activity(db, execution.session_id, activity)
 
@@ -404,11 +408,12 @@ class Store:
             ex.status = "unknown" if ex.status in ("running", "unknown") else "cancelled"
             ex.reason = "broker_restarted"
             with self._tx() as db:
+                prev, digest = _chain(db, ex, row["notebook_sha256"]) or (None, None)
                 db.execute(
-                    "UPDATE executions SET status = ?, data_json = ? WHERE id = ?",
-                    (ex.status, ex.model_dump_json(), row["id"]),
+                    "UPDATE executions SET status = ?, data_json = ?,"
+                    " prev_hash = coalesce(?, prev_hash), hash = coalesce(?, hash) WHERE id = ?",
+                    (ex.status, ex.model_dump_json(), prev, digest, row["id"]),
                 )
-                _chain(db, ex, row["notebook_sha256"])
             changed.append(Unfinished(row["session_id"], row["seq"], ex))
         return changed
 
@@ -462,6 +467,11 @@ class Writer:
         result: T = await asyncio.wrap_future(future)
         return result
 
+    def begin(self, fn: Callable[[], T]) -> Future[T]:
+        """Queue ``fn`` behind the earlier writes without waiting; the caller awaits the
+        returned future (``asyncio.wrap_future``) and sees its failure."""
+        return self._submit(fn, None)[0]
+
     def later(self, fn: Callable[[], T], key: str | None = None) -> Future[T]:
         """Queue ``fn`` behind the earlier writes without waiting (failures are logged);
         returns the future of the write that saves it (one it joined, if it did)."""
@@ -510,10 +520,13 @@ def _save_activity(db: sqlite3.Connection, session_id: str, activity: Activity) 
     )
 
 
-def _chain(db: sqlite3.Connection, execution: Execution, notebook_sha256: str | None) -> None:
-    """Append a link for a final execution whose covered content changed (``audit.py``)."""
+def _chain(
+    db: sqlite3.Connection, execution: Execution, notebook_sha256: str | None
+) -> tuple[str, str] | None:
+    """Append a link for a final execution whose covered content changed (``audit.py``);
+    returns the link's previous and own hash for the execution's row, or None if none."""
     if execution.status in audit.UNFINISHED:
-        return
+        return None
     content = audit.canonical(audit.content_of(execution, notebook_sha256))
     sid = execution.session_id
     last = db.execute(
@@ -526,7 +539,7 @@ def _chain(db: sqlite3.Connection, execution: Execution, notebook_sha256: str | 
         (sid, execution.id),
     ).fetchone()
     if mine is not None and mine[0] == content:
-        return
+        return None
     idx = last[0] + 1 if last else 1
     prev = last[1] if last else audit.genesis(sid)
     digest = audit.link_hash(prev, content)
@@ -535,9 +548,7 @@ def _chain(db: sqlite3.Connection, execution: Execution, notebook_sha256: str | 
         " content_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (sid, idx, execution.id, prev, digest, content, utcnow().isoformat()),
     )
-    db.execute(
-        "UPDATE executions SET prev_hash = ?, hash = ? WHERE id = ?", (prev, digest, execution.id)
-    )
+    return prev, digest
 
 
 def _decode(row: sqlite3.Row) -> SessionRecord:
