@@ -467,11 +467,6 @@ class Writer:
         result: T = await asyncio.wrap_future(future)
         return result
 
-    def begin(self, fn: Callable[[], T]) -> Future[T]:
-        """Queue ``fn`` behind the earlier writes without waiting; the caller awaits the
-        returned future (``asyncio.wrap_future``) and sees its failure."""
-        return self._submit(fn, None)[0]
-
     def later(self, fn: Callable[[], T], key: str | None = None) -> Future[T]:
         """Queue ``fn`` behind the earlier writes without waiting (failures are logged);
         returns the future of the write that saves it (one it joined, if it did)."""
