@@ -228,6 +228,7 @@ def main() -> None:
             for key in ("lines", "buffered"):
                 ms, lines = api[key]
                 target = "<= 1.3x, 10000 lines" if key == "lines" else ""
+                ratios = "/".join(f"{r:.2f}" for r in api[f"{key}_ratios"])
                 t.add(
                     f"10k lines, {key}",
                     f"API {b}",
@@ -235,7 +236,8 @@ def main() -> None:
                     "ms",
                     fl.get(key, (None,))[0],
                     target,
-                    note=f"{lines} lines",
+                    note=f"{lines} lines; medians of {len(api[f'{key}_ratios'])} pairs,"
+                    f" each ratio {ratios}",
                 )
     if "load" in only:
         print(f"load: {sessions} sessions x {execs} executions at once", flush=True)
