@@ -8,6 +8,9 @@ with a stock ipykernel, the kernel:
   could have planted in the writable home or workspace: IPython gets a fresh, empty
   ``IPYTHONDIR`` of its own each start (:mod:`interpreter_kernel.ipythondir`), whatever
   the environment says, and startup files are skipped outright;
+* ends a cell on interrupt even when it is blocked in a call such as ``time.sleep``: only
+  the main thread takes SIGINT, and it is woken after an interrupt
+  (:mod:`interpreter_kernel.interrupts`);
 * reads EOF from standard input, and ``input()``/``getpass()`` fail at once
   (:class:`~interpreter_kernel.kernel.InterpreterKernel`);
 * prints no console banner, keeps no on-disk input history;
@@ -31,6 +34,7 @@ from traitlets import Type
 from traitlets.config import Config
 
 from .configure import setup
+from .interrupts import block_sigint, install_wake
 from .ipythondir import private_ipython_dir
 from .textsafe import install
 from .watchdog import start_from_environment
@@ -63,6 +67,12 @@ class InterpreterKernelApp(IPKernelApp):
         """
         context.setsockopt(zmq.SNDHWM, 0)
         super().init_iopub(context)  # type: ignore[no-untyped-call]
+
+    def init_signal(self) -> None:
+        """ipykernel's SIGINT setup, and the handler of the signal that wakes the main
+        thread after an interrupt (:mod:`interpreter_kernel.interrupts`)."""
+        super().init_signal()  # type: ignore[no-untyped-call]
+        install_wake()
 
     def init_io(self) -> None:
         """ipykernel's streams, with messages that survive any text the user's code writes
@@ -143,6 +153,9 @@ def main(argv: list[str] | None = None) -> None:
         argv: command-line arguments without the program name (default ``sys.argv[1:]``),
             normally ``["-f", connection_file]``.
     """
+    # Before any thread starts: the kernel's threads then all block SIGINT, and the main
+    # thread alone takes an interrupt (interpreter_kernel.interrupts).
+    block_sigint()
     private_ipython_dir()
     _stdin_from_devnull()
     start_from_environment()

@@ -1,11 +1,15 @@
-"""The IPython kernel class: ipykernel's, except that it never waits for user input."""
+"""The IPython kernel class: ipykernel's, except that it never waits for user input and
+its interrupts end a cell even as it enters a blocking call."""
 
 from __future__ import annotations
 
-from typing import TextIO
+import threading
+from typing import Any, TextIO
 
 from ipykernel.ipkernel import IPythonKernel
 from IPython.core.error import StdinNotImplementedError
+
+from .interrupts import InterruptWaker, open_sigint
 
 #: What ``input()`` and ``getpass()`` raise (as ``StdinNotImplementedError``).
 INPUT_NOT_SUPPORTED = (
@@ -16,13 +20,50 @@ INPUT_NOT_SUPPORTED = (
 
 
 class InterpreterKernel(IPythonKernel):
-    """ipykernel's IPython kernel whose ``input()`` and ``getpass()`` fail at once.
+    """ipykernel's IPython kernel whose ``input()`` and ``getpass()`` fail at once, and
+    whose interrupts wake a main thread that the SIGINT alone left blocked.
 
     Nobody is there to answer an input request: the broker sends ``allow_stdin=False``, and
     even a client that allowed it would leave the cell waiting until its timeout. ipykernel
     already raises in that case; this only makes the error say what to do instead, and makes
     it independent of what the client asked for.
+
+    Interrupts: see :mod:`interpreter_kernel.interrupts`. The requests it follows are the
+    ones ipykernel opens to SIGINT: those between its pre- and post-handler hooks on the
+    main thread.
     """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        self._waker = InterruptWaker()
+        self._request: object | None = None
+        self._sigint_open = False
+
+    def pre_handler_hook(self) -> None:
+        """ipykernel's hook (SIGINT raises from here on), then note that a request runs.
+
+        The first time, SIGINT is unblocked on the main thread first (the app blocked it
+        before the kernel started its threads), while it is still ignored.
+        """
+        main = threading.current_thread() is threading.main_thread()
+        if main and not self._sigint_open:
+            open_sigint()
+            self._sigint_open = True
+        super().pre_handler_hook()  # type: ignore[no-untyped-call]
+        if main:
+            self._request = self._waker.started()
+
+    def post_handler_hook(self) -> None:
+        """Note that the request ended, then ipykernel's hook (SIGINT ignored again)."""
+        if self._request is not None and threading.current_thread() is threading.main_thread():
+            self._waker.finished(self._request)
+            self._request = None
+        super().post_handler_hook()  # type: ignore[no-untyped-call]
+
+    def _send_interrupt_children(self) -> None:
+        """ipykernel's SIGINT to the process group, then wakes while the request runs."""
+        super()._send_interrupt_children()  # type: ignore[no-untyped-call]
+        self._waker.interrupted()
 
     def raw_input(self, prompt: str = "") -> str:
         """Replace ``input()`` in user code: always raise.

@@ -13,9 +13,10 @@ import anyio
 import httpx
 import pytest
 
-from interpreter.client import AsyncClient, BadRequestError, DoneEvent, NotFoundError
+from interpreter.client import AsyncClient, BadRequestError, DoneEvent, NotFoundError, StdoutEvent
 from interpreter.models import Execution
 from tests.conftest import Server, run
+from tests.integration.test_interrupts import GAP, INTO_THE_GAP, SIGINT_OPEN
 
 
 def sse_events(resp: httpx.Response) -> list[tuple[float, str, Any]]:
@@ -381,6 +382,32 @@ def test_interrupt_by_execution_id_hits_only_that_run(server: Server) -> None:
                 await session.interrupt(execution_id="not an id")
             after = await session.run("second_ran")
             assert after.error is not None and after.error.ename == "NameError"
+            await session.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_interrupt_landing_as_the_code_enters_a_blocking_call_ends_it(server: Server) -> None:
+    """The kernel's own interrupt fixes (interpreter_kernel.interrupts), on each backend, so
+    in the Docker kernel image too: with the timing forced as in test_interrupts.py, every
+    interrupt ends a 600 s sleep; and only the kernel's main thread can take a SIGINT."""
+
+    async def scenario() -> None:
+        async with AsyncClient(server.url, api_key=server.api_key, timeout=60) as client:
+            session = await client.create_session()
+            opened = await session.run(SIGINT_OPEN)
+            assert opened.outputs[-1].data["text/plain"] == "([], False)"
+            assert (await session.run(GAP)).status == "ok"
+            for _ in range(8):
+                done: Execution | None = None
+                with anyio.fail_after(30):
+                    async for event in session.stream(INTO_THE_GAP):
+                        if isinstance(event, StdoutEvent) and "running" in event.text:
+                            await session.interrupt()
+                        elif isinstance(event, DoneEvent):
+                            done = event.execution
+                assert done is not None and done.status == "interrupted"
+                assert done.error is not None and done.error.ename == "KeyboardInterrupt"
             await session.close()
 
     asyncio.run(scenario())

@@ -66,6 +66,133 @@ async def test_an_acknowledged_interrupt_ends_its_cell_and_no_other(kernel: Any)
         assert await result_of(kernel, "x") == "42"
 
 
+#: Forces the second gap of :mod:`interpreter_kernel.interrupts`: ipykernel's control
+#: thread sends SIGINT (through ``os.killpg``) only once the main thread is on its way into
+#: ``time.sleep``, and the kernel's threads share one CPU, so the main thread is often
+#: preempted between releasing the GIL and starting the sleep, and the signal lands there.
+#: Without the kernel's wakes, 15 of 30 such interrupts left the sleep running to its end.
+GAP = """
+import os, threading, time
+_real_killpg = os.killpg
+_in_killpg, _entering = threading.Event(), threading.Event()
+def _killpg(pgid, sig):
+    _in_killpg.set()
+    _entering.wait(5)
+    _real_killpg(pgid, sig)
+os.killpg = _killpg
+_cpu = min(os.sched_getaffinity(0))
+for _tid in os.listdir("/proc/self/task"):
+    os.sched_setaffinity(int(_tid), {_cpu})
+"""
+INTO_THE_GAP = (
+    "_in_killpg.clear(); _entering.clear(); print('running', flush=True); "
+    "_in_killpg.wait(30); _entering.set(); time.sleep(600)"
+)
+
+
+async def reply_to(kc: Any, msg_id: str) -> dict[str, Any]:
+    while True:
+        reply: dict[str, Any] = await kc.get_shell_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
+async def test_an_interrupt_landing_as_the_cell_enters_a_blocking_call_ends_it(
+    kernel: Any,
+) -> None:
+    await result_of(kernel, "x = 42")
+    await result_of(kernel, GAP)
+    for _ in range(12):
+        cell = kernel.execute(INTO_THE_GAP, stop_on_error=False)
+        await until(kernel, cell, "stream")
+        assert await send_interrupt(kernel)
+        # The sleep lasts 600 s: a reply at all means the interrupt ended it.
+        reply = await reply_to(kernel, cell)
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        await until(kernel, cell, "status")
+    assert await result_of(kernel, "x") == "42"
+
+
+async def test_the_wakes_leave_a_cell_that_outlives_its_interrupt_undisturbed(
+    kernel: Any,
+) -> None:
+    """A cell that catches the interrupt and sleeps on through the wakes (0.02, 0.25 and
+    1 s after it) sleeps its whole time: each wake breaks the sleep off, finds no SIGINT
+    pending, and Python resumes the sleep."""
+    counted = (
+        "import signal, time, interpreter_kernel.interrupts as wake\n"
+        "woken = []\n"
+        "def count(signum, frame):\n"
+        "    woken.append(signum)\n"
+        "wake._do_nothing = count\n"
+        "signal.signal(wake.WAKE_SIGNAL, count)\n"
+    )
+    await result_of(kernel, counted)
+    cell = kernel.execute(
+        "try:\n"
+        "    print('running', flush=True); time.sleep(600)\n"
+        "except KeyboardInterrupt:\n"
+        "    began = time.monotonic(); time.sleep(1.5); slept = time.monotonic() - began\n",
+        stop_on_error=False,
+    )
+    await until(kernel, cell, "stream")
+    assert await send_interrupt(kernel)
+    assert (await reply_to(kernel, cell))["content"]["status"] == "ok"
+    assert await result_of(kernel, "len(woken) >= 1 and slept >= 1.5") == "True"
+
+
+async def test_a_wake_signal_handler_of_the_users_own_is_never_called(kernel: Any) -> None:
+    await result_of(
+        kernel,
+        "import signal, time\n"
+        "theirs = []\n"
+        "_ = signal.signal(signal.SIGURG, lambda signum, frame: theirs.append(signum))\n",
+    )
+    # A busy loop: the interrupt ends it without a wake. Then the cell runs on past the
+    # times the wakes would come.
+    cell = kernel.execute(
+        "try:\n"
+        "    print('running', flush=True)\n"
+        "    while True:\n"
+        "        pass\n"
+        "except KeyboardInterrupt:\n"
+        "    time.sleep(1.5)\n",
+        stop_on_error=False,
+    )
+    await until(kernel, cell, "stream")
+    assert await send_interrupt(kernel)
+    assert (await reply_to(kernel, cell))["content"]["status"] == "ok"
+    assert await result_of(kernel, "theirs") == "[]"
+
+
+#: The threads of the kernel process that do not block SIGINT, by name, and whether the
+#: main thread does.
+SIGINT_OPEN = """
+import os, signal, threading
+def _sigint_blocked(tid):
+    with open(f"/proc/self/task/{tid}/status") as f:
+        mask = next(l for l in f if l.startswith("SigBlk:")).split()[1]
+    return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
+_main = threading.main_thread().native_id
+_names = {t.native_id: t.name for t in threading.enumerate()}
+_open = sorted(
+    _names.get(int(tid), tid)
+    for tid in os.listdir("/proc/self/task")
+    if int(tid) != _main and not _sigint_blocked(tid)
+)
+(_open, _sigint_blocked(_main))
+"""
+
+
+async def test_only_the_main_thread_can_take_an_interrupt(kernel: Any) -> None:
+    """A SIGINT taken by another thread never breaks off a call the main thread is blocked
+    in (CPython flags only the main thread, and only from the main thread): ipykernel's
+    control thread took its own SIGINT that way. Every thread the kernel starts (control,
+    IOPub, heartbeat, the output pipes' watchers, libzmq's) blocks it; the main thread,
+    running a cell, does not."""
+    assert await result_of(kernel, SIGINT_OPEN) == "([], False)"
+
+
 async def test_an_interrupt_between_cells_is_acknowledged_and_harmless(kernel: Any) -> None:
     await result_of(kernel, "y = 7")
     # Nothing runs: ipykernel ignores SIGINT between requests.

