@@ -36,6 +36,7 @@ from traitlets.config import Config
 from .configure import setup
 from .interrupts import block_sigint, install_wake
 from .ipythondir import private_ipython_dir
+from .kernel import InterpreterKernel
 from .textsafe import install
 from .watchdog import start_from_environment
 
@@ -73,6 +74,14 @@ class InterpreterKernelApp(IPKernelApp):
         thread after an interrupt (:mod:`interpreter_kernel.interrupts`)."""
         super().init_signal()  # type: ignore[no-untyped-call]
         install_wake()
+
+    def init_kernel(self) -> None:
+        """ipykernel's kernel, which then starts waking its main thread after a SIGINT
+        (:mod:`interpreter_kernel.interrupts`)."""
+        super().init_kernel()  # type: ignore[no-untyped-call]
+        kernel = self.kernel
+        if isinstance(kernel, InterpreterKernel):
+            kernel.watch_interrupts()
 
     def init_io(self) -> None:
         """ipykernel's streams, with messages that survive any text the user's code writes

@@ -16,19 +16,25 @@ ways the stock kernel missed it, each seen here with ``perf`` and ``py-spy``:
    runs requests), so the kernel can hand it only to the main thread.
 2. **It arrived as the main thread entered the call.** If the signal comes after the
    main thread released the GIL on its way into a blocking call but before the call
-   starts, nothing breaks the call off either. With that timing forced, 17 interrupts in
-   40 were missed; untimed, about 1 in 1,200 under CPU load (and one in CI). Here, while
-   the interrupted request still runs, a short-lived thread wakes the main thread a few
+   starts, nothing breaks the call off either. With that timing forced, 15 interrupts in
+   30 were missed; untimed, about 1 in 1,200 under CPU load (and one in CI). Here a
+   thread of the kernel learns of every SIGINT as CPython's C handler records it
+   (:func:`signal.set_wakeup_fd`), whoever sent it: the broker (the local backend
+   signals the process group), ipykernel's control thread (``interrupt_request``) or
+   anyone else. While the interrupted request still runs, it wakes the main thread a few
    times (:data:`WAKE_AFTER_S`) with a signal of its own (:data:`WAKE_SIGNAL`, SIGURG,
    ignored by default, here handled by a function that does nothing). Each wake breaks
    the blocking call off; Python then runs the pending SIGINT handler, which raises
    ``KeyboardInterrupt``. A wake that finds no SIGINT pending changes nothing: Python
    retries the call it broke off (PEP 475). If user code installed its own SIGURG
-   handler, no wakes are sent, so we never call that handler.
+   handler, no wakes are sent, so we never call that handler; if it took the wakeup fd
+   over (asyncio's ``add_signal_handler`` does), the kernel behaves as a stock one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 import time
@@ -71,7 +77,7 @@ def install_wake() -> None:
 
 
 class InterruptWaker:
-    """Knows whether the main thread runs a request; wakes it after an interrupt."""
+    """Knows whether the main thread runs a request; wakes it after each SIGINT."""
 
     def __init__(self, wake_after_s: tuple[float, ...] = WAKE_AFTER_S) -> None:
         self._wake_after_s = wake_after_s
@@ -88,36 +94,52 @@ class InterruptWaker:
         if self._running is token:
             self._running = None
 
-    def interrupted(self) -> threading.Thread | None:
-        """Call after sending SIGINT: wake the main thread while its request runs.
+    def watch(self) -> threading.Thread:
+        """Make CPython report every signal on a pipe, and start the thread that reads it.
 
-        Returns the thread that sends the wakes, or None when no request runs or user
-        code handles :data:`WAKE_SIGNAL` itself.
+        Call on the main thread (``set_wakeup_fd`` allows no other), after
+        :func:`block_sigint`, so that the thread blocks SIGINT too.
         """
-        token = self._running
-        if token is None or not self._ours():
-            return None
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        os.register_at_fork(after_in_child=lambda: _unwatch_in_child(read_fd, write_fd))
         thread = threading.Thread(
-            target=self._wake_while_running,
-            args=(token,),
-            name="interp-interrupt-wake",
-            daemon=True,
+            target=self._read_signals, args=(read_fd,), name="interp-sigint-watch", daemon=True
         )
         thread.start()
         return thread
+
+    def _read_signals(self, read_fd: int) -> None:
+        while numbers := os.read(read_fd, 64):
+            self.on_signals(numbers)
+
+    def on_signals(self, numbers: bytes) -> None:
+        """Handle signal numbers CPython reported: after a SIGINT, wake the main thread
+        while the request that was running then still runs (this blocks meanwhile)."""
+        token = self._running
+        if signal.SIGINT not in numbers or token is None or not self._ours():
+            return
+        main = threading.main_thread().ident
+        waited = 0.0
+        for at in self._wake_after_s:
+            time.sleep(at - waited)
+            waited = at
+            if main is None or self._running is not token or not self._ours():
+                return
+            signal.pthread_kill(main, WAKE_SIGNAL)
 
     @staticmethod
     def _ours() -> bool:
         return signal.getsignal(WAKE_SIGNAL) is _do_nothing
 
-    def _wake_while_running(self, token: object) -> None:
-        main = threading.main_thread().ident
-        if main is None:
-            return
-        waited = 0.0
-        for at in self._wake_after_s:
-            time.sleep(at - waited)
-            waited = at
-            if self._running is not token or not self._ours():
-                return
-            signal.pthread_kill(main, WAKE_SIGNAL)
+
+def _unwatch_in_child(read_fd: int, write_fd: int) -> None:
+    """In a forked child: report signals nowhere, and drop the parent's pipe."""
+    with contextlib.suppress(ValueError, OSError):
+        previous = signal.set_wakeup_fd(-1)
+        if previous not in (-1, write_fd):  # someone else's: leave it in place
+            signal.set_wakeup_fd(previous)
+    for fd in (read_fd, write_fd):
+        with contextlib.suppress(OSError):
+            os.close(fd)

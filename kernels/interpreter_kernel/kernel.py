@@ -1,5 +1,5 @@
 """The IPython kernel class: ipykernel's, except that it never waits for user input and
-its interrupts end a cell even as it enters a blocking call."""
+an interrupt ends a cell even when it is blocked in a call."""
 
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ INPUT_NOT_SUPPORTED = (
 
 class InterpreterKernel(IPythonKernel):
     """ipykernel's IPython kernel whose ``input()`` and ``getpass()`` fail at once, and
-    whose interrupts wake a main thread that the SIGINT alone left blocked.
+    which wakes its main thread after a SIGINT that left it blocked in a call.
 
     Nobody is there to answer an input request: the broker sends ``allow_stdin=False``, and
     even a client that allowed it would leave the cell waiting until its timeout. ipykernel
     already raises in that case; this only makes the error say what to do instead, and makes
     it independent of what the client asked for.
 
-    Interrupts: see :mod:`interpreter_kernel.interrupts`. The requests it follows are the
-    ones ipykernel opens to SIGINT: those between its pre- and post-handler hooks on the
-    main thread.
+    Interrupts: see :mod:`interpreter_kernel.interrupts`. The requests it wakes the main
+    thread for are the ones ipykernel opens to SIGINT: those between its pre- and
+    post-handler hooks on the main thread.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -60,10 +60,9 @@ class InterpreterKernel(IPythonKernel):
             self._request = None
         super().post_handler_hook()  # type: ignore[no-untyped-call]
 
-    def _send_interrupt_children(self) -> None:
-        """ipykernel's SIGINT to the process group, then wakes while the request runs."""
-        super()._send_interrupt_children()  # type: ignore[no-untyped-call]
-        self._waker.interrupted()
+    def watch_interrupts(self) -> None:
+        """Start waking the main thread after each SIGINT (call once, on the main thread)."""
+        self._waker.watch()
 
     def raw_input(self, prompt: str = "") -> str:
         """Replace ``input()`` in user code: always raise.

@@ -388,9 +388,12 @@ def test_interrupt_by_execution_id_hits_only_that_run(server: Server) -> None:
 
 
 def test_an_interrupt_landing_as_the_code_enters_a_blocking_call_ends_it(server: Server) -> None:
-    """The kernel's own interrupt fixes (interpreter_kernel.interrupts), on each backend, so
-    in the Docker kernel image too: with the timing forced as in test_interrupts.py, every
-    interrupt ends a 600 s sleep; and only the kernel's main thread can take a SIGINT."""
+    """The kernel's interrupt fixes (interpreter_kernel.interrupts) through the API, so in
+    the Docker kernel image too: only the kernel's main thread can take a SIGINT, and every
+    interrupt ends a 600 s sleep. On Docker the broker sends ``interrupt_request`` and the
+    timing is forced as in test_interrupts.py; the local backend's broker signals the
+    process group itself, which the forcing cannot time (test_interrupts.py forces that
+    case from inside the kernel), so there the interrupt ends the cell's wait."""
 
     async def scenario() -> None:
         async with AsyncClient(server.url, api_key=server.api_key, timeout=60) as client:

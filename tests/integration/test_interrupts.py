@@ -113,6 +113,36 @@ async def test_an_interrupt_landing_as_the_cell_enters_a_blocking_call_ends_it(
     assert await result_of(kernel, "x") == "42"
 
 
+#: The same gap with a SIGINT from elsewhere (the local backend's broker signals the
+#: process group; anyone may): a thread of the cell's own sends it, process-directed, once
+#: the main thread is on its way into the sleep.
+SENDER = """
+import os, signal, threading, time
+_at_the_gap = threading.Event()
+def _send_at_the_gap():
+    _at_the_gap.wait(30)
+    os.kill(os.getpid(), signal.SIGINT)
+_cpu = min(os.sched_getaffinity(0))
+for _tid in os.listdir("/proc/self/task"):
+    os.sched_setaffinity(int(_tid), {_cpu})
+"""
+SENT_INTO_THE_GAP = (
+    "_at_the_gap.clear(); threading.Thread(target=_send_at_the_gap).start(); "
+    "_at_the_gap.set(); time.sleep(600)"
+)
+
+
+async def test_a_sigint_from_anyone_landing_as_the_cell_enters_a_blocking_call_ends_it(
+    kernel: Any,
+) -> None:
+    await result_of(kernel, SENDER)
+    for _ in range(12):
+        cell = kernel.execute(SENT_INTO_THE_GAP, stop_on_error=False)
+        reply = await reply_to(kernel, cell)  # the sleep lasts 600 s
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        await until(kernel, cell, "status")
+
+
 async def test_the_wakes_leave_a_cell_that_outlives_its_interrupt_undisturbed(
     kernel: Any,
 ) -> None:
