@@ -223,6 +223,21 @@ async def test_only_the_main_thread_can_take_an_interrupt(kernel: Any) -> None:
     assert await result_of(kernel, SIGINT_OPEN) == "([], False)"
 
 
+async def test_a_forked_child_reports_its_signals_to_no_pipe_of_the_kernel(kernel: Any) -> None:
+    """multiprocessing forks the kernel: a child's signals must not reach the kernel's
+    watcher, nor its pipe stay open in the child."""
+    code = (
+        "import os, signal\n"
+        "_fds = set(os.listdir('/proc/self/fd'))\n"
+        "_pid = os.fork()\n"
+        "if _pid == 0:\n"
+        "    _kept = _fds & set(os.listdir('/proc/self/fd'))\n"
+        "    os._exit(0 if signal.set_wakeup_fd(-1) == -1 and len(_kept) < len(_fds) else 1)\n"
+        "os.waitstatus_to_exitcode(os.waitpid(_pid, 0)[1])"
+    )
+    assert await result_of(kernel, code) == "0"
+
+
 async def test_an_interrupt_between_cells_is_acknowledged_and_harmless(kernel: Any) -> None:
     await result_of(kernel, "y = 7")
     # Nothing runs: ipykernel ignores SIGINT between requests.
