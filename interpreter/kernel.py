@@ -70,17 +70,28 @@ async def control_request(kc: Any, msg_type: str, within_s: float) -> dict[str, 
     none came within ``within_s`` seconds. ipykernel serves the control channel from a
     thread of its own, so it answers while a cell runs. ``kc`` is an
     ``AsyncKernelClient`` with its channels started; nothing else may read its control
-    channel meanwhile."""
+    channel meanwhile.
+
+    A channel closed meanwhile (the kernel died and is being replaced) is no reply:
+    pyzmq then cancels the read, which is not this task being cancelled.
+    """
     msg = kc.session.msg(msg_type, content={})
     kc.control_channel.send(msg)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
+    task = asyncio.current_task()
     while (remaining := deadline - loop.time()) > 0:
         try:
             reply: dict[str, Any] = await kc.get_control_msg(timeout=remaining)
         except queue.Empty:
             break
+        except asyncio.CancelledError:
+            if task is not None and task.cancelling():
+                raise
+            return None
         except Exception:  # a bad message on the control channel: not ours (H-34)
+            if not kc.control_channel.is_alive():
+                return None
             continue
         if (reply.get("parent_header") or {}).get("msg_id") == msg["header"]["msg_id"]:
             return reply

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -236,6 +239,30 @@ async def test_a_forked_child_reports_its_signals_to_no_pipe_of_the_kernel(kerne
         "os.waitstatus_to_exitcode(os.waitpid(_pid, 0)[1])"
     )
     assert await result_of(kernel, code) == "0"
+
+
+async def test_an_interrupt_whose_channel_closes_meanwhile_is_unanswered_not_an_error(
+    kernel: Any,
+) -> None:
+    """The broker replaces a dead kernel's client while an interrupt waits for its answer:
+    pyzmq cancels that wait, which is no answer (was: CancelledError, and HTTP 500). The
+    kernel is stopped (SIGSTOP) so that it cannot answer first."""
+    pid = kernel.parent.provisioner.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Cancelling the waiting task itself still cancels it.
+        cancelled = asyncio.create_task(send_interrupt(kernel, ack_within=60))
+        await asyncio.sleep(0)  # the request is sent and its answer awaited
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        # The channel closing under it is no answer.
+        waiting = asyncio.create_task(send_interrupt(kernel, ack_within=60))
+        await asyncio.sleep(0)
+        kernel.control_channel.close()
+        assert await asyncio.wait_for(waiting, 30) is False
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 async def test_an_interrupt_between_cells_is_acknowledged_and_harmless(kernel: Any) -> None:
