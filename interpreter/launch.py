@@ -135,7 +135,11 @@ class SessionFactory:
             image=image or s.docker_image,
             runtime=s.docker_runtime,
             cgroup_parent=s.docker_cgroup_parent,
-            extra={"broker_id": self.broker_id, "orphan_after_s": s.orphan_kernel_timeout_s},
+            extra={
+                "broker_id": self.broker_id,
+                "data_dir": str(s.data_dir),
+                "orphan_after_s": s.orphan_kernel_timeout_s,
+            },
         )
 
     def _image_problem(self, image: str | None) -> str | None:

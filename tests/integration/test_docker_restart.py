@@ -25,16 +25,20 @@ pytestmark = pytest.mark.docker
 Start = Callable[[], tuple[subprocess.Popen[str], str]]
 
 
+def broker_id_of(data_dir: Path) -> str:
+    """The id a broker on ``data_dir`` labels its containers with."""
+    import hashlib
+
+    return hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     require_docker()
     path = tmp_path / "data"
     yield path
     # Whatever a test left must not outlive it.
-    import hashlib
-
-    broker_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    for container in list_broker_containers(broker_id):
+    for container in list_broker_containers(broker_id_of(path)):
         remove_container(container.id)
     # Kept sessions keep their workspace quota mounted (for the next broker): release them.
     quota.sweep(path / "sessions", set())
@@ -95,6 +99,57 @@ def test_sigterm_then_restart_keeps_variables(broker: Start) -> None:
         assert api.post(f"/v1/sessions/{sid}/restart").status_code == 200
         assert run(api, sid, "x")["error"]["ename"] == "NameError"
         assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+
+
+def test_a_session_from_the_warm_pool_keeps_its_variables_across_restarts(
+    data_dir: Path,
+) -> None:
+    """The default set-up: sessions claim warm-pool containers, and a claim renames the
+    container's runtime directory. The startup sweep of abandoned containers judged by
+    that directory's old path, so a restarted broker reattached the session and then
+    removed its container: ``x`` was gone (and any broker starting on the same engine
+    removed every other broker's pooled sessions)."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start() -> str:
+        proc, url = spawn_serve(
+            "--backend", "docker", "--data-dir", str(data_dir), "--api-key", KEY,
+            "--pool-size", "1",
+        )  # fmt: skip
+        procs.append(proc)
+        return url
+
+    def warm(api: httpx.Client) -> float:
+        for line in api.get("/metrics").text.splitlines():
+            if line.startswith("interp_warm_kernels "):
+                return float(line.split()[1])
+        raise AssertionError("no interp_warm_kernels in /metrics")
+
+    try:
+        with client(start()) as api:
+            deadline = time.monotonic() + 120
+            while warm(api) < 1:
+                assert time.monotonic() < deadline, "the warm pool never filled"
+                time.sleep(0.1)
+            sid = api.post("/v1/sessions").json()["id"]
+            run(api, sid, "x = 'still here'")
+        db = sqlite3.connect(data_dir / "state.db")
+        (info,) = db.execute("SELECT provisioner_json FROM sessions WHERE id = ?", (sid,))
+        db.close()
+        claimed = [c for c in list_broker_containers(broker_id_of(data_dir)) if c.id in info[0]]
+        assert [c.pool_slot is not None for c in claimed] == [True], "not a pooled kernel"
+        for _ in range(2):  # SIGKILL, then SIGTERM: each restart reattaches and sweeps
+            proc = procs[-1]
+            proc.send_signal(signal.SIGKILL if len(procs) == 1 else signal.SIGTERM)
+            proc.wait(60)
+            with client(start()) as api:
+                assert reattached(api, sid)["status"] == "idle"
+                assert run(api, sid, "x")["outputs"][0]["data"]["text/plain"] == "'still here'"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
 
 
 def test_sigkill_mid_execution_reattaches_and_reports_unknown(broker: Start) -> None:

@@ -11,6 +11,9 @@ import pytest
 
 from interpreter.backends.base import BASE_KERNEL_ENV, LaunchOptions
 from interpreter.backends.docker.config import (
+    CONTAINER_RUNTIME_DIR,
+    LABEL_DATA_DIR,
+    LABEL_POOL,
     KernelUser,
     build_container_config,
     cgroup_parent_problem,
@@ -18,6 +21,7 @@ from interpreter.backends.docker.config import (
     container_name,
     kernel_command,
 )
+from interpreter.backends.docker.engine import _abandoned
 
 PACKAGE = Path(__file__).resolve().parents[2] / "interpreter"
 ARGV = ["python", "-m", "interpreter_kernel", "-f", "{connection_file}"]
@@ -271,3 +275,39 @@ def test_a_warm_pool_container_starts_with_a_low_cpu_weight() -> None:
     assert {k: v for k, v in config.items() if k not in ("cpu_shares", "labels")} == {
         k: v for k, v in _config(options).items() if k not in ("cpu_shares", "labels")
     }
+
+
+def _row(labels: dict[str, str], source: Path | None = None) -> dict[str, Any]:
+    """A container as the engine lists it (the fields the sweep reads)."""
+    mounts = (
+        [] if source is None else [{"Destination": CONTAINER_RUNTIME_DIR, "Source": str(source)}]
+    )
+    return {"Id": "c1", "Labels": {"org.interp.broker": "b1", **labels}, "Mounts": mounts}
+
+
+def test_the_sweep_judges_a_container_by_its_brokers_data_directory(tmp_path: Path) -> None:
+    alive, gone = tmp_path / "data", tmp_path / "deleted"
+    alive.mkdir()
+    renamed = alive / "pool" / "p1" / "run"  # a claim renamed it away: the path is gone
+    # Labelled: only the data directory counts.
+    assert not _abandoned(_row({LABEL_DATA_DIR: str(alive), LABEL_POOL: "p1"}, renamed))
+    assert not _abandoned(_row({LABEL_DATA_DIR: str(alive)}, renamed))
+    assert _abandoned(_row({LABEL_DATA_DIR: str(gone)}, alive))
+    # Started before the label: the runtime directory, except for pooled containers.
+    assert not _abandoned(_row({LABEL_POOL: "p1"}, renamed))
+    assert _abandoned(_row({}, renamed))
+    assert not _abandoned(_row({}, alive))
+    assert not _abandoned(_row({}))
+
+
+def test_container_labels_name_the_data_directory(tmp_path: Path) -> None:
+    options = LaunchOptions(
+        session_id="s1",
+        owner="o1",
+        session_dir=tmp_path / "s",
+        workspace=tmp_path / "s" / "workspace",
+        runtime_dir=tmp_path / "run" / "s1",
+        extra={"broker_id": "b1", "data_dir": str(tmp_path)},
+    )
+    assert container_labels(options)[LABEL_DATA_DIR] == str(tmp_path)
+    assert container_labels(options, pool_slot="p1")[LABEL_DATA_DIR] == str(tmp_path)

@@ -42,6 +42,9 @@ LABEL_OWNER = "org.interp.owner"
 LABEL_BROKER = "org.interp.broker"
 #: Set on warm-pool containers only: the pool slot the container was started for.
 LABEL_POOL = "org.interp.pool"
+#: The data directory of the broker that started the container. While it exists, a broker
+#: may come back for the container; the sweep of abandoned containers goes by it.
+LABEL_DATA_DIR = "org.interp.data_dir"
 
 #: Open files per process (H-21); ipykernel needs a few dozen.
 NOFILE_LIMIT = 1024
@@ -89,7 +92,8 @@ def container_labels(options: LaunchOptions, *, pool_slot: str | None = None) ->
     """Labels that let a broker find its own containers, and only its own (R-07).
 
     Args:
-        options: the launch options; ``extra["broker_id"]`` names the broker.
+        options: the launch options; ``extra["broker_id"]`` names the broker and
+            ``extra["data_dir"]`` (if set) its data directory.
         pool_slot: set for warm-pool containers, which have no session yet.
     """
     labels = {
@@ -97,6 +101,9 @@ def container_labels(options: LaunchOptions, *, pool_slot: str | None = None) ->
         LABEL_OWNER: options.owner,
         LABEL_BROKER: str(options.extra.get("broker_id", "")),
     }
+    data_dir = options.extra.get("data_dir")
+    if data_dir:
+        labels[LABEL_DATA_DIR] = str(data_dir)
     if pool_slot is not None:
         labels[LABEL_POOL] = pool_slot
     return labels

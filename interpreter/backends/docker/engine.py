@@ -25,6 +25,7 @@ import docker.errors
 from interpreter.backends.docker.config import (
     CONTAINER_RUNTIME_DIR,
     LABEL_BROKER,
+    LABEL_DATA_DIR,
     LABEL_OWNER,
     LABEL_POOL,
     LABEL_SESSION,
@@ -201,28 +202,46 @@ def list_broker_containers(broker_id: str) -> list[ContainerSummary]:
 
 
 def abandoned_containers() -> list[str]:
-    """Ids of kernel containers (of any broker on this engine) whose runtime directory is
-    gone from the host: their data directory was deleted, so no broker can ever reattach
-    them (synchronous). Brokers sharing an engine see the same host paths (bind mounts
-    need that anyway).
+    """Ids of kernel containers (of any broker on this engine) whose broker's data
+    directory is gone from the host, so that no broker can ever reattach them
+    (synchronous). Brokers sharing an engine see the same host paths (bind mounts need
+    that anyway).
+
+    A container names its data directory in a label. One started before that label
+    existed is judged by its runtime directory's bind mount instead, unless it came from
+    the warm pool: a claim renames that directory, and a claimed kernel still runs for its
+    session after its mount's source path is gone.
 
     Raises:
         BackendUnavailable: the engine cannot be reached.
     """
     with docker_errors("list kernel containers"):
         rows = docker_client().api.containers(all=True, filters={"label": LABEL_BROKER})
-    gone = []
-    for row in rows:
-        for mount in row.get("Mounts") or []:
-            if mount.get("Destination") != CONTAINER_RUNTIME_DIR or not mount.get("Source"):
-                continue
-            try:
-                os.stat(mount["Source"])
-            except FileNotFoundError:
-                gone.append(row["Id"])
-            except OSError:
-                pass  # not ours to judge (e.g. no permission): leave it
-    return gone
+    return [row["Id"] for row in rows if _abandoned(row)]
+
+
+def _abandoned(row: dict[str, Any]) -> bool:
+    labels = row.get("Labels") or {}
+    data_dir = labels.get(LABEL_DATA_DIR)
+    if data_dir:
+        return _gone(data_dir)
+    if LABEL_POOL in labels:
+        return False
+    return any(
+        _gone(mount["Source"])
+        for mount in row.get("Mounts") or []
+        if mount.get("Destination") == CONTAINER_RUNTIME_DIR and mount.get("Source")
+    )
+
+
+def _gone(path: str) -> bool:
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # not ours to judge (e.g. no permission): leave it
+    return False
 
 
 def remove_container(container_id: str) -> None:
