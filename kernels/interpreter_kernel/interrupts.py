@@ -4,20 +4,22 @@ ipykernel interrupts a cell by sending SIGINT to its own process group from its 
 thread. CPython's C-level handler only records a signal. The main thread raises
 ``KeyboardInterrupt`` at its next check, and a thread blocked in a call (``time.sleep``, a
 socket read, a lock wait) checks only when the signal breaks that call off (EINTR). Two
-ways the stock kernel missed it, each seen here with ``perf`` and ``py-spy``:
+ways an interrupt can leave such a call running, each seen here with ``perf`` and
+``py-spy`` (the CI failure that led here fits either):
 
-1. **Another thread took the signal.** The kernel hands a process-directed signal to any
-   thread that does not block it. When the control thread, right after sending it,
-   changed its signal mask (``pthread_create`` does, to start a thread), it took the
-   SIGINT itself. CPython records it but, off the main thread, does not flag the main
-   thread, and nothing breaks off the main thread's ``time.sleep(600)``: the cell ran for
-   ten minutes. Here every thread but the main one blocks SIGINT (:func:`block_sigint`,
-   before the kernel starts any thread; :func:`open_sigint` on the main thread once it
-   runs requests), so the kernel can hand it only to the main thread.
+1. **Another thread took the signal.** Linux hands a process-directed signal to any
+   thread that does not block it, and a thread whose signal mask changes at that moment
+   (``pthread_create`` changes it, to start a thread) may take it first. CPython records
+   it but, off the main thread, does not flag the main thread, and nothing breaks off
+   the main thread's ``time.sleep(600)``: the cell runs for ten minutes. (A build that
+   started a thread on the control thread right after the SIGINT lost 2 of 10 that way.)
+   Here every thread but the main one blocks SIGINT (:func:`block_sigint`, before the
+   kernel starts any thread; :func:`open_sigint` on the main thread once it runs
+   requests), so it can go only to the main thread.
 2. **It arrived as the main thread entered the call.** If the signal comes after the
    main thread released the GIL on its way into a blocking call but before the call
    starts, nothing breaks the call off either. With that timing forced, 15 interrupts in
-   30 were missed; untimed, about 1 in 1,200 under CPU load (and one in CI). Here a
+   30 were missed; untimed, about 1 in 1,200 under CPU load. Here a
    thread of the kernel learns of every SIGINT as CPython's C handler records it
    (:func:`signal.set_wakeup_fd`), whoever sent it: the broker (the local backend
    signals the process group), ipykernel's control thread (``interrupt_request``) or
@@ -28,7 +30,8 @@ ways the stock kernel missed it, each seen here with ``perf`` and ``py-spy``:
    ``KeyboardInterrupt``. A wake that finds no SIGINT pending changes nothing: Python
    retries the call it broke off (PEP 475). If user code installed its own SIGURG
    handler, no wakes are sent, so we never call that handler; if it took the wakeup fd
-   over (asyncio's ``add_signal_handler`` does), the kernel behaves as a stock one.
+   over (asyncio's ``add_signal_handler`` does), no wakes are sent either, and only the
+   first remedy holds.
 """
 
 from __future__ import annotations

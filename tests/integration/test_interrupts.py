@@ -219,10 +219,10 @@ _open = sorted(
 
 async def test_only_the_main_thread_can_take_an_interrupt(kernel: Any) -> None:
     """A SIGINT taken by another thread never breaks off a call the main thread is blocked
-    in (CPython flags only the main thread, and only from the main thread): ipykernel's
-    control thread took its own SIGINT that way. Every thread the kernel starts (control,
-    IOPub, heartbeat, the output pipes' watchers, libzmq's) blocks it; the main thread,
-    running a cell, does not."""
+    in (CPython flags only the main thread, and only from the main thread); a control
+    thread that started a thread right after sending one took it that way. Every thread
+    the kernel starts (control, IOPub, heartbeat, the output pipes' watchers, libzmq's)
+    blocks it; the main thread, running a cell, does not."""
     assert await result_of(kernel, SIGINT_OPEN) == "([], False)"
 
 
