@@ -36,6 +36,7 @@ from interpreter.errors import (
 )
 from interpreter.handle import ExecutionHandle
 from interpreter.idempotency import IdempotencyKeys, request_hash
+from interpreter.ids import broker_id_for
 from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
 from interpreter.models import CreateSessionRequest, Execution, Limits
@@ -72,7 +73,7 @@ class SessionBroker:
         self.backend = backend
         self.store = Store(settings.db_path)
         self.writer = Writer()
-        self.broker_id = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:16]
+        self.broker_id = broker_id_for(settings.data_dir)
         self.live: dict[str, LiveSession] = {}
         self.metrics = Metrics(
             self._status_counts,

@@ -22,7 +22,6 @@ A module chooses its backends with ``pytestmark = pytest.mark.parametrize("adv",
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import shutil
@@ -40,6 +39,7 @@ import httpx
 import nbformat
 import pytest
 
+from interpreter.ids import broker_id_for
 from tests.conftest import (
     KEY,
     OTHER_KEY,
@@ -57,10 +57,6 @@ CANARY_DEADLINE_S = 2.0
 #: In the environment of every broker of this suite (inherited); no kernel may see it.
 BROKER_SECRET = "adv-broker-secret-" + secrets.token_hex(4)
 os.environ["INTERP_ADV_BROKER_SECRET"] = BROKER_SECRET
-
-
-def broker_id_of(data_dir: Path) -> str:
-    return hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
 
 
 def rss_mb(pid: int) -> float:
@@ -135,7 +131,7 @@ class Broker:
 
     @property
     def broker_id(self) -> str:
-        return broker_id_of(self.data_dir)
+        return broker_id_for(self.data_dir)
 
     def client(self, key: str | None = KEY, timeout: float = 120) -> httpx.Client:
         """A client whose error answers are checked by the guard (JSON, no traceback or

@@ -9,7 +9,6 @@ broken session has exactly one final record that says what happened, the session
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from interpreter.ids import broker_id_for
 from interpreter.models import TERMINAL_STATUSES
 from tests.conftest import KEY, REPO, require_docker, run
 
@@ -143,7 +143,7 @@ class Broker:
         return str(json.loads(prov)["container_id"])
 
     def broker_id(self) -> str:
-        return hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
+        return broker_id_for(self.data_dir)
 
     def session_dir(self, sid: str) -> Path:
         return self.data_dir / "sessions" / sid
@@ -240,8 +240,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     )
 
     if docker_available():
-        broker_id = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-        for container in list_broker_containers(broker_id):
+        for container in list_broker_containers(broker_id_for(path)):
             remove_container(container.id)
     # Kept sessions keep their workspace quota mounted (for the next broker): release them.
     from interpreter import quota

@@ -18,18 +18,12 @@ import pytest
 
 from interpreter import quota
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
+from interpreter.ids import broker_id_for
 from tests.conftest import KEY, REPO, require_docker, run, spawn_serve
 
 pytestmark = pytest.mark.docker
 
 Start = Callable[[], tuple[subprocess.Popen[str], str]]
-
-
-def broker_id_of(data_dir: Path) -> str:
-    """The id a broker on ``data_dir`` labels its containers with."""
-    import hashlib
-
-    return hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
 
 
 @pytest.fixture
@@ -38,7 +32,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "data"
     yield path
     # Whatever a test left must not outlive it.
-    for container in list_broker_containers(broker_id_of(path)):
+    for container in list_broker_containers(broker_id_for(path)):
         remove_container(container.id)
     # Kept sessions keep their workspace quota mounted (for the next broker): release them.
     quota.sweep(path / "sessions", set())
@@ -136,7 +130,7 @@ def test_a_session_from_the_warm_pool_keeps_its_variables_across_restarts(
         db = sqlite3.connect(data_dir / "state.db")
         (info,) = db.execute("SELECT provisioner_json FROM sessions WHERE id = ?", (sid,))
         db.close()
-        claimed = [c for c in list_broker_containers(broker_id_of(data_dir)) if c.id in info[0]]
+        claimed = [c for c in list_broker_containers(broker_id_for(data_dir)) if c.id in info[0]]
         assert [c.pool_slot is not None for c in claimed] == [True], "not a pooled kernel"
         for _ in range(2):  # SIGKILL, then SIGTERM: each restart reattaches and sweeps
             proc = procs[-1]
@@ -193,11 +187,9 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
     db.execute("DELETE FROM sessions WHERE id = ?", (orphan,))
     db.commit()
     db.close()
-    import hashlib
     import json
 
-    broker_id = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
-    by_id = {c.id: c for c in list_broker_containers(broker_id)}
+    by_id = {c.id: c for c in list_broker_containers(broker_id_for(data_dir))}
     lost_container = next(cid for cid in by_id if cid in json.dumps(json.loads(prov[lost])))
     orphan_container = next(cid for cid in by_id if cid in json.dumps(json.loads(prov[orphan])))
     remove_container(lost_container)
@@ -209,7 +201,7 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
         while api.get("/healthz").json()["recovery"] != "done":
             assert time.monotonic() < deadline
             time.sleep(0.1)
-    remaining = {c.id for c in list_broker_containers(broker_id)}
+    remaining = {c.id for c in list_broker_containers(broker_id_for(data_dir))}
     assert orphan_container not in remaining
 
 
@@ -367,11 +359,10 @@ def test_kept_containers_end_without_a_broker_and_are_swept_when_their_data_is_g
     """A broker stops for good: its kept container ends itself once no broker has stamped
     it for the orphan timeout. A container whose data directory is deleted is removed by
     the next broker started on the same engine, whatever its data directory."""
-    import hashlib
     import shutil
 
     require_docker()
-    broker_id = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    broker_id = broker_id_for(data_dir)
 
     def serve(path: Path, orphan_s: str) -> tuple[subprocess.Popen[str], str]:
         return spawn_serve(
