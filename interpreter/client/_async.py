@@ -440,7 +440,12 @@ class AsyncSession:
     # -- files --------------------------------------------------------------------------
 
     async def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
-        """Write a file into the session's workspace (text is stored as UTF-8)."""
+        """Write a file into the session's workspace (text is stored as UTF-8).
+
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        """
         if isinstance(data, str):
             payload = data.encode("utf-8")
         elif isinstance(data, bytes):
@@ -458,7 +463,12 @@ class AsyncSession:
         return target
 
     async def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
-        """Read a workspace file; also write it to ``dest`` when given."""
+        """Read a workspace file; also write it to ``dest`` when given.
+
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        """
         data = await self.client._call(proto.download(self.id, path))
         if dest is not None:
             await anyio.to_thread.run_sync(Path(dest).write_bytes, data)

@@ -468,6 +468,10 @@ class Session:
     def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
         """Write a file into the session's workspace (text is stored as UTF-8).
 
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+
         Example:
             >>> session.upload("data/sales.csv", open("sales.csv", "rb"))  # doctest: +SKIP
             >>> session.run("import pandas as pd; pd.read_csv('data/sales.csv').shape")
@@ -488,7 +492,12 @@ class Session:
         return target
 
     def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
-        """Read a workspace file; also write it to ``dest`` when given."""
+        """Read a workspace file; also write it to ``dest`` when given.
+
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        """
         data = self.client._call(proto.download(self.id, path))
         if dest is not None:
             Path(dest).write_bytes(data)
