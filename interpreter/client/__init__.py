@@ -24,6 +24,7 @@ from interpreter.client._errors import (
     ConflictError,
     ConnectionFailed,
     ExecutionError,
+    InvalidArgumentError,
     NotFoundError,
     ServerError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "DoneEvent",
     "ErrorEvent",
     "ExecutionError",
+    "InvalidArgumentError",
     "NotFoundError",
     "OutputEvent",
     "PendingSession",

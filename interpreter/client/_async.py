@@ -187,15 +187,15 @@ class AsyncClient:
     async def _call(self, call: proto.Call[T]) -> T:
         """Send one call (again, while the retry policy allows) and parse its answer."""
         attempts = self.retry.start(call, self.base_url)
+        body, headers = call.body(), call.request_headers()
         while True:
             try:
                 resp = await self._http.request(
                     call.method,
                     call.url,
-                    json=call.json,
-                    content=call.content,
+                    content=body,
                     params=call.params,
-                    headers=call.headers,
+                    headers=headers,
                     timeout=request_timeout(self._timeout, call),
                 )
             except httpx.HTTPError as exc:
@@ -215,6 +215,8 @@ class AsyncClient:
         Only the request is retried; once events flow, a break is the caller's to handle.
         """
         attempts = self.retry.start(call, self.base_url)
+        body = call.body()
+        headers = {**(call.request_headers() or {}), "Accept": proto.SSE_MEDIA_TYPE}
         while True:
             stack = AsyncExitStack()
             try:
@@ -222,9 +224,9 @@ class AsyncClient:
                     self._http.stream(
                         call.method,
                         call.url,
-                        json=call.json,
+                        content=body,
                         params=call.params,
-                        headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
+                        headers=headers,
                         timeout=request_timeout(self._timeout, call),
                     )
                 )
@@ -438,7 +440,12 @@ class AsyncSession:
     # -- files --------------------------------------------------------------------------
 
     async def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
-        """Write a file into the session's workspace (text is stored as UTF-8)."""
+        """Write a file into the session's workspace (text is stored as UTF-8).
+
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        """
         if isinstance(data, str):
             payload = data.encode("utf-8")
         elif isinstance(data, bytes):
@@ -456,7 +463,12 @@ class AsyncSession:
         return target
 
     async def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
-        """Read a workspace file; also write it to ``dest`` when given."""
+        """Read a workspace file; also write it to ``dest`` when given.
+
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        """
         data = await self.client._call(proto.download(self.id, path))
         if dest is not None:
             await anyio.to_thread.run_sync(Path(dest).write_bytes, data)
@@ -481,23 +493,28 @@ class AsyncSession:
         return await self.client._call(proto.notebook(self.id))
 
     async def artifact(self, ref: ArtifactRef | str) -> bytes:
-        """The bytes of an artifact, given its reference or URL."""
-        url = ref.url if isinstance(ref, ArtifactRef) else ref
+        """The bytes of an artifact, given its reference, its URL or its id; see
+        :meth:`read_artifact` for which URLs are accepted."""
+        url = self._artifact_path(ref)
         return await self.client._call(proto.artifact(url))
 
     async def read_artifact(
         self, ref: ArtifactRef | AsyncArtifact | str, offset: int = 0, length: int | None = None
     ) -> bytes:
         """``length`` bytes of an artifact from byte ``offset`` (to its end when None): a
-        large output that was cut is read piece by piece. ``ref`` is a reference, its URL,
-        or the artifact id in this session."""
-        if not isinstance(ref, str):
-            url = ref.url
-        elif "/" in ref:
-            url = ref
-        else:
-            url = proto.session_url(self.id, "artifacts", ref)
+        large output that was cut is read piece by piece.
+
+        ``ref`` is a reference, the artifact id in this session, or its URL: the path
+        ``/v1/sessions/<session_id>/artifacts/<artifact_id>`` (``ArtifactRef.url``), also
+        as an absolute URL on the client's ``base_url``. Any other URL raises
+        :class:`InvalidArgumentError` and nothing is sent (the API key would go with it).
+        """
+        url = self._artifact_path(ref)
         return (await self.client._call(proto.artifact_range(url, offset, length)))[0]
+
+    def _artifact_path(self, ref: ArtifactRef | AsyncArtifact | str) -> str:
+        text = ref if isinstance(ref, str) else ref.url
+        return proto.artifact_path(text, self.client.base_url, self.id)
 
     async def refresh(self) -> SessionInfo:
         """Fetch the session's current record (status, counts)."""

@@ -9,6 +9,7 @@ ClientError
 │   ├── BusyError            429: the session's queue is full; see ``retry_after``
 │   └── ServerError          5xx: the service failed; often worth a retry
 ├── ConnectionFailed         the service could not be reached or broke the protocol
+├── InvalidArgumentError     refused by the SDK before any request was sent (also a ValueError)
 └── ExecutionError           user code failed and ``raise_on_error=True`` was asked
 
 Errors *in user code* are data (``RunResult.error``) unless ``raise_on_error=True``.
@@ -102,6 +103,15 @@ class ServerError(APIError):
 
 class ConnectionFailed(ClientError):
     """The service could not be reached, or its answer could not be understood."""
+
+
+class InvalidArgumentError(ClientError, ValueError):
+    """The SDK refused an argument before sending anything; no request was made.
+
+    Raised for an artifact reference that is not an artifact of this service (a URL on
+    another host would receive the API key), an empty file path, a byte range that cannot
+    be, or a request body that JSON cannot hold (NaN). It is also a ``ValueError``.
+    """
 
 
 class ExecutionError(ClientError):

@@ -199,15 +199,15 @@ class Client:
     def _call(self, call: proto.Call[T]) -> T:
         """Send one call (again, while the retry policy allows) and parse its answer."""
         attempts = self.retry.start(call, self.base_url)
+        body, headers = call.body(), call.request_headers()
         while True:
             try:
                 resp = self._http.request(
                     call.method,
                     call.url,
-                    json=call.json,
-                    content=call.content,
+                    content=body,
                     params=call.params,
-                    headers=call.headers,
+                    headers=headers,
                     timeout=request_timeout(self._timeout, call),
                 )
             except httpx.HTTPError as exc:
@@ -227,6 +227,8 @@ class Client:
         Only the request is retried; once events flow, a break is the caller's to handle.
         """
         attempts = self.retry.start(call, self.base_url)
+        body = call.body()
+        headers = {**(call.request_headers() or {}), "Accept": proto.SSE_MEDIA_TYPE}
         while True:
             stack = ExitStack()
             try:
@@ -234,9 +236,9 @@ class Client:
                     self._http.stream(
                         call.method,
                         call.url,
-                        json=call.json,
+                        content=body,
                         params=call.params,
-                        headers={**(call.headers or {}), "Accept": proto.SSE_MEDIA_TYPE},
+                        headers=headers,
                         timeout=request_timeout(self._timeout, call),
                     )
                 )
@@ -466,6 +468,10 @@ class Session:
     def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
         """Write a file into the session's workspace (text is stored as UTF-8).
 
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+
         Example:
             >>> session.upload("data/sales.csv", open("sales.csv", "rb"))  # doctest: +SKIP
             >>> session.run("import pandas as pd; pd.read_csv('data/sales.csv').shape")
@@ -486,7 +492,12 @@ class Session:
         return target
 
     def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
-        """Read a workspace file; also write it to ``dest`` when given."""
+        """Read a workspace file; also write it to ``dest`` when given.
+
+        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
+        ``..`` components is refused by the service (:class:`BadRequestError`,
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        """
         data = self.client._call(proto.download(self.id, path))
         if dest is not None:
             Path(dest).write_bytes(data)
@@ -516,23 +527,28 @@ class Session:
         return self.client._call(proto.notebook(self.id))
 
     def artifact(self, ref: ArtifactRef | str) -> bytes:
-        """The bytes of an artifact, given its reference or URL."""
-        url = ref.url if isinstance(ref, ArtifactRef) else ref
+        """The bytes of an artifact, given its reference, its URL or its id; see
+        :meth:`read_artifact` for which URLs are accepted."""
+        url = self._artifact_path(ref)
         return self.client._call(proto.artifact(url))
 
     def read_artifact(
         self, ref: ArtifactRef | Artifact | str, offset: int = 0, length: int | None = None
     ) -> bytes:
         """``length`` bytes of an artifact from byte ``offset`` (to its end when None): a
-        large output that was cut is read piece by piece. ``ref`` is a reference, its URL,
-        or the artifact id in this session."""
-        if not isinstance(ref, str):
-            url = ref.url
-        elif "/" in ref:
-            url = ref
-        else:
-            url = proto.session_url(self.id, "artifacts", ref)
-        return self.client._call(proto.artifact_range(url, offset, length))[0]
+        large output that was cut is read piece by piece.
+
+        ``ref`` is a reference, the artifact id in this session, or its URL: the path
+        ``/v1/sessions/<session_id>/artifacts/<artifact_id>`` (``ArtifactRef.url``), also
+        as an absolute URL on the client's ``base_url``. Any other URL raises
+        :class:`InvalidArgumentError` and nothing is sent (the API key would go with it).
+        """
+        url = self._artifact_path(ref)
+        return (self.client._call(proto.artifact_range(url, offset, length)))[0]
+
+    def _artifact_path(self, ref: ArtifactRef | Artifact | str) -> str:
+        text = ref if isinstance(ref, str) else ref.url
+        return proto.artifact_path(text, self.client.base_url, self.id)
 
     def refresh(self) -> SessionInfo:
         """Fetch the session's current record (status, counts)."""

@@ -8,6 +8,7 @@ repeats the wire details, and tests can check a call without any network.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from interpreter.client._errors import (
     BusyError,
     ConflictError,
     ConnectionFailed,
+    InvalidArgumentError,
     NotFoundError,
     ServerError,
 )
@@ -81,22 +83,144 @@ class Call(Generic[T]):
     unbounded: bool = False
     headers: dict[str, str] | None = None
 
+    def body(self) -> bytes | None:
+        """The bytes to send: ``content``, else ``json`` encoded (see :func:`encode_json`)."""
+        return self.content if self.json is None else encode_json(self.json)
+
+    def request_headers(self) -> dict[str, str] | None:
+        """``headers``, with the JSON content type when the body is ``json``."""
+        if self.json is None:
+            return self.headers
+        return {"Content-Type": "application/json", **(self.headers or {})}
+
+
+def encode_json(value: Any) -> bytes:
+    """A JSON request body in UTF-8.
+
+    Text that UTF-8 cannot hold (a lone surrogate such as ``"\\ud800"``) is sent as JSON
+    escapes instead, which is valid JSON: the service then answers with its own ``422``
+    rather than the SDK failing to encode. NaN and infinities, which JSON cannot hold,
+    raise :class:`InvalidArgumentError`.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"the request cannot be sent as JSON: {exc}") from exc
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+
 
 # ------------------------------------------------------------------------------ paths
 
 
+def _segment(text: str) -> str:
+    """One path segment, percent-encoded. A ``.`` or ``..`` segment is encoded too
+    (``%2E``): httpx would otherwise resolve it away before sending, and a path such as
+    ``../../<other session>/files/x`` would reach another resource instead of being refused
+    by the service (``400 path_not_allowed``). Text that UTF-8 cannot encode (a lone
+    surrogate) is sent as such bytes, for the service to refuse."""
+    quoted = quote(text, safe="", errors="surrogatepass")
+    return "%2E" * len(quoted) if quoted in (".", "..") else quoted
+
+
 def session_url(session_id: str, *rest: str) -> str:
     """Path of a session resource; every segment is percent-encoded."""
-    parts = [quote(session_id, safe="")] + [quote(p, safe="") for p in rest]
-    return "/v1/sessions/" + "/".join(parts)
+    return "/v1/sessions/" + "/".join(_segment(p) for p in (session_id, *rest))
 
 
 def file_url(session_id: str, path: str) -> str:
-    """Path of one workspace file; slashes separate directories, the rest is encoded."""
+    """Path of one workspace file; slashes separate directories, the rest is encoded.
+
+    ``.`` and ``..`` segments are kept (encoded), so the service refuses a path that
+    leaves the workspace; an empty path raises :class:`InvalidArgumentError`.
+    """
     clean = path.lstrip("/")
     if not clean:
-        raise ValueError("a file path is required")
-    return session_url(session_id) + "/files/" + quote(clean, safe="/")
+        raise InvalidArgumentError(
+            f"a file path is required (got {path!r}): give a path inside the session's "
+            "workspace, such as 'data.csv' or 'out/report.txt'"
+        )
+    return session_url(session_id) + "/files/" + "/".join(_segment(p) for p in clean.split("/"))
+
+
+#: Session and artifact ids as the service makes them (its route patterns).
+_ID = r"[A-Za-z0-9_-]{1,100}"
+_ID_RE = re.compile(_ID)
+_ARTIFACT_PATH_RE = re.compile(rf"/v1/sessions/(?P<session>{_ID})/artifacts/(?P<artifact>{_ID})")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def artifact_url(session_id: str, artifact_id: str) -> str:
+    """Path of an artifact, as ``ArtifactRef.url`` holds it."""
+    return session_url(session_id, "artifacts", artifact_id)
+
+
+def parse_artifact_ref(ref: str, base_url: str) -> tuple[str | None, str]:
+    """The session (None for a bare id) and the artifact id named by ``ref``.
+
+    Accepted: an artifact id; the artifact's path ``/v1/sessions/{sid}/artifacts/{id}``
+    (what ``ArtifactRef.url`` holds); or that path as an absolute URL on the client's own
+    service (``base_url``: same scheme, host, port and path prefix). Anything else raises
+    :class:`InvalidArgumentError` before any request: the client's API key would go
+    wherever the URL points.
+    """
+    if _ID_RE.fullmatch(ref):
+        return None, ref
+    path: str | None = ref
+    if "://" in ref or ref.startswith("//"):
+        path = _path_on_service(ref, base_url)
+    match = _ARTIFACT_PATH_RE.fullmatch(path) if path is not None else None
+    if match is None:
+        shown = ref if len(ref) <= 200 else ref[:200] + "..."
+        raise InvalidArgumentError(
+            f"{shown!r} is not an artifact of this service; give an artifact id, or its path "
+            f"/v1/sessions/<session_id>/artifacts/<artifact_id> (also as a URL on {base_url}). "
+            "Nothing was sent."
+        )
+    return match["session"], match["artifact"]
+
+
+def artifact_path(ref: str, base_url: str, session_id: str) -> str:
+    """The path of the artifact ``ref`` names (see :func:`parse_artifact_ref`); a bare id
+    is an artifact of ``session_id``."""
+    named, artifact_id = parse_artifact_ref(ref, base_url)
+    return artifact_url(named or session_id, artifact_id)
+
+
+def _path_on_service(url: str, base_url: str) -> str | None:
+    """The path of ``url`` below ``base_url``, or None when it points anywhere else."""
+    try:
+        target, base = httpx.URL(url), httpx.URL(base_url)
+    except httpx.InvalidURL:
+        return None
+    prefix = base.path.rstrip("/")
+    same_origin = (
+        target.scheme == base.scheme
+        and target.host == base.host
+        and (target.port or _DEFAULT_PORTS.get(target.scheme))
+        == (base.port or _DEFAULT_PORTS.get(base.scheme))
+    )
+    if (
+        not same_origin
+        or target.userinfo
+        or target.query
+        or target.fragment
+        or not target.path.startswith(prefix + "/")
+    ):
+        return None
+    return target.path[len(prefix) :]
+
+
+def _checked_artifact_path(url: str) -> str:
+    """``url`` if it is an artifact path of the service, else InvalidArgumentError."""
+    if _ARTIFACT_PATH_RE.fullmatch(url) is None:
+        raise InvalidArgumentError(
+            f"{url[:200]!r} is not an artifact path (/v1/sessions/<session_id>/artifacts/"
+            "<artifact_id>); nothing was sent"
+        )
+    return url
 
 
 # ---------------------------------------------------------------------------- parsers
@@ -343,8 +467,11 @@ def restart(
 
 
 def list_files(session_id: str, path: str = "") -> Call[FileList]:
-    params = {"path": path} if path else None
-    return Call("GET", session_url(session_id, "files"), _parse_file_list, params=params)
+    url = session_url(session_id, "files")
+    if path:
+        # Encoded here rather than by httpx, which cannot encode a lone surrogate.
+        url += "?path=" + quote(path, safe="/", errors="surrogatepass")
+    return Call("GET", url, _parse_file_list)
 
 
 def download(session_id: str, path: str) -> Call[bytes]:
@@ -364,16 +491,23 @@ def notebook(session_id: str) -> Call[dict[str, Any]]:
 
 
 def artifact(url: str) -> Call[bytes]:
-    """Bytes behind an ``ArtifactRef.url`` (relative to the base URL, or absolute)."""
-    return Call("GET", url, _parse_bytes)
+    """Bytes behind an ``ArtifactRef.url``: the artifact's path on the service.
+
+    Any other URL raises :class:`InvalidArgumentError` (see :func:`parse_artifact_ref`
+    for turning ids and absolute URLs of the service into this path).
+    """
+    return Call("GET", _checked_artifact_path(url), _parse_bytes)
 
 
 def artifact_range(url: str, offset: int = 0, length: int | None = None) -> Call[tuple[bytes, int]]:
     """``length`` bytes (all the rest when None) of an artifact from byte ``offset``, by an
     HTTP ``Range`` request, with the artifact's whole size; a server that sends the whole
-    body is sliced here."""
+    body is sliced here. ``url`` is the artifact's path, as for :func:`artifact`."""
     if offset < 0 or (length is not None and length < 1):
-        raise ValueError("offset must be >= 0 and length >= 1")
+        raise InvalidArgumentError(
+            f"offset must be >= 0 and length >= 1 (got offset={offset}, length={length})"
+        )
+    path = _checked_artifact_path(url)
     last = "" if length is None else str(offset + length - 1)
 
     def parse(resp: httpx.Response) -> tuple[bytes, int]:
@@ -383,7 +517,7 @@ def artifact_range(url: str, offset: int = 0, length: int | None = None) -> Call
         end = None if length is None else offset + length
         return resp.content[offset:end], len(resp.content)
 
-    return Call("GET", url, parse, headers={"Range": f"bytes={offset}-{last}"})
+    return Call("GET", path, parse, headers={"Range": f"bytes={offset}-{last}"})
 
 
 def _parse_service_info(resp: httpx.Response) -> ServiceInfo:

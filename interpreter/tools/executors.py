@@ -9,6 +9,7 @@ from interpreter.client import (
     AsyncClient,
     Client,
     ClientError,
+    InvalidArgumentError,
 )
 from interpreter.models import Execution
 from interpreter.tools.calls import ToolCall, ToolCallError, parse_tool_call
@@ -32,7 +33,10 @@ class _ExecutorBase(Generic[C]):
     ) -> None:
         self.client: C = client
         self._logic = _ToolLogic(
-            max_chars=max_chars, max_images=max_images, own_sessions_only=own_sessions_only
+            max_chars=max_chars,
+            max_images=max_images,
+            own_sessions_only=own_sessions_only,
+            base_url=client.base_url,
         )
         self._logic.session_id = session_id
 
@@ -74,8 +78,10 @@ class ToolExecutor(_ExecutorBase[Client]):
     def execute(self, call: dict[str, Any] | ToolCall) -> ToolResult:
         """Run one tool call (as the model emitted it) and return its result.
 
-        Never raises for a bad call or a refusal of the service: those come back as a
-        result with ``is_error=True`` that the model can read. Connection failures raise.
+        Never raises for a bad call, an argument the SDK refuses (an empty path, an
+        artifact URL that is not this service's) or a refusal of the service: those come
+        back as a result with ``is_error=True`` that the model can read. Connection
+        failures raise.
         """
         try:
             parsed = parse_tool_call(call)
@@ -95,7 +101,7 @@ class ToolExecutor(_ExecutorBase[Client]):
             result: ToolResult = stop.value
         except APIError as exc:
             result = error_result(exc.message + f" ({exc.code})")
-        except ToolCallError as exc:
+        except (ToolCallError, InvalidArgumentError) as exc:
             result = error_result(str(exc))
         result.call_id = parsed.id
         return result
@@ -137,7 +143,7 @@ class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
             result: ToolResult = stop.value
         except APIError as exc:
             result = error_result(exc.message + f" ({exc.code})")
-        except ToolCallError as exc:
+        except (ToolCallError, InvalidArgumentError) as exc:
             result = error_result(str(exc))
         result.call_id = parsed.id
         return result

@@ -13,6 +13,7 @@ from typing import Any
 
 from interpreter.client import (
     ConflictError,
+    InvalidArgumentError,
     NotFoundError,
 )
 from interpreter.client import protocol as proto
@@ -61,7 +62,10 @@ _Steps = Generator[Step, Any, ToolResult]
 class _ToolLogic:
     """What each tool does, written once as a sequence of API calls."""
 
-    def __init__(self, *, max_chars: int, max_images: int, own_sessions_only: bool) -> None:
+    def __init__(
+        self, *, max_chars: int, max_images: int, own_sessions_only: bool, base_url: str
+    ) -> None:
+        self.base_url = base_url
         self.max_chars = max_chars
         self.max_images = max_images
         self.own_sessions_only = own_sessions_only
@@ -222,11 +226,17 @@ class _ToolLogic:
         length: int = 20_000,
         session_id: str | None = None,
     ) -> _Steps:
-        if "/" in artifact:
-            url = artifact
-        else:
+        # Only an id or this service's artifact path: a URL elsewhere would get the API key.
+        try:
+            named, artifact_id = proto.parse_artifact_ref(artifact, self.base_url)
+        except InvalidArgumentError as exc:
+            return error_result(str(exc))
+        if named is None:
             sid = yield from self._session(session_id)
-            url = proto.session_url(sid, "artifacts", artifact)
+        else:
+            self._check_own(named)
+            sid = named
+        url = proto.artifact_url(sid, artifact_id)
         data, total = yield proto.artifact_range(url, offset, length)
         text, skipped, used = artifact_text(data, at_start=offset == 0)
         start = offset + skipped

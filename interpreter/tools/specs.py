@@ -191,7 +191,10 @@ TOOLS: tuple[ToolSpec, ...] = (
             "properties": {
                 "artifact": {
                     "type": "string",
-                    "description": "The artifact's URL as the result gave it, or its id.",
+                    "description": (
+                        "The artifact's URL as the result gave it (/v1/sessions/<session>/"
+                        "artifacts/<id>), or its id. Other URLs are refused."
+                    ),
                 },
                 "offset": {
                     "type": "integer",
