@@ -31,6 +31,7 @@ from e2b import (
     InvalidArgumentException,
     SandboxException,
     SandboxNotFoundException,
+    SandboxNotRunningException,
     SandboxQuery,
     SandboxState,
 )
@@ -543,6 +544,8 @@ def test_designed_5xx_answers_are_not_logged_as_errors(
     assert not sandbox.is_running()
     with pytest.raises(SandboxException):
         sandbox.commands.run("ls")
+    with pytest.raises(SandboxNotRunningException):  # not "False": the sandbox is gone
+        sandbox.files.exists("anything")
     deadline = time.monotonic() + 10
     routes = {"e2b:/health": 502, "e2b:/{service}/{method}": 501}
     lines: list[logging.LogRecord] = []

@@ -15,7 +15,8 @@ from typing import Any
 
 import tornado.web
 
-from interpreter.api.e2b.base import E2BHandler
+from interpreter.api.e2b.base import SANDBOX_HEADER, E2BHandler
+from interpreter.api.e2b.sandboxes import E2BSandbox, SandboxNotFound
 from interpreter.errors import InterpreterError, UnsupportedEncoding, ValidationFailed
 
 #: Connect's error codes by our statuses (the SDK maps them to its exceptions:
@@ -52,12 +53,31 @@ class Unimplemented(InterpreterError):
     code, status = "unimplemented", 501
 
 
+class SandboxGone(InterpreterError):
+    """A call for a sandbox that is not running: Connect's ``unavailable`` with "was not
+    found" in its message, which the SDK raises as SandboxNotRunningException (as for
+    E2B's proxy), never ``not_found``, which ``files.exists`` would read as False."""
+
+    code, status = "sandbox_not_running", 503
+
+
 def connect_code(exc: InterpreterError) -> str:
     return CODES.get(exc.status, "internal")
 
 
 class ConnectHandler(E2BHandler):
     """A Connect-RPC route: answers and errors in the Connect protocol's JSON shape."""
+
+    async def sandbox(self) -> E2BSandbox:
+        try:
+            return await super().sandbox()
+        except SandboxNotFound as exc:
+            self.designed_error = True
+            sandbox_id = self.request.headers.get(SANDBOX_HEADER, "")[:100]
+            raise SandboxGone(
+                f"Sandbox '{sandbox_id}' was not found: it was killed or timed out, or it "
+                "belongs to another API key."
+            ) from exc
 
     def message(self) -> dict[str, Any]:
         """The request message of a unary JSON call (``{}`` for an empty body)."""
