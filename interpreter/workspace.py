@@ -162,27 +162,64 @@ class Workspace:
                             st = entry.stat(follow_symlinks=False)
                         except FileNotFoundError:
                             continue  # gone since it was listed (another upload's temp file)
-                        kind: Literal["file", "directory", "other"] = (
-                            "directory"
-                            if stat.S_ISDIR(st.st_mode)
-                            else "file"
-                            if stat.S_ISREG(st.st_mode)
-                            else "other"
-                        )
-                        rel = "/".join([*parts, entry.name])
-                        entries.append(
-                            FileEntry(
-                                name=entry.name,
-                                path=rel,
-                                type=kind,
-                                size=st.st_size,
-                                modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
-                            )
-                        )
+                        entries.append(_entry([*parts, entry.name], st))
         except OSError as exc:
             raise _os_error(exc, path) from exc
         entries.sort(key=lambda e: (e.type != "directory", e.name))
         return FileList(path="/".join(parts), entries=entries)
+
+    def stat(self, path: str) -> FileEntry:
+        """The entry at ``path`` (``""``: the workspace itself); a symlink is described,
+        not followed (type ``other``)."""
+        parts = split_path(path, allow_root=True)
+        try:
+            if not parts:
+                return _entry([], os.stat(self.root))
+            with self._walk(parts[:-1]) as dfd:
+                return _entry(parts, os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False))
+        except OSError as exc:
+            raise _os_error(exc, path) from exc
+
+    def make_dir(self, path: str) -> bool:
+        """Create the directory ``path`` and its missing parents. False when it already
+        exists; 400 when something other than a directory is there."""
+        parts = split_path(path)
+        try:
+            with self._walk(parts[:-1], create=True) as dfd:
+                try:
+                    os.mkdir(parts[-1], 0o755, dir_fd=dfd)
+                except FileExistsError:
+                    st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        return False
+                    raise BadRequest(f"'{path}' exists and is not a directory.") from None
+                self._chown_like_root(parts[-1], dfd)
+        except OSError as exc:
+            raise self.write_error(exc, path) from exc
+        return True
+
+    def rename(self, source: str, destination: str) -> None:
+        """Move a file, symlink or directory within the workspace (the destination's
+        missing parents are created; an existing file there is replaced, as by mv)."""
+        src, dst = split_path(source), split_path(destination)
+        if dst[: len(src)] == src:
+            raise BadRequest(f"Cannot move '{source}' into itself ('{destination}').")
+        try:
+            with self._walk(src[:-1]) as sfd:
+                os.stat(src[-1], dir_fd=sfd, follow_symlinks=False)  # a missing source: 404
+                with self._walk(dst[:-1], create=True) as dfd:
+                    try:
+                        # rename() moves a symlink itself and replaces one at the destination.
+                        os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
+                    except OSError as exc:
+                        if exc.errno not in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY):
+                            raise
+                        raise BadRequest(
+                            f"Cannot move '{source}' onto '{destination}': one is a directory "
+                            "and the other is not, or the destination directory is not empty."
+                        ) from exc
+        except OSError as exc:
+            raise self.write_error(exc, source) from exc
 
     def open_read(self, path: str, max_bytes: int | None = None) -> tuple[BinaryIO, int]:
         """Open a regular file for reading; the caller closes it."""
@@ -290,6 +327,20 @@ class Workspace:
 
 
 os_error = _os_error
+
+
+def _entry(parts: list[str], st: os.stat_result) -> FileEntry:
+    """The entry of the workspace path ``parts`` (``[]``: the workspace) from its lstat."""
+    kind: Literal["file", "directory", "other"] = (
+        "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    )
+    return FileEntry(
+        name=parts[-1] if parts else "",
+        path="/".join(parts),
+        type=kind,
+        size=st.st_size,
+        modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
+    )
 
 
 def copy_tree_safely(src: Path, dst: Path) -> int:

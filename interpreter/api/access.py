@@ -43,10 +43,12 @@ def log_request(
     duration_ms: float,
     key_id: str | None,
     error: str | None,
+    designed: bool = False,
 ) -> None:
-    """Write the access line of one answered request (at ERROR level for a 5xx, else INFO).
-    ``key_id`` names the API key (its owner id), never the key itself; ``error`` is the
-    error type of an error answer."""
+    """Write the access line of one answered request (at ERROR level for a 5xx, else INFO;
+    ``designed``: a 5xx that is the route's normal answer, at INFO). ``key_id`` names the
+    API key (its owner id), never the key itself; ``error`` is the error type of an error
+    answer."""
     fields = {
         "request_id": request_id,
         "method": method,
@@ -57,5 +59,5 @@ def log_request(
         "key_id": key_id,
         "error": error,
     }
-    level = logging.ERROR if status >= 500 else logging.INFO
+    level = logging.ERROR if status >= 500 and not designed else logging.INFO
     logs.emit(logs.ACCESS, "http_request", fields, level)

@@ -108,6 +108,9 @@ class BaseHandler(tornado.web.RequestHandler):
     key_id: str | None = None
     #: The error type of an error answer, for the access line.
     error_type: str | None = None
+    #: A 5xx that is the route's designed answer to a normal call (the E2B surface's 502
+    #: health of a killed sandbox, its 501 for an unserved method): logged at INFO.
+    designed_error = False
 
     def initialize(
         self, broker: SessionBroker, settings: Settings, route: str = access.UNMATCHED
@@ -419,6 +422,7 @@ class BaseHandler(tornado.web.RequestHandler):
             duration_ms=seconds * 1000,
             key_id=self.key_id,
             error=self.error_type,
+            designed=self.designed_error,
         )
 
 

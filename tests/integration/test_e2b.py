@@ -12,6 +12,7 @@ import base64
 import gzip
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -23,7 +24,17 @@ from typing import Any
 
 import httpx
 import pytest
-from e2b import AuthenticationException, InvalidArgumentException, SandboxException
+from e2b import (
+    AuthenticationException,
+    FileNotFoundException,
+    FileType,
+    InvalidArgumentException,
+    SandboxException,
+    SandboxNotFoundException,
+    SandboxNotRunningException,
+    SandboxQuery,
+    SandboxState,
+)
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 from e2b_code_interpreter.charts import ChartType
@@ -33,6 +44,7 @@ from tests.conftest import KEY, OTHER_KEY, require_docker
 from tests.conftest import test_settings as settings_for
 
 pytestmark = pytest.mark.timeout(300)
+JSON = {"Content-Type": "application/json"}
 
 
 class E2BServer:
@@ -407,10 +419,145 @@ def test_the_async_sdk_works_the_same(e2b: E2BServer) -> None:
         execution = await sandbox.run_code("print('async')\n6 * 7", on_stdout=on_stdout)
         await sandbox.files.write("a.txt", "from async")
         text = await sandbox.files.read("/home/user/a.txt")
+        assert await sandbox.files.exists("a.txt")
         await sandbox.kill()
         return seen, execution.text, text
 
     assert asyncio.run(main()) == (["async\n"], "42", "from async")
+
+
+def test_filesystem_calls_act_on_the_workspace(sbx: Sandbox) -> None:
+    # Before, Stat answered a plain 404 that the SDK read as "not found": exists() was
+    # False for a file just written, and remove/rename/make_dir raised FileNotFound.
+    sbx.files.write("fsops/f.txt", "x")
+    assert sbx.files.exists("fsops/f.txt") and sbx.files.exists("/home/user/fsops")
+    assert not sbx.files.exists("fsops/missing.txt")
+    assert sbx.files.exists("fsops/f.txt", user="root")  # envd's user header is no key
+    info = sbx.files.get_info("/home/user/fsops/f.txt")
+    assert (info.name, info.type, info.path, info.size) == (
+        "f.txt",
+        FileType.FILE,
+        "/home/user/fsops/f.txt",
+        1,
+    )
+    assert info.modified_time.year >= 2024
+    assert sbx.files.make_dir("fsops/new/deep") is True
+    assert sbx.files.make_dir("fsops/new/deep") is False  # already there
+    assert sbx.files.get_info("fsops/new").type == FileType.DIR
+    moved = sbx.files.rename("fsops/f.txt", "/home/user/fsops/new/g.txt")
+    assert (moved.path, moved.type) == ("/home/user/fsops/new/g.txt", FileType.FILE)
+    assert not sbx.files.exists("fsops/f.txt")
+    assert sbx.files.read("fsops/new/g.txt") == "x"
+    assert [(e.name, e.type) for e in sbx.files.list("fsops")] == [("new", FileType.DIR)]
+    deep = sorted(e.path for e in sbx.files.list("/home/user/fsops", depth=3))
+    assert deep == [f"/home/user/fsops/{p}" for p in ("new", "new/deep", "new/g.txt")]
+    assert "fsops" in [e.name for e in sbx.files.list("/home/user")]
+    # The kernel sees the same files.
+    assert sbx.run_code("import os\nsorted(os.listdir('fsops/new'))").text == "['deep', 'g.txt']"
+    sbx.files.remove("fsops/new")
+    assert not sbx.files.exists("fsops/new")
+    assert sbx.run_code("os.path.exists('fsops/new')").text == "False"
+    # Errors as for /files: missing is FileNotFound, outside the workspace is refused.
+    with pytest.raises(FileNotFoundException):
+        sbx.files.remove("fsops/new")
+    with pytest.raises(FileNotFoundException):
+        sbx.files.rename("fsops/none", "fsops/other")
+    sbx.files.write("fsops/file", "y")
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        sbx.files.make_dir("fsops/file")
+    for outside in (
+        lambda: sbx.files.exists("/etc/passwd"),
+        lambda: sbx.files.rename("fsops/file", "/tmp/escaped"),
+        lambda: sbx.files.rename("fsops/file", "../escaped"),
+        lambda: sbx.files.make_dir("/home/user/../../tmp/d"),
+        lambda: sbx.files.remove("/home/user"),
+        lambda: sbx.files.list("/"),
+    ):
+        with pytest.raises(InvalidArgumentException):
+            outside()
+    assert sbx.files.read("fsops/file") == "y"
+
+
+def test_unserved_rpc_methods_answer_unimplemented(e2b: E2BServer, sbx: Sandbox) -> None:
+    # Before, they answered 404, read by the SDK as a missing file or process.
+    with pytest.raises(SandboxException, match=r"process\.Process/Start is not supported"):
+        sbx.commands.run("ls")
+    with pytest.raises(SandboxException, match="not supported by this service"):
+        sbx.files.watch_dir("/home/user")
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        resp = raw.post("/process.Process/List", json={})
+        assert resp.status_code == 501
+        assert resp.json()["code"] == "unimplemented"
+        assert "process.Process/List is not supported" in resp.json()["message"]
+        bad = raw.post("/filesystem.Filesystem/Stat", content=b"{", headers=JSON)
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_argument"
+        binary = raw.post(
+            "/filesystem.Filesystem/Stat",
+            content=b"",
+            headers={"Content-Type": "application/proto"},
+        )
+        assert binary.status_code == 400 and "JSON codec" in binary.json()["message"]
+    anonymous = httpx.post(f"{e2b.e2b_url}/filesystem.Filesystem/Stat", json={"path": "x"})
+    assert anonymous.status_code == 401 and anonymous.json()["code"] == "unauthenticated"
+
+
+def test_connect_and_list_reach_the_keys_running_sandboxes(e2b: E2BServer) -> None:
+    # Before, connect answered 404 ("Paused sandbox ... not found") and list 405.
+    opts = {"api_url": e2b.e2b_url, "sandbox_url": e2b.e2b_url}
+    sandbox = e2b.sandbox(timeout=60, metadata={"job": "listed"})
+    sandbox.run_code("kept = 'state'")
+    again = Sandbox.connect(sandbox.sandbox_id, timeout=600, api_key=KEY, **opts)
+    assert again.run_code("kept").text == "state"
+    with e2b.v1() as v1:
+        assert v1.get(f"/v1/sessions/{sandbox.sandbox_id}").json()["idle_timeout_s"] == 600
+    listed = Sandbox.list(api_key=KEY, **opts).next_items()
+    [mine] = [s for s in listed if s.sandbox_id == sandbox.sandbox_id]
+    assert (mine.metadata, mine.state) == ({"job": "listed"}, SandboxState.RUNNING)
+    query = SandboxQuery(metadata={"job": "listed"})
+    assert [s.sandbox_id for s in Sandbox.list(query=query, api_key=KEY, **opts).next_items()] == [
+        sandbox.sandbox_id
+    ]
+    paused = SandboxQuery(state=[SandboxState.PAUSED])
+    assert Sandbox.list(query=paused, api_key=KEY, **opts).next_items() == []
+    others = Sandbox.list(api_key=OTHER_KEY, **opts).next_items()
+    assert sandbox.sandbox_id not in [s.sandbox_id for s in others]
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox.sandbox_id, api_key=OTHER_KEY, **opts)
+    # Actions with no equivalent here say so, rather than "not found".
+    with pytest.raises(SandboxException, match="not supported by this service"):
+        sandbox.pause()
+    sandbox.kill()
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox.sandbox_id, api_key=KEY, **opts)
+    listed = Sandbox.list(api_key=KEY, **opts).next_items()
+    assert sandbox.sandbox_id not in [s.sandbox_id for s in listed]
+
+
+def test_designed_5xx_answers_are_not_logged_as_errors(
+    e2b: E2BServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before, is_running() after kill() (health 502, by design) wrote an ERROR line.
+    caplog.set_level(logging.INFO, logger="interpreter.access")
+    sandbox = e2b.sandbox()
+    sandbox.kill()
+    assert not sandbox.is_running()
+    with pytest.raises(SandboxException):
+        sandbox.commands.run("ls")
+    with pytest.raises(SandboxNotRunningException):  # not "False": the sandbox is gone
+        sandbox.files.exists("anything")
+    deadline = time.monotonic() + 10
+    routes = {"e2b:/health": 502, "e2b:/{service}/{method}": 501}
+    lines: list[logging.LogRecord] = []
+    while time.monotonic() < deadline and {r.route for r in lines} != set(routes):
+        lines = [
+            r
+            for r in caplog.records
+            if r.name == "interpreter.access" and routes.get(getattr(r, "route", "")) == r.status
+        ]
+        time.sleep(0.05)
+    assert {r.route for r in lines} == set(routes)
+    assert {r.levelname for r in lines} == {"INFO"}
 
 
 # ------------------------------------------------------------------------- debug mode

@@ -4,8 +4,10 @@ Auth follows ``/v1``: without configured keys every request is the anonymous own
 the service binds loopback only); with keys, a request carries one of them (``X-API-Key``
 as E2B's control plane gets it, or ``Authorization: Bearer``), or the access token of a
 sandbox the control plane made (``X-Access-Token``, ``E2B-Traffic-Access-Token``), which
-acts for the key that created it. Errors are ``{"code": <status>, "message": ...}``, the
-body E2B's API and envd answer with, plus our ``type``.
+acts for the key that created it (an ``Authorization: Basic`` header, envd's choice of
+user, is not a key and is ignored: there is one user). Errors are
+``{"code": <status>, "message": ...}``, the body E2B's API and envd answer with, plus our
+``type``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class E2BHandler(BaseHandler):
             return
         headers = self.request.headers
         presented = headers.get("X-API-Key")
-        if presented is None and headers.get("Authorization"):
+        scheme = headers.get("Authorization", "").partition(" ")[0].lower()
+        # ``Basic <user>:`` is envd's choice of user (the SDK's ``user=``), not a key.
+        if presented is None and scheme == "bearer":
             presented = self.bearer_token()
         if presented is not None:
             key = _matching(presented.strip(), keys)

@@ -1,18 +1,26 @@
-"""E2B's control plane (``E2B_API_URL``): create, inspect, time out and kill sandboxes.
+"""E2B's control plane (``E2B_API_URL``): create, list, connect to, inspect, time out
+and kill sandboxes.
 
 ``POST /sandboxes`` (and ``/v2/sandboxes``, which newer SDKs call) creates a session; its
 ``timeout`` becomes the session's idle timeout, ``envVars`` its kernel environment. The
-answer carries an access token that the SDK sends with every data-plane request.
+answer carries an access token that the SDK sends with every data-plane request;
+``POST /sandboxes/{id}/connect`` gives it again for a running sandbox of the same key, and
+``GET /v2/sandboxes`` lists the key's running sandboxes. Other sandbox actions (pause,
+resume, metrics, fork, snapshots, network) answer 501 naming the action.
 """
 
 from __future__ import annotations
 
+import json
+import urllib.parse
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from interpreter.api.e2b.base import E2BHandler
 from interpreter.api.e2b.sandboxes import DEFAULT_TIMEOUT_S, E2BSandbox, SandboxNotFound
+from interpreter.errors import InterpreterError, ValidationFailed
 from interpreter.settings import Settings
 
 #: The envd version we claim: new enough that the SDK sends no user name and may upload
@@ -29,6 +37,11 @@ class NewSandbox(BaseModel):
     timeout: int = Field(DEFAULT_TIMEOUT_S, ge=0, le=MAX_TIMEOUT_S)
     metadata: dict[str, str] | None = None
     env_vars: dict[str, str] | None = Field(None, alias="envVars")
+
+
+class ConnectBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    timeout: int | None = Field(None, ge=0, le=MAX_TIMEOUT_S)
 
 
 class SetTimeout(BaseModel):
@@ -49,8 +62,16 @@ def sandbox_json(sandbox: E2BSandbox) -> dict[str, Any]:
 
 
 def detail_json(sandbox: E2BSandbox, settings: Settings) -> dict[str, Any]:
+    return {**sandbox_json(sandbox), **listed_json(sandbox, settings)}
+
+
+def listed_json(sandbox: E2BSandbox, settings: Settings) -> dict[str, Any]:
+    """A sandbox as ``GET /v2/sandboxes`` lists it (no access tokens)."""
     return {
-        **sandbox_json(sandbox),
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.id,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
         "startedAt": sandbox.started_at.isoformat(),
         "endAt": sandbox.ends_at.isoformat(),
         "cpuCount": max(1, int(settings.default_cpus)),
@@ -61,7 +82,55 @@ def detail_json(sandbox: E2BSandbox, settings: Settings) -> dict[str, Any]:
     }
 
 
+class Unsupported(InterpreterError):
+    code, status = "not_supported", 501
+
+
+#: The most sandboxes one page lists (E2B's ``limit`` maximum).
+MAX_LIMIT = 100
+
+
 class SandboxesHandler(E2BHandler):
+    async def get(self) -> None:
+        """The key's running sandboxes, oldest first, filtered as E2B's list filters
+        (``metadata``, ``state``, ``template``, ``startedAfter``), a page at a time
+        (``limit``, ``nextToken``; the next page's token in ``X-Next-Token``)."""
+        found = [s for s in self.sandboxes.running_of(self.owner) if self._matches(s)]
+        if self.get_query_argument("order", "asc") == "desc":
+            found.reverse()
+        start, limit = self._page()
+        page = found[start : start + limit]
+        if start + limit < len(found):
+            self.set_header("X-Next-Token", str(start + limit))
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps([listed_json(s, self.conf) for s in page]))
+
+    def _matches(self, sandbox: E2BSandbox) -> bool:
+        states = self.get_query_argument("state", "")
+        if states and "running" not in states.split(","):
+            return False  # nothing is ever paused here
+        template = self.get_query_argument("template", "")
+        if template and template != sandbox.template:
+            return False
+        after = self.get_query_argument("startedAfter", "")
+        if after and sandbox.started_at <= _timestamp(after):
+            return False
+        wanted = self.get_query_argument("metadata", "")
+        pairs = urllib.parse.parse_qsl(wanted, keep_blank_values=True)
+        return all(
+            sandbox.metadata.get(urllib.parse.unquote(k)) == urllib.parse.unquote(v)
+            for k, v in pairs
+        )
+
+    def _page(self) -> tuple[int, int]:
+        token = self.get_query_argument("nextToken", "0")
+        limit = self.get_query_argument("limit", str(MAX_LIMIT))
+        if not token.isdigit() or len(token) > 9:
+            raise ValidationFailed("nextToken must be a token from X-Next-Token.")
+        if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+            raise ValidationFailed(f"limit must be an integer from 1 to {MAX_LIMIT}.")
+        return int(token), int(limit)
+
     async def post(self) -> None:
         body = self.parse(NewSandbox, optional=True)
         sandbox = await self.sandboxes.create(
@@ -93,3 +162,34 @@ class SandboxTimeoutHandler(E2BHandler):
         await self.sandboxes.set_timeout(self.owner, sandbox_id, body.timeout)
         self.set_status(204)
         self.finish()
+
+
+class SandboxConnectHandler(E2BHandler):
+    async def post(self, sandbox_id: str) -> None:
+        body = self.parse(ConnectBody, optional=True)
+        sandbox = await self.sandboxes.connect(self.owner, sandbox_id, body.timeout)
+        self.send_json(sandbox_json(sandbox))
+
+
+class SandboxActionHandler(E2BHandler):
+    """Sandbox actions this service has no equivalent for: 501, never a 404 that the SDK
+    would read as "sandbox not found"."""
+
+    async def _refuse(self, sandbox_id: str, action: str) -> None:
+        self.designed_error = True
+        raise Unsupported(
+            f"'{self.request.method} .../{action}' (sandbox {action}) is not supported by "
+            "this service; see docs/design.md for what its E2B surface serves."
+        )
+
+    get = post = put = delete = _refuse
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationFailed("startedAfter must be an ISO 8601 time.") from None
+    if when.tzinfo is None:
+        raise ValidationFailed("startedAfter must carry its time zone.")
+    return when

@@ -25,8 +25,9 @@ from interpreter.upload import Upload
 HOME = "/home/user"
 
 
-def workspace_path(path: str) -> str:
-    """The workspace-relative path of an E2B path (400 outside the home directory)."""
+def workspace_path(path: str, *, home: bool = False) -> str:
+    """The workspace-relative path of an E2B path (400 outside the home directory).
+    ``home``: the home directory itself is allowed too (as ``""``)."""
     if not path or "\x00" in path:
         raise BadRequest("path must be a non-empty file path without NUL bytes.")
     if path.startswith("~/"):
@@ -39,7 +40,7 @@ def workspace_path(path: str) -> str:
                 "session's workspace) is reachable."
             )
         path = normal[len(HOME) :].lstrip("/")
-    if not path:
+    if not path and not home:
         raise BadRequest(f"path names the home directory {HOME}, not a file.")
     return path
 
@@ -108,6 +109,7 @@ class HealthHandler(E2BHandler):
             except InterpreterError:
                 sandbox = None
             if sandbox is None or not self.sandboxes.running(sandbox):
+                self.designed_error = True  # the SDK's is_running() asks this: no ERROR line
                 self.set_status(502)
                 self.finish(json.dumps({"code": 502, "message": "The sandbox is not running."}))
                 return

@@ -119,6 +119,21 @@ class Sandboxes:
     def running(self, sandbox: E2BSandbox) -> bool:
         return not sandbox.killed and sandbox.id in self.broker.live
 
+    def running_of(self, owner: str) -> list[E2BSandbox]:
+        """The key's running sandboxes, oldest first."""
+        found = [s for s in self._by_id.values() if s.owner == owner and self.running(s)]
+        return sorted(found, key=lambda s: (s.started_at, s.id))
+
+    async def connect(self, owner: str, sandbox_id: str, timeout_s: float | None) -> E2BSandbox:
+        """The key's running sandbox (404 otherwise); a ``timeout_s`` longer than the
+        time it has left extends it (a shorter one changes nothing, as on E2B)."""
+        sandbox = self.get(owner, sandbox_id)
+        if not self.running(sandbox):
+            raise SandboxNotFound(f"Sandbox '{sandbox_id}' is no longer running.")
+        if timeout_s and datetime.now(UTC) + timedelta(seconds=timeout_s) > sandbox.ends_at:
+            await self.set_timeout(owner, sandbox_id, timeout_s)
+        return sandbox
+
     def by_token(self, token: str) -> E2BSandbox | None:
         for sandbox in self._by_id.values():
             if secrets.compare_digest(sandbox.token.encode(), token.encode()):
