@@ -42,7 +42,7 @@ from mcp.server.stdio import stdio_server
 from interpreter._version import __version__
 from interpreter.client import AsyncClient, ClientError
 from interpreter.mcp_auth import BearerAuth
-from interpreter.mcp_executor import StreamingToolExecutor, reporter
+from interpreter.mcp_executor import StreamingToolExecutor, client_error, reporter
 from interpreter.mcp_service import ServiceFacts, service_facts
 from interpreter.tools import (
     RUN_CODE_OUTPUT_SCHEMA,
@@ -234,10 +234,13 @@ def build_server(target: Target, options: Options | None = None) -> Server[Conne
         token = reporter.set(report)
         try:
             result = await executor.execute(ToolCall(params.name, dict(params.arguments or {})))
-        except ClientError as exc:
+        except (ClientError, ExceptionGroup) as exc:
             # The service is unreachable or broke the protocol: tell the model, keep serving.
+            error = client_error(exc)
+            if error is None:
+                raise
             return types.CallToolResult(
-                content=[types.TextContent(text=f"Error: {exc}")], is_error=True
+                content=[types.TextContent(text=f"Error: {error}")], is_error=True
             )
         finally:
             reporter.reset(token)

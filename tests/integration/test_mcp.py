@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,6 +21,7 @@ import mcp_types as types
 import pytest
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from interpreter.mcp_server import mcp_tools, to_call_result
@@ -139,20 +142,29 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def mcp_http(local_server: Server, request: pytest.FixtureRequest) -> Iterator[str]:
+def mcp_http_log(tmp_path: Path) -> Path:
+    """Where the ``mcp_http`` server writes its stderr."""
+    return tmp_path / "mcp-http.stderr"
+
+
+@pytest.fixture
+def mcp_http(
+    local_server: Server, request: pytest.FixtureRequest, mcp_http_log: Path
+) -> Iterator[str]:
     port = _free_port()
     extra: list[str] = getattr(request, "param", [])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
-        env=_env(local_server),
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with mcp_http_log.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
+            env=_env(local_server),
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 30
     while True:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.poll() is None, mcp_http_log.read_text()
         try:
             httpx.get(url, timeout=1)
             break
@@ -162,8 +174,6 @@ def mcp_http(local_server: Server, request: pytest.FixtureRequest) -> Iterator[s
     yield url
     proc.terminate()
     proc.wait(20)
-    if proc.stderr:
-        proc.stderr.close()
 
 
 def test_mcp_over_streamable_http(mcp_http: str) -> None:
@@ -375,3 +385,63 @@ def test_http_bearer_token(mcp_http: str) -> None:
                 assert not result.is_error and "42" in _texts(result)
 
     anyio.run(main)
+
+
+# -- the service's refusals are tool errors ----------------------------------------------
+
+#: run_code arguments the service refuses, and a piece of the message it gives.
+REFUSED_RUNS: list[tuple[dict[str, Any], str]] = [
+    ({"code": "x" * (2 << 20)}, "the limit here is 1048576. (payload_too_large)"),
+    ({"code": "print('a\x00b')"}, "must not contain NUL characters (validation_error)"),
+    ({"code": "1", "timeout_s": 1e9}, "less than or equal to 86400 (validation_error)"),
+    ({"code": "1", "timeout_s": 1e308}, "less than or equal to 86400 (validation_error)"),
+]
+
+
+def _created_session(result: types.CallToolResult) -> str:
+    """The session id a create_session result names."""
+    match = re.search(r"\bs_[A-Za-z0-9_-]+", _texts(result))
+    assert not result.is_error and match, _texts(result)
+    return match.group(0)
+
+
+async def _refusals_are_tool_errors(client: MCPClient, server: Server) -> None:
+    """Each refusal (413, 422, 409) is an isError result with the service's message, and
+    the next call works."""
+    for arguments, message in REFUSED_RUNS:
+        result = await client.call_tool("run_code", arguments)
+        assert result.is_error and message in _texts(result), _texts(result)
+    closed = _created_session(await client.call_tool("create_session", {}))
+    with server.client() as api:
+        api.delete(f"/v1/sessions/{closed}").raise_for_status()
+    result = await client.call_tool("run_code", {"code": "1", "session_id": closed})
+    assert result.is_error and "is closed (deleted)" in _texts(result)
+    assert "(session_closed)" in _texts(result)
+    alive = await client.call_tool("run_code", {"code": "print('alive')"})
+    assert not alive.is_error and "alive" in _texts(alive)
+
+
+def test_refusals_are_tool_errors_over_stdio(local_server: Server, tmp_path: Path) -> None:
+    log = tmp_path / "mcp.stderr"
+
+    async def main() -> None:
+        with anyio.fail_after(60), log.open("w") as errlog:
+            async with MCPClient(stdio_client(_stdio(local_server), errlog=errlog)) as client:
+                await _refusals_are_tool_errors(client, local_server)
+
+    anyio.run(main)
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_refusals_are_tool_errors_over_http(
+    local_server: Server, mcp_http: str, mcp_http_log: Path
+) -> None:
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http, mode="legacy") as stateful:
+                await _refusals_are_tool_errors(stateful, local_server)
+            async with MCPClient(mcp_http) as stateless:
+                await _refusals_are_tool_errors(stateless, local_server)
+
+    anyio.run(main)
+    assert "Traceback" not in mcp_http_log.read_text(), mcp_http_log.read_text()
