@@ -24,6 +24,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from interpreter import quota
 from interpreter.mcp_server import mcp_tools, to_call_result
 from interpreter.tools import TOOL_NAMES, ImagePart, TextPart, ToolResult
 from tests.conftest import REPO, Server
@@ -55,6 +56,9 @@ async def _session_walk(client: MCPClient) -> None:
     # What the service told the server at startup, not hard-coded text.
     assert "Backend: local" in (run_code.description or "")
     assert "pandas" in (run_code.description or "")
+    assert "Limits per session: ." not in (run_code.description or "")
+    if quota.unavailable_reason() is None:  # the service enforces its default disk quota
+        assert "Limits per session: workspace disk 1024 MiB." in (run_code.description or "")
     assert run_code.output_schema is not None
     assert run_code.output_schema["properties"]["stdout"] == {
         "type": "string",
