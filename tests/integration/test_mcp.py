@@ -449,3 +449,101 @@ def test_refusals_are_tool_errors_over_http(
 
     anyio.run(main)
     assert "Traceback" not in mcp_http_log.read_text(), mcp_http_log.read_text()
+
+
+# -- whose sessions an MCP client may name -----------------------------------------------
+
+
+def test_a_stateless_client_can_neither_list_nor_use_a_stateful_clients_session(
+    mcp_http: str,
+) -> None:
+    """A stateful connection's sessions are its own: a stateless request can neither list
+    nor name them (not by session_id, from_session or an artifact URL), and the stateful
+    connection cannot name the stateless requests' sessions either."""
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with (
+                MCPClient(mcp_http, mode="legacy") as stateful,
+                MCPClient(mcp_http) as stateless,
+            ):
+                mine = await stateful.call_tool("run_code", {"code": "secret = 'A private'"})
+                assert mine.structured_content is not None
+                sid_a = mine.structured_content["session_id"]
+
+                listed = await stateless.call_tool("list_sessions", {})
+                assert not listed.is_error and sid_a not in _texts(listed)
+                assert "No sessions are listed to a stateless MCP client" in _texts(listed)
+                for name, arguments in [
+                    ("run_code", {"code": "secret", "session_id": sid_a}),
+                    ("read_file", {"path": "x.txt", "session_id": sid_a}),
+                    ("upload_file", {"path": "x.txt", "content": "x", "session_id": sid_a}),
+                    ("create_session", {"from_session": sid_a}),
+                    ("read_artifact", {"artifact": f"/v1/sessions/{sid_a}/artifacts/a_x"}),
+                ]:
+                    refused = await stateless.call_tool(name, arguments)
+                    assert refused.is_error, (name, _texts(refused))
+                    assert f"unknown session '{sid_a}'" in _texts(refused), _texts(refused)
+                    assert "A private" not in _texts(refused)
+
+                # Any other URL of the service is refused: /v1/sessions lists every session.
+                for client in (stateless, stateful):
+                    listing = await client.call_tool("read_artifact", {"artifact": "/v1/sessions"})
+                    assert listing.is_error and "is not an artifact URL" in _texts(listing)
+                    assert sid_a not in _texts(listing)
+
+                theirs = await stateless.call_tool("run_code", {"code": "mine = 'C'"})
+                assert theirs.structured_content is not None
+                sid_c = theirs.structured_content["session_id"]
+                again = await stateless.call_tool("run_code", {"code": "mine", "session_id": sid_c})
+                assert not again.is_error and "'C'" in _texts(again)
+                refused = await stateful.call_tool("run_code", {"code": "1", "session_id": sid_c})
+                assert refused.is_error and f"unknown session '{sid_c}'" in _texts(refused)
+                still = await stateful.call_tool("run_code", {"code": "secret"})
+                assert "'A private'" in _texts(still)
+
+    anyio.run(main)
+
+
+def test_a_stateless_call_names_the_session_it_started(local_server: Server, mcp_http: str) -> None:
+    """upload_file without session_id starts a session and says which (text and
+    structuredContent); tools that only read need a session_id and start nothing; a
+    failed call leaves no session running."""
+    before = _session_ids(local_server)
+
+    async def main() -> str:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http) as client:
+                upload = await client.call_tool(
+                    "upload_file", {"path": "data.csv", "content": "a\n1\n"}
+                )
+                assert not upload.is_error and upload.structured_content is not None
+                sid = str(upload.structured_content["session_id"])
+                assert f'pass session_id "{sid}"' in _texts(upload)
+                read = await client.call_tool(
+                    "run_code", {"code": "open('data.csv').read()", "session_id": sid}
+                )
+                assert not read.is_error and "'a\\n1\\n'" in _texts(read), _texts(read)
+                made = await client.call_tool("create_session", {})
+                assert made.structured_content == {"session_id": _created_session(made)}
+
+                for name in ("read_file", "list_files", "get_notebook", "restart"):
+                    arguments = {"path": "data.csv"} if name == "read_file" else {}
+                    refused = await client.call_tool(name, arguments)
+                    assert refused.is_error and "needs a session_id" in _texts(refused)
+                failed = [
+                    ("run_code", {"code": "1", "timeout_s": 1e9}),
+                    ("upload_file", {"path": "big.txt", "content": "x" * (2 << 20)}),
+                    ("upload_file", {"path": "../up.txt", "content": "x"}),
+                ]
+                for name, arguments in failed:
+                    result = await client.call_tool(name, arguments)
+                    assert result.is_error and "Session:" not in _texts(result), _texts(result)
+                return sid
+
+    sid = anyio.run(main)
+    made = {s: status for s, status in _session_ids(local_server).items() if s not in before}
+    running = {s for s, status in made.items() if status != "closed"}
+    # The upload's and create_session's sessions stay (the server deletes them when it
+    # stops); the failed calls' were deleted.
+    assert sid in running and len(running) == 2, made
