@@ -14,6 +14,7 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from typing import Any
 
 import anyio
 
@@ -29,6 +30,7 @@ from interpreter.client import (
 )
 from interpreter.models import TERMINAL_STATUSES, Execution
 from interpreter.tools import AsyncToolExecutor, RunStep
+from interpreter.tools.logic import Step
 
 log = logging.getLogger(__name__)
 
@@ -103,17 +105,36 @@ class StreamingToolExecutor(AsyncToolExecutor):
         send = reporter.get()
         progress = _Progress(send) if send is not None else None
         started: list[str] = []
+        outcome: Execution | ClientError
         try:
             async with anyio.create_task_group() as tasks:
                 if progress is not None:
                     tasks.start_soon(progress.heartbeat)
-                execution = await self._stream(session, step, started.append, progress)
+                try:
+                    outcome = await self._stream(session, step, started.append, progress)
+                except ClientError as exc:
+                    # Raised here, anyio would wrap it in an ExceptionGroup, which the
+                    # executor's `except ClientError` (a refusal is a tool error) misses.
+                    outcome = exc
                 tasks.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._stop(session, started[0] if started else None)
             raise
-        return execution
+        if isinstance(outcome, ClientError):
+            raise outcome
+        return outcome
+
+    async def _send(self, request: Step) -> Any:
+        """Send one step; a ClientError that comes inside an exception group (from a task
+        group on the way) is raised bare, so the executor treats it as the sync one does."""
+        try:
+            return await super()._send(request)
+        except BaseExceptionGroup as group:
+            error = client_error(group)
+            if error is None:
+                raise
+            raise error from None
 
     async def _stream(
         self,
@@ -147,6 +168,18 @@ class StreamingToolExecutor(AsyncToolExecutor):
                 await _ended(session, execution_id)
                 return
         log.warning("a cancelled run in session %s did not stop", session.id)
+
+
+def client_error(exc: BaseException) -> ClientError | None:
+    """The :class:`ClientError` that ``exc`` is, or the first one of an exception group
+    that holds nothing else; None for anything else."""
+    if isinstance(exc, ClientError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        errors, rest = exc.split(ClientError)
+        if errors is not None and rest is None:
+            return client_error(errors.exceptions[0])
+    return None
 
 
 async def _ended(session: AsyncSession, execution_id: str) -> None:

@@ -9,16 +9,20 @@ Transports: stdio (the default; what desktop MCP hosts launch) and streamable HT
 (``--http PORT``, loopback by default, at ``/mcp``; a bearer token is required to bind
 anything else).
 
-Each MCP client gets its own tool executor, so its own current interpreter session:
+Each MCP client gets its own tool executor, so its own current interpreter session; which
+sessions each client may name is :mod:`interpreter.mcp_sessions`:
 
 - stdio: the one client of the process; its sessions are deleted when stdin closes;
 - streamable HTTP with a session (``Mcp-Session-Id``, protocol versions up to
   2025-11-25): one executor per MCP session; a client may only name sessions it created,
-  and they are deleted when the MCP session ends (terminated or expired);
+  no other client may list or name them, and they are deleted when the MCP session ends
+  (terminated or expired);
 - streamable HTTP without a session (the stateless 2026-07-28 protocol): each request
-  stands alone, so a call without ``session_id`` runs in a new interpreter session whose
-  id the result gives (session ids are 144-bit random, so knowing one is the right to use
-  it); those sessions are deleted when the server stops.
+  stands alone, with no current session: ``run_code``, ``upload_file`` and
+  ``create_session`` without ``session_id`` start a session and the result names it; such
+  a request may name only sessions that stateless requests started (session ids are
+  144-bit random, so knowing one is the right to use it); those sessions are deleted when
+  the server stops, or at once when the call that started one failed.
 
 ``keep_sessions`` keeps every session instead (their notebooks stay readable anyway).
 """
@@ -42,8 +46,9 @@ from mcp.server.stdio import stdio_server
 from interpreter._version import __version__
 from interpreter.client import AsyncClient, ClientError
 from interpreter.mcp_auth import BearerAuth
-from interpreter.mcp_executor import StreamingToolExecutor, reporter
+from interpreter.mcp_executor import StreamingToolExecutor, client_error, reporter
 from interpreter.mcp_service import ServiceFacts, service_facts
+from interpreter.mcp_sessions import StatelessRequests, connection_refusal
 from interpreter.tools import (
     RUN_CODE_OUTPUT_SCHEMA,
     TOOLS,
@@ -147,7 +152,8 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
 
 
 class Connections:
-    """The tool executors of the live MCP connections, one each, on one SDK client."""
+    """The tool executors of the live MCP connections, one each, on one SDK client; which
+    sessions each client may name is :mod:`interpreter.mcp_sessions`."""
 
     def __init__(self, client: AsyncClient, facts: ServiceFacts, options: Options) -> None:
         self.client = client
@@ -157,19 +163,28 @@ class Connections:
         self._live: set[StreamingToolExecutor] = set()
         self._stdio = StreamingToolExecutor(client)
         self._live.add(self._stdio)
-        #: Sessions made by stateless HTTP requests, deleted when the server stops.
-        self._stateless = StreamingToolExecutor(client)
-        self._live.add(self._stateless)
+        #: Stateless HTTP requests, and the sessions they started (deleted when the
+        #: server stops).
+        self._stateless = StatelessRequests(client)
+        self._live.add(self._stateless.sessions)
 
-    def executor(self, ctx: ServerRequestContext[Any, Any]) -> StreamingToolExecutor:
-        """The executor of the client this request came from (see the module)."""
+    async def execute(self, ctx: ServerRequestContext[Any, Any], call: ToolCall) -> ToolResult:
+        """Run a tool call for the client this request came from (see the module)."""
         if self.options.transport == "stdio":
-            return self._stdio
-        # The SDK keeps per-connection state and teardown on its Connection object; the
-        # request context reaches it only through its session (no public accessor yet).
-        connection = ctx.session._connection
-        if connection.session_id is None:
-            return StreamingToolExecutor(self.client)
+            executor, own_only = self._stdio, False
+        else:
+            # The SDK keeps per-connection state and teardown on its Connection object;
+            # the request context reaches it only through its session (no public accessor).
+            connection = ctx.session._connection
+            if connection.session_id is None:
+                return await self._stateless.execute(call)
+            executor, own_only = self._connection_executor(connection), True
+        refused = connection_refusal(executor, call, self.client.base_url, own_only=own_only)
+        if refused is not None:
+            return refused
+        return await executor.execute(call)
+
+    def _connection_executor(self, connection: Any) -> StreamingToolExecutor:
         executor = connection.state.get(_STATE_KEY)
         if not isinstance(executor, StreamingToolExecutor):
             executor = StreamingToolExecutor(self.client, own_sessions_only=True)
@@ -177,11 +192,6 @@ class Connections:
             self._live.add(executor)
             connection.exit_stack.push_async_callback(self.release, executor)
         return executor
-
-    def forget(self, executor: StreamingToolExecutor) -> None:
-        """After a stateless request: its sessions are deleted when the server stops."""
-        if executor not in self._live:
-            self._stateless.adopt(executor.created)
 
     async def release(self, executor: StreamingToolExecutor) -> None:
         """A connection ended: delete its sessions (unless kept)."""
@@ -226,22 +236,24 @@ def build_server(target: Target, options: Options | None = None) -> Server[Conne
         ctx: ServerRequestContext[Connections], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         connections = ctx.lifespan_context
-        executor = connections.executor(ctx)
 
         async def report(progress: float, message: str) -> None:
             await ctx.session.report_progress(progress, None, message)
 
         token = reporter.set(report)
         try:
-            result = await executor.execute(ToolCall(params.name, dict(params.arguments or {})))
-        except ClientError as exc:
+            call = ToolCall(params.name, dict(params.arguments or {}))
+            result = await connections.execute(ctx, call)
+        except (ClientError, ExceptionGroup) as exc:
             # The service is unreachable or broke the protocol: tell the model, keep serving.
+            error = client_error(exc)
+            if error is None:
+                raise
             return types.CallToolResult(
-                content=[types.TextContent(text=f"Error: {exc}")], is_error=True
+                content=[types.TextContent(text=f"Error: {error}")], is_error=True
             )
         finally:
             reporter.reset(token)
-            connections.forget(executor)
         return to_call_result(result)
 
     return Server(

@@ -12,6 +12,15 @@ from interpreter.tools.specs import packages_sentence
 log = logging.getLogger(__name__)
 
 
+#: How each per-session limit of ``GET /v1/info`` reads in a description.
+_LIMITS = {
+    "memory_mb": "memory {:g} MiB",
+    "cpus": "{:g} CPUs",
+    "pids": "{:g} processes",
+    "disk_mb": "workspace disk {:g} MiB",
+}
+
+
 @dataclass(frozen=True)
 class ServiceFacts:
     """The service as far as a model should know it; empty fields are unknown."""
@@ -46,9 +55,8 @@ class ServiceFacts:
             if self.max_timeout_s is not None:
                 text += f", at most {self.max_timeout_s:g} s with timeout_s"
             lines.append(text + ".")
-        if self.limits:
-            names = {"memory_mb": "memory {:g} MiB", "cpus": "{:g} CPUs", "pids": "{:g} processes"}
-            parts = [names[k].format(v) for k, v in self.limits.items() if k in names]
+        parts = [_LIMITS[k].format(v) for k, v in self.limits.items() if k in _LIMITS]
+        if parts:
             lines.append("Limits per session: " + ", ".join(parts) + ".")
         elif self.backend == "local":
             lines.append("Limits per session: none enforced (local backend).")

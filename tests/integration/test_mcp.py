@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,8 +21,10 @@ import mcp_types as types
 import pytest
 from mcp import Client as MCPClient
 from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from interpreter import quota
 from interpreter.mcp_server import mcp_tools, to_call_result
 from interpreter.tools import TOOL_NAMES, ImagePart, TextPart, ToolResult
 from tests.conftest import REPO, Server
@@ -52,6 +56,9 @@ async def _session_walk(client: MCPClient) -> None:
     # What the service told the server at startup, not hard-coded text.
     assert "Backend: local" in (run_code.description or "")
     assert "pandas" in (run_code.description or "")
+    assert "Limits per session: ." not in (run_code.description or "")
+    if quota.unavailable_reason() is None:  # the service enforces its default disk quota
+        assert "Limits per session: workspace disk 1024 MiB." in (run_code.description or "")
     assert run_code.output_schema is not None
     assert run_code.output_schema["properties"]["stdout"] == {
         "type": "string",
@@ -139,20 +146,29 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def mcp_http(local_server: Server, request: pytest.FixtureRequest) -> Iterator[str]:
+def mcp_http_log(tmp_path: Path) -> Path:
+    """Where the ``mcp_http`` server writes its stderr."""
+    return tmp_path / "mcp-http.stderr"
+
+
+@pytest.fixture
+def mcp_http(
+    local_server: Server, request: pytest.FixtureRequest, mcp_http_log: Path
+) -> Iterator[str]:
     port = _free_port()
     extra: list[str] = getattr(request, "param", [])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
-        env=_env(local_server),
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with mcp_http_log.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
+            env=_env(local_server),
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 30
     while True:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.poll() is None, mcp_http_log.read_text()
         try:
             httpx.get(url, timeout=1)
             break
@@ -162,8 +178,6 @@ def mcp_http(local_server: Server, request: pytest.FixtureRequest) -> Iterator[s
     yield url
     proc.terminate()
     proc.wait(20)
-    if proc.stderr:
-        proc.stderr.close()
 
 
 def test_mcp_over_streamable_http(mcp_http: str) -> None:
@@ -375,3 +389,161 @@ def test_http_bearer_token(mcp_http: str) -> None:
                 assert not result.is_error and "42" in _texts(result)
 
     anyio.run(main)
+
+
+# -- the service's refusals are tool errors ----------------------------------------------
+
+#: run_code arguments the service refuses, and a piece of the message it gives.
+REFUSED_RUNS: list[tuple[dict[str, Any], str]] = [
+    ({"code": "x" * (2 << 20)}, "the limit here is 1048576. (payload_too_large)"),
+    ({"code": "print('a\x00b')"}, "must not contain NUL characters (validation_error)"),
+    ({"code": "1", "timeout_s": 1e9}, "less than or equal to 86400 (validation_error)"),
+    ({"code": "1", "timeout_s": 1e308}, "less than or equal to 86400 (validation_error)"),
+]
+
+
+def _created_session(result: types.CallToolResult) -> str:
+    """The session id a create_session result names."""
+    match = re.search(r"\bs_[A-Za-z0-9_-]+", _texts(result))
+    assert not result.is_error and match, _texts(result)
+    return match.group(0)
+
+
+async def _refusals_are_tool_errors(client: MCPClient, server: Server) -> None:
+    """Each refusal (413, 422, 409) is an isError result with the service's message, and
+    the next call works."""
+    for arguments, message in REFUSED_RUNS:
+        result = await client.call_tool("run_code", arguments)
+        assert result.is_error and message in _texts(result), _texts(result)
+    closed = _created_session(await client.call_tool("create_session", {}))
+    with server.client() as api:
+        api.delete(f"/v1/sessions/{closed}").raise_for_status()
+    result = await client.call_tool("run_code", {"code": "1", "session_id": closed})
+    assert result.is_error and "is closed (deleted)" in _texts(result)
+    assert "(session_closed)" in _texts(result)
+    alive = await client.call_tool("run_code", {"code": "print('alive')"})
+    assert not alive.is_error and "alive" in _texts(alive)
+
+
+def test_refusals_are_tool_errors_over_stdio(local_server: Server, tmp_path: Path) -> None:
+    log = tmp_path / "mcp.stderr"
+
+    async def main() -> None:
+        with anyio.fail_after(60), log.open("w") as errlog:
+            async with MCPClient(stdio_client(_stdio(local_server), errlog=errlog)) as client:
+                await _refusals_are_tool_errors(client, local_server)
+
+    anyio.run(main)
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_refusals_are_tool_errors_over_http(
+    local_server: Server, mcp_http: str, mcp_http_log: Path
+) -> None:
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http, mode="legacy") as stateful:
+                await _refusals_are_tool_errors(stateful, local_server)
+            async with MCPClient(mcp_http) as stateless:
+                await _refusals_are_tool_errors(stateless, local_server)
+
+    anyio.run(main)
+    assert "Traceback" not in mcp_http_log.read_text(), mcp_http_log.read_text()
+
+
+# -- whose sessions an MCP client may name -----------------------------------------------
+
+
+def test_a_stateless_client_can_neither_list_nor_use_a_stateful_clients_session(
+    mcp_http: str,
+) -> None:
+    """A stateful connection's sessions are its own: a stateless request can neither list
+    nor name them (not by session_id, from_session or an artifact URL), and the stateful
+    connection cannot name the stateless requests' sessions either."""
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with (
+                MCPClient(mcp_http, mode="legacy") as stateful,
+                MCPClient(mcp_http) as stateless,
+            ):
+                mine = await stateful.call_tool("run_code", {"code": "secret = 'A private'"})
+                assert mine.structured_content is not None
+                sid_a = mine.structured_content["session_id"]
+
+                listed = await stateless.call_tool("list_sessions", {})
+                assert not listed.is_error and sid_a not in _texts(listed)
+                assert "No sessions are listed to a stateless MCP client" in _texts(listed)
+                for name, arguments in [
+                    ("run_code", {"code": "secret", "session_id": sid_a}),
+                    ("read_file", {"path": "x.txt", "session_id": sid_a}),
+                    ("upload_file", {"path": "x.txt", "content": "x", "session_id": sid_a}),
+                    ("create_session", {"from_session": sid_a}),
+                    ("read_artifact", {"artifact": f"/v1/sessions/{sid_a}/artifacts/a_x"}),
+                ]:
+                    refused = await stateless.call_tool(name, arguments)
+                    assert refused.is_error, (name, _texts(refused))
+                    assert f"unknown session '{sid_a}'" in _texts(refused), _texts(refused)
+                    assert "A private" not in _texts(refused)
+
+                # Any other URL of the service is refused: /v1/sessions lists every session.
+                for client in (stateless, stateful):
+                    listing = await client.call_tool("read_artifact", {"artifact": "/v1/sessions"})
+                    assert listing.is_error and "is not an artifact URL" in _texts(listing)
+                    assert sid_a not in _texts(listing)
+
+                theirs = await stateless.call_tool("run_code", {"code": "mine = 'C'"})
+                assert theirs.structured_content is not None
+                sid_c = theirs.structured_content["session_id"]
+                again = await stateless.call_tool("run_code", {"code": "mine", "session_id": sid_c})
+                assert not again.is_error and "'C'" in _texts(again)
+                refused = await stateful.call_tool("run_code", {"code": "1", "session_id": sid_c})
+                assert refused.is_error and f"unknown session '{sid_c}'" in _texts(refused)
+                still = await stateful.call_tool("run_code", {"code": "secret"})
+                assert "'A private'" in _texts(still)
+
+    anyio.run(main)
+
+
+def test_a_stateless_call_names_the_session_it_started(local_server: Server, mcp_http: str) -> None:
+    """upload_file without session_id starts a session and says which (text and
+    structuredContent); tools that only read need a session_id and start nothing; a
+    failed call leaves no session running."""
+    before = _session_ids(local_server)
+
+    async def main() -> str:
+        with anyio.fail_after(60):
+            async with MCPClient(mcp_http) as client:
+                upload = await client.call_tool(
+                    "upload_file", {"path": "data.csv", "content": "a\n1\n"}
+                )
+                assert not upload.is_error and upload.structured_content is not None
+                sid = str(upload.structured_content["session_id"])
+                assert f'pass session_id "{sid}"' in _texts(upload)
+                read = await client.call_tool(
+                    "run_code", {"code": "open('data.csv').read()", "session_id": sid}
+                )
+                assert not read.is_error and "'a\\n1\\n'" in _texts(read), _texts(read)
+                made = await client.call_tool("create_session", {})
+                assert made.structured_content == {"session_id": _created_session(made)}
+
+                for name in ("read_file", "list_files", "get_notebook", "restart"):
+                    arguments = {"path": "data.csv"} if name == "read_file" else {}
+                    refused = await client.call_tool(name, arguments)
+                    assert refused.is_error and "needs a session_id" in _texts(refused)
+                failed = [
+                    ("run_code", {"code": "1", "timeout_s": 1e9}),
+                    ("upload_file", {"path": "big.txt", "content": "x" * (2 << 20)}),
+                    ("upload_file", {"path": "../up.txt", "content": "x"}),
+                ]
+                for name, arguments in failed:
+                    result = await client.call_tool(name, arguments)
+                    assert result.is_error and "Session:" not in _texts(result), _texts(result)
+                return sid
+
+    sid = anyio.run(main)
+    made = {s: status for s, status in _session_ids(local_server).items() if s not in before}
+    running = {s for s, status in made.items() if status != "closed"}
+    # The upload's and create_session's sessions stay (the server deletes them when it
+    # stops); the failed calls' were deleted.
+    assert sid in running and len(running) == 2, made

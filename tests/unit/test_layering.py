@@ -132,6 +132,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.mcp_executor", "consumers"),
     ("interpreter.mcp_auth", "consumers"),
     ("interpreter.mcp_service", "consumers"),
+    ("interpreter.mcp_sessions", "consumers"),
     ("interpreter.cli_client", "consumers"),
     ("interpreter.cli", "cli"),
     ("interpreter.__main__", "cli"),
