@@ -17,18 +17,19 @@ rule to users):
   or reset a session need a ``session_id``, since a new session holds nothing to read. A
   session started by a call that failed is deleted at once, as nobody learnt its id.
 
-A ``read_artifact`` URL names a session too, so it must be an artifact URL as results give
-it (``/v1/sessions/<id>/artifacts/<id>``, or the same under the service's URL).
+A ``read_artifact`` reference names a session too: it must be an artifact of the service
+(an id, ``/v1/sessions/<id>/artifacts/<id>``, or the same under the service's URL), the
+SDK's rule.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 
 import anyio
 
-from interpreter.client import AsyncClient, ClientError
+from interpreter.client import AsyncClient, ClientError, InvalidArgumentError
+from interpreter.client.protocol import parse_artifact_ref
 from interpreter.mcp_executor import StreamingToolExecutor
 from interpreter.tools import TextPart, ToolCall, ToolCallError, ToolResult, validate_arguments
 from interpreter.tools.results import error_result
@@ -36,8 +37,6 @@ from interpreter.tools.specs import TOOLS_BY_NAME
 
 #: Tools that, called without ``session_id`` in a stateless request, start a session.
 STARTS_SESSION = frozenset({"run_code", "upload_file", "create_session"})
-
-_ARTIFACT_PATH = re.compile(r"/v1/sessions/([A-Za-z0-9_-]+)/artifacts/[A-Za-z0-9_-]+")
 
 STATELESS_LIST = (
     "No sessions are listed to a stateless MCP client: each request stands alone, so the "
@@ -53,24 +52,20 @@ def named_sessions(call: ToolCall, service_url: str) -> list[str]:
     args = call.arguments
     names = [args.get("session_id"), args.get("from_session")]
     artifact = args.get("artifact")
-    if call.name == "read_artifact" and isinstance(artifact, str) and "/" in artifact:
+    if call.name == "read_artifact" and isinstance(artifact, str):
         names.append(artifact_session(artifact, service_url))
     return [name for name in names if isinstance(name, str) and name]
 
 
-def artifact_session(url: str, service_url: str) -> str:
-    """The session of an artifact URL as results give it; ToolCallError for any other."""
-    path = url
-    base = service_url.rstrip("/")
-    if url.startswith(base + "/"):
-        path = url[len(base) :]
-    match = _ARTIFACT_PATH.fullmatch(path)
-    if match is None:
-        raise ToolCallError(
-            f"read_artifact: {url!r} is not an artifact URL; give the URL as a result "
-            "gave it (/v1/sessions/<session>/artifacts/<artifact>) or the artifact's id"
-        )
-    return match.group(1)
+def artifact_session(ref: str, service_url: str) -> str | None:
+    """The session an artifact reference names (None for a bare id: the call's own
+    session); ToolCallError for anything but an artifact of the service (the SDK's rule,
+    :func:`interpreter.client.protocol.parse_artifact_ref`)."""
+    try:
+        session_id, _ = parse_artifact_ref(ref, service_url)
+    except InvalidArgumentError as exc:
+        raise ToolCallError(f"read_artifact: {exc}") from exc
+    return session_id
 
 
 def unknown_session(session_id: str, hint: str) -> ToolResult:
