@@ -311,12 +311,21 @@ def cmd_html(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``interp replay NOTEBOOK``: re-run it in a fresh session and compare outputs."""
+    from interpreter.cells import notebook_problem
     from interpreter.replay import print_cell, print_summary, replay_notebook
 
     try:
         nb = json.loads(Path(args.notebook).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         print(f"interp: cannot read notebook {args.notebook}: {exc}", file=sys.stderr)
+        return EXIT_SERVICE
+    # Checked here, before an embedded service starts (replay_notebook checks as well).
+    problem = notebook_problem(nb)
+    if problem is not None:
+        print(
+            f"interp: {args.notebook} is not a valid nbformat v4 notebook: {problem}",
+            file=sys.stderr,
+        )
         return EXIT_SERVICE
     if args.files and not Path(args.files).is_dir():
         print(f"interp: --files {args.files}: not a directory", file=sys.stderr)
