@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
+from interpreter.cli_approvals import KEY_HELP as APPROVALS_KEY_HELP
 from interpreter.cli_approvals import add_approvals_command
 from interpreter.cli_mcp import add_mcp_command
 from interpreter.client import (
@@ -58,18 +59,16 @@ class Progress:
             print(f"[{elapsed:6.1f}s] {message}", file=self.stream, flush=True)
 
 
-def _connection_parent() -> argparse.ArgumentParser:
+def _connection_parent(
+    key_help: str = f"API key (default ${API_KEY_ENV}).",
+) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--url",
         default=None,
         help=f"Service URL (default ${URL_ENV}, else {DEFAULT_URL}).",
     )
-    parent.add_argument(
-        "--api-key",
-        default=None,
-        help=f"API key (default ${API_KEY_ENV}).",
-    )
+    parent.add_argument("--api-key", default=None, help=key_help)
     parent.add_argument("-q", "--quiet", action="store_true", help="No progress messages.")
     return parent
 
@@ -528,4 +527,5 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
     add_mcp_command(subparsers, parent, embed, _quiet_http_log)
-    add_approvals_command(subparsers, parent, _quiet_http_log)
+    # Approvals need an operator key, never the agent's default one.
+    add_approvals_command(subparsers, _connection_parent(APPROVALS_KEY_HELP), _quiet_http_log)

@@ -185,3 +185,22 @@ def test_the_async_client_lists_and_denies_approvals(held_server: Server) -> Non
         assert held.json()["status"] == "denied"
     assert (status, comment) == ("denied", "not today")
     assert denied
+
+
+def test_approvals_use_the_operator_key_and_their_help_says_which(held_server: Server) -> None:
+    """The help said "--api-key, else $INTERP_OPERATOR_KEY" while --api-key said it
+    defaulted to $INTERP_API_KEY, which the command did fall back on."""
+    shown = interp(None, "approvals", "--help")
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    assert "--api-key API_KEY Operator key (default $INTERP_OPERATOR_KEY;" in text
+    assert "default $INTERP_API_KEY" not in text
+    # An operator key in the agent's variable is not taken: one line says what to do.
+    agent_var = interp(held_server, "approvals", env_extra={"INTERP_API_KEY": OPERATOR})
+    assert agent_var.returncode == 2
+    assert agent_var.stderr == (
+        "interp: approvals needs an operator key: give --api-key KEY or set "
+        "$INTERP_OPERATOR_KEY ($INTERP_API_KEY, an agent's key, is not used)\n"
+    )
+    flag = interp(held_server, "approvals", "--api-key", OPERATOR)
+    assert flag.returncode == 0, flag.stderr
