@@ -2,7 +2,8 @@
 
 They only call the SDK (and nbconvert, the replay module or the MCP server); the service
 may run anywhere. Every command returns its exit status: 0 success, 1 the code or the
-replay failed, 2 the service refused or could not be reached, 130 interrupted.
+replay failed, 2 the service refused or could not be reached, 130 interrupted (Ctrl-C),
+143 stopped by SIGTERM (``interp run``: interrupted as for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ from interpreter.mime import is_image
 from interpreter.policy.explain import policy_text
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: ``interp run`` stopped by SIGTERM (128 + 15, as a shell reports it).
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: raised in the main thread so that ``interp run`` cleans up as
+    for Ctrl-C (a BaseException, as KeyboardInterrupt is, so no ``except Exception``
+    swallows it)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    # Once: a second SIGTERM must not cut short the interrupt and delete the first began.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
 
 
 class Progress:
@@ -164,8 +179,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.images:
         Path(args.images).mkdir(parents=True, exist_ok=True)
     # Ctrl-C must interrupt the code even when this process was started with SIGINT
-    # ignored (what a non-interactive shell does to background jobs).
+    # ignored (what a non-interactive shell does to background jobs); SIGTERM (kill, a
+    # supervisor, a timeout) does the same, with its own exit status.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     progress = Progress(args.quiet)
     with _client(args) as client:
         session: Session | None = None
@@ -185,14 +202,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                     timeout_s=args.timeout,
                     images_dir=Path(args.images) if args.images else None,
                 )
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Terminated) as stop:
                 progress("interrupting...")
                 session.interrupt()
-                return EXIT_INTERRUPTED
+                return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
             progress(f"done ({'ok' if status == EXIT_OK else 'failed'})")
             return status
         except ClientError as exc:
             return _service_error(exc)
+        except (KeyboardInterrupt, Terminated) as stop:  # before the code ran
+            return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
         finally:
             if session is not None and created:
                 if args.keep:

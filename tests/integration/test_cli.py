@@ -276,3 +276,29 @@ def test_ctrl_c_interrupts_the_code_and_exits_130(local_server: Server) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
     assert "interrupting" in err
+
+
+def test_sigterm_interrupts_the_code_deletes_the_session_and_exits_143(
+    local_server: Server,
+) -> None:
+    """SIGTERM (kill, a supervisor, a timeout) left the session and its running code
+    alive; it now does what Ctrl-C does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "run", "-c",
+         "print('go', flush=True)\nimport time\ntime.sleep(60)"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "go\n"  # the code is running
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "interrupting" in err and "Traceback" not in err
+    sid = next(line.split()[-2] for line in err.splitlines() if line.endswith(" ready"))
+    with local_server.client() as api:
+        info = api.get(f"/v1/sessions/{sid}").json()
+        assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info
+        (cell,) = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+        assert cell["metadata"]["interp"]["status"] == "interrupted", cell
