@@ -19,9 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import nbformat
-from nbformat.corpus.words import generate_corpus_id as random_cell_id
-
 #: Why a cell is not re-run.
 SkipReason = Literal["empty", "recorded_failure", "own_rerun"]
 
@@ -84,6 +81,11 @@ def notebook_problem(nb: object) -> str | None:
             f"it is nbformat version {version!r}; convert it to version 4 first "
             "(jupyter nbconvert --to notebook)"
         )
+    # Imported here: the SDK-side modules that use this leaf (replay) do not load
+    # nbformat until a notebook is checked.
+    import nbformat
+    from nbformat.corpus.words import generate_corpus_id as random_cell_id
+
     cells = nb.get("cells")
     if not isinstance(cells, list):
         return 'its "cells" is not a list'
