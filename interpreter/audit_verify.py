@@ -9,7 +9,8 @@ For each session (or the one asked for), in this order:
    its latest link's, and the row's ``hash``/``prev_hash`` are that link's; a link whose
    record is gone is reported;
 3. its notebook: each cell of a chained execution has the digest the chain recorded, and
-   its source and outputs still give that digest; a chained cell missing is reported;
+   its source (as written: a recovery's re-runs commented out) and outputs still give
+   that digest; a chained cell missing is reported;
 4. its artifacts: each file the chain names exists and its SHA-256 is its name.
 
 A problem names the session, the link or execution and what differs. Records written
@@ -34,6 +35,7 @@ from pydantic import ValidationError
 from interpreter import audit
 from interpreter.models import Execution
 from interpreter.notebook_repair import original_outputs
+from interpreter.notes import RERUN_HEADER, commented_rerun
 
 
 @dataclass(frozen=True)
@@ -280,17 +282,16 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
             continue
         found.add(eid)
         # A repaired cell's digest covers the outputs it was recorded with (kept aside).
-        digest = audit.cell_digest(cell.get("source", ""), original_outputs(cell))
+        outputs = original_outputs(cell)
+        digest = audit.cell_digest(cell.get("source", ""), outputs)
         if digest != recorded:
-            result.problems.append(
-                Problem(
-                    sid,
-                    "notebook",
-                    f"cell {index}: its source or outputs differ from its recorded digest",
-                    eid,
-                    link.idx,
+            message = f"cell {index}: its source or outputs differ from its recorded digest"
+            if _digest_of_uncommented(cell, outputs) == recorded:
+                message += (
+                    " (a recovery's re-run, recorded by an older broker with the digest of"
+                    " its code before it was commented out: its source cannot be checked)"
                 )
-            )
+            result.problems.append(Problem(sid, "notebook", message, eid, link.idx))
         elif recorded != link.content.get("notebook_sha256"):
             result.problems.append(
                 Problem(
@@ -304,6 +305,22 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
     for eid, link in sorted(expected.items(), key=lambda item: item[1].idx):
         if eid not in found:
             result.problems.append(Problem(sid, "notebook", "its cell is missing", eid, link.idx))
+
+
+def _digest_of_uncommented(cell: dict[str, Any], outputs: list[dict[str, Any]]) -> str | None:
+    """For a recovery's re-run (:func:`~interpreter.notes.commented_rerun`), the digest
+    over its code uncommented: what brokers before the digest covered the source as
+    written recorded. None for any other cell."""
+    source = cell.get("source", "")
+    if isinstance(source, list):
+        source = "".join(s for s in source if isinstance(s, str))
+    if not isinstance(source, str) or not source.startswith(RERUN_HEADER + "\n"):
+        return None
+    lines = source[len(RERUN_HEADER) + 1 :].split("\n")
+    code = "\n".join("" if line == "#" else line.removeprefix("# ") for line in lines)
+    if commented_rerun(code) != source:
+        return None
+    return audit.cell_digest(code, outputs)
 
 
 def _interp_meta(cell: Any) -> dict[str, Any]:

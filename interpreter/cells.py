@@ -67,8 +67,67 @@ def own_source(nb: dict[str, Any]) -> str | None:
     return f"session:{session_id}" if session_id else None
 
 
+def notebook_problem(nb: object) -> str | None:
+    """What makes ``nb`` (parsed JSON) not a valid nbformat v4 notebook, in one line, or
+    None when it is one. Only a notebook that passes can be re-run (:func:`plan` reads
+    v4's ``cells``); the server's ``from_notebook`` and ``interp replay`` both check."""
+    if not isinstance(nb, dict):
+        return f"it is a JSON {_json_kind(nb)}, not an object"
+    version = nb.get("nbformat")
+    if version is None:
+        return 'it has no "nbformat" version: not a Jupyter notebook'
+    if version != 4:
+        return (
+            f"it is nbformat version {version!r}; convert it to version 4 first "
+            "(jupyter nbconvert --to notebook)"
+        )
+    # Imported here: the SDK-side modules that use this leaf (replay) do not load
+    # nbformat until a notebook is checked.
+    import nbformat
+    from nbformat.corpus.words import generate_corpus_id as random_cell_id
+
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        return 'its "cells" is not a list'
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict):
+            return f"cell {index} is a JSON {_json_kind(cell)}, not an object"
+    node = nbformat.from_dict(nb)  # type: ignore[no-untyped-call]  # a copy
+    minor = nb.get("nbformat_minor")
+    if isinstance(minor, int) and minor >= 5:
+        # Cell ids became required in 4.5, but nbformat still accepts cells without one
+        # (and warns, adding one): so does this check, without the warning.
+        for cell in node.cells:
+            if "id" not in cell:
+                cell["id"] = random_cell_id()  # type: ignore[no-untyped-call]
+    try:
+        nbformat.validate(node)
+    except Exception as exc:  # nbformat raises more than its ValidationError on odd input
+        message = getattr(exc, "message", None)
+        text = message if isinstance(message, str) else str(exc)
+        line = (text.strip().splitlines() or [type(exc).__name__])[0][:300]
+        where = getattr(exc, "absolute_path", None)  # jsonschema's: e.g. cells, 0, outputs
+        if where:
+            line += " (at " + "/".join(str(part) for part in where) + ")"
+        return line
+    return None
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
 def plan(nb: dict[str, Any]) -> list[CellPlan]:
-    """Every code cell of ``nb``, in order, with whether it is re-run (module docstring)."""
+    """Every code cell of ``nb`` (a notebook :func:`notebook_problem` accepts), in order,
+    with whether it is re-run (module docstring)."""
     own = own_source(nb)
     plans = []
     for index, cell in enumerate(nb.get("cells") or []):

@@ -1,8 +1,9 @@
 """``interp approvals``: list, show, approve and deny executions held by the policy.
 
-An operator key is needed (``--api-key``, else ``$INTERP_OPERATOR_KEY``); an agent's key
-gets 403. ``--watch`` is a live view: it waits for held executions and prints each new
-one as it arrives, until interrupted.
+An operator key is needed: ``--api-key``, else ``$INTERP_OPERATOR_KEY``; without either the
+command stops before asking the service. ``$INTERP_API_KEY``, an agent's key, is never
+used (the service refuses every agent's key with 403). ``--watch`` is a live view: it
+waits for held executions and prints each new one as it arrives, until interrupted.
 """
 
 from __future__ import annotations
@@ -14,24 +15,28 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from interpreter.client import Client, ClientError
+from interpreter.client import API_KEY_ENV, Client, ClientError
 from interpreter.models import Approval
 
 OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
 #: Seconds each long poll of the live view waits on the service.
 WATCH_POLL_S = 30.0
+#: The help of this command's ``--api-key`` (its connection options are built with it).
+KEY_HELP = f"Operator key (default ${OPERATOR_KEY_ENV}; ${API_KEY_ENV} is not used)."
 Command = Callable[[argparse.Namespace], int]
 
 
 def add_approvals_command(
     subparsers: Any, parent: argparse.ArgumentParser, wrap: Callable[[Command], Command]
 ) -> None:
+    """Register ``interp approvals``; ``parent`` holds the connection options, its
+    ``--api-key`` described by :data:`KEY_HELP`."""
     cmd = subparsers.add_parser(
         "approvals",
         parents=[parent],
         help="List and decide executions the policy holds for approval (operator key).",
         description="Without an action: list pending approvals. The key is --api-key, else "
-        f"${OPERATOR_KEY_ENV}; agents' API keys cannot decide.",
+        f"${OPERATOR_KEY_ENV}; it must be an operator key (${API_KEY_ENV} is not used).",
     )
     cmd.add_argument(
         "action", nargs="?", choices=["list", "show", "approve", "deny"], default="list"
@@ -51,6 +56,13 @@ def add_approvals_command(
 
 def cmd_approvals(args: argparse.Namespace) -> int:
     key = args.api_key or os.environ.get(OPERATOR_KEY_ENV) or None
+    if key is None:
+        print(
+            f"interp: approvals needs an operator key: give --api-key KEY or set "
+            f"${OPERATOR_KEY_ENV} (${API_KEY_ENV}, an agent's key, is not used)",
+            file=sys.stderr,
+        )
+        return 2
     if args.action in ("show", "approve", "deny") and not args.approval_id:
         print(f"interp: approvals {args.action} needs an approval id", file=sys.stderr)
         return 2

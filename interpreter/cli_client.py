@@ -2,7 +2,8 @@
 
 They only call the SDK (and nbconvert, the replay module or the MCP server); the service
 may run anywhere. Every command returns its exit status: 0 success, 1 the code or the
-replay failed, 2 the service refused or could not be reached, 130 interrupted.
+replay failed, 2 the service refused or could not be reached, 130 interrupted (Ctrl-C),
+143 stopped by SIGTERM (``interp run``: interrupted as for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
+from interpreter.cli_approvals import KEY_HELP as APPROVALS_KEY_HELP
 from interpreter.cli_approvals import add_approvals_command
 from interpreter.cli_mcp import add_mcp_command
 from interpreter.client import (
@@ -42,6 +44,20 @@ from interpreter.mime import is_image
 from interpreter.policy.explain import policy_text
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: ``interp run`` stopped by SIGTERM (128 + 15, as a shell reports it).
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: raised in the main thread so that ``interp run`` cleans up as
+    for Ctrl-C (a BaseException, as KeyboardInterrupt is, so no ``except Exception``
+    swallows it)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    # Once: a second SIGTERM must not cut short the interrupt and delete the first began.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
 
 
 class Progress:
@@ -58,18 +74,16 @@ class Progress:
             print(f"[{elapsed:6.1f}s] {message}", file=self.stream, flush=True)
 
 
-def _connection_parent() -> argparse.ArgumentParser:
+def _connection_parent(
+    key_help: str = f"API key (default ${API_KEY_ENV}).",
+) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--url",
         default=None,
         help=f"Service URL (default ${URL_ENV}, else {DEFAULT_URL}).",
     )
-    parent.add_argument(
-        "--api-key",
-        default=None,
-        help=f"API key (default ${API_KEY_ENV}).",
-    )
+    parent.add_argument("--api-key", default=None, help=key_help)
     parent.add_argument("-q", "--quiet", action="store_true", help="No progress messages.")
     return parent
 
@@ -165,8 +179,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.images:
         Path(args.images).mkdir(parents=True, exist_ok=True)
     # Ctrl-C must interrupt the code even when this process was started with SIGINT
-    # ignored (what a non-interactive shell does to background jobs).
+    # ignored (what a non-interactive shell does to background jobs); SIGTERM (kill, a
+    # supervisor, a timeout) does the same, with its own exit status.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     progress = Progress(args.quiet)
     with _client(args) as client:
         session: Session | None = None
@@ -186,14 +202,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                     timeout_s=args.timeout,
                     images_dir=Path(args.images) if args.images else None,
                 )
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Terminated) as stop:
                 progress("interrupting...")
                 session.interrupt()
-                return EXIT_INTERRUPTED
+                return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
             progress(f"done ({'ok' if status == EXIT_OK else 'failed'})")
             return status
         except ClientError as exc:
             return _service_error(exc)
+        except (KeyboardInterrupt, Terminated) as stop:  # before the code ran
+            return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
         finally:
             if session is not None and created:
                 if args.keep:
@@ -311,12 +329,21 @@ def cmd_html(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``interp replay NOTEBOOK``: re-run it in a fresh session and compare outputs."""
+    from interpreter.cells import notebook_problem
     from interpreter.replay import print_cell, print_summary, replay_notebook
 
     try:
         nb = json.loads(Path(args.notebook).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         print(f"interp: cannot read notebook {args.notebook}: {exc}", file=sys.stderr)
+        return EXIT_SERVICE
+    # Checked here, before an embedded service starts (replay_notebook checks as well).
+    problem = notebook_problem(nb)
+    if problem is not None:
+        print(
+            f"interp: {args.notebook} is not a valid nbformat v4 notebook: {problem}",
+            file=sys.stderr,
+        )
         return EXIT_SERVICE
     if args.files and not Path(args.files).is_dir():
         print(f"interp: --files {args.files}: not a directory", file=sys.stderr)
@@ -519,4 +546,5 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
     add_mcp_command(subparsers, parent, embed, _quiet_http_log)
-    add_approvals_command(subparsers, parent, _quiet_http_log)
+    # Approvals need an operator key, never the agent's default one.
+    add_approvals_command(subparsers, _connection_parent(APPROVALS_KEY_HELP), _quiet_http_log)

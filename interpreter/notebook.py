@@ -24,6 +24,7 @@ from nbformat import v4
 from nbformat.corpus.words import generate_corpus_id as random_cell_id
 from nbformat.notebooknode import NotebookNode
 
+from interpreter.audit import cell_digest
 from interpreter.errors import NotebookNotFound
 from interpreter.notebook_repair import KEPT, repair_cell
 from interpreter.notes import commented_rerun
@@ -235,12 +236,10 @@ class NotebookRecorder:
         extra: dict[str, Any] | None = None,
         timing: dict[str, str] | None = None,
     ) -> int:
-        """Append one executed cell; returns its index. A recovery's re-run of this
-        session's own cell is written commented out (:mod:`interpreter.notes`); ``timing``
-        is JupyterLab's ``metadata.execution`` (message times)."""
-        own = f"session:{self.nb.metadata.get('interp', {}).get('session_id')}"
-        if extra and extra.get("replay_source") == own:
-            code = commented_rerun(code)
+        """Append one executed cell; returns its index. Its source is
+        :meth:`source_of` ``code``; ``timing`` is JupyterLab's ``metadata.execution``
+        (message times)."""
+        code = self.source_of(code, extra)
         # Built as nbformat's new_code_cell builds it, without its validation of each new
         # cell on the event loop: the cell is validated with the others at the next save.
         cell = NotebookNode(  # type: ignore[no-untyped-call]
@@ -269,6 +268,15 @@ class NotebookRecorder:
         cell.metadata["interp"] = meta
         self.nb.cells.append(cell)
         return len(self.nb.cells) - 1
+
+    def source_of(self, code: str, extra: dict[str, Any] | None) -> str:
+        """The source :meth:`add_cell` writes for ``code`` with metadata ``extra``: a
+        recovery's re-run of this session's own cell commented out
+        (:mod:`interpreter.notes`), any other cell as it is."""
+        own = f"session:{self.nb.metadata.get('interp', {}).get('session_id')}"
+        if extra and extra.get("replay_source") == own:
+            return commented_rerun(code)
+        return code
 
     def add_markdown(self, text: str) -> int:
         """Append a markdown cell (a note between cells); returns its index."""
@@ -438,6 +446,15 @@ class LiveNotebook:
     def set_kernel_info(self, language_info: dict[str, Any]) -> None:
         """Record the kernel's language info (a header-only change; saved with the next)."""
         self.recorder.set_kernel_info(language_info, {})
+
+    def cell_digest(
+        self, code: str, outputs: list[dict[str, Any]], extra: dict[str, Any] | None
+    ) -> str:
+        """The audit digest (``interpreter/audit.py``) of the cell that :meth:`add_cell`
+        writes for ``code``, ``outputs`` and metadata ``extra``: over its source as written
+        (a recovery's re-run commented out), so that ``interp audit verify`` recomputes it
+        from the file."""
+        return cell_digest(self.recorder.source_of(code, extra), outputs)
 
     async def add_cell(self, code: str, outputs: list[dict[str, Any]], **meta: Any) -> None:
         """Append an executed cell (see :meth:`NotebookRecorder.add_cell`); saved soon."""

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nbformat
-
-from interpreter.cells import plan
+from interpreter.cells import notebook_problem, plan
 from interpreter.errors import ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.models import RebuildReport
@@ -43,12 +41,9 @@ class RebuildSource:
 
 def from_notebook(nb: dict[str, Any]) -> RebuildSource:
     """A client's ``from_notebook``, checked to be a valid nbformat v4 notebook."""
-    try:
-        nbformat.validate(nbformat.from_dict(nb))  # type: ignore[no-untyped-call]
-    except Exception as exc:
-        raise ValidationFailed(
-            f"from_notebook is not a valid nbformat v4 notebook: {str(exc)[:300]}"
-        ) from exc
+    problem = notebook_problem(nb)
+    if problem is not None:
+        raise ValidationFailed(f"from_notebook is not a valid nbformat v4 notebook: {problem}")
     return RebuildSource(notebook=dict(nb), description="notebook")
 
 

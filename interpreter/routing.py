@@ -16,7 +16,6 @@ from functools import partial
 from typing import Any
 
 from interpreter import logs, memory
-from interpreter.audit import cell_digest
 from interpreter.displays import EarlierDisplays
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
@@ -86,7 +85,9 @@ class MessageRouting:
     async def _update_earlier_displays(self, msg: dict[str, Any], current: ExecutionHandle) -> None:
         """A display id shown by an earlier cell, updated now: update that cell too."""
         for earlier, nb_outputs in await self.displays.apply(msg, current):
-            earlier.notebook_sha256 = cell_digest(earlier.execution.code, nb_outputs)
+            earlier.notebook_sha256 = self.notebook.cell_digest(
+                earlier.execution.code, nb_outputs, earlier.extra_meta
+            )
             await self.notebook.replace_outputs(
                 earlier.execution.id, nb_outputs, audit_sha256=earlier.notebook_sha256
             )
@@ -101,7 +102,9 @@ class MessageRouting:
         if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):
             return
         outputs = self.capture.late_streams(handle.execution, rec)
-        handle.notebook_sha256 = cell_digest(handle.execution.code, outputs)
+        handle.notebook_sha256 = self.notebook.cell_digest(
+            handle.execution.code, outputs, handle.extra_meta
+        )
         await self.notebook.replace_outputs(
             handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
         )
@@ -111,7 +114,7 @@ class MessageRouting:
         ex = handle.execution
         nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs, spill=handle.spill)
         handle.spill = None  # discarded by finish (and by _abandon if finish was cut short)
-        handle.notebook_sha256 = cell_digest(ex.code, nb_outputs)
+        handle.notebook_sha256 = self.notebook.cell_digest(ex.code, nb_outputs, handle.extra_meta)
         self.touch()
         # The cell is in the in-memory notebook (which the API serves) before anyone is
         # told the execution is done; the file follows in the background.

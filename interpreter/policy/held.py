@@ -116,6 +116,8 @@ class PolicyStage:
         ex = handle.execution
         if ex.policy is not None:
             handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
+        # Chained like any final execution: its cell carries the digest its link covers.
+        handle.notebook_sha256 = self.notebook.cell_digest(ex.code, [], handle.extra_meta)
         await self.notebook.add_cell(
             ex.code,
             [],
@@ -126,7 +128,7 @@ class PolicyStage:
             duration_ms=None,
             state_lost=False,
             reason=ex.reason,
-            extra=handle.extra_meta,
+            extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
         )
         self._report(handle)
         await self.writer.run(partial(self._save_execution, handle))

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from interpreter.cells import CellPlan, plan
+from interpreter.cells import CellPlan, notebook_problem, plan
 from interpreter.client import Client, Session
 from interpreter.replay.compare import compare_outputs, outputs_from_cell, outputs_from_execution
 
@@ -103,7 +103,14 @@ def replay_notebook(
 
     Returns:
         The report; ``report.ok`` is True when no replayed cell mismatched.
+
+    Raises:
+        ValueError: ``nb`` is not a valid nbformat v4 notebook (the message says why);
+            raised before any session is created.
     """
+    problem = notebook_problem(nb)
+    if problem is not None:
+        raise ValueError(f"{name} is not a valid nbformat v4 notebook: {problem}")
     started = time.monotonic()
     report = ReplayReport(notebook=name)
     recorded_ids = tuple(

@@ -25,14 +25,30 @@ from interpreter.cli import main
 from tests.conftest import REPO, run, start_server
 from tests.integration.test_api_rich import PLOT
 
+#: Denies one import, so that a session has a cell the policy refused.
+POLICY = """
+[policies.default]
+default = "allow"
+
+[[policies.default.rules]]
+id = "no-subprocess"
+decision = "deny"
+match.imports = ["subprocess"]
+"""
+
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A data directory with one session of five cells (ok, error, cut output with its
-    full-text artifact, late output of a background thread, a plot with its PNG), written
-    by a real broker that has since stopped."""
-    data = tmp_path_factory.mktemp("audit") / "data"
-    srv = start_server("local", data, max_output_bytes=1000)
+    """A data directory written by a real broker (with a policy) that has since stopped:
+    one session of five cells (ok, error, cut output with its full-text artifact, late
+    output of a background thread, a plot with its PNG), and one whose kernel was
+    restarted with ``recover`` after a cell the policy denied."""
+    root = tmp_path_factory.mktemp("audit")
+    data = root / "data"
+    (root / "policy.toml").write_text(POLICY)
+    srv = start_server(
+        "local", data, max_output_bytes=1000, policy_file=root / "policy.toml", pool_size=0
+    )
     try:
         with srv.client() as api:
             sid = api.post("/v1/sessions", json={}).json()["id"]
@@ -58,11 +74,22 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                 time.sleep(0.1)
             assert (ok["status"], err["status"], cut["truncated"]) == ("ok", "error", True)
             assert cut["artifacts"], cut
+            rec = api.post("/v1/sessions", json={}).json()["id"]
+            assert run(api, rec, "a = 1")["status"] == "ok"
+            assert run(api, rec, "print(a)")["status"] == "ok"
+            denied = run(api, rec, "import subprocess")
+            assert denied["status"] == "denied", denied
+            resp = api.post(f"/v1/sessions/{rec}/restart", json={"recover": True})
+            assert resp.status_code == 200, resp.text
+            after = run(api, rec, "print(a + 1)")
+            assert after["stdout"] == "2\n", after
     finally:
         srv.thread.stop()
     yield {
         "data": data,
         "sid": sid,
+        "recovered_sid": rec,
+        "denied": denied["id"],
         "ids": [ok["id"], err["id"], cut["id"], late["id"], plot["id"]],
         "artifact": cut["artifacts"][0]["id"],
     }
@@ -93,12 +120,71 @@ def test_an_untouched_record_verifies(written: dict[str, Any], copy: Path) -> No
     assert code == 0, out
     assert f"{written['sid']}: ok" in out
     report = verify(copy).to_dict()
-    (session,) = report["sessions"]
+    session, _ = report["sessions"]
+    assert session["session_id"] == written["sid"]
     assert session["records"] == 5 and session["not_chained"] == 0
     # Five final records, plus one amendment: the late output changed a finished cell.
     assert session["links"] == 6
     assert session["cells"] == 5 and session["cells_not_chained"] == 0
     assert session["artifacts"] == 2  # the cut output's full text, the plot's PNG
+
+
+def _recovered_cells(nb: dict[str, Any], sid: str) -> list[dict[str, Any]]:
+    return [
+        c
+        for c in nb["cells"]
+        if c["metadata"].get("interp", {}).get("replay_source") == f"session:{sid}"
+    ]
+
+
+def _denied_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in nb["cells"] if c["metadata"].get("interp", {}).get("status") == "denied"]
+
+
+def test_a_recovered_session_and_its_denied_cell_verify(
+    written: dict[str, Any], copy: Path
+) -> None:
+    """A recovery's re-runs are written commented out, and their digest is of that source;
+    a cell the policy denied carries its digest like any other (both were reported: the
+    re-runs as differing from their digest, the denied cell as not chained)."""
+    sid = written["recovered_sid"]
+    code, out = cli(copy, "--session", sid)
+    assert code == 0, out
+    assert f"{sid}: ok" in out
+    (session,) = verify(copy, sid).to_dict()["sessions"]
+    # a = 1, print(a), the denied cell, the two re-runs, print(a + 1): all chained.
+    assert session["records"] == 6 and session["not_chained"] == 0, session
+    assert session["cells"] == 6 and session["cells_not_chained"] == 0, session
+    nb = json.loads((copy / "sessions" / sid / "notebook.ipynb").read_text())
+    recovered = _recovered_cells(nb, sid)
+    assert [c["source"].splitlines()[-1] for c in recovered] == ["# a = 1", "# print(a)"]
+    (denied,) = _denied_cells(nb)
+    assert denied["metadata"]["interp"]["audit_sha256"]
+
+
+@pytest.mark.parametrize("edit", ["commented code", "uncommented", "denied cell"])
+def test_an_edited_recovered_or_denied_cell_is_named(
+    written: dict[str, Any], copy: Path, edit: str
+) -> None:
+    sid = written["recovered_sid"]
+    path = copy / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    if edit == "denied cell":
+        (cell,) = _denied_cells(nb)
+        cell["source"] = "import json"
+    else:
+        cell = _recovered_cells(nb, sid)[1]
+        if edit == "commented code":
+            cell["source"] = cell["source"].replace("# print(a)", "# print(b)")
+        else:  # made runnable again: the original code, which the chain also covers
+            cell["source"] = "print(a)"
+    path.write_text(json.dumps(nb))
+    code, out = cli(copy, "--session", sid)
+    assert code == 1, out
+    (problem,) = verify(copy, sid).sessions[0].problems
+    assert problem.where == "notebook"
+    assert problem.execution_id == cell["metadata"]["interp"]["execution_id"]
+    assert "its source or outputs differ from its recorded digest" in problem.message
 
 
 def test_a_tampered_row_is_named(written: dict[str, Any], copy: Path) -> None:

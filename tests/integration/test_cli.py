@@ -160,6 +160,45 @@ def test_replay_command(local_server: Server, tmp_path: Path) -> None:
     assert "recorded '7', replayed '6'" in data["cells"][1]["differences"][0]
 
 
+#: Files that are not nbformat v4 notebooks, and the reason each is refused.
+NOT_NOTEBOOKS = [
+    ('{"not": "a notebook"}', 'it has no "nbformat" version: not a Jupyter notebook'),
+    (
+        '{"nbformat": 3, "worksheets": [{"cells": [{"cell_type": "code", "input": "print(1)",'
+        ' "outputs": []}]}]}',
+        "it is nbformat version 3; convert it to version 4 first",
+    ),
+    ("[1, 2]", "it is a JSON array, not an object"),
+    ('{"cells": "x"}', 'it has no "nbformat" version'),
+    ('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": "x"}', '"cells" is not a list'),
+]
+
+
+@pytest.mark.parametrize(("text", "reason"), NOT_NOTEBOOKS)
+def test_replay_refuses_what_is_not_a_v4_notebook_in_one_line(
+    local_server: Server, tmp_path: Path, text: str, reason: str
+) -> None:
+    """Such files replayed as "0 code cells ... ALL MATCH" (exit 0) or ended in a
+    traceback; now one line says why, the exit is 2, and no session is started. The
+    server's from_notebook refuses the same files for the same reason."""
+    path = tmp_path / "not.ipynb"
+    path.write_text(text)
+    with Client(local_server.url, api_key=local_server.api_key) as client:
+        before = {s.id for s in client.list_sessions()}
+        result = interp(local_server, "replay", str(path))
+        assert {s.id for s in client.list_sessions()} == before
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"interp: {path} is not a valid nbformat v4 notebook: ")
+    assert reason in line
+    if text.startswith("{"):
+        with local_server.client() as api:
+            resp = api.post("/v1/sessions", json={"from_notebook": json.loads(text)})
+        assert resp.status_code == 422, resp.text
+        assert reason in resp.json()["error"]["message"]
+
+
 def test_replay_with_an_embedded_service(tmp_path: Path) -> None:
     nb = {
         "nbformat": 4,
@@ -237,3 +276,29 @@ def test_ctrl_c_interrupts_the_code_and_exits_130(local_server: Server) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
     assert "interrupting" in err
+
+
+def test_sigterm_interrupts_the_code_deletes_the_session_and_exits_143(
+    local_server: Server,
+) -> None:
+    """SIGTERM (kill, a supervisor, a timeout) left the session and its running code
+    alive; it now does what Ctrl-C does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "run", "-c",
+         "print('go', flush=True)\nimport time\ntime.sleep(60)"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "go\n"  # the code is running
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "interrupting" in err and "Traceback" not in err
+    sid = next(line.split()[-2] for line in err.splitlines() if line.endswith(" ready"))
+    with local_server.client() as api:
+        info = api.get(f"/v1/sessions/{sid}").json()
+        assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info
+        (cell,) = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+        assert cell["metadata"]["interp"]["status"] == "interrupted", cell

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -185,3 +186,51 @@ def test_the_async_client_lists_and_denies_approvals(held_server: Server) -> Non
         assert held.json()["status"] == "denied"
     assert (status, comment) == ("denied", "not today")
     assert denied
+
+
+def test_sigterm_on_interp_run_ends_its_pending_approval_and_session(held_server: Server) -> None:
+    """SIGTERM left the session and the approval it waited for alive (an operator could
+    still approve code nobody waited for); it now does what Ctrl-C does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": held_server.url, "INTERP_API_KEY": KEY})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "run", "-c", "import os\nos.remove('x')"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # wait until it is held
+        lines.append(line)
+        if "held for approval" in line:
+            break
+    approval_id = lines[-1].split("held for approval ")[1].split()[0]
+    sid = next(line.split()[-2] for line in lines if line.rstrip().endswith(" ready"))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, "".join(lines) + err
+    assert "interrupting" in err and "Traceback" not in err
+    with held_server.client(KEY) as agent, held_server.client(OPERATOR) as operator:
+        info = agent.get(f"/v1/sessions/{sid}").json()
+        assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info
+        approval = operator.get(f"/v1/approvals/{approval_id}").json()
+        assert approval["status"] == "denied", approval
+        assert approval["outcome"]["decided_by"] == "service", approval
+
+
+def test_approvals_use_the_operator_key_and_their_help_says_which(held_server: Server) -> None:
+    """The help said "--api-key, else $INTERP_OPERATOR_KEY" while --api-key said it
+    defaulted to $INTERP_API_KEY, which the command did fall back on."""
+    shown = interp(None, "approvals", "--help")
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    assert "--api-key API_KEY Operator key (default $INTERP_OPERATOR_KEY;" in text
+    assert "default $INTERP_API_KEY" not in text
+    # An operator key in the agent's variable is not taken: one line says what to do.
+    agent_var = interp(held_server, "approvals", env_extra={"INTERP_API_KEY": OPERATOR})
+    assert agent_var.returncode == 2
+    assert agent_var.stderr == (
+        "interp: approvals needs an operator key: give --api-key KEY or set "
+        "$INTERP_OPERATOR_KEY ($INTERP_API_KEY, an agent's key, is not used)\n"
+    )
+    flag = interp(held_server, "approvals", "--api-key", OPERATOR)
+    assert flag.returncode == 0, flag.stderr

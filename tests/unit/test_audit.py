@@ -11,6 +11,7 @@ from pathlib import Path
 from interpreter.audit import canonical, cell_digest, content_of, differences, genesis, link_hash
 from interpreter.audit_verify import format_report, verify
 from interpreter.models import ApprovalOutcome, Execution, PolicyResult
+from interpreter.notes import commented_rerun
 from interpreter.store import SessionRecord, Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -194,3 +195,44 @@ def test_a_link_written_before_the_policy_was_covered_still_verifies(tmp_path: P
     store.close()
     assert [idx for idx, _, _ in links(tmp_path)] == [1, 2]
     assert verify(tmp_path).ok
+
+
+def _recovered_notebook(data: Path, source: str, digest: str) -> None:
+    cell = {
+        "cell_type": "code",
+        "metadata": {
+            "interp": {
+                "execution_id": "ex_r",
+                "audit_sha256": digest,
+                "replay_source": "session:s_1",
+            }
+        },
+        "source": source,
+        "outputs": [],
+        "execution_count": 1,
+    }
+    (data / "sessions" / "s_1").mkdir(parents=True)
+    (data / "sessions" / "s_1" / "notebook.ipynb").write_text(json.dumps({"cells": [cell]}))
+
+
+def test_a_recovered_cell_is_digested_as_written_and_an_older_digest_is_explained(
+    tmp_path: Path,
+) -> None:
+    """A recovery writes its re-runs commented out: their digest is of that source. Brokers
+    before that rule recorded the digest of the uncommented code: still a difference
+    (an uncommented digest cannot show an edit of the commented code's shape), but said."""
+    code = "x = 1\n\nprint(x)"
+    written = commented_rerun(code)
+    for digest, ok in [(cell_digest(written, []), True), (cell_digest(code, []), False)]:
+        data = tmp_path / digest
+        store = new_store(data)
+        ex = Execution(id="ex_r", session_id="s_1", status="ok", code=code)
+        store.save_execution(1, ex, notebook_sha256=digest)
+        store.close()
+        _recovered_notebook(data, written, digest)
+        report = verify(data)
+        assert report.ok is ok, format_report(report)
+        if not ok:
+            (problem,) = report.sessions[0].problems
+            assert problem.message.startswith("cell 0: its source or outputs differ")
+            assert "recorded by an older broker" in problem.message

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from interpreter.cells import plan, recorded_status, source_of
+from interpreter.cells import notebook_problem, plan, recorded_status, source_of
 
 ERROR = {"output_type": "error", "ename": "ZeroDivisionError", "evalue": "x", "traceback": []}
 STREAM = {"output_type": "stream", "name": "stdout", "text": "hi\n"}
@@ -70,3 +70,35 @@ def test_positions_count_every_cell_and_only_code_cells_are_planned() -> None:
 def test_without_a_recording_session_no_replay_counts_as_own() -> None:
     nb = {"cells": [code(status="ok", replay_of=0, replay_source="session:s_me")]}
     assert plan(nb)[0].rerun
+
+
+V4 = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
+
+
+@pytest.mark.parametrize(
+    ("nb", "problem"),
+    [
+        (V4, None),
+        ({**V4, "cells": [{**code(), "execution_count": None, "id": "a1"}]}, None),
+        ([1, 2], "it is a JSON array, not an object"),
+        ("x", "it is a JSON string, not an object"),
+        ({"not": "a notebook"}, 'it has no "nbformat" version: not a Jupyter notebook'),
+        ({"cells": "x"}, 'it has no "nbformat" version: not a Jupyter notebook'),
+        # A valid v3 notebook keeps its cells in worksheets: plan() would find none.
+        (
+            {"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": []},
+            "it is nbformat version 3; convert it to version 4 first "
+            "(jupyter nbconvert --to notebook)",
+        ),
+        ({**V4, "cells": "x"}, 'its "cells" is not a list'),
+        ({**V4, "cells": [1]}, "cell 0 is a JSON number, not an object"),
+        (
+            {**V4, "cells": [{"cell_type": "code"}]},
+            "'metadata' is a required property (at cells/0)",
+        ),
+        # Without ids (required since 4.5, still accepted by nbformat): valid, no warning.
+        ({**V4, "cells": [{**code(), "execution_count": None}]}, None),
+    ],
+)
+def test_notebook_problem_says_in_one_line_what_is_wrong(nb: Any, problem: str | None) -> None:
+    assert notebook_problem(nb) == problem

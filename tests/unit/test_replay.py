@@ -414,3 +414,16 @@ def test_recorded_status() -> None:
     assert recorded_status({"metadata": {"interp": {"status": "timeout"}}}) == "timeout"
     assert recorded_status({"outputs": [{"output_type": "error"}]}) == "error"
     assert recorded_status({"outputs": []}) == "ok"
+
+
+@pytest.mark.parametrize("nb", [[1, 2], {"cells": "x"}, {"not": "a notebook"}])
+def test_replay_notebook_refuses_what_is_not_a_v4_notebook(nb: Any) -> None:
+    """Before any session is created: the client's address is never reached."""
+    from interpreter.client import Client
+    from interpreter.replay import replay_notebook
+
+    with (
+        Client("http://127.0.0.1:9", api_key="k") as client,
+        pytest.raises(ValueError, match=r"^x\.ipynb is not a valid nbformat v4 notebook: "),
+    ):
+        replay_notebook(client, nb, name="x.ipynb")
