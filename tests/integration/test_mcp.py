@@ -489,7 +489,8 @@ def test_a_stateless_client_can_neither_list_nor_use_a_stateful_clients_session(
                 # Any other URL of the service is refused: /v1/sessions lists every session.
                 for client in (stateless, stateful):
                     listing = await client.call_tool("read_artifact", {"artifact": "/v1/sessions"})
-                    assert listing.is_error and "is not an artifact of this service" in _texts(listing)
+                    assert listing.is_error
+                    assert "is not an artifact of this service" in _texts(listing)
                     assert sid_a not in _texts(listing)
 
                 theirs = await stateless.call_tool("run_code", {"code": "mine = 'C'"})
