@@ -1,7 +1,7 @@
 """A ``multipart/form-data`` upload of one or more files, streamed part by part to disk.
 
 The body is parsed as it arrives (python-multipart's streaming parser): each file part goes
-to its own :class:`~interpreter.upload.Upload` (a temporary file beside its target), so no
+to its own :class:`~interpreter.upload.Upload` (a temporary file in the workspace), so no
 part is ever whole in memory. Nothing becomes visible until :meth:`FormUpload.commit`, after
 the closing boundary: a body that breaks off or fails half-way leaves no file behind.
 
