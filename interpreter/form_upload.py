@@ -125,8 +125,13 @@ class FormUpload:
                     "The multipart body holds no file part (a part named 'file' or with a "
                     "filename)."
                 )
-            for upload in self._uploads:
-                upload.check()  # all of them before any is renamed or directory made
+            for upload in self._uploads:  # all of them before any is renamed or made
+                try:
+                    upload.check()
+                except InterpreterError as exc:
+                    raise type(exc)(
+                        f"{exc.message} Nothing was written.", retry_after=exc.retry_after
+                    ) from exc
             return [upload.commit() for upload in self._uploads]
         finally:
             self.abort()
@@ -187,7 +192,12 @@ class FormUpload:
         path = self._target(raw)
         if len(self._uploads) >= MAX_FILE_PARTS:
             raise BadRequest(f"At most {MAX_FILE_PARTS} files can be sent in one request.")
-        upload = Upload(self._workspace, path, self.limit)
+        try:
+            upload = Upload(self._workspace, path, self.limit)
+        except InterpreterError as exc:
+            raise type(exc)(
+                f"{exc.message} Nothing was written.", retry_after=exc.retry_after
+            ) from exc
         try:
             for other in self._uploads:
                 _check_apart(other.parts, upload.parts)
