@@ -14,12 +14,15 @@ Writes run in worker threads (``asyncio.to_thread``); the gate is thread-safe.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
 from interpreter.errors import InterpreterError, SessionClosed, ShuttingDown
+
+log = logging.getLogger(__name__)
 
 #: How long closing waits for writes under way (one piece, one commit) to finish.
 CLOSE_WAIT_S = 60.0
@@ -103,7 +106,11 @@ class WriteGate:
         with self._cond:
             if self._refused is None:
                 self._refused = refused
-            self._cond.wait_for(lambda: self._busy == 0, CLOSE_WAIT_S)
+            if not self._cond.wait_for(lambda: self._busy == 0, CLOSE_WAIT_S):
+                # A write hangs (a stuck disk): its descriptors are not closed under it;
+                # each upload aborts itself at its next step, refused by the gate.
+                log.warning("workspace writes still under way %.0f s after close", CLOSE_WAIT_S)
+                return
             pending = list(self._uploads)
         for upload in pending:
             upload.abort()

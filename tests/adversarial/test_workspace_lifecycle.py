@@ -21,6 +21,7 @@ from tests.adversarial.conftest import (
     KEY,
     Attack,
     Broker,
+    mounts_under,
     new_data_dir,
     remove_leftovers,
     start_broker,
@@ -237,3 +238,27 @@ def test_a_refused_multipart_upload_writes_nothing(
     assert "Nothing was written" in resp.json()["message"]
     assert names(attack.api, sid) == ["x"]
     assert names(attack.api, sid, "x") == ["y"]
+
+
+def test_a_shutdown_during_an_upload_keeps_no_temporary_file() -> None:
+    """SIGTERM with an upload arriving: the upload is dropped, and the session's files,
+    copied out of its quota at the shutdown, hold no half-written temporary file."""
+    require_quotas()
+    data_dir = new_data_dir()
+    broker = start_broker("local", data_dir)
+    try:
+        with broker.client() as api:
+            resp = api.post("/v1/sessions", json={})
+            assert resp.status_code == 201, resp.text
+            sid = resp.json()["id"]
+            upload = SlowUpload(broker, sid, "inflight.bin", 200_000)
+            wait_for(lambda: upload_arrived(api, sid), "the upload to start")
+        stop_broker(broker)
+        upload.sock.close()
+        workspace = data_dir / "sessions" / sid / "workspace"
+        assert not mounts_under(data_dir)
+        assert sorted(p.name for p in workspace.iterdir()) == []
+    finally:
+        stop_broker(broker)
+        remove_leftovers(broker)
+        shutil.rmtree(data_dir, ignore_errors=True)
