@@ -25,6 +25,7 @@ from interpreter.errors import (
     BadRequest,
     DiskQuotaExceeded,
     ExecutionNotFound,
+    InterpreterError,
     KernelStartFailed,
     SessionClosed,
     SessionExpired,
@@ -50,7 +51,9 @@ from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.snapshot import output_so_far
 from interpreter.store import SessionRecord, Store, Writer, utcnow
+from interpreter.tree import MAX_COPY_DEPTH, TreeTooDeep
 from interpreter.workspace import Workspace, copy_tree_safely
+from interpreter.write_gate import refusal
 
 log = logging.getLogger(__name__)
 
@@ -274,26 +277,47 @@ class SessionBroker:
             raise
         session = await self._start_session(owner, req, source.description if source else None)
         if source is not None:
-            if source.workspace is not None:
-                await self._copy_workspace(session, source.workspace)
-            await self._rebuild(session, source.notebook, source.description)
+            try:
+                if source.workspace is not None:
+                    await self._copy_workspace(session, source.workspace, req.from_session)
+                await self._rebuild(session, source.notebook, source.description)
+            except BaseException:
+                # The client never learns this session's id: it must not stay running.
+                if self.live.get(session.id) is session:
+                    await self._close(session, "start_failed")
+                raise
         return session.info()
 
     def _default_limits(self) -> Limits:
         s = self.settings
         return Limits(memory_mb=s.default_memory_mb, cpus=s.default_cpus, pids=s.default_pids)
 
-    async def _copy_workspace(self, session: LiveSession, source: Path) -> None:
-        """Copy a forked session's files; past the new quota, the new session is closed."""
+    async def _copy_workspace(
+        self, session: LiveSession, source: Path, source_id: str | None
+    ) -> None:
+        """Copy a forked session's files into ``session``; raises a clear error when they
+        cannot be (the caller then closes ``session``)."""
         try:
-            await asyncio.to_thread(copy_tree_safely, source, session.options.workspace)
+            await asyncio.to_thread(
+                copy_tree_safely, source, session.options.workspace, skip_too_deep=False
+            )
+        except TreeTooDeep as exc:
+            raise TreeTooDeep(
+                f"The files of session '{source_id}' cannot be copied: it has directories "
+                f"nested more than {MAX_COPY_DEPTH} levels deep. Remove or flatten them in "
+                "that session, then fork it again. The new session was closed."
+            ) from exc
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            await self._close(session, "start_failed")
-            raise DiskQuotaExceeded(
-                f"The files of the session it is rebuilt from do not fit in limits.disk_mb "
-                f"{session.options.disk_mb}; the new session was closed. Ask for more disk_mb."
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskQuotaExceeded(
+                    f"The files of the session it is rebuilt from do not fit in limits.disk_mb "
+                    f"{session.options.disk_mb}; the new session was closed. Ask for more "
+                    "disk_mb."
+                ) from exc
+            log.exception("session %s: copying the files of %s failed", session.id, source_id)
+            raise InterpreterError(
+                f"The files of session '{source_id}' could not be copied; the new session was "
+                "closed. The service logged why."
             ) from exc
 
     async def create_once(
@@ -616,14 +640,19 @@ class SessionBroker:
         return self.settings.session_dir(session_id)
 
     async def workspace(self, owner: str, session_id: str) -> Workspace:
+        """A session's workspace; a closed session's is read-only (its writes: 409
+        ``session_closed``)."""
         live = self._live(owner, session_id)
         if live is not None:
-            return Workspace(live.options.workspace)
-        await self._record(owner, session_id)
+            return live.workspace
+        record = await self._record(owner, session_id)
         path = self.settings.session_dir(session_id) / "workspace"
         if not path.is_dir():
             raise BadRequest("This session has no workspace left.")
-        return Workspace(path)
+        if self.recovery is not None and session_id in self.recovery.pending:
+            # Readable meanwhile; writes wait for the session to be back (503).
+            return Workspace.read_only(path, lambda: SessionReattaching.of(session_id))
+        return Workspace.read_only(path, refusal(session_id, record.closed_reason or "stopped"))
 
     async def notebook_json(self, owner: str, session_id: str) -> str:
         live = self._live(owner, session_id)
@@ -670,6 +699,8 @@ class SessionBroker:
                 timeout = self.settings.idle_timeout_s
             if not timeout or not session.idle:
                 continue
+            if session.workspace.gate.uploads:
+                continue  # an upload still arriving is activity (it touches when it ends)
             if (now - session.last_activity_at).total_seconds() >= timeout:
                 await self._close(session, "idle_timeout")
                 culled.append(session.id)

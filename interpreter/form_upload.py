@@ -1,19 +1,23 @@
 """A ``multipart/form-data`` upload of one or more files, streamed part by part to disk.
 
 The body is parsed as it arrives (python-multipart's streaming parser): each file part goes
-to its own :class:`~interpreter.upload.Upload` (a temporary file beside its target), so no
+to its own :class:`~interpreter.upload.Upload` (a temporary file in the workspace), so no
 part is ever whole in memory. Nothing becomes visible until :meth:`FormUpload.commit`, after
 the closing boundary: a body that breaks off or fails half-way leaves no file behind.
 
 Which parts are files follows E2B's envd: a part named ``file`` or carrying a file name.
 Its path is the request's fixed path (``?path=``) when there is one, else the part's file
-name; two parts for one path are refused (400), as envd refuses them. Other parts are read
+name; two parts for one path are refused (400), as envd refuses them, and so are two parts
+of which one would be a directory of the other (``w`` and ``w/r``). At the commit every
+part's target is checked against the workspace before anything is renamed or any directory
+made, so a body refused there writes nothing either. Other parts are read
 and discarded (they still count against the size limit). Everything here is synchronous; the
 API calls it through ``asyncio.to_thread``, one piece at a time.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from python_multipart.exceptions import MultipartParseError
@@ -71,6 +75,8 @@ class FormUpload:
         self._value = b""
         self._header_bytes = 0
         self._ended = False
+        self._lock = threading.Lock()
+        workspace.gate.register(self)
         try:
             self._parser = MultipartParser(
                 boundary_of(content_type),
@@ -86,8 +92,10 @@ class FormUpload:
                 },
             )
         except InterpreterError:
+            self.abort()
             raise
         except Exception as exc:  # python-multipart refuses a malformed boundary
+            self.abort()
             raise BadRequest(f"The multipart boundary is not usable: {exc}") from None
 
     # -- feeding -------------------------------------------------------------------------
@@ -97,6 +105,7 @@ class FormUpload:
         self.size += len(chunk)
         if self.size > self.limit:
             raise PayloadTooLarge(f"Upload exceeds the limit of {self.limit} bytes.")
+        self._workspace.gate.check()
         try:
             self._parser.write(chunk)
         except MultipartParseError as exc:
@@ -106,6 +115,7 @@ class FormUpload:
         """Make every file part visible under its path; their entries, in body order.
         Whatever happens, no temporary file is left behind."""
         try:
+            self._workspace.gate.check()
             if not self._ended:
                 raise BadRequest(
                     "The multipart body ended before its closing boundary; nothing was written."
@@ -115,17 +125,28 @@ class FormUpload:
                     "The multipart body holds no file part (a part named 'file' or with a "
                     "filename)."
                 )
+            for upload in self._uploads:  # all of them before any is renamed or made
+                try:
+                    upload.check()
+                except InterpreterError as exc:
+                    raise type(exc)(
+                        f"{exc.message} Nothing was written.", retry_after=exc.retry_after
+                    ) from exc
             return [upload.commit() for upload in self._uploads]
         finally:
             self.abort()
 
     def abort(self) -> None:
-        """Remove every temporary file not yet committed."""
-        for upload in self._uploads:
+        """Remove every temporary file not yet committed (idempotent; safe from another
+        thread, a session closing)."""
+        with self._lock:
+            current, self._current = self._current, None
+            uploads = list(self._uploads)
+        for upload in uploads:
             upload.abort()
-        if self._current is not None:
-            self._current.abort()
-            self._current = None
+        if current is not None:
+            current.abort()
+        self._workspace.gate.unregister(self)
 
     # -- parser callbacks ----------------------------------------------------------------
 
@@ -171,23 +192,47 @@ class FormUpload:
         path = self._target(raw)
         if len(self._uploads) >= MAX_FILE_PARTS:
             raise BadRequest(f"At most {MAX_FILE_PARTS} files can be sent in one request.")
-        upload = Upload(self._workspace, path, self.limit)
-        if any(u.name == upload.name for u in self._uploads):
+        try:
+            upload = Upload(self._workspace, path, self.limit)
+        except InterpreterError as exc:
+            raise type(exc)(
+                f"{exc.message} Nothing was written.", retry_after=exc.retry_after
+            ) from exc
+        try:
+            for other in self._uploads:
+                _check_apart(other.parts, upload.parts)
+        except BadRequest:
             upload.abort()
-            raise BadRequest(
-                f"Several file parts go to '{upload.name}': send one file per path in one "
-                "request (with ?path=, send a single file). Nothing was written."
-            )
-        self._current = upload
+            raise
+        with self._lock:
+            self._current = upload
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._current is not None:
             self._current.write(data[start:end])
 
     def _part_end(self) -> None:
-        if self._current is not None:
-            self._uploads.append(self._current)
-            self._current = None
+        with self._lock:
+            if self._current is not None:
+                self._uploads.append(self._current)
+                self._current = None
 
     def _end(self) -> None:
         self._ended = True
+
+
+def _check_apart(first: list[str], second: list[str]) -> None:
+    """400 unless two parts' paths can both be files: not the same, and neither a parent
+    directory of the other."""
+    a, b = "/".join(first), "/".join(second)
+    if first == second:
+        raise BadRequest(
+            f"Several file parts go to '{a}': send one file per path in one request (with "
+            "?path=, send a single file). Nothing was written."
+        )
+    shorter, longer = (first, second) if len(first) < len(second) else (second, first)
+    if longer[: len(shorter)] == shorter:
+        raise BadRequest(
+            f"File parts go to '{a}' and to '{b}': '{'/'.join(shorter)}' cannot be both a "
+            "file and a directory. Nothing was written."
+        )

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interpreter.errors import KernelStartFailed
+from interpreter.tree import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def detach(session_dir: Path, workspace: Path, *, copy: Copier | None = None) ->
     if is_mounted(workspace):
         kept = session_dir / ".workspace-kept"
         if copy is not None:
-            shutil.rmtree(kept, ignore_errors=True)
+            _remove(kept)  # a copy an earlier, failed detach left
             copy(workspace, kept)
         try:
             _run(["umount", str(workspace)], "unmount")
@@ -135,6 +136,16 @@ def detach(session_dir: Path, workspace: Path, *, copy: Copier | None = None) ->
             os.rename(kept, workspace)
     with contextlib.suppress(FileNotFoundError):
         image.unlink()
+
+
+def _remove(path: Path) -> None:
+    """Remove the tree at ``path`` if there is one, however deep (no recursion)."""
+    parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            remove_tree(parent, path.name)
+    finally:
+        os.close(parent)
 
 
 def move(src_dir: Path, src_ws: Path, dst_dir: Path, dst_ws: Path) -> None:

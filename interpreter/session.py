@@ -65,6 +65,8 @@ from interpreter.routing import MessageRouting
 from interpreter.settings import Settings
 from interpreter.spill import StreamSpill
 from interpreter.store import Activity, SessionRecord, Store, Writer, utcnow
+from interpreter.workspace import Workspace
+from interpreter.write_gate import WriteGate, refusal
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self.settings = settings
         self.options = options
         self.notebook = notebook
+        #: Its files through the API; uploads in progress count as activity.
+        self.workspace = Workspace(options.workspace, WriteGate(on_activity=self.touch))
         self.store = store
         self.writer = writer
         self.metrics = metrics
@@ -247,6 +251,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             return
         previous = self.status
         self.status = "closed"
+        # Uploads still arriving are refused and removed before the files are copied out.
+        await asyncio.to_thread(self.workspace.gate.close, refusal(self.id, reason))
         if self._recovery is not None:
             self._recovery.cancel()
         closed_by = "broker_shutdown" if reason == "broker_shutdown" else "session_closed"

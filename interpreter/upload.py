@@ -1,8 +1,16 @@
 """A file arriving into a workspace piece by piece, never whole in memory.
 
-The bytes go to a temporary file beside the target (the same filesystem, so the workspace's
-quota counts them and the final rename is atomic); :meth:`Upload.commit` renames it into
-place and answers the entry as stored, under the normalised name that listings show.
+The bytes go to a temporary file in the workspace's top directory (the same filesystem, so
+the workspace's quota counts them and the final rename is atomic); :meth:`Upload.commit`
+makes the target's missing parent directories, renames the file into place and answers the
+entry as stored, under the normalised name that listings show. An upload that fails or is
+aborted leaves nothing: no temporary file and no directory.
+
+Every step goes through the workspace's :class:`~interpreter.write_gate.WriteGate`, where
+the upload is registered until it is committed or aborted: once the session closes, the
+next step raises (409 ``session_closed``) and the upload is aborted, so an upload is never
+answered as stored in a workspace that is not kept.
+
 Everything here is synchronous; the API calls it through ``asyncio.to_thread``.
 """
 
@@ -11,6 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import threading
 from contextlib import suppress
 from datetime import UTC, datetime
 
@@ -18,12 +27,17 @@ from interpreter.errors import BadRequest, PayloadTooLarge
 from interpreter.models import FileEntry
 from interpreter.workspace import Workspace, os_error, split_path
 
-#: Prefix of the temporary files uploads write (beside their target, until renamed).
+#: Prefix of the temporary files uploads write (in the workspace's top directory).
 TEMP_PREFIX = ".upload-"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Upload:
-    """One upload in progress: :meth:`write` pieces, then :meth:`commit` or :meth:`abort`."""
+    """One upload in progress: :meth:`write` pieces, then :meth:`commit` or :meth:`abort`.
+
+    Raises (from the constructor) the workspace's error when it is read-only, and 400/404
+    when the target cannot be a file (a parent is a file or a link, the name a directory).
+    """
 
     def __init__(self, workspace: Workspace, path: str, limit: int) -> None:
         self.parts = split_path(path)
@@ -31,25 +45,28 @@ class Upload:
         self.limit = limit
         self.size = 0
         self._tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
-        self._dfd = -1
-        self._workspace = workspace
+        self._root = -1
         self._fd = -1
-        try:
-            with workspace.walk(self.parts[:-1], create=True) as dfd:
-                self._dfd = os.dup(dfd)
-            self._fd = os.open(
-                self._tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644,
-                dir_fd=self._dfd,
-            )
-            workspace.chown_like_root(self._tmp, self._dfd)
-        except OSError as exc:
-            self.abort()
-            raise os_error(exc, path) from exc
-        except BaseException:
-            self.abort()
-            raise
+        self._workspace = workspace
+        self._lock = threading.Lock()
+        with workspace.gate.writing():
+            try:
+                workspace.check_target(self.parts)
+                self._root = os.open(workspace.root, _DIR_FLAGS)
+                self._fd = os.open(
+                    self._tmp,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644,
+                    dir_fd=self._root,
+                )
+                workspace.chown_like_root(self._tmp, self._root)
+                workspace.gate.register(self)
+            except OSError as exc:
+                self.abort()
+                raise os_error(exc, path) from exc
+            except BaseException:
+                self.abort()
+                raise
 
     @property
     def name(self) -> str:
@@ -61,32 +78,45 @@ class Upload:
         self.size += len(chunk)
         if self.size > self.limit:
             raise PayloadTooLarge(f"Upload exceeds the limit of {self.limit} bytes.")
-        view = memoryview(chunk)
+        with self._workspace.gate.writing():
+            view = memoryview(chunk)
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+            except OSError as exc:
+                raise self._workspace.write_error(exc, self.path) from exc
+
+    def check(self) -> None:
+        """Raise what :meth:`commit` would for its target, changing nothing."""
+        self._workspace.gate.check()
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            self._workspace.check_target(self.parts)
         except OSError as exc:
-            raise self._workspace.write_error(exc, self.path) from exc
+            raise os_error(exc, self.name) from exc
 
     def commit(self) -> FileEntry:
         """Make the file visible under its name (replacing any file there); its entry."""
         try:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-            name = self.parts[-1]
-            try:
-                if stat.S_ISDIR(os.stat(name, dir_fd=self._dfd, follow_symlinks=False).st_mode):
-                    raise BadRequest(f"'{self.name}' is a directory.")
-            except FileNotFoundError:
-                pass
-            # rename() replaces a symlink at ``name`` itself; it never follows it.
-            os.rename(self._tmp, name, src_dir_fd=self._dfd, dst_dir_fd=self._dfd)
-            self._tmp = ""
-            st = os.stat(name, dir_fd=self._dfd, follow_symlinks=False)
-        except OSError as exc:
-            raise self._workspace.write_error(exc, self.path) from exc
+            with self._workspace.gate.writing():
+                try:
+                    os.fsync(self._fd)
+                    os.close(self._fd)
+                    self._fd = -1
+                    name = self.parts[-1]
+                    with self._workspace.walk(self.parts[:-1], create=True) as dfd:
+                        try:
+                            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                            if stat.S_ISDIR(st.st_mode):
+                                raise BadRequest(f"'{self.name}' is a directory.")
+                        except FileNotFoundError:
+                            pass
+                        # rename() replaces a symlink at ``name`` itself; it never follows it.
+                        os.rename(self._tmp, name, src_dir_fd=self._root, dst_dir_fd=dfd)
+                        self._tmp = ""
+                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError as exc:
+                    raise self._workspace.write_error(exc, self.path) from exc
         finally:
             self.abort()
         return FileEntry(
@@ -98,15 +128,18 @@ class Upload:
         )
 
     def abort(self) -> None:
-        """Remove the temporary file (if not committed) and let go of the descriptors."""
-        if self._fd >= 0:
-            with suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
-        if self._dfd >= 0:
-            if self._tmp:
+        """Remove the temporary file (if not committed) and let go of the descriptors.
+        Idempotent, and safe from another thread (a session closing)."""
+        with self._lock:
+            if self._fd >= 0:
                 with suppress(OSError):
-                    os.unlink(self._tmp, dir_fd=self._dfd)
-            with suppress(OSError):
-                os.close(self._dfd)
-            self._dfd = -1
+                    os.close(self._fd)
+                self._fd = -1
+            if self._root >= 0:
+                if self._tmp:
+                    with suppress(OSError):
+                        os.unlink(self._tmp, dir_fd=self._root)
+                with suppress(OSError):
+                    os.close(self._root)
+                self._root = -1
+        self._workspace.gate.unregister(self)

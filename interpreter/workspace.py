@@ -6,18 +6,26 @@ component at a time with ``O_NOFOLLOW`` opens relative to a directory descriptor
 symlink planted by the kernel (to ``/etc``, to another session, anywhere) is refused rather
 than followed, and a rename race cannot lead outside. Only regular files are served.
 
+A name on disk that is not valid UTF-8 (a kernel can make one) is shown with each invalid
+byte sequence as U+FFFD (:func:`display_name`); a path component with U+FFFD that names no
+file as it is reaches the one entry of its directory shown that way (downloads, listings,
+deletions).
+
+Writes (uploads, deletions) go through the workspace's :class:`~interpreter.write_gate.
+WriteGate`: a closed session's workspace is read-only.
+
 Everything here is synchronous; the API calls it through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets
-import shutil
 import stat
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +35,18 @@ from interpreter.errors import (
     BadRequest,
     DiskQuotaExceeded,
     FileNotFoundInWorkspace,
+    InterpreterError,
     PathNotAllowed,
     PayloadTooLarge,
     StorageFull,
 )
 from interpreter.models import FileEntry, FileList
+from interpreter.tree import MAX_COPY_DEPTH, copy_sparse, copy_tree, remove_tree
+from interpreter.write_gate import WriteGate
+
+__all__ = ["Workspace", "copy_sparse", "copy_tree_safely", "display_name", "split_path"]
+
+log = logging.getLogger(__name__)
 
 MAX_PATH_CHARS = 1024
 #: Bidirectional formatting characters: they make a name display as another one.
@@ -42,6 +57,18 @@ BIDI_CONTROLS = frozenset(
 SPARSE_SLACK = 16 << 20
 MAX_NAME_BYTES = 255
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: What a listing shows for each byte sequence of a name that is not UTF-8.
+REPLACEMENT = "\ufffd"
+
+
+def display_name(name: str) -> str:
+    """The name as listings show it: ``name`` from the filesystem (undecodable bytes as
+    surrogate escapes) with each invalid byte sequence replaced by U+FFFD."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "replace")
+    return name
 
 
 def split_path(path: str, *, allow_root: bool = False) -> list[str]:
@@ -109,10 +136,21 @@ def _os_error(exc: OSError, path: str) -> Exception:
 
 
 class Workspace:
-    """The workspace directory of one session."""
+    """The workspace directory of one session.
 
-    def __init__(self, root: Path) -> None:
+    Args:
+        root: the directory.
+        gate: admits its writes; a closed session's workspace gets a closed one.
+    """
+
+    def __init__(self, root: Path, gate: WriteGate | None = None) -> None:
         self.root = root
+        self.gate = gate if gate is not None else WriteGate()
+
+    @classmethod
+    def read_only(cls, root: Path, refused: Callable[[], InterpreterError]) -> Workspace:
+        """A workspace whose every write raises ``refused()`` (a closed session's)."""
+        return cls(root, WriteGate(refused=refused))
 
     @contextmanager
     def _walk(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
@@ -120,6 +158,7 @@ class Workspace:
         fd = os.open(self.root, _DIR_FLAGS)
         try:
             for part in parts:
+                part = _lookup(fd, part)
                 try:
                     nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except NotADirectoryError:
@@ -139,6 +178,30 @@ class Workspace:
                 os.close(fd)
                 fd = nxt
             yield fd
+        finally:
+            os.close(fd)
+
+    def check_target(self, parts: list[str]) -> None:
+        """Raise OSError when a file cannot be written at ``parts``, changing nothing: a
+        parent that exists is not a directory (or is a link), or the name is a directory.
+        Parents that do not exist yet are fine (a commit makes them)."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for part in parts[:-1]:
+                part = _lookup(fd, part)
+                try:
+                    st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    return
+                if stat.S_ISLNK(st.st_mode):
+                    raise OSError(errno.ELOOP, "symbolic link")
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            with suppress(FileNotFoundError):
+                st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise OSError(errno.EISDIR, "is a directory")
         finally:
             os.close(fd)
 
@@ -162,7 +225,7 @@ class Workspace:
                             st = entry.stat(follow_symlinks=False)
                         except FileNotFoundError:
                             continue  # gone since it was listed (another upload's temp file)
-                        entries.append(_entry([*parts, entry.name], st))
+                        entries.append(_entry([*parts, display_name(entry.name)], st))
         except OSError as exc:
             raise _os_error(exc, path) from exc
         entries.sort(key=lambda e: (e.type != "directory", e.name))
@@ -184,19 +247,20 @@ class Workspace:
         """Create the directory ``path`` and its missing parents. False when it already
         exists; 400 when something other than a directory is there."""
         parts = split_path(path)
-        try:
-            with self._walk(parts[:-1], create=True) as dfd:
-                try:
-                    os.mkdir(parts[-1], 0o755, dir_fd=dfd)
-                except FileExistsError:
-                    st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-                    if stat.S_ISDIR(st.st_mode):
-                        return False
-                    raise BadRequest(f"'{path}' exists and is not a directory.") from None
-                self._chown_like_root(parts[-1], dfd)
-        except OSError as exc:
-            raise self.write_error(exc, path) from exc
-        return True
+        with self.gate.writing():
+            try:
+                with self._walk(parts[:-1], create=True) as dfd:
+                    try:
+                        os.mkdir(parts[-1], 0o755, dir_fd=dfd)
+                    except FileExistsError:
+                        st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                        if stat.S_ISDIR(st.st_mode):
+                            return False
+                        raise BadRequest(f"'{path}' exists and is not a directory.") from None
+                    self._chown_like_root(parts[-1], dfd)
+            except OSError as exc:
+                raise self.write_error(exc, path) from exc
+            return True
 
     def rename(self, source: str, destination: str) -> None:
         """Move a file, symlink or directory within the workspace (the destination's
@@ -204,22 +268,23 @@ class Workspace:
         src, dst = split_path(source), split_path(destination)
         if dst[: len(src)] == src:
             raise BadRequest(f"Cannot move '{source}' into itself ('{destination}').")
-        try:
-            with self._walk(src[:-1]) as sfd:
-                os.stat(src[-1], dir_fd=sfd, follow_symlinks=False)  # a missing source: 404
-                with self._walk(dst[:-1], create=True) as dfd:
-                    try:
-                        # rename() moves a symlink itself and replaces one at the destination.
-                        os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
-                    except OSError as exc:
-                        if exc.errno not in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY):
-                            raise
-                        raise BadRequest(
-                            f"Cannot move '{source}' onto '{destination}': one is a directory "
-                            "and the other is not, or the destination directory is not empty."
-                        ) from exc
-        except OSError as exc:
-            raise self.write_error(exc, source) from exc
+        with self.gate.writing():
+            try:
+                with self._walk(src[:-1]) as sfd:
+                    os.stat(src[-1], dir_fd=sfd, follow_symlinks=False)  # a missing source: 404
+                    with self._walk(dst[:-1], create=True) as dfd:
+                        try:
+                            # rename() moves a symlink itself and replaces one at the destination.
+                            os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
+                        except OSError as exc:
+                            if exc.errno not in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY):
+                                raise
+                            raise BadRequest(
+                                f"Cannot move '{source}' onto '{destination}': one is a directory "
+                                "and the other is not, or the destination directory is not empty."
+                            ) from exc
+            except OSError as exc:
+                raise self.write_error(exc, source) from exc
 
     def open_read(self, path: str, max_bytes: int | None = None) -> tuple[BinaryIO, int]:
         """Open a regular file for reading; the caller closes it."""
@@ -227,7 +292,7 @@ class Workspace:
         try:
             with self._walk(parts[:-1]) as dfd:
                 fd = os.open(
-                    parts[-1],
+                    _lookup(dfd, parts[-1]),
                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                     dir_fd=dfd,
                 )
@@ -259,37 +324,38 @@ class Workspace:
         parts = split_path(path)
         name = parts[-1]
         tmp = f".upload-{secrets.token_hex(8)}.tmp"
-        try:
-            with self._walk(parts[:-1], create=True) as dfd:
-                fd = os.open(
-                    tmp,
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o644,
-                    dir_fd=dfd,
-                )
-                size = 0
-                try:
-                    with os.fdopen(fd, "wb") as fh:
-                        for chunk in chunks:
-                            fh.write(chunk)
-                            size += len(chunk)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                    self._chown_like_root(tmp, dfd)
+        with self.gate.writing():
+            try:
+                with self._walk(parts[:-1], create=True) as dfd:
+                    fd = os.open(
+                        tmp,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o644,
+                        dir_fd=dfd,
+                    )
+                    size = 0
                     try:
-                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                        if stat.S_ISDIR(st.st_mode):
-                            raise BadRequest(f"'{path}' is a directory.")
-                    except FileNotFoundError:
-                        pass
-                    # rename() replaces a symlink at ``name`` itself; it never follows it.
-                    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                except BaseException:
-                    with suppress(OSError):
-                        os.unlink(tmp, dir_fd=dfd)
-                    raise
-        except OSError as exc:
-            raise self.write_error(exc, path) from exc
+                        with os.fdopen(fd, "wb") as fh:
+                            for chunk in chunks:
+                                fh.write(chunk)
+                                size += len(chunk)
+                            fh.flush()
+                            os.fsync(fh.fileno())
+                        self._chown_like_root(tmp, dfd)
+                        try:
+                            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                            if stat.S_ISDIR(st.st_mode):
+                                raise BadRequest(f"'{path}' is a directory.")
+                        except FileNotFoundError:
+                            pass
+                        # rename() replaces a symlink at ``name`` itself; it never follows it.
+                        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    except BaseException:
+                        with suppress(OSError):
+                            os.unlink(tmp, dir_fd=dfd)
+                        raise
+            except OSError as exc:
+                raise self.write_error(exc, path) from exc
         return size
 
     def write_error(self, exc: OSError, path: str) -> Exception:
@@ -315,15 +381,41 @@ class Workspace:
     def delete(self, path: str) -> None:
         """Delete a file, a symlink (not its target) or a directory tree."""
         parts = split_path(path)
-        try:
-            with self._walk(parts[:-1]) as dfd:
-                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    shutil.rmtree(parts[-1], dir_fd=dfd)
-                else:
-                    os.unlink(parts[-1], dir_fd=dfd)
-        except OSError as exc:
-            raise _os_error(exc, path) from exc
+        with self.gate.writing():
+            try:
+                with self._walk(parts[:-1]) as dfd:
+                    name = _lookup(dfd, parts[-1])
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        remove_tree(dfd, name)
+                    else:
+                        os.unlink(name, dir_fd=dfd)
+            except OSError as exc:
+                raise _os_error(exc, path) from exc
+
+
+def _lookup(dir_fd: int, part: str) -> str:
+    """The entry of ``dir_fd`` that the path component ``part`` names: ``part`` itself,
+    or, when ``part`` shows U+FFFD and names nothing as it is, the one entry whose
+    :func:`display_name` it is (400 when several are shown so)."""
+    if REPLACEMENT not in part:
+        return part
+    try:
+        os.stat(part, dir_fd=dir_fd, follow_symlinks=False)
+        return part
+    except FileNotFoundError:
+        pass
+    found = [
+        name
+        for name in os.listdir(dir_fd)
+        if (shown := display_name(name)) != name and unicodedata.normalize("NFKC", shown) == part
+    ]
+    if len(found) > 1:
+        raise BadRequest(
+            f"{len(found)} names in this directory are not valid UTF-8 and show as "
+            f"'{part}'; rename them in the session to reach them."
+        )
+    return found[0] if found else part
 
 
 os_error = _os_error
@@ -343,82 +435,25 @@ def _entry(parts: list[str], st: os.stat_result) -> FileEntry:
     )
 
 
-def copy_tree_safely(src: Path, dst: Path) -> int:
+def copy_tree_safely(src: Path, dst: Path, *, skip_too_deep: bool = True) -> int:
     """Copy regular files and directories of a workspace; skip links and special files.
 
-    Used to fork a session: nothing a kernel planted (a symlink to a host file, a FIFO) is
-    followed or reproduced. Returns the number of files copied.
+    Used to fork a session and to keep a closed session's files: nothing a kernel planted
+    (a symlink to a host file, a FIFO) is followed or reproduced, and no depth of tree makes
+    it recurse (:mod:`interpreter.tree`). Directories nested deeper than
+    :data:`~interpreter.tree.MAX_COPY_DEPTH` levels are left out and logged, or with
+    ``skip_too_deep=False`` raise :class:`~interpreter.tree.TreeTooDeep`. Returns the number
+    of files copied.
     """
     dst.mkdir(parents=True, exist_ok=True)
     st = os.stat(dst)
     # Copies belong to whoever owns the destination workspace (the kernel's uid).
     owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 else None
-    src_fd = os.open(src, _DIR_FLAGS)
-    try:
-        return _copy_dir(src_fd, dst, owner)
-    finally:
-        os.close(src_fd)
-
-
-def _copy_dir(src_fd: int, dst: Path, owner: tuple[int, int] | None) -> int:
-    dst.mkdir(parents=True, exist_ok=True)
-    if owner is not None:
-        os.chown(dst, *owner)
-    count = 0
-    with os.scandir(src_fd) as it:
-        entries = list(it)
-    for entry in entries:
-        st = entry.stat(follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            fd = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
-            try:
-                count += _copy_dir(fd, dst / entry.name, owner)
-            finally:
-                os.close(fd)
-        elif stat.S_ISREG(st.st_mode):
-            fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_fd)
-            with os.fdopen(fd, "rb") as fin, open(dst / entry.name, "wb") as fout:
-                copy_sparse(fin.fileno(), fout.fileno(), st.st_size)
-                if owner is not None:
-                    os.fchown(fout.fileno(), *owner)
-            count += 1
-    return count
-
-
-def copy_sparse(src: int, dst: int, size: int) -> int:
-    """Copy the file ``src`` to ``dst`` (both fds) keeping its holes; returns the bytes
-    written.
-
-    Only the data regions are copied (``SEEK_DATA``/``SEEK_HOLE``), so a sparse file a
-    kernel made (``truncate(1 << 40)``) costs the copy what it really occupies, not its
-    apparent size: a plain copy of it would fill the host's disk with zeros.
-    """
-    written = 0
-    offset = 0
-    # (A filesystem without hole tracking reports the whole file as one data region.)
-    while offset < size:
-        try:
-            start = os.lseek(src, offset, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no data after offset: the rest is a hole
-                break
-            raise
-        end = os.lseek(src, start, os.SEEK_HOLE)
-        written += _copy_range(src, dst, start, end)
-        offset = end
-    os.ftruncate(dst, size)
-    return written
-
-
-def _copy_range(src: int, dst: int, start: int, end: int) -> int:
-    done = 0
-    while start + done < end:
-        chunk = os.pread(src, min(1 << 20, end - start - done), start + done)
-        if not chunk:
-            break
-        view = memoryview(chunk)
-        while view:
-            n = os.pwrite(dst, view, start + done)
-            view = view[n:]
-            done += n
-    return done
+    report = copy_tree(src, dst, owner, skip_too_deep=skip_too_deep)
+    if report.too_deep:
+        log.warning(
+            "workspace copy: %d directories nested more than %d levels deep were left out",
+            report.too_deep,
+            MAX_COPY_DEPTH,
+        )
+    return report.files

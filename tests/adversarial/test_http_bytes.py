@@ -257,10 +257,11 @@ def test_chunked_upload_over_the_limit_is_413_and_leaves_nothing(
         resp = api.put(f"/v1/sessions/{sid}/files/up/big.bin", content=body())
         assert resp.status_code == 413, resp.text
         assert _no_traceback(resp)["error"]["type"] == "payload_too_large"
-        # Neither the file nor its temporary file is left (the clean-up runs off the loop).
+        # Neither the file, its temporary file nor its directory is left (the clean-up runs
+        # off the loop).
         deadline = time.monotonic() + 5
         while True:
-            listing = api.get(f"/v1/sessions/{sid}/files", params={"path": "up"}).json()
+            listing = api.get(f"/v1/sessions/{sid}/files").json()
             if not listing["entries"] or time.monotonic() > deadline:
                 break
         assert listing["entries"] == []

@@ -72,6 +72,8 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.artifacts", "storage"),
     ("interpreter.store", "storage"),
     ("interpreter.audit_verify", "storage"),
+    ("interpreter.tree", "base"),
+    ("interpreter.write_gate", "base"),
     ("interpreter.workspace", "storage"),
     ("interpreter.upload", "storage"),
     ("interpreter.form_upload", "storage"),

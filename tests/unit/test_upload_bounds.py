@@ -42,12 +42,14 @@ def test_upload_streams_to_a_temp_file_and_commits_under_the_normal_name(
 ) -> None:
     ws = Workspace(tmp_path)
     up = Upload(ws, "sub/cafe\u0301.bin", limit=10)
-    temps = [p.name for p in (tmp_path / "sub").iterdir()]
+    # In the top directory until committed: no directory is made for an upload that fails.
+    temps = [p.name for p in tmp_path.iterdir()]
     assert len(temps) == 1 and temps[0].startswith(TEMP_PREFIX)
     up.write(b"12345")
     up.write(b"678")
     entry = up.commit()
     assert entry.path == "sub/caf\u00e9.bin" and entry.size == 8
+    assert [p.name for p in tmp_path.iterdir()] == ["sub"]
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["caf\u00e9.bin"]
     assert (tmp_path / "sub" / "caf\u00e9.bin").read_bytes() == b"12345678"
 

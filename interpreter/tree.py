@@ -1,0 +1,279 @@
+"""Copying and removing whole workspace trees, without recursion and without following links.
+
+A kernel can make any tree: directories nested thousands of levels deep, symlinks to host
+files, FIFOs. Both walks here are loops over an explicit stack of directory descriptors
+(``openat`` with ``O_NOFOLLOW`` one level at a time), so no depth can exhaust Python's
+recursion limit and no path grows past ``PATH_MAX``.
+
+* :func:`copy_tree` copies regular files and directories (a fork's files, a closed
+  session's files out of its quota filesystem) and skips links, special files and the
+  temporary files of uploads in progress. It holds two descriptors per level, so it goes at
+  most :data:`MAX_COPY_DEPTH` levels deep: below that it either refuses
+  (:class:`TreeTooDeep`) or skips what is deeper and says how much.
+* :func:`remove_tree` removes any tree with a bounded number of descriptors: a directory
+  deeper than :data:`MAX_REMOVE_DEPTH` levels is first moved up to the top of the tree
+  being removed.
+
+Everything here blocks; async callers use ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+import stat
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interpreter.errors import Conflict
+
+#: Deepest directory level a copy descends to (two descriptors are open per level).
+MAX_COPY_DEPTH = 256
+#: Deepest level a removal holds open; deeper directories are moved up first.
+MAX_REMOVE_DEPTH = 64
+#: The temporary files of uploads (``interpreter.upload``): never copied.
+UPLOAD_TEMP = re.compile(r"\.upload-[0-9a-f]{16}\.tmp")
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class TreeTooDeep(Conflict):
+    """A tree to copy has directories nested deeper than :data:`MAX_COPY_DEPTH`."""
+
+    code = "workspace_too_deep"
+
+
+@dataclass
+class CopyReport:
+    """What :func:`copy_tree` did: files copied, directories left out for their depth."""
+
+    files: int = 0
+    too_deep: int = 0
+
+
+@dataclass
+class _Level:
+    src: int
+    dst: int
+    subdirs: list[str] = field(default_factory=list)
+
+
+def copy_tree(
+    src: Path, dst: Path, owner: tuple[int, int] | None, *, skip_too_deep: bool
+) -> CopyReport:
+    """Copy the regular files and directories under ``src`` into ``dst`` (made if missing).
+
+    Files and directories made belong to ``owner`` (uid, gid) when given. A directory below
+    :data:`MAX_COPY_DEPTH` levels raises :class:`TreeTooDeep`, or with ``skip_too_deep`` is
+    left out (counted in the report). Raises OSError as the filesystem does (ENOSPC, ...).
+    """
+    report = CopyReport()
+    dst.mkdir(mode=0o755, parents=True, exist_ok=True)
+    stack: list[_Level] = []
+    try:
+        stack.append(_Level(os.open(src, DIR_FLAGS), os.open(dst, DIR_FLAGS)))
+        if owner is not None:
+            os.fchown(stack[0].dst, *owner)
+        stack[0].subdirs = _copy_files(stack[0], owner, report)
+        while stack:
+            level = stack[-1]
+            if not level.subdirs:
+                _close(stack.pop())
+                continue
+            name = level.subdirs.pop()
+            if len(stack) >= MAX_COPY_DEPTH:
+                if not skip_too_deep:
+                    raise TreeTooDeep(
+                        f"The workspace has directories nested more than {MAX_COPY_DEPTH} "
+                        "levels deep, which are not copied."
+                    )
+                report.too_deep += 1
+                continue
+            child = _enter(level, name, owner)
+            if child is None:
+                continue  # replaced by something else meanwhile: not a directory to copy
+            stack.append(child)
+            child.subdirs = _copy_files(child, owner, report)
+    finally:
+        for level in stack:
+            _close(level)
+    return report
+
+
+def _enter(parent: _Level, name: str, owner: tuple[int, int] | None) -> _Level | None:
+    try:
+        src = os.open(name, DIR_FLAGS, dir_fd=parent.src)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+    try:
+        with suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent.dst)
+        dst = os.open(name, DIR_FLAGS, dir_fd=parent.dst)
+    except BaseException:
+        os.close(src)
+        raise
+    if owner is not None:
+        os.fchown(dst, *owner)
+    return _Level(src, dst)
+
+
+def _copy_files(level: _Level, owner: tuple[int, int] | None, report: CopyReport) -> list[str]:
+    """Copy the regular files of one directory; its subdirectories' names."""
+    subdirs = []
+    with os.scandir(level.src) as it:
+        entries = list(it)
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            subdirs.append(entry.name)
+        elif stat.S_ISREG(st.st_mode) and not UPLOAD_TEMP.fullmatch(entry.name):
+            _copy_file(level, entry.name, st.st_size, owner)
+            report.files += 1
+    subdirs.reverse()  # popped from the end: copied in listing order
+    return subdirs
+
+
+def _copy_file(level: _Level, name: str, size: int, owner: tuple[int, int] | None) -> None:
+    try:
+        fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=level.src)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):
+            return  # gone or replaced by a link meanwhile
+        raise
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fout = os.open(name, flags, 0o644, dir_fd=level.dst)
+        try:
+            copy_sparse(fin, fout, size)
+            if owner is not None:
+                os.fchown(fout, *owner)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def _close(level: _Level) -> None:
+    for fd in (level.src, level.dst):
+        if fd >= 0:
+            os.close(fd)
+    level.src = level.dst = -1
+
+
+def copy_sparse(src: int, dst: int, size: int) -> int:
+    """Copy the file ``src`` to ``dst`` (both fds) keeping its holes; returns the bytes
+    written.
+
+    Only the data regions are copied (``SEEK_DATA``/``SEEK_HOLE``), so a sparse file a
+    kernel made (``truncate(1 << 40)``) costs the copy what it really occupies, not its
+    apparent size: a plain copy of it would fill the host's disk with zeros.
+    """
+    written = 0
+    offset = 0
+    # (A filesystem without hole tracking reports the whole file as one data region.)
+    while offset < size:
+        try:
+            start = os.lseek(src, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after offset: the rest is a hole
+                break
+            raise
+        end = os.lseek(src, start, os.SEEK_HOLE)
+        written += _copy_range(src, dst, start, end)
+        offset = end
+    os.ftruncate(dst, size)
+    return written
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> int:
+    done = 0
+    while start + done < end:
+        chunk = os.pread(src, min(1 << 20, end - start - done), start + done)
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        while view:
+            n = os.pwrite(dst, view, start + done)
+            view = view[n:]
+            done += n
+    return done
+
+
+@dataclass
+class _Doomed:
+    fd: int
+    name: str
+    subdirs: list[str] = field(default_factory=list)
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Remove the directory ``name`` in ``parent_fd`` and everything under it.
+
+    Links are removed, never followed. At most :data:`MAX_REMOVE_DEPTH` directories are
+    open at once: a directory deeper than that is renamed to the top of the tree first.
+    Raises OSError (FileNotFoundError when ``name`` is not there).
+    """
+    top = _Doomed(os.open(name, DIR_FLAGS, dir_fd=parent_fd), name)
+    stack = [top]
+    try:
+        top.subdirs = _unlink_files(top.fd)
+        while stack:
+            level = stack[-1]
+            if not level.subdirs:
+                level.subdirs = _unlink_files(level.fd)  # made meanwhile?
+                if level.subdirs:
+                    continue
+                stack.pop()
+                os.close(level.fd)
+                level.fd = -1
+                holder = stack[-1].fd if stack else parent_fd
+                os.rmdir(level.name, dir_fd=holder)
+                continue
+            child = level.subdirs.pop()
+            if len(stack) >= MAX_REMOVE_DEPTH:
+                moved = f".rm-{secrets.token_hex(8)}"
+                try:
+                    os.rename(child, moved, src_dir_fd=level.fd, dst_dir_fd=top.fd)
+                except FileNotFoundError:
+                    continue
+                top.subdirs.append(moved)
+                continue
+            try:
+                fd = os.open(child, DIR_FLAGS, dir_fd=level.fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                os.unlink(child, dir_fd=level.fd)  # no longer a directory
+                continue
+            stack.append(_Doomed(fd, child))
+            stack[-1].subdirs = _unlink_files(fd)
+    finally:
+        for level in stack:
+            if level.fd >= 0:
+                os.close(level.fd)
+
+
+def _unlink_files(fd: int) -> list[str]:
+    """Unlink everything in the directory ``fd`` but directories; their names."""
+    subdirs = []
+    with os.scandir(fd) as it:
+        entries = list(it)
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if not is_dir:
+                os.unlink(entry.name, dir_fd=fd)
+        except FileNotFoundError:
+            continue
+        if is_dir:
+            subdirs.append(entry.name)
+    return subdirs
