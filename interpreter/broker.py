@@ -90,6 +90,10 @@ class SessionBroker:
         self.closing = False
         #: Sessions being created, by owner: they count against the caps until adopted.
         self._creating: Counter[str] = Counter()
+        #: Creations under way (past the shutdown check); the drain waits for them.
+        self._creates_in_flight = 0
+        self._no_creates = asyncio.Event()
+        self._no_creates.set()
         self._cull_task: asyncio.Task[None] | None = None
         self.recovery: Recovery | None = None
         self._recovery_task: asyncio.Task[None] | None = None
@@ -207,6 +211,12 @@ class SessionBroker:
                 await self._cull_task
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+        # Creations already accepted finish first (each is bounded by the kernel's start
+        # deadline), so their sessions are closed or kept below like the others rather than
+        # cut off half made.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.kernel_start_timeout_s):
+                await self._no_creates.wait()
         await self._let_running_cells_finish(self.settings.shutdown_grace_s)
         keep = self.backend.keep_on_shutdown
         await asyncio.gather(
@@ -246,9 +256,36 @@ class SessionBroker:
     # ---------------------------------------------------------------- sessions
 
     async def create(self, owner: str, req: CreateSessionRequest) -> SessionModel:
-        """Create a session (optionally rebuilt from another session or a notebook)."""
+        """Create a session (optionally rebuilt from another session or a notebook).
+
+        A creation under way when the service starts to shut down is waited for (the drain
+        closes or keeps its session like any other); one the drain could not wait for ends
+        in 503 ``shutting_down``, never in an error of its half-closed session.
+        """
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
+        self._creates_in_flight += 1
+        self._no_creates.clear()
+        try:
+            return await self._create(owner, req)
+        except Exception as exc:
+            cut_off = isinstance(exc, SessionClosed) or not isinstance(exc, InterpreterError)
+            if cut_off and self._shutting_down():
+                raise ShuttingDown(
+                    "The service shut down while this session was being created; it was not "
+                    "kept. Retry shortly.",
+                    retry_after=5,
+                ) from exc
+            raise
+        finally:
+            self._creates_in_flight -= 1
+            if not self._creates_in_flight:
+                self._no_creates.set()
+
+    def _shutting_down(self) -> bool:
+        return self.closing
+
+    async def _create(self, owner: str, req: CreateSessionRequest) -> SessionModel:
         live_count = len(self.live) + self._creating.total()
         if live_count >= self.settings.max_sessions:
             raise TooManySessions(

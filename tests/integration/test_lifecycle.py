@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -406,3 +407,40 @@ def test_cells_the_notebook_file_missed_are_written_back_after_a_crash(
     assert restored["metadata"]["interp"]["restored_from"] == "store"
     assert any("image/png" in o.get("data", {}) for o in restored["outputs"])
     nbformat.validate(nbformat.from_dict({**nb, "cells": cells}))
+
+
+def test_a_sigterm_while_a_session_is_being_created_lets_the_creation_finish(
+    serve_proc: Any, data_dir: Path
+) -> None:
+    """A create already accepted when SIGTERM comes is finished, not cut off: its client
+    gets the session (201), which the drain then closes like any other (a local kernel
+    stops with its broker). Before, the drain closed the half-made session under the create,
+    which answered 500. The create rebuilds from a notebook whose cell takes 2 s, so it is
+    surely under way when the signal comes."""
+    proc, url = serve_proc()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import time\ntime.sleep(2)\nmade = 1")]
+    answers: list[httpx.Response] = []
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+
+        def create() -> None:
+            answers.append(api.post("/v1/sessions", json={"from_notebook": nb}))
+
+        creating = threading.Thread(target=create)
+        creating.start()
+        wait_for(lambda: api.get("/v1/sessions").json()["sessions"])
+        proc.send_signal(signal.SIGTERM)
+        creating.join(timeout=60)
+    assert proc.wait(timeout=30) == 0
+    (answer,) = answers
+    assert answer.status_code == 201, answer.text
+    sid = answer.json()["id"]
+    store = Store(data_dir / "state.db")
+    try:
+        (made,) = store.executions_of(sid)
+        closed = store.get_session(sid)
+    finally:
+        store.close()
+    assert made.status == "ok"
+    assert closed is not None and closed.closed_reason == "broker_shutdown"
