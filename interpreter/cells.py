@@ -110,6 +110,22 @@ def notebook_problem(nb: object) -> str | None:
         if where:
             line += " (at " + "/".join(str(part) for part in where) + ")"
         return line
+    for index, cell in enumerate(node.cells):
+        if cell.get("cell_type") == "code":
+            problem = _code_problem(source_of(cell))
+            if problem is not None:
+                return f"code cell {index}'s source {problem}, which code cannot hold"
+    return None
+
+
+def _code_problem(code: str) -> str | None:
+    """Why ``code`` cannot be run as a cell (the execute route refuses the same), or None."""
+    if "\x00" in code:
+        return "contains a NUL character"
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate"
     return None
 
 

@@ -98,6 +98,15 @@ V4 = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
         ),
         # Without ids (required since 4.5, still accepted by nbformat): valid, no warning.
         ({**V4, "cells": [{**code(), "execution_count": None}]}, None),
+        # What the execute route refuses in code (it stalled a rebuild before).
+        (
+            {**V4, "cells": [{**code("a\x00"), "execution_count": None}]},
+            "code cell 0's source contains a NUL character, which code cannot hold",
+        ),
+        (
+            {**V4, "cells": [{**code(["x = '", "\ud800'"]), "execution_count": None}]},
+            "code cell 0's source contains a lone surrogate, which code cannot hold",
+        ),
     ],
 )
 def test_notebook_problem_says_in_one_line_what_is_wrong(nb: Any, problem: str | None) -> None:
