@@ -47,6 +47,17 @@ MAX_JSON_DEPTH = 64
 DRAIN_LIMIT = 64 << 20
 
 
+def ascii_number(text: str, *, cap: int = 10**18) -> int | None:
+    """The value of ``text`` if it is ASCII digits only, else None. (``str.isdigit`` also
+    takes superscripts, which ``int`` refuses, and other scripts' digits, which ``int``
+    reads.) A number above ``cap``, of any length (``int`` refuses more than 4300
+    digits), counts as ``cap``."""
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    digits = text.lstrip("0") or "0"
+    return cap if len(digits) > len(str(cap)) else min(int(digits), cap)
+
+
 def _json_depth_ok(raw: bytes) -> bool:
     """Cheap nesting check before parsing (deep nesting exhausts parsers' recursion)."""
     depth = 0
@@ -210,15 +221,33 @@ class BaseHandler(tornado.web.RequestHandler):
                     "The URL path is not valid UTF-8 once percent-decoded; percent-encode "
                     "the UTF-8 bytes of each path segment."
                 )
+            length = self.content_length()
             self.check_auth()
-            length = self.request.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) > self.body_limit:
+            if length is not None and length > self.body_limit:
                 self._too_large = True
                 raise PayloadTooLarge(
-                    f"Request body is {length} bytes; the limit here is {self.body_limit}."
+                    f"Request body is {self.request.headers['Content-Length'][:40]} bytes; "
+                    f"the limit here is {self.body_limit}."
                 )
         except InterpreterError as exc:
             self._reject_after_body(exc)
+
+    def content_length(self) -> int | None:
+        """The request's ``Content-Length`` (None without one); 400 unless it is ASCII
+        digits (tornado then refuses the request too, but with no JSON answer)."""
+        raw = self.request.headers.get("Content-Length")
+        if raw is None:
+            return None
+        # A list of equal values (from a proxy that merged two headers) counts once, as
+        # tornado reads it.
+        values = {value.strip(" \t") for value in raw.split(",")}
+        length = ascii_number(values.pop()) if len(values) == 1 else None
+        if length is None:
+            raise BadRequest(
+                "Content-Length must be the body's size in bytes, in ASCII digits; "
+                f"got {raw[:40]!r}."
+            )
+        return length
 
     def _reject_after_body(self, exc: InterpreterError) -> None:
         """Answer ``exc`` once the (discarded) body is in, or now if it is too big to drain.
@@ -226,8 +255,11 @@ class BaseHandler(tornado.web.RequestHandler):
         Answering before the body is read makes tornado close the connection, which
         clients still sending see as a reset instead of our error.
         """
-        length = self.request.headers.get("Content-Length", "0")
-        if not length.isdigit() or int(length) > DRAIN_LIMIT:
+        try:
+            length = self.content_length() or 0
+        except BadRequest:
+            raise exc from None
+        if length > DRAIN_LIMIT:
             raise exc
         self._rejected = exc
 

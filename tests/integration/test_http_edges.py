@@ -1,0 +1,174 @@
+"""HTTP edges a tester found answered with 500s or tracebacks in the broker's log.
+
+A broker of its own (local backend, in this process, so ``caplog`` sees its log) and raw
+sockets where the request is malformed on purpose: non-ASCII digits in ``Content-Length``,
+``Range`` and ``?after=``; unknown methods; lone surrogates in session metadata (also in
+a record stored by an older version); download names outside Latin-1; a file that shrinks
+while it is sent; the artifacts' ETag; a body given to ``interrupt``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import KEY, Server, run, start_server
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[Server]:
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-http-edges-"))
+    server = start_server("local", data_dir)
+    yield server
+    server.thread.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def api(srv: Server) -> Iterator[httpx.Client]:
+    with srv.client() as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def sid(srv: Server) -> Iterator[str]:
+    with srv.client() as client:
+        session_id: str = client.post("/v1/sessions", json={}).json()["id"]
+        yield session_id
+        client.delete(f"/v1/sessions/{session_id}")
+
+
+@pytest.fixture(scope="module")
+def artifacts(srv: Server, sid: str) -> list[dict[str, Any]]:
+    """Two HTML artifacts (an HTML output this large is kept as an artifact)."""
+    with srv.client() as client:
+        ex = run(
+            client,
+            sid,
+            "from IPython.display import HTML, display\n"
+            "display(HTML('<p>' + 'a' * 70000 + '</p>'))\n"
+            "display(HTML('<p>' + 'b' * 70000 + '</p>'))",
+        )
+    refs = [out["artifacts"][0] for out in ex["outputs"]]
+    assert len(refs) == 2 and refs[0]["id"] != refs[1]["id"]
+    return refs
+
+
+def raw_request(srv: Server, request: bytes, *, timeout: float = 20) -> bytes:
+    """Send ``request`` as is on a new connection; the answer, read until it closes."""
+    parts = urlsplit(srv.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def problems(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The broker's log records at ERROR or above, and any with a traceback."""
+    return [
+        f"{r.levelname} {r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.ERROR or r.exc_info
+    ]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+    return value
+
+
+# -------------------------------------------------------------- numbers in headers
+
+
+@pytest.mark.parametrize("auth", [True, False], ids=["key", "no-key"])
+@pytest.mark.parametrize("path", ["/v1/sessions", "/v1/nope"])
+def test_content_length_of_non_ascii_digits_is_400_not_500(
+    srv: Server, caplog: pytest.LogCaptureFixture, auth: bool, path: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    key = f"Authorization: Bearer {KEY}\r\n" if auth else ""
+    for length in ("\xb2", "\xb9\xb2"):  # superscript two; superscript one, two
+        answer = raw_request(
+            srv,
+            f"GET {path} HTTP/1.1\r\nHost: x\r\n{key}Content-Length: {length}\r\n"
+            "Connection: close\r\n\r\n".encode("latin-1"),
+        )
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), answer[:300]
+        assert b'"bad_request"' in body and b"Content-Length" in body, body
+    assert problems(caplog) == []
+
+
+def test_a_content_length_of_thousands_of_digits_is_413(
+    srv: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    answer = raw_request(
+        srv,
+        f"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Length: {'9' * 5000}\r\nConnection: close\r\n\r\n".encode(),
+    )
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:300]
+    assert b'"payload_too_large"' in answer
+    assert problems(caplog) == []
+
+
+def test_range_positions_of_any_length_are_answered_per_rfc_9110(
+    api: httpx.Client, artifacts: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    ref = artifacts[0]
+    size, huge = ref["size"], "9" * 4301
+    whole = api.get(ref["url"]).content
+    assert len(whole) == size
+
+    to_huge_end = api.get(ref["url"], headers={"Range": f"bytes=0-{huge}"})
+    assert to_huge_end.status_code == 206, to_huge_end.text[:200]
+    assert to_huge_end.headers["Content-Range"] == f"bytes 0-{size - 1}/{size}"
+    assert to_huge_end.content == whole
+
+    huge_suffix = api.get(ref["url"], headers={"Range": f"bytes=-{huge}"})
+    assert huge_suffix.status_code == 206
+    assert huge_suffix.content == whole
+
+    from_huge_start = api.get(ref["url"], headers={"Range": f"bytes={huge}-"})
+    assert from_huge_start.status_code == 416
+    assert from_huge_start.json()["error"]["type"] == "range_not_satisfiable"
+    assert from_huge_start.headers["Content-Range"] == f"bytes */{size}"
+    assert len(from_huge_start.text) < 1000  # the refused header is not echoed whole
+
+    # Arabic-Indic digits are no byte positions: not a byte range, so the whole body.
+    arabic = api.get(ref["url"], headers={"Range": "bytes=\u0660-\u0669".encode()})
+    assert arabic.status_code == 200
+    assert arabic.content == whole
+    assert problems(caplog) == []
+
+
+def test_event_ids_are_ascii_digits_only(api: httpx.Client, sid: str) -> None:
+    execution_id = run(api, sid, "1 + 1")["id"]
+    events = f"/v1/sessions/{sid}/executions/{execution_id}/events"
+    refused = api.get(events, params={"after": "\u0661\u0662"})  # Arabic-Indic 12
+    assert refused.status_code == 400, refused.text
+    assert "ASCII digits" in refused.json()["error"]["message"]
+    refused = api.get(events, params={"after": "\xb2"})  # superscript two
+    assert refused.status_code == 400, refused.text
+    resumed = api.get(events, params={"after": "0"})
+    assert resumed.status_code == 200
+    assert "event: done" in resumed.text
