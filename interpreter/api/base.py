@@ -446,7 +446,9 @@ class BaseHandler(tornado.web.RequestHandler):
             request_id=self.request_id,
             method=method,
             route=self.route,
-            session_id=self.path_kwargs.get("session_id"),
+            # A method tornado does not route (FOO, PROPFIND) is refused before the path
+            # is parsed: such a request has no path_kwargs.
+            session_id=getattr(self, "path_kwargs", {}).get("session_id"),
             status=status,
             duration_ms=seconds * 1000,
             key_id=self.key_id,

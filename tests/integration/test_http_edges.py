@@ -172,3 +172,35 @@ def test_event_ids_are_ascii_digits_only(api: httpx.Client, sid: str) -> None:
     resumed = api.get(events, params={"after": "0"})
     assert resumed.status_code == 200
     assert "event: done" in resumed.text
+
+
+# ------------------------------------------------------------------ unknown methods
+
+
+@pytest.mark.parametrize("method", ["FOO", "PROPFIND", "TRACE"])
+def test_an_unknown_method_is_405_with_its_access_line_and_no_error_logged(
+    srv: Server, api: httpx.Client, caplog: pytest.LogCaptureFixture, method: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    rid = f"unknown-method-{method}"
+    answer = raw_request(
+        srv,
+        f"{method} /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Request-Id: {rid}\r\n"
+        "Connection: close\r\n\r\n".encode(),
+    )
+    assert answer.startswith(b"HTTP/1.1 405 "), answer[:300]
+    assert b'"method_not_allowed"' in answer
+    (line,) = wait_for(
+        lambda: [
+            r
+            for r in caplog.records
+            if r.name == "interpreter.access" and getattr(r, "request_id", None) == rid
+        ]
+    )
+    assert (line.method, line.route, line.status) == ("other", "/v1/sessions", 405)
+    assert getattr(line, "session_id", None) is None
+    assert problems(caplog) == []
+    scraped = api.get("/metrics").text
+    assert 'interp_http_requests_total{method="other",route="/v1/sessions",status="405"}' in (
+        scraped
+    )
