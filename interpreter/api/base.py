@@ -17,6 +17,7 @@ from typing import IO, Any, TypeVar
 
 import tornado.web
 from pydantic import BaseModel, ValidationError
+from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from interpreter.api import access
@@ -370,11 +371,17 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def send_file(self, fh: IO[bytes], size: int, mime: str | None = None) -> None:
         """Send an open file's bytes in chunks read off the loop, then finish; closes it.
-        A client that goes away ends the sending quietly."""
+        A client that goes away ends the sending quietly.
+
+        ``size`` bytes are announced and never more are sent, even if the file grows
+        meanwhile. If it shrinks, the answer cannot be completed: the connection is closed
+        (the client sees a body shorter than its ``Content-Length``) and one warning is
+        logged.
+        """
+        left = size
         try:
             self.set_header("Content-Type", mime or "application/octet-stream")
             self.set_header("Content-Length", str(size))
-            left = size  # never more than announced, even if the file grows meanwhile
             while left > 0 and (
                 chunk := await asyncio.to_thread(fh.read, min(DOWNLOAD_CHUNK, left))
             ):
@@ -385,6 +392,19 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         finally:
             fh.close()
+        if left > 0:
+            log.warning(
+                "file changed while being sent: %s %s (request_id=%s) ended after %d of the "
+                "%d bytes announced; connection closed",
+                self.request.method,
+                self.route,
+                self.request_id,
+                size - left,
+                size,
+            )
+            connection = self.request.connection
+            if isinstance(connection, HTTP1Connection):
+                connection.close()  # finish() below then ends the request without sending
         self.finish()
 
     def send_json(self, data: BaseModel | dict[str, Any], status: int = 200) -> None:

@@ -204,3 +204,40 @@ def test_an_unknown_method_is_405_with_its_access_line_and_no_error_logged(
     assert 'interp_http_requests_total{method="other",route="/v1/sessions",status="405"}' in (
         scraped
     )
+
+
+# ------------------------------------------------------------ a file that shrinks
+
+
+def test_a_file_that_shrinks_while_sent_ends_the_connection_with_one_warning(
+    srv: Server, api: httpx.Client, sid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    size = 32 << 20  # far more than the socket buffers hold while the client waits
+    run(api, sid, f"open('shrinks.bin', 'wb').write(b'x' * {size})")
+    parts = urlsplit(srv.url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
+    # Fixed (no autotuning while the client does not read): at most a few MiB in flight.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)
+    try:
+        sock.sendall(
+            f"GET /v1/sessions/{sid}/files/shrinks.bin HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {KEY}\r\nX-Request-Id: shrinking-1\r\n\r\n".encode()
+        )
+        received = sock.recv(4096)  # the file is open and being sent
+        assert received.startswith(b"HTTP/1.1 200 "), received[:200]
+        assert f"Content-Length: {size}".encode() in received
+        run(api, sid, "import os; os.truncate('shrinks.bin', 1000)")
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    finally:
+        sock.close()
+    body = received.partition(b"\r\n\r\n")[2]
+    assert len(body) < size  # cut short: the connection was closed
+    (warning,) = wait_for(
+        lambda: [r for r in caplog.records if "changed while being sent" in r.getMessage()]
+    )
+    assert warning.levelno == logging.WARNING and not warning.exc_info
+    assert "shrinking-1" in warning.getMessage()
+    wait_for(lambda: [r for r in caplog.records if getattr(r, "request_id", None) == "shrinking-1"])
+    assert problems(caplog) == []
