@@ -9,12 +9,14 @@ while it is sent; the artifacts' ETag; a body given to ``interrupt``.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +24,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from interpreter.broker import owner_of
+from interpreter.store import SessionRecord
 from tests.conftest import KEY, Server, run, start_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -204,6 +208,86 @@ def test_an_unknown_method_is_405_with_its_access_line_and_no_error_logged(
     assert 'interp_http_requests_total{method="other",route="/v1/sessions",status="405"}' in (
         scraped
     )
+
+
+# ------------------------------------------------------------------ session metadata
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"label": "\ud800"},
+        {"label": "ok", "nested": {"deeper": ["fine", "a\udfffb"]}},
+        {"\ud800": "x"},
+        {"outer": {"\udc00": 1}},
+    ],
+    ids=["value", "nested-value", "key", "nested-key"],
+)
+def test_metadata_with_a_lone_surrogate_is_422_and_creates_nothing(
+    api: httpx.Client, caplog: pytest.LogCaptureFixture, metadata: dict[str, Any]
+) -> None:
+    caplog.set_level(logging.INFO)
+    before = api.get("/v1/sessions")
+    assert before.status_code == 200
+    # json.dumps escapes the surrogate (\ud800), as a client's JSON would carry it.
+    resp = api.post(
+        "/v1/sessions",
+        content=json.dumps({"metadata": metadata}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status_code == 422, resp.text
+    err = resp.json()["error"]
+    assert err["type"] == "validation_error"
+    assert "metadata" in err["message"] and "valid Unicode" in err["message"]
+    after = api.get("/v1/sessions")
+    assert after.status_code == 200
+    assert len(after.json()["sessions"]) == len(before.json()["sessions"])
+    assert problems(caplog) == []
+
+
+def test_metadata_of_any_valid_unicode_is_kept(api: httpx.Client) -> None:
+    metadata = {"отчёт": "数据 \U0001f600", "nested": {"list": ["\u00e9", 1, None, True]}}
+    resp = api.post("/v1/sessions", json={"metadata": metadata})
+    assert resp.status_code == 201, resp.text
+    sid = resp.json()["id"]
+    try:
+        assert resp.json()["metadata"] == metadata
+        assert api.get(f"/v1/sessions/{sid}").json()["metadata"] == metadata
+    finally:
+        api.delete(f"/v1/sessions/{sid}")
+
+
+def test_a_record_stored_with_bad_metadata_is_served_with_replacement_characters(
+    srv: Server, api: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older version stored such metadata (and answered 500 for it from then on)."""
+    caplog.set_level(logging.INFO)
+    now = datetime.now(UTC)
+    record = SessionRecord(
+        id="s_stored_surrogates",
+        owner=owner_of(KEY),
+        status="closed",
+        backend="local",
+        created_at=now,
+        last_activity_at=now,
+        metadata={"label": "a\ud800b", "\udfff": {"list": ["\udc00"]}},
+        closed_reason="deleted",
+    )
+    srv.thread.broker.store.insert_session(record)
+    row = srv.thread.broker.store._db.execute(
+        "SELECT metadata_json FROM sessions WHERE id = ?", (record.id,)
+    ).fetchone()
+    assert "\\ud800" in row[0]  # stored as an older version stored it
+
+    expected = {"label": "a\ufffdb", "\ufffd": {"list": ["\ufffd"]}}
+    listed = api.get("/v1/sessions")
+    assert listed.status_code == 200, listed.text
+    (mine,) = [s for s in listed.json()["sessions"] if s["id"] == record.id]
+    assert mine["metadata"] == expected
+    one = api.get(f"/v1/sessions/{record.id}")
+    assert one.status_code == 200, one.text
+    assert one.json()["metadata"] == expected
+    assert problems(caplog) == []
 
 
 # ------------------------------------------------------------ a file that shrinks
