@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from tornado.iostream import StreamClosedError
 
@@ -322,11 +324,26 @@ class OpenAPIHandler(BaseHandler):
         self.send_json(openapi_document())
 
 
-def _attachment(name: str) -> str:
-    from urllib.parse import quote
+#: Longest ``filename`` fallback (``filename*`` carries the whole name).
+FALLBACK_NAME_CHARS = 100
 
-    ascii_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100] or "file"
-    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+def _attachment(name: str) -> str:
+    """``Content-Disposition`` of a download named ``name`` (RFC 6266): the exact name as
+    ``filename*`` (RFC 8187, UTF-8 percent-encoded), and for clients that read only
+    ``filename`` an ASCII stand-in: accents dropped (``café`` -> ``cafe``), compatibility
+    forms folded (fullwidth ``A`` -> ``A``), any other character ``_``, the extension kept."""
+    folded = unicodedata.normalize("NFKD", name)
+    fallback = "".join(
+        c if c.isascii() and (c.isalnum() or c in "._-") else "_"
+        for c in folded
+        if not unicodedata.combining(c)
+    )
+    if len(fallback) > FALLBACK_NAME_CHARS:
+        stem, dot, ext = fallback.rpartition(".")
+        ext = ext[:20] if dot else ""
+        fallback = (stem if dot else fallback)[: FALLBACK_NAME_CHARS - len(ext) - 1] + dot + ext
+    return f"attachment; filename=\"{fallback or 'file'}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def _extension(mime: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import socket
 import tempfile
@@ -19,10 +20,11 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
+from werkzeug.http import parse_options_header  # Flask's parser (installed by schemathesis)
 
 from interpreter.broker import owner_of
 from interpreter.store import SessionRecord
@@ -288,6 +290,59 @@ def test_a_record_stored_with_bad_metadata_is_served_with_replacement_characters
     assert one.status_code == 200, one.text
     assert one.json()["metadata"] == expected
     assert problems(caplog) == []
+
+
+# -------------------------------------------------------------------- download names
+
+
+@pytest.mark.parametrize(
+    ("name", "fallback"),
+    [
+        ("отчёт.csv", "_____.csv"),
+        ("数据.txt", "__.txt"),
+        ("caf\u00e9 menu.txt", "cafe_menu.txt"),
+        ("\u0639\u0631\u0628\u064a.json", "____.json"),
+        ("emoji\U0001f600.txt", "emoji_.txt"),
+        ("plain-name_1.txt", "plain-name_1.txt"),
+    ],
+)
+def test_a_download_named_outside_latin_1_gets_an_ascii_fallback_and_the_exact_name(
+    api: httpx.Client, sid: str, caplog: pytest.LogCaptureFixture, name: str, fallback: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    url = f"/v1/sessions/{sid}/files/{quote(name)}"
+    assert api.put(url, content=b"a,b\n1,2\n").status_code == 201
+    resp = api.get(url)
+    assert resp.status_code == 200, resp.text
+    assert resp.content == b"a,b\n1,2\n"
+    (value,) = [v for k, v in resp.headers.raw if k.lower() == b"content-disposition"]
+    assert value.isascii(), value  # as sent
+    # As a client that knows RFC 6266 reads it (filename* first): the exact name.
+    assert parse_options_header(value.decode()) == ("attachment", {"filename": name})
+    # As one that reads only filename: the ASCII stand-in.
+    assert re.search(r'filename="([^"]*)"', value.decode()).group(1) == fallback  # type: ignore[union-attr]
+    assert problems(caplog) == []
+
+
+def test_a_fullwidth_name_is_downloadable(api: httpx.Client, sid: str) -> None:
+    fullwidth_a = "\uff21.txt"
+    url = f"/v1/sessions/{sid}/files/{quote(fullwidth_a)}"
+    assert api.put(url, content=b"x").status_code == 201
+    resp = api.get(url)
+    assert resp.status_code == 200, resp.text
+    assert 'filename="A.txt"' in resp.headers["Content-Disposition"]
+
+
+def test_a_long_name_keeps_its_extension_in_the_fallback(api: httpx.Client, sid: str) -> None:
+    name = "\u00e9" * 120 + ".parquet"  # 248 bytes: a name may have 255
+    url = f"/v1/sessions/{sid}/files/{quote(name)}"
+    assert api.put(url, content=b"x").status_code == 201
+    resp = api.get(url)
+    assert resp.status_code == 200, resp.text
+    value = resp.headers["Content-Disposition"]
+    assert parse_options_header(value)[1]["filename"] == name
+    short = re.search(r'filename="([^"]*)"', value).group(1)  # type: ignore[union-attr]
+    assert short == "e" * (100 - len(".parquet")) + ".parquet"
 
 
 # ------------------------------------------------------------ a file that shrinks
