@@ -233,23 +233,35 @@ class NotebookHandler(BaseHandler):
 
 
 class ArtifactHandler(BaseHandler):
+    """An artifact's bytes. Its id is the SHA-256 of its content, so the id is its strong
+    ``ETag``: ``If-None-Match`` gets 304, and ``If-Range`` keeps a range only when it
+    names this id."""
+
     async def head(self, session_id: str, artifact_id: str) -> None:
         _, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
         self._artifact_headers(artifact_id, mime)
+        if self._not_modified():
+            return
         self.set_header("Content-Length", str(size))
         self.finish()
 
     async def get(self, session_id: str, artifact_id: str) -> None:
         path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
+        self._artifact_headers(artifact_id, mime)
+        if self._not_modified():
+            return
+        range_header = self.request.headers.get("Range")
+        if_range = self.request.headers.get("If-Range")
+        if if_range is not None and if_range.strip() != _etag(artifact_id):
+            range_header = None  # the client's copy is another artifact: send it whole
         try:
-            wanted = byte_range(self.request.headers.get("Range"), size)
+            wanted = byte_range(range_header, size)
         except RangeNotSatisfiable as exc:
             # Answered here: the error path would drop the Content-Range header.
             self.error_type = exc.code
             self.set_header("Content-Range", f"bytes */{size}")
             self.send_json({"error": {"type": exc.code, "message": exc.message}}, exc.status)
             return
-        self._artifact_headers(artifact_id, mime)
         if wanted is None:
             # In pieces, never whole in memory (a full-text artifact can be gigabytes).
             fh = await asyncio.to_thread(path.open, "rb")
@@ -262,7 +274,16 @@ class ArtifactHandler(BaseHandler):
         self.set_header("Content-Length", str(len(data)))
         self.finish(data)
 
+    def _not_modified(self) -> bool:
+        """Answer 304 if ``If-None-Match`` names this artifact's ETag (or is ``*``)."""
+        if not self.check_etag_header():
+            return False
+        self.set_status(304)
+        self.finish()
+        return True
+
     def _artifact_headers(self, artifact_id: str, mime: str) -> None:
+        self.set_header("ETag", _etag(artifact_id))
         # Served inert: never rendered on the API origin (docs/security.md H-53).
         self.set_header("Content-Type", mime)
         self.set_header("Accept-Ranges", "bytes")
@@ -322,6 +343,10 @@ class OpenAPIHandler(BaseHandler):
 
     async def get(self) -> None:
         self.send_json(openapi_document())
+
+
+def _etag(artifact_id: str) -> str:
+    return f'"{artifact_id}"'
 
 
 #: Longest ``filename`` fallback (``filename*`` carries the whole name).

@@ -380,3 +380,44 @@ def test_a_file_that_shrinks_while_sent_ends_the_connection_with_one_warning(
     assert "shrinking-1" in warning.getMessage()
     wait_for(lambda: [r for r in caplog.records if getattr(r, "request_id", None) == "shrinking-1"])
     assert problems(caplog) == []
+
+
+# ------------------------------------------------------------------- artifact ETag
+
+
+def test_artifacts_carry_their_id_as_strong_etag_on_get_and_head(
+    api: httpx.Client, artifacts: list[dict[str, Any]]
+) -> None:
+    for ref in artifacts:
+        etag = f'"{ref["id"]}"'
+        head, get = api.head(ref["url"]), api.get(ref["url"])
+        assert head.status_code == get.status_code == 200
+        assert head.headers["ETag"] == get.headers["ETag"] == etag
+        assert int(head.headers["Content-Length"]) == len(get.content) == ref["size"]
+
+
+def test_artifact_conditional_requests(api: httpx.Client, artifacts: list[dict[str, Any]]) -> None:
+    ref, other = artifacts
+    etag, other_etag = f'"{ref["id"]}"', f'"{other["id"]}"'
+    for method in ("GET", "HEAD"):
+        same = api.request(method, ref["url"], headers={"If-None-Match": etag})
+        assert same.status_code == 304, same.text
+        assert same.content == b"" and same.headers["ETag"] == etag
+        listed = api.request(method, ref["url"], headers={"If-None-Match": f"{other_etag}, {etag}"})
+        assert listed.status_code == 304
+        star = api.request(method, ref["url"], headers={"If-None-Match": "*"})
+        assert star.status_code == 304
+        changed = api.request(method, ref["url"], headers={"If-None-Match": other_etag})
+        assert changed.status_code == 200
+        # Before the fix every artifact's HEAD carried the SHA-1 of an empty body.
+        empty = api.request(
+            method,
+            ref["url"],
+            headers={"If-None-Match": '"da39a3ee5e6b4b0d3255bfef95601890afd80709"'},
+        )
+        assert empty.status_code == 200
+
+    ranged = api.get(ref["url"], headers={"Range": "bytes=0-9", "If-Range": etag})
+    assert ranged.status_code == 206 and len(ranged.content) == 10
+    stale = api.get(ref["url"], headers={"Range": "bytes=0-9", "If-Range": other_etag})
+    assert stale.status_code == 200 and len(stale.content) == ref["size"]
