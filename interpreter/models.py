@@ -207,6 +207,11 @@ class ExecuteRequest(_Request):
         return _check_text(code)
 
 
+class InterruptRequest(_Request):
+    """Body of ``POST /v1/sessions/{id}/interrupt``: none, or ``{}``. What to interrupt is
+    chosen by the query parameters ``execution_id`` and ``generation``."""
+
+
 class RestartRequest(_Request):
     """Body of ``POST /v1/sessions/{id}/restart`` (optional)."""
 

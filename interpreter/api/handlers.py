@@ -27,12 +27,13 @@ from interpreter.api.info import service_info
 from interpreter.api.packages import PackagesHandler
 from interpreter.api.ranges import byte_range
 from interpreter.api.uploads import UploadReceiver
-from interpreter.errors import InterpreterError, RangeNotSatisfiable
+from interpreter.errors import InterpreterError, RangeNotSatisfiable, ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
     CreateSessionRequest,
     ExecuteRequest,
+    InterruptRequest,
     RestartRequest,
     SessionList,
 )
@@ -169,7 +170,13 @@ class ExecutionEventsHandler(BaseHandler):
 
 class InterruptHandler(BaseHandler):
     async def post(self, session_id: str) -> None:
-        self.raw_body()
+        try:
+            self.parse(InterruptRequest, optional=True)
+        except ValidationFailed as exc:
+            raise ValidationFailed(
+                f"{exc.message.rstrip('.')}. Interrupt takes no body: choose what to "
+                "interrupt with the query parameters ?execution_id= and ?generation=."
+            ) from exc
         self.send_json(
             await self.broker.interrupt(
                 self.owner,

@@ -421,3 +421,33 @@ def test_artifact_conditional_requests(api: httpx.Client, artifacts: list[dict[s
     assert ranged.status_code == 206 and len(ranged.content) == 10
     stale = api.get(ref["url"], headers={"Range": "bytes=0-9", "If-Range": other_etag})
     assert stale.status_code == 200 and len(stale.content) == ref["size"]
+
+
+# --------------------------------------------------------------------- interrupt body
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"execution_id": "ex_doesnotexist"}', "execution_id: unknown field"),
+        (b'{"generation": 1}', "generation: unknown field"),
+        (b"this is not json", "Malformed JSON"),
+        (b"[]", "must be an object"),
+    ],
+)
+def test_interrupt_refuses_a_body_and_interrupts_nothing(
+    api: httpx.Client, sid: str, body: bytes, says: str
+) -> None:
+    resp = api.post(
+        f"/v1/sessions/{sid}/interrupt",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status_code == 422, resp.text
+    message = resp.json()["error"]["message"]
+    assert says in message and "?execution_id=" in message
+
+
+def test_interrupt_accepts_no_body_or_an_empty_object(api: httpx.Client, sid: str) -> None:
+    assert api.post(f"/v1/sessions/{sid}/interrupt").status_code == 200
+    assert api.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 200
