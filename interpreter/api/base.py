@@ -25,6 +25,7 @@ from interpreter.api.connections import mark_authenticated
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
+    Conflict,
     Forbidden,
     InterpreterError,
     NotFound,
@@ -374,7 +375,8 @@ class BaseHandler(tornado.web.RequestHandler):
         A client that goes away ends the sending quietly.
 
         ``size`` bytes are announced and never more are sent, even if the file grows
-        meanwhile. If it shrinks, the answer cannot be completed: the connection is closed
+        meanwhile. If it shrinks before anything was sent, the answer is 409 (try again);
+        once the headers are out the answer cannot be completed: the connection is closed
         (the client sees a body shorter than its ``Content-Length``) and one warning is
         logged.
         """
@@ -392,6 +394,9 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         finally:
             fh.close()
+        if left > 0 and not self._headers_written:
+            self.clear_header("Content-Length")
+            raise Conflict("The file changed while it was being read; try again.")
         if left > 0:
             log.warning(
                 "file changed while being sent: %s %s (request_id=%s) ended after %d of the "

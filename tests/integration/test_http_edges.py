@@ -9,6 +9,7 @@ while it is sent; the artifacts' ETag; a body given to ``interrupt``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -19,16 +20,21 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
 from werkzeug.http import parse_options_header  # Flask's parser (installed by schemathesis)
 
+from interpreter.api.base import BaseHandler
 from interpreter.broker import owner_of
 from interpreter.store import SessionRecord
 from tests.conftest import KEY, Server, run, start_server
+from tests.conftest import test_settings as settings_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -379,6 +385,50 @@ def test_a_file_that_shrinks_while_sent_ends_the_connection_with_one_warning(
     assert warning.levelno == logging.WARNING and not warning.exc_info
     assert "shrinking-1" in warning.getMessage()
     wait_for(lambda: [r for r in caplog.records if getattr(r, "request_id", None) == "shrinking-1"])
+    assert problems(caplog) == []
+
+
+class _SendsAnEmptiedFile(BaseHandler):
+    """Opens a file of 10 bytes, empties it, then sends it: the race of a file rewritten
+    between its size being read and its first byte."""
+
+    async def get(self) -> None:
+        fh = await asyncio.to_thread(_open_then_empty, Path(self.get_query_argument("file")))
+        await self.send_file(fh, 10)
+
+
+def _open_then_empty(path: Path) -> IO[bytes]:
+    fh = path.open("rb")
+    path.write_bytes(b"")
+    return fh
+
+
+def test_a_file_emptied_before_its_first_byte_is_sent_answers_409(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    target = tmp_path / "emptied.bin"
+    target.write_bytes(b"0123456789")
+    settings = settings_for(tmp_path / "data")
+    app = tornado.web.Application(
+        [("/", _SendsAnEmptiedFile, {"broker": None, "settings": settings})]
+    )
+
+    async def fetch() -> httpx.Response:
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        server = tornado.httpserver.HTTPServer(app)
+        server.add_sockets(sockets)
+        port = sockets[0].getsockname()[1]
+        try:
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as client:
+                return await client.get(f"http://127.0.0.1:{port}/", params={"file": str(target)})
+        finally:
+            server.stop()
+
+    resp = asyncio.run(fetch())
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["error"]["type"] == "conflict"
+    assert "changed while it was being read" in resp.json()["error"]["message"]
     assert problems(caplog) == []
 
 
