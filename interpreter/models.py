@@ -6,6 +6,7 @@ and non-finite numbers are refused. Response models are plain and permissive.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -39,6 +40,55 @@ def _check_text(value: str) -> str:
     except UnicodeEncodeError as exc:
         raise ValueError("must be valid Unicode (no lone surrogates)") from exc
     return value
+
+
+def check_json_text(value: Any, where: str = "") -> Any:
+    """Refuse a lone surrogate anywhere in a JSON value (keys of objects too); return the value.
+
+    JSON's ``\\ud800`` escapes decode to strings that UTF-8 cannot encode: such a value
+    would be stored, then fail every answer that serialises it. For free-form fields
+    (``metadata``); a field validator can call it as it is.
+
+    Raises:
+        ValueError: naming where (``a.b[2]``) the bad string is.
+    """
+    if isinstance(value, str):
+        if not _encodable(value):
+            raise ValueError(f"{where or 'value'}: must be valid Unicode (no lone surrogates)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and not _encodable(key):
+                raise ValueError(
+                    f"a key in {where or 'the object'} must be valid Unicode (no lone surrogates)"
+                )
+            check_json_text(item, f"{where}.{str(key)[:40]}" if where else str(key)[:40])
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_json_text(item, f"{where}[{index}]")
+    return value
+
+
+def replace_bad_text(value: Any) -> Any:
+    """``value`` with every lone surrogate (in strings and object keys, at any depth)
+    replaced by U+FFFD, so that a value stored before it was refused can still be served."""
+    if isinstance(value, str):
+        return value if _encodable(value) else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {replace_bad_text(key): replace_bad_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [replace_bad_text(item) for item in value]
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Request(BaseModel):
@@ -81,6 +131,11 @@ class CreateSessionRequest(_Request):
         description="Docker backend: the kernel image, one of the server's default image and "
         "its allowlist (INTERP_DOCKER_IMAGES); another name is 422.",
     )
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        return dict(check_json_text(metadata))
 
     @field_validator("env")
     @classmethod
@@ -152,6 +207,11 @@ class ExecuteRequest(_Request):
         return _check_text(code)
 
 
+class InterruptRequest(_Request):
+    """Body of ``POST /v1/sessions/{id}/interrupt``: none, or ``{}``. What to interrupt is
+    chosen by the query parameters ``execution_id`` and ``generation``."""
+
+
 class RestartRequest(_Request):
     """Body of ``POST /v1/sessions/{id}/restart`` (optional)."""
 
@@ -214,6 +274,12 @@ class Session(BaseModel):
         description="Python packages the kernel can import, with their versions (also in the "
         "notebook's metadata.interp.packages).",
     )
+
+    @field_validator("metadata")
+    @classmethod
+    def _servable_metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        # Refused on create since; a record stored earlier is served with U+FFFD.
+        return dict(replace_bad_text(metadata))
 
 
 class SessionList(BaseModel):

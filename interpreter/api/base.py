@@ -17,6 +17,7 @@ from typing import IO, Any, TypeVar
 
 import tornado.web
 from pydantic import BaseModel, ValidationError
+from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from interpreter.api import access
@@ -24,6 +25,7 @@ from interpreter.api.connections import mark_authenticated
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
+    Conflict,
     Forbidden,
     InterpreterError,
     NotFound,
@@ -45,6 +47,17 @@ M = TypeVar("M", bound=BaseModel)
 MAX_JSON_DEPTH = 64
 #: Bodies up to this size are read and discarded before an early error is answered.
 DRAIN_LIMIT = 64 << 20
+
+
+def ascii_number(text: str, *, cap: int = 10**18) -> int | None:
+    """The value of ``text`` if it is ASCII digits only, else None. (``str.isdigit`` also
+    takes superscripts, which ``int`` refuses, and other scripts' digits, which ``int``
+    reads.) A number above ``cap``, of any length (``int`` refuses more than 4300
+    digits), counts as ``cap``."""
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    digits = text.lstrip("0") or "0"
+    return cap if len(digits) > len(str(cap)) else min(int(digits), cap)
 
 
 def _json_depth_ok(raw: bytes) -> bool:
@@ -213,15 +226,33 @@ class BaseHandler(tornado.web.RequestHandler):
                     "The URL path is not valid UTF-8 once percent-decoded; percent-encode "
                     "the UTF-8 bytes of each path segment."
                 )
+            length = self.content_length()
             self.check_auth()
-            length = self.request.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) > self.body_limit:
+            if length is not None and length > self.body_limit:
                 self._too_large = True
                 raise PayloadTooLarge(
-                    f"Request body is {length} bytes; the limit here is {self.body_limit}."
+                    f"Request body is {self.request.headers['Content-Length'][:40]} bytes; "
+                    f"the limit here is {self.body_limit}."
                 )
         except InterpreterError as exc:
             self._reject_after_body(exc)
+
+    def content_length(self) -> int | None:
+        """The request's ``Content-Length`` (None without one); 400 unless it is ASCII
+        digits (tornado then refuses the request too, but with no JSON answer)."""
+        raw = self.request.headers.get("Content-Length")
+        if raw is None:
+            return None
+        # A list of equal values (from a proxy that merged two headers) counts once, as
+        # tornado reads it.
+        values = {value.strip(" \t") for value in raw.split(",")}
+        length = ascii_number(values.pop()) if len(values) == 1 else None
+        if length is None:
+            raise BadRequest(
+                "Content-Length must be the body's size in bytes, in ASCII digits; "
+                f"got {raw[:40]!r}."
+            )
+        return length
 
     def _reject_after_body(self, exc: InterpreterError) -> None:
         """Answer ``exc`` once the (discarded) body is in, or now if it is too big to drain.
@@ -229,8 +260,11 @@ class BaseHandler(tornado.web.RequestHandler):
         Answering before the body is read makes tornado close the connection, which
         clients still sending see as a reset instead of our error.
         """
-        length = self.request.headers.get("Content-Length", "0")
-        if not length.isdigit() or int(length) > DRAIN_LIMIT:
+        try:
+            length = self.content_length() or 0
+        except BadRequest:
+            raise exc from None
+        if length > DRAIN_LIMIT:
             raise exc
         self._rejected = exc
 
@@ -341,11 +375,18 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def send_file(self, fh: IO[bytes], size: int, mime: str | None = None) -> None:
         """Send an open file's bytes in chunks read off the loop, then finish; closes it.
-        A client that goes away ends the sending quietly."""
+        A client that goes away ends the sending quietly.
+
+        ``size`` bytes are announced and never more are sent, even if the file grows
+        meanwhile. If it shrinks before anything was sent, the answer is 409 (try again);
+        once the headers are out the answer cannot be completed: the connection is closed
+        (the client sees a body shorter than its ``Content-Length``) and one warning is
+        logged.
+        """
+        left = size
         try:
             self.set_header("Content-Type", mime or "application/octet-stream")
             self.set_header("Content-Length", str(size))
-            left = size  # never more than announced, even if the file grows meanwhile
             while left > 0 and (
                 chunk := await asyncio.to_thread(fh.read, min(DOWNLOAD_CHUNK, left))
             ):
@@ -356,6 +397,22 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         finally:
             fh.close()
+        if left > 0 and not self._headers_written:
+            self.clear_header("Content-Length")
+            raise Conflict("The file changed while it was being read; try again.")
+        if left > 0:
+            log.warning(
+                "file changed while being sent: %s %s (request_id=%s) ended after %d of the "
+                "%d bytes announced; connection closed",
+                self.request.method,
+                self.route,
+                self.request_id,
+                size - left,
+                size,
+            )
+            connection = self.request.connection
+            if isinstance(connection, HTTP1Connection):
+                connection.close()  # finish() below then ends the request without sending
         self.finish()
 
     def send_json(self, data: BaseModel | dict[str, Any], status: int = 200) -> None:
@@ -417,7 +474,9 @@ class BaseHandler(tornado.web.RequestHandler):
             request_id=self.request_id,
             method=method,
             route=self.route,
-            session_id=self.path_kwargs.get("session_id"),
+            # A method tornado does not route (FOO, PROPFIND) is refused before the path
+            # is parsed: such a request has no path_kwargs.
+            session_id=getattr(self, "path_kwargs", {}).get("session_id"),
             status=status,
             duration_ms=seconds * 1000,
             key_id=self.key_id,

@@ -29,7 +29,8 @@ from interpreter.handle import (
 from interpreter.models import ClearEvent, TextChunk
 
 SSE_KEEPALIVE_S = 15.0
-_EVENT_ID = re.compile(r"^\d{1,12}$")
+#: ASCII digits only: ``\d`` would also take other scripts' digits (Arabic-Indic ones).
+_EVENT_ID = re.compile(r"[0-9]{1,12}")
 
 
 def sse_frame(event: Event, event_id: int | None = None) -> str:
@@ -49,9 +50,13 @@ def resume_after(handler: tornado.web.RequestHandler) -> int | None:
         source = "Last-Event-ID"
         if after is None or after.strip() == "":
             return None
-    if not _EVENT_ID.match(after.strip()):
-        raise BadRequest(f"{source} must be an event id (a whole number >= 0), got {after!r}.")
-    return int(after.strip())
+    value = after.strip(" \t")
+    if not _EVENT_ID.fullmatch(value):
+        raise BadRequest(
+            f"{source} must be an event id (a whole number >= 0 in ASCII digits), "
+            f"got {after[:40]!r}."
+        )
+    return int(value)
 
 
 async def send_events(

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from tornado.iostream import StreamClosedError
 
@@ -25,12 +27,13 @@ from interpreter.api.info import service_info
 from interpreter.api.packages import PackagesHandler
 from interpreter.api.ranges import byte_range
 from interpreter.api.uploads import UploadReceiver
-from interpreter.errors import InterpreterError, RangeNotSatisfiable
+from interpreter.errors import InterpreterError, RangeNotSatisfiable, ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
     CreateSessionRequest,
     ExecuteRequest,
+    InterruptRequest,
     RestartRequest,
     SessionList,
 )
@@ -167,7 +170,13 @@ class ExecutionEventsHandler(BaseHandler):
 
 class InterruptHandler(BaseHandler):
     async def post(self, session_id: str) -> None:
-        self.raw_body()
+        try:
+            self.parse(InterruptRequest, optional=True)
+        except ValidationFailed as exc:
+            raise ValidationFailed(
+                f"{exc.message.rstrip('.')}. Interrupt takes no body: choose what to "
+                "interrupt with the query parameters ?execution_id= and ?generation=."
+            ) from exc
         self.send_json(
             await self.broker.interrupt(
                 self.owner,
@@ -231,23 +240,35 @@ class NotebookHandler(BaseHandler):
 
 
 class ArtifactHandler(BaseHandler):
+    """An artifact's bytes. Its id is the SHA-256 of its content, so the id is its strong
+    ``ETag``: ``If-None-Match`` gets 304, and ``If-Range`` keeps a range only when it
+    names this id."""
+
     async def head(self, session_id: str, artifact_id: str) -> None:
         _, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
         self._artifact_headers(artifact_id, mime)
+        if self._not_modified():
+            return
         self.set_header("Content-Length", str(size))
         self.finish()
 
     async def get(self, session_id: str, artifact_id: str) -> None:
         path, mime, size = await self.broker.artifact(self.owner, session_id, artifact_id)
+        self._artifact_headers(artifact_id, mime)
+        if self._not_modified():
+            return
+        range_header = self.request.headers.get("Range")
+        if_range = self.request.headers.get("If-Range")
+        if if_range is not None and if_range.strip() != _etag(artifact_id):
+            range_header = None  # the client's copy is another artifact: send it whole
         try:
-            wanted = byte_range(self.request.headers.get("Range"), size)
+            wanted = byte_range(range_header, size)
         except RangeNotSatisfiable as exc:
             # Answered here: the error path would drop the Content-Range header.
             self.error_type = exc.code
             self.set_header("Content-Range", f"bytes */{size}")
             self.send_json({"error": {"type": exc.code, "message": exc.message}}, exc.status)
             return
-        self._artifact_headers(artifact_id, mime)
         if wanted is None:
             # In pieces, never whole in memory (a full-text artifact can be gigabytes).
             fh = await asyncio.to_thread(path.open, "rb")
@@ -260,7 +281,16 @@ class ArtifactHandler(BaseHandler):
         self.set_header("Content-Length", str(len(data)))
         self.finish(data)
 
+    def _not_modified(self) -> bool:
+        """Answer 304 if ``If-None-Match`` names this artifact's ETag (or is ``*``)."""
+        if not self.check_etag_header():
+            return False
+        self.set_status(304)
+        self.finish()
+        return True
+
     def _artifact_headers(self, artifact_id: str, mime: str) -> None:
+        self.set_header("ETag", _etag(artifact_id))
         # Served inert: never rendered on the API origin (docs/security.md H-53).
         self.set_header("Content-Type", mime)
         self.set_header("Accept-Ranges", "bytes")
@@ -322,11 +352,30 @@ class OpenAPIHandler(BaseHandler):
         self.send_json(openapi_document())
 
 
-def _attachment(name: str) -> str:
-    from urllib.parse import quote
+def _etag(artifact_id: str) -> str:
+    return f'"{artifact_id}"'
 
-    ascii_name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100] or "file"
-    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+
+#: Longest ``filename`` fallback (``filename*`` carries the whole name).
+FALLBACK_NAME_CHARS = 100
+
+
+def _attachment(name: str) -> str:
+    """``Content-Disposition`` of a download named ``name`` (RFC 6266): the exact name as
+    ``filename*`` (RFC 8187, UTF-8 percent-encoded), and for clients that read only
+    ``filename`` an ASCII stand-in: accents dropped (``café`` -> ``cafe``), compatibility
+    forms folded (fullwidth ``A`` -> ``A``), any other character ``_``, the extension kept."""
+    folded = unicodedata.normalize("NFKD", name)
+    fallback = "".join(
+        c if c.isascii() and (c.isalnum() or c in "._-") else "_"
+        for c in folded
+        if not unicodedata.combining(c)
+    )
+    if len(fallback) > FALLBACK_NAME_CHARS:
+        stem, dot, ext = fallback.rpartition(".")
+        ext = ext[:20] if dot else ""
+        fallback = (stem if dot else fallback)[: FALLBACK_NAME_CHARS - len(ext) - 1] + dot + ext
+    return f"attachment; filename=\"{fallback or 'file'}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def _extension(mime: str) -> str:

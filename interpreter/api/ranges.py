@@ -2,7 +2,8 @@
 
 Only a single range is served (``bytes=START-END``, ``bytes=START-``, ``bytes=-SUFFIX``);
 a header that is not a byte range, or asks for several, is ignored and the whole body is
-sent, as the RFC allows. A range that starts past the end is refused (416).
+sent, as the RFC allows. A range that starts past the end is refused (416). Positions
+are ASCII digits of any length: one past any file's end counts as "past the end".
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import re
 
 from interpreter.errors import RangeNotSatisfiable
 
-_SINGLE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+_SINGLE = re.compile(r"[ \t]*bytes[ \t]*=[ \t]*([0-9]*)[ \t]*-[ \t]*([0-9]*)[ \t]*", re.IGNORECASE)
+#: Larger than any file: longer positions are read as this (``int`` refuses > 4300 digits).
+_HUGE = 10**18
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -23,19 +26,19 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """
     if not header:
         return None
-    match = _SINGLE.match(header)
+    match = _SINGLE.fullmatch(header)
     if match is None:
         return None
     first_text, last_text = match.groups()
     if not first_text and not last_text:
         return None
     if not first_text:  # the last N bytes
-        suffix = int(last_text)
+        suffix = _position(last_text)
         if suffix == 0 or size == 0:
             raise _unsatisfiable(header, size)
         return max(size - suffix, 0), size - 1
-    first = int(first_text)
-    last = int(last_text) if last_text else None
+    first = _position(first_text)
+    last = _position(last_text) if last_text else None
     if last is not None and last < first:
         return None  # not a valid range: ignored
     if first >= size:
@@ -43,7 +46,13 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     return first, size - 1 if last is None else min(last, size - 1)
 
 
+def _position(digits: str) -> int:
+    significant = digits.lstrip("0") or "0"
+    return _HUGE if len(significant) > 18 else int(significant)
+
+
 def _unsatisfiable(header: str, size: int) -> RangeNotSatisfiable:
-    return RangeNotSatisfiable(
-        f"Range {header.strip()!r} is outside the artifact, which has {size} bytes."
-    )
+    shown = header.strip()
+    if len(shown) > 100:
+        shown = shown[:100] + "..."
+    return RangeNotSatisfiable(f"Range {shown!r} is outside the artifact, which has {size} bytes.")
