@@ -8,6 +8,11 @@ kernel (:mod:`interpreter.kernel`) therefore watches its iopub socket's monitor 
 disconnect, replaces the channel with a fresh one, and reports the loss to the running
 execution as a :data:`~interpreter.execution.DROPPED_MSG_TYPE` message, which makes the
 result say what was dropped (``truncated: true`` and a notice on stderr).
+
+A link whose other end went away is not cut: libzmq reconnects it when the end is back
+(only then is the running execution told that output may be missing), and a kernel that
+died never comes back (its replacement gets channels of its own, and the result says
+``kernel_died``, not that output was dropped).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import collections
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import zmq
@@ -27,9 +32,11 @@ from zmq.utils.monitor import parse_monitor_message
 from interpreter.execution import DROPPED_MSG_TYPE
 
 log = logging.getLogger(__name__)
-#: After a disconnect, how long to wait for libzmq's own reconnect (it retries every
+#: After a disconnect, how long to wait for libzmq to start reconnecting (it retries every
 #: 100 ms by default) before taking the link for cut for good.
 RECONNECT_WAIT_S = 1.0
+#: What libzmq does after a disconnect it repairs: retry, or connect again at once.
+_REPAIRING = frozenset({zmq.EVENT_CONNECT_RETRIED, zmq.EVENT_CONNECTED})
 
 
 async def cut(
@@ -38,39 +45,45 @@ async def cut(
     """Return once ``sock``'s link to the kernel is cut for good; what libzmq said of it
     (the socket's last monitor events, for the log).
 
-    A disconnect that libzmq repairs itself (a connection error: it reconnects, and a SUB
-    socket subscribes again) is logged, reported to ``on_reconnected`` (what the kernel
-    published meanwhile is lost) and watched past; only one it does not repair (a protocol
-    error, such as a message over the size limit, ends the link for good) is returned:
-    replacing the channel then, not before, loses no message already queued.
+    libzmq tells the two kinds of disconnect apart by what follows. After a connection
+    error (the kernel's end went away) it retries (``CONNECT_RETRIED``, every 100 ms)
+    until the peer is back; after a protocol error (a message over the size limit) it
+    never does. So a disconnect without a retry within :data:`RECONNECT_WAIT_S` is
+    returned: replacing the channel then, not before, loses no message already queued.
+    A disconnect libzmq retries is watched past; only if it connects again (what the
+    kernel published meanwhile is lost) is it logged and reported to ``on_reconnected``.
+    A kernel that died is never back: its retries are not a reconnect and report
+    nothing (the kernel's replacement stops this watch).
     """
     monitor = sock.get_monitor_socket(zmq.EVENT_ALL)
     seen: collections.deque[str] = collections.deque(maxlen=8)
 
-    def note(event: Mapping[str, Any]) -> None:
+    async def next_event() -> dict[str, Any]:
+        event: dict[str, Any] = dict(parse_monitor_message(await monitor.recv_multipart()))
         seen.append(f"{_EVENT_NAMES.get(event['event'], event['event'])}:{event.get('value')}")
+        return event
 
+    #: The endpoint of a link that dropped and that libzmq is reconnecting.
+    retrying: str | None = None
     try:
         while True:
-            event = parse_monitor_message(await monitor.recv_multipart())
-            note(event)
-            if event["event"] != zmq.EVENT_DISCONNECTED:
-                continue
-            raw = event.get("endpoint", b"")
-            where = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            try:
-                async with asyncio.timeout(RECONNECT_WAIT_S):
-                    while True:
-                        event = parse_monitor_message(await monitor.recv_multipart())
-                        note(event)
-                        if event["event"] in (zmq.EVENT_CONNECTED, zmq.EVENT_CONNECT_RETRIED):
-                            break
-            except TimeoutError:
-                return f"endpoint {where}, events {' '.join(seen)}"
-            detail = f"endpoint {where}, events {' '.join(seen)}"
-            log.warning("the output link dropped and libzmq reconnected it (%s)", detail)
-            if on_reconnected is not None:
-                await on_reconnected(detail)
+            event = await next_event()
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                raw = event.get("endpoint", b"")
+                where = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                try:
+                    async with asyncio.timeout(RECONNECT_WAIT_S):
+                        while (event := await next_event())["event"] not in _REPAIRING:
+                            pass
+                except TimeoutError:
+                    return f"endpoint {where}, events {' '.join(seen)}"
+                retrying = where
+            if event["event"] == zmq.EVENT_CONNECTED and retrying is not None:
+                detail = f"endpoint {retrying}, events {' '.join(seen)}"
+                retrying = None
+                log.warning("the output link dropped and libzmq reconnected it (%s)", detail)
+                if on_reconnected is not None:
+                    await on_reconnected(detail)
     finally:
         with contextlib.suppress(zmq.ZMQError):
             sock.disable_monitor()

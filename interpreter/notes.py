@@ -23,6 +23,7 @@ _RESTART_REASONS = {
     "timeout": "because a cell ran past its time limit and could not be interrupted",
     "exit": "because the code called exit()",
     "died_idle": "because it had died while no cell ran",
+    "broker_restarted": "because its kernel was gone when the broker restarted",
 }
 
 
@@ -43,12 +44,14 @@ def restart_note(reason: str, generation: int) -> str:
     )
 
 
-def broker_restart_note(*, kernel_survived: bool) -> str:
+def broker_restart_note(*, kernel_survived: bool, closed: bool = False) -> str:
     """The markdown after a cell that was running when the broker stopped (R-07).
 
     Its outcome is unknown, and it is never re-run. What it printed before the restart
     was held only by the broker that stopped, so it is lost; with ``kernel_survived``
     (the next broker reattached its kernel) what it printed afterwards is in the cell.
+    A kernel that did not survive is replaced by a fresh one (:func:`restart_note`
+    follows), unless the session was ``closed`` instead.
     """
     if kernel_survived:
         return (
@@ -58,8 +61,8 @@ def broker_restart_note(*, kernel_survived: bool) -> str:
         )
     return (
         "**Broker restarted** while the cell above ran, and its kernel did not survive: "
-        "its outcome is unknown, it was not re-run, and its output is lost. The session "
-        "was closed."
+        "its outcome is unknown, it was not re-run, and its output is lost. "
+        + ("The session was closed." if closed else "The session goes on with a fresh kernel.")
     )
 
 

@@ -1,17 +1,25 @@
-"""What a starting broker does with what an earlier process left (docs/security.md R-07).
+r"""What a starting broker does with what an earlier process left (docs/security.md R-07).
 
 (a) a session record whose kernel still runs: reattach it; (b) a kernel of this broker
 that no record claims (a labelled container): remove it; (c) a record whose kernel is
-gone, or cannot be reattached: close it, leaving nothing behind. Which kernels can outlive
-a broker is the backend's business (:meth:`~interpreter.backends.Backend.can_reattach`):
-local kernels die with their broker, so for the local backend every open record is closed.
+gone or cannot be reattached (it died while the broker was down, or the broker stopped
+while replacing it): give the session a fresh kernel, as an automatic restart after a
+death does. Its state is lost, and it says so as such a restart does: the generation goes
+up, the notebook has a "Kernel restarted" note, the next cell reports ``state_lost``. Its
+id, record, notebook and workspace stay. A session is closed instead, leaving nothing
+behind but its files, only where no fresh kernel can be had or none is wanted: it never
+had a kernel (its creation did not finish), it expired while the broker was down
+(``idle_timeout``, ``max_lifetime``), its workspace is gone, or the fresh kernel did not
+start (``start_failed``). Which kernels can outlive a broker is the backend's business
+(:meth:`~interpreter.backends.Backend.can_reattach`): local kernels always die with their
+broker, so for the local backend every open record is closed (``broker_restarted``).
 
-It runs while the broker already serves: sessions reattach concurrently, each over the
-kernel's control channel (answered while a cell runs), and a session is closed only when
-its kernel does not answer there. Until a session is done, the broker answers its
-requests with 503 and ``Retry-After``. A cell the earlier broker had sent to the kernel
-stays ``unknown`` (never re-run); it is written into the notebook with a note, and a
-reattached session attaches what the cell still prints.
+It runs while the broker already serves: sessions are dealt with concurrently, each
+reattached over the kernel's control channel (answered while a cell runs), and a kernel
+is replaced only when it does not answer there. Until a session is done, the broker
+answers its requests with 503 and ``Retry-After``. A cell the earlier broker had sent to
+the kernel stays ``unknown`` (never re-run); it is written into the notebook with a note,
+and a reattached session attaches what the cell still prints.
 """
 
 from __future__ import annotations
@@ -30,15 +38,17 @@ from interpreter.backends.base import Leftover
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
-from interpreter.notes import broker_restart_note
+from interpreter.notes import broker_restart_note, restart_note
 from interpreter.release import release_disk
 from interpreter.session import LiveSession
-from interpreter.store import SessionRecord, Store, Unfinished, Writer
+from interpreter.store import SessionRecord, Store, Unfinished, Writer, utcnow
 
 log = logging.getLogger(__name__)
 
 #: Sessions reattached at the same time.
 CONCURRENCY = 8
+#: Why a session is revived, in the restart metric and the notebook's restart note.
+REVIVED = "broker_restarted"
 #: Notebook note on a cell that was running when the broker stopped, its kernel gone.
 CLOSED_NOTE = (
     "The broker restarted while this cell ran, and its kernel did not survive: its "
@@ -48,15 +58,18 @@ CLOSED_NOTE = (
 
 @dataclass
 class RecoveryReport:
-    """Session ids reattached and closed, and the ids of leftover kernels removed."""
+    """Session ids reattached, revived (a fresh kernel) and closed, and the ids of
+    leftover kernels removed."""
 
     reattached: list[str] = field(default_factory=list)
+    revived: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, list[str]]:
         return {
             "reattached": self.reattached,
+            "revived": self.revived,
             "closed": self.closed,
             "removed_containers": self.removed,
         }
@@ -70,9 +83,9 @@ class Recovery:
         records: the open session records.
         leftovers: this broker's kernels found before its warm pool started.
         unfinished: executions the earlier broker left queued or running.
-        adopt: takes each reattached session (after it is attached, before its record
-            says so).
-        on_closed: called with the ids of the sessions closed (metrics).
+        adopt: takes each reattached or revived session (once it has its kernel).
+        on_closed: called with the ids of the sessions closed ``broker_restarted``
+            (metrics); those closed for another reason are counted here.
     """
 
     records: list[SessionRecord]
@@ -86,21 +99,21 @@ class Recovery:
     on_closed: Callable[[list[str]], None]
     report: RecoveryReport = field(default_factory=RecoveryReport)
     pending: set[str] = field(default_factory=set)
+    _closed_as: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pending = {r.id for r in self.records}
 
     async def run(self) -> RecoveryReport:
-        """Reattach or close every record (concurrently), then remove unclaimed kernels."""
+        """Reattach, revive or close every record (concurrently), then remove unclaimed
+        kernels."""
         claimed: set[str] = set()
         limit = asyncio.Semaphore(CONCURRENCY)
 
         async def one(record: SessionRecord) -> None:
             async with limit:
                 try:
-                    match = await self._recover(record)
-                    if match is not None:
-                        claimed.add(match)
+                    claimed.update(await self._recover(record))
                 except Exception:
                     log.exception("startup recovery of session %s failed", record.id)
                 finally:
@@ -120,38 +133,119 @@ class Recovery:
         for key, items in self.report.as_dict().items():
             if items:
                 log.warning("startup recovery: %s %s", key, ", ".join(items))
-        if self.report.closed:
-            self.on_closed(self.report.closed)
+        closed = [sid for sid in self.report.closed if self._closed_as[sid] == "broker_restarted"]
+        if closed:
+            self.on_closed(closed)
         return self.report
 
-    async def _recover(self, record: SessionRecord) -> str | None:
-        """Reattach or close one session; returns the id of the kernel it claimed."""
+    async def _recover(self, record: SessionRecord) -> list[str]:
+        """Reattach, revive or close one session; returns the ids of the leftover kernels
+        it dealt with (reattached, or removed to make way for a fresh one)."""
         in_flight = [
             (u.seq, u.execution)
             for u in self.unfinished
             if u.session_id == record.id and u.execution.status == "unknown"
         ]
-        if self.backend.can_reattach(record.backend):
-            match = _leftover_of(self.backend, record, self.leftovers)
-            if match is not None and await self._reattach(record, in_flight):
-                await self.writer.run(
-                    partial(self.store.set_status, record.id, "busy" if in_flight else "idle")
-                )
-                self.report.reattached.append(record.id)
-                return match.id
+        if not self.backend.can_reattach(record.backend):
+            await self._close(record, in_flight, "broker_restarted")
+            return []
+        provisioner = record.provisioner or {}
+        matches = [m for m in self.leftovers if self.backend.matches(m, record.id, provisioner)]
+        if matches and await self._reattach(record, in_flight):
+            await self.writer.run(
+                partial(self.store.set_status, record.id, "busy" if in_flight else "idle")
+            )
+            self.report.reattached.append(record.id)
+            return [matches[0].id]
+        why_not = self._not_revived(record, bool(in_flight))
+        if why_not is not None:
+            await self._close(record, in_flight, why_not)
+            return []
+        # Whatever is left of its kernel (stopped, frozen, or a replacement the earlier
+        # broker was starting) goes before the fresh one starts in its directories.
+        for leftover in matches:
+            await self.backend.remove(leftover)
+            self.report.removed.append(leftover.id)
+        await self._revive(record, in_flight)
+        return [m.id for m in matches]
+
+    def _not_revived(self, record: SessionRecord, busy: bool) -> str | None:
+        """Why a session whose kernel is gone gets no fresh one (the reason it is closed
+        with), or None. A session that was running a cell was not idle."""
+        settings = self.factory.settings
+        if not record.connection:
+            log.warning("session %s never had a kernel (its creation did not finish)", record.id)
+            return "broker_restarted"
+        age = (utcnow() - record.created_at).total_seconds()
+        if settings.max_lifetime_s and age >= settings.max_lifetime_s:
+            return "max_lifetime"
+        idle_timeout = record.idle_timeout_s
+        if idle_timeout is None:
+            idle_timeout = settings.idle_timeout_s
+        idle = (utcnow() - record.last_activity_at).total_seconds()
+        if idle_timeout and not busy and idle >= idle_timeout:
+            return "idle_timeout"
+        if not (settings.session_dir(record.id) / "workspace").is_dir():
+            log.warning("session %s: its workspace is gone; not given a fresh kernel", record.id)
+            return "broker_restarted"
+        return None
+
+    async def _revive(self, record: SessionRecord, in_flight: list[tuple[int, Execution]]) -> None:
+        """Give a session whose kernel is gone a fresh one, as an automatic restart after a
+        death does (counted in its restart budget and the restart metric, noted in its
+        notebook; its next cell reports ``state_lost``). Closed ``start_failed`` when the
+        kernel does not start."""
         await asyncio.to_thread(
             _close_files,
             self.factory.settings.session_dir(record.id),
             record.id,
             in_flight,
             self.store,
+            closed=False,
+        )
+        session = await self.factory.restore(record)
+        session.kernel.budget.allow(asyncio.get_running_loop().time())
+        try:
+            await session.revive()
+        except Exception as exc:
+            log.warning("session %s: no fresh kernel after the broker restart: %s", record.id, exc)
+            await session.close(reason="start_failed")
+            self._closed(record.id, "start_failed")
+            return
+        self.factory.metrics.restarts.labels(REVIVED).inc()
+        await session.notebook.add_markdown(restart_note(REVIVED, session.generation))
+        log.warning(
+            "session %s: its kernel did not survive the broker restart; started a fresh one "
+            "(generation %d, state lost)",
+            record.id,
+            session.generation,
+        )
+        self.adopt(session)
+        self.report.revived.append(record.id)
+
+    async def _close(
+        self, record: SessionRecord, in_flight: list[tuple[int, Execution]], reason: str
+    ) -> None:
+        """Close a session whose kernel is gone, leaving nothing behind but its files."""
+        await asyncio.to_thread(
+            _close_files,
+            self.factory.settings.session_dir(record.id),
+            record.id,
+            in_flight,
+            self.store,
+            closed=True,
         )
         # Nothing left behind: its runtime directory, and its disk quota (files kept).
         options = self.factory.launch_options(record.id, record.owner)
         await asyncio.to_thread(release_disk, options)
-        await self.writer.run(partial(self.store.close_session, record.id, "broker_restarted"))
-        self.report.closed.append(record.id)
-        return None
+        await self.writer.run(partial(self.store.close_session, record.id, reason))
+        self._closed(record.id, reason)
+
+    def _closed(self, session_id: str, reason: str) -> None:
+        self.report.closed.append(session_id)
+        self._closed_as[session_id] = reason
+        if reason != "broker_restarted":  # those are counted by ``on_closed``
+            self.factory.metrics.sessions_closed.labels(reason).inc()
 
     async def _reattach(
         self, record: SessionRecord, in_flight: list[tuple[int, Execution]]
@@ -169,24 +263,18 @@ class Recovery:
         return True
 
 
-def _leftover_of(
-    backend: Backend, record: SessionRecord, leftovers: list[Leftover]
-) -> Leftover | None:
-    for leftover in leftovers:
-        if backend.matches(leftover, record.id, record.provisioner or {}):
-            return leftover
-    return None
-
-
 def _close_files(
     session_dir: Path,
     session_id: str,
     in_flight: list[tuple[int, Execution]],
     store: Store,
+    *,
+    closed: bool,
 ) -> None:
-    """Complete the notebook of a session being closed: the cells its file had not caught
-    up with (from the store), and the cells that were running, with a note; remove what
-    the previous broker was writing in its artifact directory (spill files)."""
+    """Complete the notebook of a session whose kernel is gone (``closed``, or about to
+    get a fresh one): the cells its file had not caught up with (from the store), and the
+    cells that were running, with a note; remove what the previous broker was writing in
+    its artifact directory (spill files)."""
     remove_temporaries(session_dir / "artifacts")
     path = session_dir / NOTEBOOK_NAME
     try:
@@ -211,6 +299,6 @@ def _close_files(
             reason=ex.reason,
             extra={"note": CLOSED_NOTE},
         )
-        recorder.add_markdown(broker_restart_note(kernel_survived=False))
+        recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
     if restored or in_flight:
         recorder.save()

@@ -214,6 +214,13 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             # a client asking in between must not see an idle session with a cell running.
             self.status = "busy"
 
+    async def revive(self) -> None:
+        """Start a fresh kernel for a session whose kernel did not outlive an earlier
+        broker process (R-07): as after a death, its next cell reports ``state_lost``.
+        Raises KernelStartFailed."""
+        await self.start()
+        self._state_lost_pending = True
+
     async def cancel_queued(self, reason: str) -> None:
         """Cancel the cells waiting in the queue (they never reached the kernel)."""
         for handle in self.executions.drain():

@@ -4,9 +4,9 @@ Extends ``tests/integration/test_docker_restart.py::
 test_broker_killed_with_busy_sessions_serves_at_once_and_keeps_them`` with what it does not
 check: ``/healthz`` answers within seconds while the cells still run and a session is
 still reattaching; that session's requests get 503 ``session_reattaching`` with
-``Retry-After``; a session whose container was removed while the broker was down is closed
-with nothing left behind (container, runtime directory) and its in-flight cell is
-``unknown`` in SQLite and in its notebook; the other sessions are unaffected.
+``Retry-After``; a session whose container was removed while the broker was down gets a
+fresh kernel (its state lost, said so) and its in-flight cell is ``unknown`` in SQLite and
+in its notebook; the other sessions are unaffected.
 """
 
 from __future__ import annotations
@@ -109,21 +109,23 @@ def test_broker_sigkilled_with_two_long_cells_and_a_lost_container(
                 )
             # Reattached while its cell runs; never closed for being busy.
             assert infos[busy]["status"] == "busy", infos[busy]
-            assert infos[lost]["status"] == "closed", infos[lost]
+            # Its kernel gone, it goes on with a fresh one.
+            assert infos[lost]["status"] == "idle", infos[lost]
+            assert infos[lost]["generation"] == 2, infos[lost]
             wait_for(lambda: api.get("/healthz").json()["recovery"] == "done", what="recovery")
             assert api.get("/healthz").json()["reattaching_sessions"] == 0
             canary.api = api
             canary.check()
 
-            # The closed session: nothing left, its in-flight cell unknown everywhere.
-            assert not broker.runtime_dir(lost).exists()
-            names = [c.name for c in list_broker_containers(broker.broker_id())]
-            assert not [n for n in names if lost in n], names
+            # The session whose kernel was lost: its in-flight cell unknown everywhere, and
+            # a fresh kernel (state lost, said so) in place of the removed one.
             assert_one_final_record_each(broker, lost, {lost_first: "ok", lost_ex: "unknown"})
             meta = notebook_cell(api, lost, lost_ex)["metadata"]["interp"]
             assert meta["status"] == "unknown" and "broker restarted" in meta["note"]
             note = note_after(api, lost, lost_ex)
             assert "did not survive" in note and "outcome is unknown" in note
+            gone = run(api, lost, "kept")
+            assert gone["error"]["ename"] == "NameError" and gone["state_lost"], gone
 
             # The busy session: its cell ends, unknown, with what it printed since attached.
             (broker.session_dir(busy) / "workspace" / "stop").write_text("")
@@ -146,7 +148,7 @@ def test_broker_sigkilled_with_two_long_cells_and_a_lost_container(
             kept = run(api, frozen, "kept")
             assert kept["outputs"][0]["data"]["text/plain"] == "'yes'" and not kept["state_lost"]
             assert_one_final_record_each(broker, frozen, {frozen_first: "ok", kept["id"]: "ok"})
-            for sid in (busy, frozen, canary.sid):
+            for sid in (busy, frozen, lost, canary.sid):
                 assert api.delete(f"/v1/sessions/{sid}").status_code == 204
             assert list_broker_containers(broker.broker_id()) == []
             assert not list((broker.data_dir / "run").iterdir())

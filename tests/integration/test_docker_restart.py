@@ -195,14 +195,18 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
     remove_container(lost_container)
     _, url = broker()
     with client(url) as api:
-        assert reattached(api, lost)["status"] == "closed"
-        assert not (data_dir / "run" / lost[-12:]).exists()
+        # The session whose kernel vanished goes on with a fresh one (state lost).
+        assert reattached(api, lost)["status"] == "idle"
         deadline = time.monotonic() + 60
         while api.get("/healthz").json()["recovery"] != "done":
             assert time.monotonic() < deadline
             time.sleep(0.1)
-    remaining = {c.id for c in list_broker_containers(broker_id_for(data_dir))}
-    assert orphan_container not in remaining
+        remaining = {c.id for c in list_broker_containers(broker_id_for(data_dir))}
+        assert orphan_container not in remaining and lost_container not in remaining
+        assert run(api, lost, "1 + 1")["state_lost"] is True
+        assert api.delete(f"/v1/sessions/{lost}").status_code == 204
+        assert not (data_dir / "run" / lost[-12:]).exists()
+    assert list_broker_containers(broker_id_for(data_dir)) == []
 
 
 def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:

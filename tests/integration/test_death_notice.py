@@ -1,0 +1,34 @@
+"""A kernel death is reported as a death, not as output lost on a dropped link.
+
+When a kernel dies, its end of the iopub link goes away and libzmq keeps retrying it. The
+iopub watch took the first retry for a reconnect and told the dying cell "[output link
+interrupted: the connection to the kernel dropped and came back ...]" (stderr and the
+notebook, with two warnings in the log) at every death, though nothing had come back and
+no output was dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+
+from tests.conftest import run
+
+NOTICE = "output link interrupted"
+
+
+def test_a_kernel_death_says_kernel_died_and_nothing_about_the_output_link(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    assert run(api, sid, "print('before')")["stdout"] == "before\n"
+    died = run(api, sid, "import os, sys\nprint('last words', flush=True)\nos._exit(3)")
+    assert died["status"] == "kernel_died" and died["state_lost"] is True, died
+    assert died["stdout"] == "last words\n"
+    assert NOTICE not in died["stderr"], died["stderr"]
+    assert died["truncated"] is False
+    after = run(api, sid, "print('after')")
+    assert after["stdout"] == "after\n" and NOTICE not in after["stderr"]
+    notebook = api.get(f"/v1/sessions/{sid}/notebook")
+    assert notebook.status_code == 200 and NOTICE not in notebook.text
