@@ -349,6 +349,26 @@ def test_bad_input_gets_precise_errors_in_e2b_shape(e2b: E2BServer, sbx: Sandbox
         assert raw.get("/nowhere").json()["code"] == 404
 
 
+def test_a_sandbox_whose_metadata_is_not_unicode_is_refused_and_nothing_made(
+    e2b: E2BServer,
+) -> None:
+    """A lone surrogate in metadata or envVars (JSON escapes) is a 4xx naming the field, and
+    no session is made; before, the create answered 500."""
+    headers = {"X-API-Key": KEY, **JSON}
+    with e2b.v1() as v1:
+        before = {s["id"] for s in v1.get("/v1/sessions").json()["sessions"]}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        for field in ("metadata", "envVars"):
+            body = '{"templateID": "code-interpreter-v1", "' + field + '": {"k": "\\ud800"}}'
+            resp = raw.post("/sandboxes", content=body)
+            assert 400 <= resp.status_code < 500, resp.text
+            assert "Unicode" in resp.json()["message"]
+    with e2b.v1() as v1:
+        listed = v1.get("/v1/sessions")
+        assert listed.status_code == 200
+        assert {s["id"] for s in listed.json()["sessions"]} == before
+
+
 def test_raw_stream_is_ndjson_with_keepalives_and_ends_last(e2b: E2BServer, sbx: Sandbox) -> None:
     headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
     body = {"code": "import time\nprint('a', flush=True)\ntime.sleep(5)\n7"}

@@ -16,11 +16,12 @@ import urllib.parse
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from interpreter.api.e2b.base import E2BHandler
 from interpreter.api.e2b.sandboxes import DEFAULT_TIMEOUT_S, E2BSandbox, SandboxNotFound
 from interpreter.errors import InterpreterError, ValidationFailed
+from interpreter.models import check_json_text
 from interpreter.settings import Settings
 
 #: The envd version we claim: new enough that the SDK sends no user name and may upload
@@ -37,6 +38,11 @@ class NewSandbox(BaseModel):
     timeout: int = Field(DEFAULT_TIMEOUT_S, ge=0, le=MAX_TIMEOUT_S)
     metadata: dict[str, str] | None = None
     env_vars: dict[str, str] | None = Field(None, alias="envVars")
+
+    @field_validator("metadata", "env_vars")
+    @classmethod
+    def _valid_unicode(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return None if value is None else check_json_text(value)
 
 
 class ConnectBody(BaseModel):
