@@ -227,9 +227,25 @@ class Workspace:
                             continue  # gone since it was listed (another upload's temp file)
                         entries.append(_entry([*parts, display_name(entry.name)], st))
         except OSError as exc:
+            if exc.errno == errno.ENOTDIR and self._is_file(parts):
+                raise BadRequest(
+                    f"'{path}' is a file, not a directory: download it from files/{path}, "
+                    "or list its directory."
+                ) from exc
             raise _os_error(exc, path) from exc
         entries.sort(key=lambda e: (e.type != "directory", e.name))
         return FileList(path="/".join(parts), entries=entries)
+
+    def _is_file(self, parts: list[str]) -> bool:
+        """Whether ``parts`` names an existing entry that is not a directory."""
+        if not parts:
+            return False
+        try:
+            with self._walk(parts[:-1]) as dfd:
+                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        except OSError:
+            return False
+        return not stat.S_ISDIR(st.st_mode)
 
     def stat(self, path: str) -> FileEntry:
         """The entry at ``path`` (``""``: the workspace itself); a symlink is described,

@@ -96,6 +96,16 @@ def test_special_files_and_directories(ws: Workspace) -> None:
         ws.write("dir", [b"x"])
 
 
+def test_listing_a_file_says_it_is_a_file(ws: Workspace) -> None:
+    """It said 'a parent is not a directory' (404) for a path that exists."""
+    (ws.root / "sub").mkdir()
+    (ws.root / "sub" / "data.csv").write_bytes(b"a,b\n")
+    with pytest.raises(BadRequest, match="'sub/data.csv' is a file, not a directory"):
+        ws.listing("sub/data.csv")
+    with pytest.raises(FileNotFoundInWorkspace, match="a parent is not a directory"):
+        ws.listing("sub/data.csv/deeper")
+
+
 def test_fork_copy_skips_links_and_specials(ws: Workspace, tmp_path: Path) -> None:
     ws.write("a/b.txt", [b"data"])
     os.symlink(tmp_path / "outside.txt", ws.root / "link")
