@@ -40,6 +40,9 @@ class InterpreterError(Exception):
 
     code = "internal_error"
     status = 500
+    #: A 5xx that is the service's designed answer in a normal moment (it is shutting
+    #: down, a session is being reattached): its access line is INFO, not ERROR.
+    designed = False
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -213,10 +216,12 @@ class BackendUnavailable(InterpreterError):
 
 class ShuttingDown(InterpreterError):
     code, status = "shutting_down", 503
+    designed = True
 
 
 class SessionReattaching(InterpreterError):
     code, status = "session_reattaching", 503
+    designed = True
 
     @classmethod
     def of(cls, session_id: str) -> SessionReattaching:

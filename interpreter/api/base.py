@@ -427,6 +427,7 @@ class BaseHandler(tornado.web.RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         details: dict[str, object] = {}
         if isinstance(exc, InterpreterError):
+            self.designed_error = self.designed_error or exc.designed
             code, message, details = exc.code, exc.message, exc.details
             if exc.retry_after is not None:
                 self.set_header("Retry-After", str(max(1, int(exc.retry_after))))

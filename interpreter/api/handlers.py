@@ -316,6 +316,7 @@ class HealthHandler(BaseHandler):
         if self.broker.closing:
             # Shutting down: load balancers stop sending work; new work gets 503 anyway.
             status, code = "draining", 503
+            self.designed_error = True  # a draining broker's normal answer: INFO, not ERROR
             self.set_header("Retry-After", "5")
         self.send_json(
             {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -180,9 +181,14 @@ def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_d
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
-def test_a_draining_broker_refuses_new_work_and_still_answers_reads(data_dir: Path) -> None:
+def test_a_draining_broker_refuses_new_work_and_still_answers_reads(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """During a shutdown's drain new work gets 503 with Retry-After, /healthz says
-    draining (503), and what is recorded stays readable; queued cells are cancelled."""
+    draining (503), and what is recorded stays readable; queued cells are cancelled. The
+    designed 503s are logged at INFO, not ERROR (every refused request of a drain was an
+    ERROR line before)."""
+    caplog.set_level(logging.INFO)
     srv = start_server("local", data_dir)
     try:
         with srv.client() as api:
@@ -216,6 +222,17 @@ def test_a_draining_broker_refuses_new_work_and_still_answers_reads(data_dir: Pa
                 assert resp.status_code == 503, resp.text
                 assert resp.json()["error"]["type"] == "shutting_down"
                 assert resp.headers["Retry-After"]
+            # Access lines are written once the answer is sent: wait for all three.
+            drained = wait_for(
+                lambda: (
+                    len(lines := [r for r in caplog.records if " status=503 " in r.getMessage()])
+                    == 3
+                    and lines
+                )
+            )
+            assert [r.levelno for r in drained] == [logging.INFO] * 3, [
+                r.getMessage() for r in drained
+            ]
             got = api.get(f"/v1/sessions/{sid}/executions/{done['id']}")
             assert got.status_code == 200 and got.json()["status"] == "ok"
             # The local kernel stopped with the broker: the running cell was interrupted,

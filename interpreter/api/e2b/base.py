@@ -69,6 +69,7 @@ class E2BHandler(BaseHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, InterpreterError):
+            self.designed_error = self.designed_error or exc.designed
             code, message = exc.code, exc.message
             if exc.retry_after is not None:
                 self.set_header("Retry-After", str(max(1, int(exc.retry_after))))
