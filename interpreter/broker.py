@@ -463,6 +463,10 @@ class SessionBroker:
         if live is not None:
             return live
         record = await self._record(owner, session_id)
+        # Recovery may have adopted it while the record was read (it was in neither place).
+        live = self._live(owner, session_id)
+        if live is not None:
+            return live
         if self.recovery is not None and session_id in self.recovery.pending:
             raise SessionReattaching.of(session_id)
         reason = record.closed_reason or "stopped"
@@ -478,6 +482,8 @@ class SessionBroker:
         live = self._live(owner, session_id)
         if live is None:
             await self._record(owner, session_id)  # 404 when unknown; closed: no-op
+            live = self._live(owner, session_id)  # adopted by recovery meanwhile
+        if live is None:
             if self.recovery is not None and session_id in self.recovery.pending:
                 raise SessionReattaching.of(session_id)
             return
