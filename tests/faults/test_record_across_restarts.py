@@ -77,8 +77,13 @@ def _cells(broker: Broker, sid: str) -> dict[str, dict[str, Any]]:
 
 
 def _audit_ok(broker: Broker, sid: str) -> None:
+    """`interp audit verify` passes, and the notebook file has a cell, with the stored
+    status, for exactly the executions that ran (in their order)."""
     report = verify(broker.data_dir, sid)
     assert report.ok, [str(p) for s in report.sessions for p in s.problems]
+    cells = _cells(broker, sid)
+    ran = [(i, s) for i, s in broker.executions(sid) if s not in ("cancelled", "denied")]
+    assert [(i, c["metadata"]["interp"]["status"]) for i, c in cells.items()] == ran
 
 
 # ------------------------------------------------------------------------ local backend
