@@ -8,7 +8,9 @@ A watcher subscribes before it starts reading, so it cannot miss an event; a wat
 subscribes after the end gets the final :class:`Done` at once.
 
 Every event is also kept in the handle's log, numbered from 1 in the order published (the
-SSE ``id:``), so a watcher that lost its connection can resume after the last id it saw:
+SSE ``id:``; a cell taken over from an earlier broker numbers on past every id that broker
+could have given, :meth:`ExecutionHandle.continue_ids`, so an id is never reused across
+restarts), so a watcher that lost its connection can resume after the last id it saw:
 :meth:`ExecutionHandle.watch` replays the logged events after that id, then continues live.
 The log of an old finished execution is released (:meth:`ExecutionHandle.release_log`);
 a resume then gets its final :class:`Done`, which holds the complete record. The log is
@@ -135,6 +137,8 @@ class ExecutionHandle:
     _log_first: int = 1
     _log_chars: int = 0
     _published: int = 0
+    #: The ids up to this one were an earlier broker's (see :meth:`continue_ids`).
+    _taken_over_at: int = 0
 
     @classmethod
     def finished_with(cls, execution: Execution) -> ExecutionHandle:
@@ -142,6 +146,14 @@ class ExecutionHandle:
         handle = cls(execution=execution, seq=0, timeout_s=0)
         handle.finished.set()
         return handle
+
+    def continue_ids(self, after: int) -> None:
+        """Number this handle's events from ``after + 1``: the execution was taken over
+        from an earlier broker, which may have given out ids up to ``after``. A watcher
+        resuming after any of those ids gets every event of this handle (what the
+        earlier broker sent after it is gone with that broker)."""
+        self._published = self._taken_over_at = after
+        self._log_first = after + 1
 
     def subscribe(self) -> Subscription:
         """A queue of this execution's events from now on; ``None`` after :class:`Done`."""
@@ -161,6 +173,8 @@ class ExecutionHandle:
             return max(self._published, 1), queue
         assert log is not None
         last = self._published
+        if after is not None:
+            after = max(after, self._taken_over_at)
         start = last + 1 if after is None else min(max(after, 0) + 1, last + 1)
         if self.finished.is_set():
             start = min(start, last)  # the final Done is always delivered

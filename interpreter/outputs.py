@@ -103,6 +103,7 @@ def conclude(
     state_lost: bool,
     interrupted: bool,
     timeout_s: float,
+    gave_up: str | None = None,
 ) -> None:
     """Set the status, reason, state loss and the broker's own error of a finished cell.
 
@@ -112,14 +113,19 @@ def conclude(
         state_lost: for a timeout, whether the kernel had to be restarted.
         interrupted: whether a client (or a restart) interrupted the cell.
         timeout_s: the cell's deadline, for the timeout message.
+        gave_up: when the session gave up on its kernel instead of replacing it (restart
+            limit), why and what to do (``errors.session_failed_message``).
     """
     if ending == "timeout":
         ex.status, ex.reason, ex.state_lost = "timeout", "timeout", state_lost
-        tail = "restarted: its state was lost" if state_lost else "interrupted: state kept"
+        if not state_lost:
+            tail = "the kernel was interrupted: state kept."
+        elif gave_up is None:
+            tail = "the kernel was restarted: its state was lost."
+        else:
+            tail = f"the kernel did not stop and was not replaced. {gave_up}"
         ex.error = _broker_error(
-            rec,
-            "ExecutionTimeout",
-            f"Execution exceeded timeout_s={timeout_s:g}; the kernel was {tail}.",
+            rec, "ExecutionTimeout", f"Execution exceeded timeout_s={timeout_s:g}; {tail}"
         )
     elif ending == "restarted":
         ex.status, ex.reason, ex.state_lost = "interrupted", "restarted", True
@@ -131,12 +137,14 @@ def conclude(
         )
     elif ending == "died":
         ex.status, ex.reason, ex.state_lost = "kernel_died", reason, True
-        ex.error = _broker_error(
-            rec,
-            "KernelDied",
-            f"The kernel died ({reason}). A fresh kernel was started; the "
-            "session's variables are gone, re-run the setup code.",
-        )
+        if gave_up is None:
+            then = (
+                "A fresh kernel was started; the session's variables are gone, re-run the "
+                "setup code."
+            )
+        else:
+            then = f"No fresh kernel was started and the session is closed. {gave_up}"
+        ex.error = _broker_error(rec, "KernelDied", f"The kernel died ({reason}). {then}")
     elif rec.asked_exit:
         ex.status, ex.reason, ex.state_lost = "ok", "exit", True
     elif rec.reply_status == "ok":

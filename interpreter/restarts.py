@@ -120,8 +120,18 @@ class KernelLifecycle:
         self.status = "dead"
         self.metrics.restarts.labels("gave_up").inc()
         await self.writer.run(partial(self.store.set_status, self.id, "dead"))
+        # The cells queued behind the failure never run: cancelled, saying why.
+        for handle in self.executions.drain():
+            await self._cancel_failed(handle)
         if self.on_failed is not None:
             self.on_failed(self)
+
+    async def _cancel_failed(self, handle: ExecutionHandle) -> None:
+        """Cancel a cell that was to run in a session that has failed (never sent)."""
+        handle.execution.error = ErrorInfo(
+            ename="Cancelled", evalue="Not run. " + self._failed_message()
+        )
+        await self._abandon(handle, "cancelled", self.failed_reason or "failed")
 
     def _failed_message(self) -> str:
         return session_failed_message(
@@ -142,7 +152,7 @@ class KernelLifecycle:
             if target is None or target.finished.is_set():
                 return
             if target is not self.executions.current:
-                await self._abandon(target, "interrupted", "cancelled")
+                await self._abandon(target, "cancelled", "cancelled")  # it never ran
                 return
         handle = self.executions.current
         if handle is not None:

@@ -19,18 +19,27 @@ from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution
 from interpreter.notebook import NotebookRecorder
+from interpreter.store import in_flight
 
 
 def missing(recorder: NotebookRecorder, executions: list[Execution]) -> list[Execution]:
-    """The finished executions (in order) that have no cell in the notebook."""
+    """The finished executions (in order) that ran and have no cell in the notebook.
+
+    Not written here: a cell that never reached the kernel (no ``started_at``: cancelled,
+    denied, or whatever status an older broker gave a cancelled one), which never has a
+    cell; and one still in flight (``unknown`` without a duration), which recovery writes
+    once it is settled (:func:`~interpreter.store.in_flight`). An ``unknown`` cell that a
+    restarted broker did settle is written back like any other.
+    """
     present = {c.metadata.get("interp", {}).get("execution_id") for c in recorder.nb.cells}
-    # Never run (cancelled) or still to be settled by recovery (unknown: a cell that was
-    # running, which recovery writes with its note): not written here.
-    skip = {"cancelled", "unknown"}
     return [
         ex
         for ex in executions
-        if ex.id not in present and ex.status in TERMINAL_STATUSES and ex.status not in skip
+        if ex.id not in present
+        and ex.status in TERMINAL_STATUSES
+        and ex.status not in ("cancelled", "denied")
+        and ex.started_at is not None
+        and not in_flight(ex)
     ]
 
 

@@ -199,13 +199,19 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
 
         ``in_flight``: (seq, execution) of the cell the previous broker had sent to the
         kernel. It stays ``unknown``; the worker first waits for it to end (new cells
-        queue behind it) and attaches what it still prints (:meth:`_resume`).
+        queue behind it) and attaches what it still prints (:meth:`_resume`), under the
+        timeout it was submitted with. Its events are numbered after every id an earlier
+        broker could have given it (:meth:`ExecutionHandle.continue_ids`).
         """
         await self.kernel.attach(connection, provisioner)
         # What the previous broker was writing when it stopped (a spill, half an artifact).
         await asyncio.to_thread(remove_temporaries, self.capture.artifacts.root)
         for seq, execution in in_flight or []:
-            handle = ExecutionHandle(execution, seq, self.settings.max_timeout_s, resumed=True)
+            timeout_s = await asyncio.to_thread(self.store.timeout_of, execution.id)
+            handle = ExecutionHandle(
+                execution, seq, timeout_s or self.settings.max_timeout_s, resumed=True
+            )
+            handle.continue_ids(_ids_spent(execution))
             handle.extra_meta["note"] = RESUMED_NOTE
             self.executions.put(handle)
         self._kernel_ready()
@@ -416,6 +422,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             handle.execution,
             notebook_sha256=handle.notebook_sha256,
             activity=activity,
+            timeout_s=handle.timeout_s or None,
         )
 
     async def _work(self) -> None:
@@ -458,6 +465,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             return
         ex.status, ex.reason = "interrupted", reason
         ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
+        if rec.execution_count is not None:
+            ex.execution_count = rec.execution_count
+            self.execution_count = max(self.execution_count, rec.execution_count)
         try:
             await self._finalize(handle, rec)
         except Exception:
@@ -476,14 +486,19 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if not await self._await_approval(handle):
             return
         await self._replaced.wait()  # a restart in progress finishes first
-        if self.status == "dead" or not await self.kernel.is_alive():
+        if self.failed_reason is None and (
+            self.status == "dead" or not await self.kernel.is_alive()
+        ):
             # The kernel died while nobody was running anything: replace it first.
             self._state_lost_pending = True
             await self._restart("died_idle")
             await self._write_note()
-            if self.status == "dead":
-                await self._abandon(handle, "kernel_died", self.failed_reason or "restart_failed")
-                return
+        if self.failed_reason is not None:
+            await self._cancel_failed(handle)  # no kernel: the session gave up on it
+            return
+        if self.status == "dead":
+            await self._abandon(handle, "kernel_died", "restart_failed")
+            return
         state_lost_before = self._state_lost_pending
         self._state_lost_pending = False
         self.status = "busy"
@@ -520,11 +535,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             state_lost=state_lost,
             interrupted=handle.interrupt_requested,
             timeout_s=handle.timeout_s,
+            gave_up=self._failed_message() if self.failed_reason is not None else None,
         )
         if state_lost_before:
             ex.state_lost = True
-        if self.failed_reason is not None and ex.error is not None:
-            ex.error.evalue += " " + self._failed_message()
         if rec.execution_count is not None:
             ex.execution_count = rec.execution_count
             self.execution_count = max(self.execution_count, rec.execution_count)
@@ -557,8 +571,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         """Wait out a cell an earlier broker left running; record what it still prints.
 
         Its status stays ``unknown`` (reason ``broker_restarted``): what it did before
-        this broker attached is not known. It is bounded like any cell (the service's
-        maximum timeout from when it started), then interrupted, then the kernel replaced.
+        this broker attached is not known. It is bounded like any cell: what is left of its
+        ``timeout_s`` (as stored; the service's maximum for a row without one) from when it
+        started, then interrupted, then the kernel replaced.
         """
         ex = handle.execution
         loop = asyncio.get_running_loop()
@@ -590,3 +605,19 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         resumed = broker_restart_note(kernel_survived=True)
         self._note = resumed if self._note is None else f"{resumed}\n\n{self._note}"
         await self._finalize(handle, rec)
+
+
+#: The largest event id an SSE ``id:`` may carry (the API takes up to 12 digits).
+_MAX_EVENT_ID = 10**12 - 1
+
+
+def _ids_spent(execution: Execution) -> int:
+    """An event id no broker can have given ``execution`` yet: the microseconds since it
+    started. Each broker numbers its events from 1 past where it took over, and publishes
+    far fewer than one event per microsecond, so ids grow across any number of restarts
+    and a client resuming with an earlier broker's id never skips live events. Kept
+    within the 12 digits an id has (a cell would have to run for 11 days to reach them)."""
+    if execution.started_at is None:
+        return 0
+    spent = int((utcnow() - execution.started_at).total_seconds() * 1_000_000)
+    return min(max(spent, 0), _MAX_EVENT_ID // 2)

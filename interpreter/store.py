@@ -87,7 +87,13 @@ CREATE TABLE IF NOT EXISTS idempotency (
 #: Executions written before the audit chain existed keep NULL hashes: "not chained".
 _ADDED_COLUMNS = {
     "sessions": {"generation": "INTEGER NOT NULL DEFAULT 0"},
-    "executions": {"prev_hash": "TEXT", "hash": "TEXT", "notebook_sha256": "TEXT"},
+    "executions": {
+        "prev_hash": "TEXT",
+        "hash": "TEXT",
+        "notebook_sha256": "TEXT",
+        # The execution's timeout_s: a restarted broker bounds a cell it reattaches by it.
+        "timeout_s": "REAL",
+    },
 }
 
 
@@ -111,6 +117,12 @@ class Unfinished:
     session_id: str
     seq: int
     execution: Execution
+
+
+def in_flight(execution: Execution) -> bool:
+    """Whether ``execution`` reached a kernel that may still run it, and no broker has
+    settled it yet (``unknown`` without a duration: :meth:`Store.mark_unfinished`)."""
+    return execution.status == "unknown" and execution.duration_ms is None
 
 
 def utcnow() -> datetime:
@@ -311,11 +323,13 @@ class Store:
         *,
         notebook_sha256: str | None = None,
         activity: Activity | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         """Insert or update an execution; a final one is chained (see ``audit.py``).
 
         ``notebook_sha256`` is the digest of its notebook cell, if it has one; ``activity``,
-        if given, is its session's activity, saved in the same transaction.
+        if given, is its session's activity, saved in the same transaction; ``timeout_s``,
+        if given, the timeout it runs under (:meth:`timeout_of`).
         """
         data = execution.model_dump_json()
         started = execution.started_at.isoformat() if execution.started_at else None
@@ -324,13 +338,15 @@ class Store:
             link = _chain(db, execution, notebook_sha256)
             db.execute(
                 "INSERT INTO executions (id, session_id, seq, status, code, created_at,"
-                " started_at, duration_ms, data_json, notebook_sha256, prev_hash, hash)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " started_at, duration_ms, data_json, notebook_sha256, prev_hash, hash,"
+                " timeout_s)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET status = excluded.status,"
                 " started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
                 " data_json = excluded.data_json, notebook_sha256 = excluded.notebook_sha256,"
                 " prev_hash = coalesce(excluded.prev_hash, prev_hash),"
-                " hash = coalesce(excluded.hash, hash)",
+                " hash = coalesce(excluded.hash, hash),"
+                " timeout_s = coalesce(excluded.timeout_s, timeout_s)",
                 (
                     execution.id,
                     execution.session_id,
@@ -343,6 +359,7 @@ class Store:
                     data,
                     notebook_sha256,
                     *(link or (None, None)),
+                    timeout_s,
                 ),
             )
             if activity is not None:
@@ -365,6 +382,15 @@ class Store:
             )
             row = cur.fetchone()
         return Execution.model_validate_json(row[0]) if row else None
+
+    def timeout_of(self, execution_id: str) -> float | None:
+        """The timeout an execution was submitted with; None if not recorded (a row an
+        older broker wrote, or an unknown id)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT timeout_s FROM executions WHERE id = ?", (execution_id,)
+            ).fetchone()
+        return float(row[0]) if row and row[0] is not None else None
 
     def next_seq(self, session_id: str) -> int:
         """A new sequence number for an execution of ``session_id``: one past the last.
@@ -392,27 +418,38 @@ class Store:
         A ``running`` one had reached the kernel: ``unknown`` (docs/security.md R-07), never
         re-run. A ``queued`` (or ``pending_approval``) one never reached it: ``cancelled``.
         Both with reason ``broker_restarted``.
+
+        An ``unknown`` one is still in flight, and returned again, until a broker settles it
+        with its notebook cell: one kept running by a shutdown (reason ``broker_shutdown``),
+        and one that a restarted broker was still waiting for when it stopped in turn (no
+        duration, no cell yet, its session open). An in-flight execution has no duration
+        (:func:`in_flight`).
         """
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, session_id, seq, data_json, notebook_sha256 FROM executions"
                 " WHERE status IN ('queued', 'pending_approval', 'running')"
                 " OR (status = 'unknown'"
-                " AND json_extract(data_json, '$.reason') = 'broker_shutdown')"
+                " AND (json_extract(data_json, '$.reason') = 'broker_shutdown'"
+                " OR (duration_ms IS NULL AND notebook_sha256 IS NULL AND session_id IN"
+                " (SELECT id FROM sessions WHERE status != 'closed'))))"
                 " ORDER BY session_id, seq"
             ).fetchall()
         changed = []
         for row in rows:
             ex = Execution.model_validate_json(row["data_json"])
             # Left running (or kept running by a shutdown): it reached the kernel.
-            ex.status = "unknown" if ex.status in ("running", "unknown") else "cancelled"
+            if ex.status in ("running", "unknown"):
+                ex.status, ex.duration_ms = "unknown", None
+            else:
+                ex.status = "cancelled"
             ex.reason = "broker_restarted"
             with self._tx() as db:
                 prev, digest = _chain(db, ex, row["notebook_sha256"]) or (None, None)
                 db.execute(
-                    "UPDATE executions SET status = ?, data_json = ?,"
+                    "UPDATE executions SET status = ?, duration_ms = ?, data_json = ?,"
                     " prev_hash = coalesce(?, prev_hash), hash = coalesce(?, hash) WHERE id = ?",
-                    (ex.status, ex.model_dump_json(), prev, digest, row["id"]),
+                    (ex.status, ex.duration_ms, ex.model_dump_json(), prev, digest, row["id"]),
                 )
             changed.append(Unfinished(row["session_id"], row["seq"], ex))
         return changed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
@@ -47,6 +48,7 @@ def test_only_finished_cells_missing_from_the_file_are_written_back(tmp_path: Pa
             status="error",
             code="plot(); 1/0",
             execution_count=2,
+            started_at=datetime(2026, 1, 1, tzinfo=UTC),
             stdout="printed\n",
             outputs=[
                 Output(
@@ -84,3 +86,37 @@ def test_only_finished_cells_missing_from_the_file_are_written_back(tmp_path: Pa
     assert saved["metadata"]["interp"]["audit_sha256"] == cell_digest(
         saved["source"], saved["outputs"]
     )
+
+
+def test_a_cell_that_never_ran_is_never_written_back_whatever_its_status(
+    tmp_path: Path,
+) -> None:
+    """A queued cell cancelled by id was stored by older brokers as ``interrupted`` (reason
+    ``cancelled``), with no ``started_at``: every restart wrote it into the notebook, and
+    `interp audit verify` then found a cell whose digest its chain link never recorded."""
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    executions = [
+        Execution(id="ex_old", session_id="s_1", status="interrupted", reason="cancelled"),
+        Execution(id="ex_denied", session_id="s_1", status="denied", code="rm -rf /"),
+        Execution(id="ex_failed", session_id="s_1", status="kernel_died", reason="restart_limit"),
+        # Reached the kernel, settled by a restarted broker whose file then lagged.
+        Execution(
+            id="ex_settled",
+            session_id="s_1",
+            status="unknown",
+            reason="broker_restarted",
+            started_at=started,
+            duration_ms=5.0,
+            stdout="late\n",
+        ),
+        # Still in flight: recovery writes it once it is settled.
+        Execution(
+            id="ex_flying",
+            session_id="s_1",
+            status="unknown",
+            reason="broker_restarted",
+            started_at=started,
+        ),
+    ]
+    rec = _recorder(tmp_path)
+    assert [e.id for e in missing(rec, executions)] == ["ex_settled"]

@@ -100,7 +100,7 @@ def test_listing_a_file_says_it_is_a_file(ws: Workspace) -> None:
     """It said 'a parent is not a directory' (404) for a path that exists."""
     (ws.root / "sub").mkdir()
     (ws.root / "sub" / "data.csv").write_bytes(b"a,b\n")
-    with pytest.raises(BadRequest, match="'sub/data.csv' is a file, not a directory"):
+    with pytest.raises(BadRequest, match=r"'sub/data\.csv' is a file, not a directory"):
         ws.listing("sub/data.csv")
     with pytest.raises(FileNotFoundInWorkspace, match="a parent is not a directory"):
         ws.listing("sub/data.csv/deeper")
