@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from interpreter import audit
+from interpreter.errors import ShuttingDown
 from interpreter.models import Execution, KernelInfo, RebuildReport, Session, SessionStatus
 
 #: Sessions whose last execution number the store keeps in memory (see ``next_seq``).
@@ -189,7 +190,8 @@ class Store:
         self._lock = threading.Lock()
         #: The last sequence number handed out per session, most recently used last.
         self._last_seq: OrderedDict[str, int] = OrderedDict()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._closed = False
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -215,9 +217,18 @@ class Store:
                 raise
             self._db.execute("COMMIT")
 
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection; once closed (the broker is shutting down), every use answers 503
+        ``shutting_down`` instead of sqlite's error for a closed database (a 500)."""
+        if self._closed:
+            raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
+        return self._conn
+
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._closed = True
+            self._conn.close()
 
     # -- sessions ------------------------------------------------------------------------
 

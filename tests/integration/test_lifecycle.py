@@ -461,3 +461,25 @@ def test_a_sigterm_while_a_session_is_being_created_lets_the_creation_finish(
         store.close()
     assert made.status == "ok"
     assert closed is not None and closed.closed_reason == "broker_shutdown"
+
+
+def test_requests_after_the_store_closed_get_503_not_500(data_dir: Path) -> None:
+    """Requests still in flight on kept-alive connections once the broker has shut down
+    (its store closed) are answered 503 shutting_down, not a 500 from the closed
+    database (seen on an interrupt during a SIGTERM)."""
+    srv = start_server("local", data_dir)
+    try:
+        with srv.client() as api:
+            sid = api.post("/v1/sessions").json()["id"]
+            done = run(api, sid, "x = 1")
+            srv.thread.call(srv.thread.broker.shutdown())
+            for resp in (
+                api.get(f"/v1/sessions/{sid}"),
+                api.get("/v1/sessions"),
+                api.get(f"/v1/sessions/{sid}/executions/{done['id']}"),
+                api.post(f"/v1/sessions/{sid}/interrupt"),
+            ):
+                assert resp.status_code == 503, (resp.request.url, resp.text)
+                assert resp.json()["error"]["type"] == "shutting_down"
+    finally:
+        srv.thread.stop()
