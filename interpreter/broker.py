@@ -636,7 +636,16 @@ class SessionBroker:
         handle = live.executions.get(execution_id) if live is not None else None
         if handle is not None:
             return handle
-        return ExecutionHandle.finished_with(await self.execution(owner, session_id, execution_id))
+        record = await self.execution(owner, session_id, execution_id)
+        live = self._live(owner, session_id)  # reattached meanwhile
+        handle = live.executions.get(execution_id) if live is not None else None
+        if handle is not None:
+            return handle
+        if live is None and self.recovery is not None and session_id in self.recovery.pending:
+            # Its stored record is not final yet (a cell the earlier broker left running
+            # may still run): a stream resumed now would end early with nothing.
+            raise SessionReattaching.of(session_id)
+        return ExecutionHandle.finished_with(record)
 
     async def interrupt(
         self,
