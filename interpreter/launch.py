@@ -247,7 +247,10 @@ class SessionFactory:
             log.warning("session %s: %s; starting a new one", record.id, note)
         # Cells the file had not caught up with when the earlier broker stopped.
         executions = await asyncio.to_thread(self.store.executions_of, record.id)
-        restored = restore_cells.restore(recorder, executions, options.session_dir / "artifacts")
+        digests = await asyncio.to_thread(self.store.cell_digests, record.id)
+        restored = restore_cells.restore(
+            recorder, executions, options.session_dir / "artifacts", digests
+        )
         if restored:
             log.warning("session %s: %d cells written back from the store", record.id, restored)
         # A session asked for its own image; it runs that image again.

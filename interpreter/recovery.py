@@ -285,7 +285,8 @@ def _close_files(
         )
         return
     executions = store.executions_of(session_id)
-    restored = restore_cells.restore(recorder, executions, session_dir / "artifacts")
+    digests = store.cell_digests(session_id)
+    restored = restore_cells.restore(recorder, executions, session_dir / "artifacts", digests)
     for _, ex in in_flight:
         recorder.add_cell(
             ex.code,

@@ -19,6 +19,7 @@ from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution
 from interpreter.notebook import NotebookRecorder
+from interpreter.notes import commented_rerun
 from interpreter.store import in_flight
 
 
@@ -43,13 +44,27 @@ def missing(recorder: NotebookRecorder, executions: list[Execution]) -> list[Exe
     ]
 
 
-def restore(recorder: NotebookRecorder, executions: list[Execution], artifacts: Path) -> int:
-    """Append a cell for each execution of :func:`missing`; returns how many."""
+def restore(
+    recorder: NotebookRecorder,
+    executions: list[Execution],
+    artifacts: Path,
+    digests: dict[str, str] | None = None,
+) -> int:
+    """Append a cell for each execution of :func:`missing`; returns how many.
+
+    ``digests`` (:meth:`~interpreter.store.Store.cell_digests`) tell a recovery's re-run
+    cell, which its broker wrote commented out: when the recorded digest is that of the
+    commented form, the cell is written back so, and verifies.
+    """
     added = missing(recorder, executions)
     for ex in added:
         outputs = outputs_of(ex, artifacts)
+        source = ex.code
+        rerun = commented_rerun(ex.code)
+        if digests and digests.get(ex.id) == cell_digest(rerun, outputs):
+            source = rerun
         recorder.add_cell(
-            ex.code,
+            source,
             outputs,
             execution_id=ex.id,
             execution_count=ex.execution_count,
@@ -61,7 +76,7 @@ def restore(recorder: NotebookRecorder, executions: list[Execution], artifacts: 
             # Its digest as written: `interp audit verify` matches it against the chain,
             # which holds the digest of the cell the earlier broker wrote (an exact
             # restoration verifies; one that differs is reported as such, not as missing).
-            extra={"restored_from": "store", "audit_sha256": cell_digest(ex.code, outputs)},
+            extra={"restored_from": "store", "audit_sha256": cell_digest(source, outputs)},
         )
     return len(added)
 

@@ -385,6 +385,17 @@ class Store:
             ).fetchall()
         return [Execution.model_validate_json(row[0]) for row in rows]
 
+    def cell_digests(self, session_id: str) -> dict[str, str]:
+        """The digest of each execution's notebook cell as its broker wrote it (the one its
+        chain link covers), by execution id; executions without a cell are left out."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, notebook_sha256 FROM executions"
+                " WHERE session_id = ? AND notebook_sha256 IS NOT NULL",
+                (session_id,),
+            ).fetchall()
+        return {row[0]: row[1] for row in rows}
+
     def get_execution(self, session_id: str, execution_id: str) -> Execution | None:
         with self._lock:
             cur = self._db.execute(

@@ -120,3 +120,37 @@ def test_a_cell_that_never_ran_is_never_written_back_whatever_its_status(
     ]
     rec = _recorder(tmp_path)
     assert [e.id for e in missing(rec, executions)] == ["ex_settled"]
+
+
+def test_a_recoverys_rerun_is_written_back_commented_when_its_digest_says_so(
+    tmp_path: Path,
+) -> None:
+    """A recovery's re-run cell is written commented out, and its chain link covers that
+    form: written back from the store, it must be commented out again to verify (it was
+    written as plain code, which `interp audit verify` then reported as changed)."""
+    from interpreter.notes import commented_rerun
+
+    rec = _recorder(tmp_path)
+    rerun = Execution(
+        id="ex_2",
+        session_id="s_1",
+        status="ok",
+        code="x = 1",
+        execution_count=1,
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    plain = Execution(
+        id="ex_3",
+        session_id="s_1",
+        status="ok",
+        code="y = 2",
+        execution_count=2,
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    digests = {"ex_2": cell_digest(commented_rerun("x = 1"), []), "ex_3": cell_digest("y = 2", [])}
+    assert restore(rec, [rerun, plain], tmp_path, digests) == 2
+    written = {c.metadata["interp"]["execution_id"]: c for c in rec.nb.cells}
+    assert written["ex_2"].source == commented_rerun("x = 1")
+    assert written["ex_2"].metadata["interp"]["audit_sha256"] == digests["ex_2"]
+    assert written["ex_3"].source == "y = 2"
+    assert written["ex_3"].metadata["interp"]["audit_sha256"] == digests["ex_3"]
