@@ -106,6 +106,9 @@ class WriteGate:
         with self._cond:
             if self._refused is None:
                 self._refused = refused
+            # Let go of the owner's callback (a bound method of the session, which holds
+            # this gate): kept, it made the closed session a cycle only the collector frees.
+            self._on_activity = None
             if not self._cond.wait_for(lambda: self._busy == 0, CLOSE_WAIT_S):
                 # A write hangs (a stuck disk): its descriptors are not closed under it;
                 # each upload aborts itself at its next step, refused by the gate.
