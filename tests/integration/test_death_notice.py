@@ -23,10 +23,12 @@ def test_a_kernel_death_says_kernel_died_and_nothing_about_the_output_link(
 ) -> None:
     sid = new_session()
     assert run(api, sid, "print('before')")["stdout"] == "before\n"
-    died = run(api, sid, "import os, sys\nprint('last words', flush=True)\nos._exit(3)")
+    # No output right before the death: a kernel that exits at once may die before its
+    # output thread sent what it printed (README, "Kernel death"), so nothing is asserted
+    # about last words here; the notice is the subject.
+    died = run(api, sid, "import os\nos._exit(3)")
     assert died["status"] == "kernel_died" and died["state_lost"] is True, died
-    assert died["stdout"] == "last words\n"
-    assert NOTICE not in died["stderr"], died["stderr"]
+    assert NOTICE not in died["stderr"] + died["stdout"], died
     assert died["truncated"] is False
     after = run(api, sid, "print('after')")
     assert after["stdout"] == "after\n" and NOTICE not in after["stderr"]
