@@ -251,16 +251,22 @@ def _stdio(server: Server, *extra: str) -> StdioServerParameters:
 
 
 #: A host's request timeout, re-armed by each progress notification (as the MCP inspector
-#: and the TypeScript SDK's resetTimeoutOnProgress do), and a cell that outlives it.
-HOST_TIMEOUT_S = 60
-LONG_CELL_S = 70
+#: and the TypeScript SDK's resetTimeoutOnProgress do), and a cell that outlives it. The
+#: issue's host waits 60 s and its cell ran 70 s; the service does not know the host's
+#: timeout, and its progress comes less than 5 s apart (asserted below), so a 12 s window
+#: and a 16 s cell test the same thing in a quarter of the time.
+HOST_TIMEOUT_S = 12
+LONG_CELL_S = 16
 
 
-def test_a_70_s_cell_outlives_a_60_s_host_timeout_by_progress(local_server: Server) -> None:
-    """The host of the issue: it cancels a call after 60 s without a message and re-arms
-    on progress. The installed mcp client has no such timer, so the test is the host: a
-    watchdog cancels the call when the window passes. Progress also comes on output and
-    never more than 5 s apart."""
+def test_a_cell_longer_than_the_hosts_timeout_outlives_it_by_progress(
+    local_server: Server,
+) -> None:
+    """The host of the issue: it cancels a call after its timeout without a message and
+    re-arms on progress. The installed mcp client has no such timer, so the test is the
+    host: a watchdog cancels the call when the window passes. Progress also comes on output
+    and never more than 5 s apart, so any host timeout above 5 s (the issue's 60 s among
+    them) is re-armed in time."""
     seen: list[tuple[float, str | None]] = []
     window = {"ends": 0.0}
 
