@@ -6,10 +6,12 @@ files, FIFOs. Both walks here are loops over an explicit stack of directory desc
 recursion limit and no path grows past ``PATH_MAX``.
 
 * :func:`copy_tree` copies regular files and directories (a fork's files, a closed
-  session's files out of its quota filesystem) and skips links, special files and the
-  temporary files of uploads in progress. It holds two descriptors per level, so it goes at
-  most :data:`MAX_COPY_DEPTH` levels deep: below that it either refuses
-  (:class:`TreeTooDeep`) or skips what is deeper and says how much.
+  session's files out of its quota filesystem) and skips symlinks, special files and the
+  temporary files of uploads in progress. Hard links stay links: a file linked a thousand
+  times inside a 1 GB workspace is copied once, not a thousand times onto the host's disk.
+  It holds two descriptors per level, so it goes at most :data:`MAX_COPY_DEPTH` levels
+  deep: below that it either refuses (:class:`TreeTooDeep`) or skips what is deeper and
+  says how much.
 * :func:`remove_tree` removes any tree with a bounded number of descriptors: a directory
   deeper than :data:`MAX_REMOVE_DEPTH` levels is first moved up to the top of the tree
   being removed.
@@ -32,6 +34,10 @@ from interpreter.errors import Conflict
 
 #: Deepest directory level a copy descends to (two descriptors are open per level).
 MAX_COPY_DEPTH = 256
+#: Longest relative path a later hard link is made through (``linkat`` from the copy's
+#: root); the first copy of a file with a longer path gets a short extra name for it in a
+#: holding directory, removed when the copy ends.
+MAX_LINK_PATH = 1024
 #: Deepest level a removal holds open; deeper directories are moved up first.
 MAX_REMOVE_DEPTH = 64
 #: The temporary files of uploads (``interpreter.upload``): never copied.
@@ -57,7 +63,36 @@ class CopyReport:
 class _Level:
     src: int
     dst: int
+    path: str = ""  # relative to the copy's root
     subdirs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Copied:
+    """Files with more than one link copied so far, by (device, inode): a path of their
+    first copy relative to the destination's root, which later names are linked to."""
+
+    root: int
+    first: dict[tuple[int, int], str] = field(default_factory=dict)
+    holding: str | None = None
+
+    def remember(self, level: _Level, name: str, st: os.stat_result) -> None:
+        path = level.path + name
+        if len(path) > MAX_LINK_PATH:
+            if self.holding is None:
+                self.holding = f".copy-links-{secrets.token_hex(8)}"
+                os.mkdir(self.holding, 0o700, dir_fd=self.root)
+            path = f"{self.holding}/{st.st_ino}-{st.st_dev}"
+            os.link(name, path, src_dir_fd=level.dst, dst_dir_fd=self.root)
+        self.first[(st.st_dev, st.st_ino)] = path
+
+    def close(self) -> None:
+        try:
+            if self.holding is not None:
+                with suppress(FileNotFoundError):
+                    remove_tree(self.root, self.holding)
+        finally:
+            os.close(self.root)
 
 
 def copy_tree(
@@ -76,30 +111,45 @@ def copy_tree(
         stack.append(_Level(os.open(src, DIR_FLAGS), os.open(dst, DIR_FLAGS)))
         if owner is not None:
             os.fchown(stack[0].dst, *owner)
-        stack[0].subdirs = _copy_files(stack[0], owner, report)
-        while stack:
-            level = stack[-1]
-            if not level.subdirs:
-                _close(stack.pop())
-                continue
-            name = level.subdirs.pop()
-            if len(stack) >= MAX_COPY_DEPTH:
-                if not skip_too_deep:
-                    raise TreeTooDeep(
-                        f"The workspace has directories nested more than {MAX_COPY_DEPTH} "
-                        "levels deep, which are not copied."
-                    )
-                report.too_deep += 1
-                continue
-            child = _enter(level, name, owner)
-            if child is None:
-                continue  # replaced by something else meanwhile: not a directory to copy
-            stack.append(child)
-            child.subdirs = _copy_files(child, owner, report)
+        copied = _Copied(os.dup(stack[0].dst))
+        try:
+            _copy_levels(stack, owner, report, copied, skip_too_deep=skip_too_deep)
+        finally:
+            copied.close()
     finally:
         for level in stack:
             _close(level)
     return report
+
+
+def _copy_levels(
+    stack: list[_Level],
+    owner: tuple[int, int] | None,
+    report: CopyReport,
+    copied: _Copied,
+    *,
+    skip_too_deep: bool,
+) -> None:
+    stack[0].subdirs = _copy_files(stack[0], owner, report, copied)
+    while stack:
+        level = stack[-1]
+        if not level.subdirs:
+            _close(stack.pop())
+            continue
+        name = level.subdirs.pop()
+        if len(stack) >= MAX_COPY_DEPTH:
+            if not skip_too_deep:
+                raise TreeTooDeep(
+                    f"The workspace has directories nested more than {MAX_COPY_DEPTH} "
+                    "levels deep, which are not copied."
+                )
+            report.too_deep += 1
+            continue
+        child = _enter(level, name, owner)
+        if child is None:
+            continue  # replaced by something else meanwhile: not a directory to copy
+        stack.append(child)
+        child.subdirs = _copy_files(child, owner, report, copied)
 
 
 def _enter(parent: _Level, name: str, owner: tuple[int, int] | None) -> _Level | None:
@@ -118,10 +168,12 @@ def _enter(parent: _Level, name: str, owner: tuple[int, int] | None) -> _Level |
         raise
     if owner is not None:
         os.fchown(dst, *owner)
-    return _Level(src, dst)
+    return _Level(src, dst, f"{parent.path}{name}/")
 
 
-def _copy_files(level: _Level, owner: tuple[int, int] | None, report: CopyReport) -> list[str]:
+def _copy_files(
+    level: _Level, owner: tuple[int, int] | None, report: CopyReport, copied: _Copied
+) -> list[str]:
     """Copy the regular files of one directory; its subdirectories' names."""
     subdirs = []
     with os.scandir(level.src) as it:
@@ -134,18 +186,40 @@ def _copy_files(level: _Level, owner: tuple[int, int] | None, report: CopyReport
         if stat.S_ISDIR(st.st_mode):
             subdirs.append(entry.name)
         elif stat.S_ISREG(st.st_mode) and not UPLOAD_TEMP.fullmatch(entry.name):
-            _copy_file(level, entry.name, st.st_size, owner)
+            linked = st.st_nlink > 1 and _link_again(level, entry.name, st, copied)
+            if not linked:
+                copied_now = _copy_file(level, entry.name, st.st_size, owner)
+                if copied_now and st.st_nlink > 1:
+                    copied.remember(level, entry.name, st)
             report.files += 1
     subdirs.reverse()  # popped from the end: copied in listing order
     return subdirs
 
 
-def _copy_file(level: _Level, name: str, size: int, owner: tuple[int, int] | None) -> None:
+def _link_again(level: _Level, name: str, st: os.stat_result, copied: _Copied) -> bool:
+    """Make ``name`` a hard link to the copy of a file already copied under another name;
+    False when none was copied yet."""
+    first = copied.first.get((st.st_dev, st.st_ino))
+    if first is None:
+        return False
+    with suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=level.dst)  # a file of that name copied before (a merge)
+    try:
+        os.link(first, name, src_dir_fd=copied.root, dst_dir_fd=level.dst)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EMLINK):
+            return False  # its first copy is gone, or has too many links: copy this one
+        raise
+    return True
+
+
+def _copy_file(level: _Level, name: str, size: int, owner: tuple[int, int] | None) -> bool:
+    """Copy one file; False when it was gone."""
     try:
         fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=level.src)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ELOOP):
-            return  # gone or replaced by a link meanwhile
+            return False  # gone or replaced by a link meanwhile
         raise
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -158,6 +232,7 @@ def _copy_file(level: _Level, name: str, size: int, owner: tuple[int, int] | Non
             os.close(fout)
     finally:
         os.close(fin)
+    return True
 
 
 def _close(level: _Level) -> None:

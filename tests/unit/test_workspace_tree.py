@@ -87,3 +87,45 @@ def test_a_multipart_body_is_checked_whole_before_anything_is_written(tmp_path: 
     with pytest.raises(BadRequest, match=r"is a directory\. Nothing was written"):
         form.commit()
     assert sorted(os.listdir(tmp_path)) == ["two"]  # neither a/one nor the directory a
+
+
+def test_hard_links_are_copied_as_links_not_once_per_name(tmp_path: Path) -> None:
+    """A kernel that links one big file many times (cheap inside its quota) must not make
+    a copy (a closed session's files leaving its quota filesystem, a fork) write the file
+    once per name onto the host's disk."""
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    big = src / "big.bin"
+    big.write_bytes(os.urandom(1 << 20))
+    names = [src / f"link{i}" for i in range(10)]
+    names += [src / "a" / "b" / f"deep{i}" for i in range(10)]
+    for name in names:
+        os.link(big, name)
+    (src / "a" / "solo.txt").write_bytes(b"solo")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "link3").write_bytes(b"an older file of that name")  # a copy into a kept tree
+    assert copy_tree_safely(src, dst) == 22
+    inodes = {os.stat(dst / p.relative_to(src)).st_ino for p in [big, *names]}
+    assert len(inodes) == 1
+    assert os.stat(dst / "big.bin").st_nlink == 21
+    assert (dst / "a" / "b" / "deep9").read_bytes() == big.read_bytes()
+    assert (dst / "a" / "solo.txt").read_bytes() == b"solo"
+    blocks = {(s.st_ino, s.st_blocks) for s in (os.stat(p) for p in dst.rglob("*"))}
+    assert sum(b for _, b in blocks) * 512 < 2 * (1 << 20)  # one copy's blocks on the disk
+
+
+def test_hard_links_deep_under_long_names_are_links_too(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    deep = src.joinpath(*(c * 250 for c in "abcde"))  # a path past tree.MAX_LINK_PATH
+    deep.mkdir(parents=True)
+    (deep / "first.bin").write_bytes(os.urandom(1 << 16))
+    for i in range(5):
+        os.link(deep / "first.bin", deep / f"again{i}")
+    dst = tmp_path / "dst"
+    assert copy_tree_safely(src, dst) == 6
+    copy = dst / deep.relative_to(src)
+    assert len(str(copy.relative_to(dst))) > tree.MAX_LINK_PATH
+    inodes = {os.stat(copy / n).st_ino for n in os.listdir(copy)}
+    assert inodes == {os.stat(copy / "first.bin").st_ino}
+    assert os.listdir(dst) == ["a" * 250]  # no holding directory left
