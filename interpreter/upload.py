@@ -63,7 +63,7 @@ class Upload:
                 workspace.gate.register(self)
             except OSError as exc:
                 self.abort()
-                raise os_error(exc, path) from exc
+                raise workspace.write_error(exc, path) from exc
             except BaseException:
                 self.abort()
                 raise

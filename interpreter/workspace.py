@@ -388,6 +388,12 @@ class Workspace:
     def _quota_exceeded(self, path: str) -> DiskQuotaExceeded:
         st = os.statvfs(self.root)
         total, free = (st.f_blocks * st.f_frsize) >> 20, (st.f_bavail * st.f_frsize) >> 20
+        if st.f_favail == 0:
+            return DiskQuotaExceeded(
+                f"'{path}' does not fit in the session's workspace: it holds as many files as "
+                f"its disk quota allows ({st.f_files}); nothing was written. Delete files, or "
+                "create a session with a larger limits.disk_mb."
+            )
         return DiskQuotaExceeded(
             f"'{path}' does not fit in the session's workspace disk quota ({free} MiB free of "
             f"{total} MiB); nothing was written. Delete files, or create a session with a "

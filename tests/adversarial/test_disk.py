@@ -69,6 +69,26 @@ def test_uploads_past_the_remaining_quota_are_507_and_leave_nothing(
     assert attack.text(sid, "import os\nos.path.getsize('fits.bin')") == str(1 << 20)
 
 
+def test_an_upload_into_a_workspace_out_of_files_is_its_quota_not_the_host_disk(
+    adv: Broker, attack: Attack
+) -> None:
+    """Out of inodes (many empty files), not of bytes: still the session's quota (507
+    disk_quota_exceeded, saying so), never the service's disk (storage_full)."""
+    sid = attack.session(limits={"disk_mb": 16})
+    made = attack.text(
+        sid,
+        "import os\nos.mkdir('many')\nn = 0\ntry:\n    while n < 200000:\n"
+        "        open(f'many/{n}', 'w').close()\n        n += 1\nexcept OSError as e:\n"
+        "    err = e.errno\n(n > 100, err == 28)",
+    )
+    assert made == "(True, True)"
+    resp = attack.api.put(f"/v1/sessions/{sid}/files/more.txt", content=b"x")
+    assert resp.status_code == 507, resp.text
+    error = resp.json()["error"]
+    assert error["type"] == "disk_quota_exceeded", error
+    assert "as many files as" in error["message"]
+
+
 def test_quota_is_within_the_server_maximum_and_shown(adv: Broker, attack: Attack) -> None:
     info = attack.api.get("/v1/info").json()
     assert info["disk_quota"] == "enforced"
