@@ -2,16 +2,26 @@
 
 Rebuilding a session (``from_session``, ``from_notebook``, ``restart(recover=True)``) and
 ``interp replay`` both re-run a recorded notebook; they must agree on which cells count.
-A code cell is re-run unless:
+They re-run what the recorded session ran, in order: a cell that raised an error ran too,
+and what it did up to the error is part of the state (a cell that defines a function and
+then fails on a test call of it is a common one), so it is re-run and raising the same
+error again is expected. A code cell is *not* re-run when:
 
 * it is empty (nothing to run);
-* it failed when it was recorded (status ``error``, ``timeout``, ``kernel_died``,
-  ``interrupted``, ``unknown``...; a cell from JupyterLab, which has no status of ours,
-  failed when it holds an error output). Re-running a failure cannot restore state that
-  the recording never had, and a cell that failed may fail differently now;
+* it never ran in a kernel (status ``denied`` by a policy, or ``cancelled`` while queued);
+* it was stopped before it finished (status ``timeout``, ``interrupted``, ``kernel_died``,
+  or ``unknown``: the broker lost track of it): running it again could take as long or
+  kill the kernel again, so it is skipped, and reported, since it may have defined names
+  before it stopped;
 * it is a session's re-run of one of its *own* earlier cells (a ``restart(recover=True)``
   replays them into the same notebook): the original cells already cover it. Cells that a
   fork or rebuild replayed from *another* source are that session's state and count.
+
+How a cell ended is our ``metadata.interp.status``, unless the cell was changed since we
+recorded it (its source and outputs no longer match its ``audit_sha256``, e.g. a reviewer
+fixed it and re-ran it in Jupyter) or the status is ``error`` and no error output is left:
+then, as for a cell from JupyterLab, which has no status of ours, its outputs decide
+(``error`` when one is an error output, else ``ok``).
 """
 
 from __future__ import annotations
@@ -19,8 +29,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-#: Why a cell is not re-run.
-SkipReason = Literal["empty", "recorded_failure", "own_rerun"]
+from interpreter.audit import cell_digest
+
+#: Why a cell is not re-run: ``never_ran`` (denied or cancelled), ``recorded_failure``
+#: (stopped before it finished: timeout, interrupted, kernel_died, unknown).
+SkipReason = Literal["empty", "never_ran", "recorded_failure", "own_rerun"]
+
+#: Recorded statuses of cells that are re-run: they ran to their end (an error included).
+RERUN_STATUSES = frozenset({"ok", "error"})
+#: Recorded statuses of cells that never reached a kernel.
+NEVER_RAN_STATUSES = frozenset({"denied", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -32,12 +50,18 @@ class CellPlan:
         source: its code.
         status: how it ended when recorded (:func:`recorded_status`).
         skip: why it is not re-run, or None when it is.
+        execution_id: the id of the execution that recorded it, when the notebook says.
+        execution_count: its ``In [n]`` number as recorded (repeats after a restart).
+        ename: the exception name of its recorded error output, if it has one.
     """
 
     index: int
     source: str
     status: str
     skip: SkipReason | None
+    execution_id: str | None = None
+    execution_count: int | None = None
+    ename: str | None = None
 
     @property
     def rerun(self) -> bool:
@@ -51,14 +75,29 @@ def source_of(cell: dict[str, Any]) -> str:
 
 
 def recorded_status(cell: dict[str, Any]) -> str:
-    """How a cell ended when recorded: our metadata's status, else ``error`` when it holds
-    an error output, else ``ok``."""
-    status = _interp_meta(cell).get("status")
-    if isinstance(status, str):
-        return status
-    if any(o.get("output_type") == "error" for o in cell.get("outputs") or []):
-        return "error"
-    return "ok"
+    """How a cell ended when recorded: our metadata's status, unless the cell changed since
+    (module docstring); else ``error`` when it holds an error output, else ``ok``."""
+    meta = _interp_meta(cell)
+    status = meta.get("status")
+    by_outputs = "error" if recorded_error(cell) is not None else "ok"
+    if not isinstance(status, str) or status == by_outputs:
+        return by_outputs
+    if status == "error":
+        return by_outputs  # no error output left: it was re-run without one
+    digest = meta.get("audit_sha256")
+    if isinstance(digest, str) and digest != cell_digest(
+        cell.get("source", ""), list(cell.get("outputs") or [])
+    ):
+        return by_outputs  # changed since recorded: the metadata describes another run
+    return status
+
+
+def recorded_error(cell: dict[str, Any]) -> str | None:
+    """The exception name of a cell's first error output, or None without one."""
+    for output in cell.get("outputs") or []:
+        if isinstance(output, dict) and output.get("output_type") == "error":
+            return str(output.get("ename") or "")
+    return None
 
 
 def own_source(nb: dict[str, Any]) -> str | None:
@@ -156,9 +195,23 @@ def plan(nb: dict[str, Any]) -> list[CellPlan]:
             skip = "own_rerun"
         elif not source.strip():
             skip = "empty"
-        elif status != "ok":
+        elif status in NEVER_RAN_STATUSES:
+            skip = "never_ran"
+        elif status not in RERUN_STATUSES:
             skip = "recorded_failure"
-        plans.append(CellPlan(index=index, source=source, status=status, skip=skip))
+        execution_id = _interp_meta(cell).get("execution_id")
+        count = cell.get("execution_count")
+        plans.append(
+            CellPlan(
+                index=index,
+                source=source,
+                status=status,
+                skip=skip,
+                execution_id=execution_id if isinstance(execution_id, str) else None,
+                execution_count=count if isinstance(count, int) else None,
+                ename=recorded_error(cell),
+            )
+        )
     return plans
 
 

@@ -236,14 +236,85 @@ class KernelInfo(BaseModel):
     version: str = ""
 
 
+class RebuildCell(BaseModel):
+    """One cell of a rebuild's source that did not simply re-run as recorded."""
+
+    index: int = Field(..., description="Its position in the source notebook (all cells).")
+    execution_id: str | None = Field(None, description="The execution that recorded it.")
+    execution_count: int | None = Field(
+        None, description="Its In [n] as recorded (numbers repeat after a restart)."
+    )
+    recorded_status: str = "ok"
+    status: str | None = Field(
+        None, description="How its re-run ended; None when it was not re-run."
+    )
+    rerun_execution_id: str | None = Field(
+        None, description="The re-run's execution in the rebuilt session."
+    )
+
+
 class RebuildReport(BaseModel):
-    """How a session's state was rebuilt from a notebook."""
+    """How a session's state was rebuilt from a notebook. Cells are named by their index in
+    the source notebook (markdown cells count), as ``cells`` and the notebook note do."""
 
     source: str = Field(..., description="'session:<id>' or 'notebook'.")
     cells_total: int = 0
     cells_ran: int = 0
     cells_skipped: int = 0
-    failed: list[int] = Field(default_factory=list, description="Indexes of cells that failed.")
+    failed: list[int] = Field(
+        default_factory=list,
+        description="Source notebook indexes of re-run cells that did not end as recorded "
+        "(a recorded error raised again is not a failure: see errors_again).",
+    )
+    errors_again: list[int] = Field(
+        default_factory=list,
+        description="Re-run cells that raised their recorded error again, as expected: "
+        "what they did before the error is restored.",
+    )
+    not_rerun: list[int] = Field(
+        default_factory=list,
+        description="Cells that ran but were stopped (timeout, interrupted, kernel_died, "
+        "unknown) and were not re-run: names they defined may be missing.",
+    )
+    cells: list[RebuildCell] = Field(
+        default_factory=list,
+        description="The cells of failed, errors_again and not_rerun, with execution ids.",
+    )
+
+    def summary(self) -> str:
+        """What happened, in a few sentences for a person or a model (the tools say it)."""
+        named = {c.index: c for c in self.cells}
+
+        def listed(indexes: list[int], with_ids: bool = False) -> str:
+            words = []
+            for i in indexes[:20]:
+                rerun = named[i].rerun_execution_id if i in named else None
+                words.append(f"{i} (execution {rerun})" if with_ids and rerun else str(i))
+            more = f" and {len(indexes) - 20} more" if len(indexes) > 20 else ""
+            return f"{'cell' if len(indexes) == 1 else 'cells'} {', '.join(words)}{more}"
+
+        text = (
+            f"{self.cells_ran} of {self.cells_total} cells re-ran (cells are numbered by "
+            "their index in the source notebook)"
+        )
+        if self.errors_again:
+            text += (
+                f"; {listed(self.errors_again)} raised the error recorded for "
+                f"{'it' if len(self.errors_again) == 1 else 'them'} again, as expected: "
+                "what ran before the error is restored"
+            )
+        if self.failed:
+            text += f"; {listed(self.failed, with_ids=True)} failed"
+        if self.not_rerun:
+            stopped = ", ".join(
+                f"{i} ({named[i].recorded_status})" if i in named else str(i)
+                for i in self.not_rerun[:20]
+            )
+            text += (
+                f"; not re-run: {'cell' if len(self.not_rerun) == 1 else 'cells'} {stopped}, "
+                "stopped before the end when recorded: names defined there may be missing"
+            )
+        return text + ("." if self.failed else "; none failed.")
 
 
 class Session(BaseModel):

@@ -12,6 +12,8 @@ notebook) and stay runnable.
 
 from __future__ import annotations
 
+from interpreter.cells import CellPlan
+
 #: First line of a recovered cell; the code follows, commented out.
 RERUN_HEADER = (
     "# Re-run by the recovery after a restart; the original cell is above. Commented out "
@@ -66,31 +68,50 @@ def broker_restart_note(*, kernel_survived: bool, closed: bool = False) -> str:
     )
 
 
-def rebuild_note(source: str, own: bool, counts: list[int | None], skipped: int) -> str:
+def rebuild_note(source: str, own: bool, cells: list[CellPlan]) -> str:
     """The markdown before a rebuild's re-run cells: what is re-run, from where, and why.
+
+    Cells are named by their index in the source notebook (for a recovery, this one), as
+    the rebuild report names them: ``In [n]`` numbers repeat after a restart.
 
     Args:
         source: ``session:<id>`` or ``notebook``.
         own: whether the session re-runs its own cells (a recovery).
-        counts: the execution counts of the cells re-run, in order (None when unknown).
-        skipped: cells not re-run (failed when recorded, empty, earlier re-runs).
+        cells: the plan of the source's code cells (:func:`interpreter.cells.plan`).
     """
-    which = _cells(counts)
-    not_run = f"; {skipped} cell{'s' if skipped != 1 else ''} not re-run" if skipped else ""
+    rerun = [c.index for c in cells if c.rerun]
+    errors = [c.index for c in cells if c.rerun and c.status == "error"]
+    stopped = [c for c in cells if c.skip == "recorded_failure"]
+    others = sum(1 for c in cells if c.skip in ("never_ran", "own_rerun"))
+    which = f"{len(rerun)} {_cell_list(rerun)}" if rerun else "no cells"
+    parts = []
+    if errors:
+        parts.append(
+            f"{_cell_list(errors)} raised an error when recorded and "
+            f"{'is' if len(errors) == 1 else 'are'} re-run up to it"
+        )
+    if stopped:
+        listed = ", ".join(f"{c.index} ({c.status})" for c in stopped[:20])
+        parts.append(
+            f"not re-run: {'cell' if len(stopped) == 1 else 'cells'} {listed}, stopped "
+            "before the end; names defined there may be missing"
+        )
+    if others:
+        parts.append(
+            f"{others} cell{'s' if others != 1 else ''} not re-run (never ran, or re-runs)"
+        )
+    more = "; " + "; ".join(parts) if parts else ""
     if own:
         return (
-            f"**Recovery**: the {which} of this session re-run below to rebuild its "
-            f"state{not_run}. Their code is commented out, so that Run All runs each cell once."
+            f"**Recovery**: {which} of this notebook re-run below to rebuild the session's "
+            f"state{more}. Their code is commented out, so that Run All runs each cell once."
         )
     origin = "a notebook" if source == "notebook" else f"session `{source.split(':', 1)[-1]}`"
-    return f"**Rebuilt from {origin}**: its {which} re-run below{not_run}."
+    return f"**Rebuilt from {origin}**: {which} of its notebook re-run below{more}."
 
 
-def _cells(counts: list[int | None]) -> str:
-    if not counts:
-        return "no cells"
-    if all(c is not None for c in counts):
-        listed = ", ".join(f"In [{c}]" for c in counts[:20])
-        more = f" and {len(counts) - 20} more" if len(counts) > 20 else ""
-        return f"{len(counts)} successful cell{'s' if len(counts) != 1 else ''} ({listed}{more})"
-    return f"{len(counts)} successful cell{'s' if len(counts) != 1 else ''}"
+def _cell_list(indexes: list[int]) -> str:
+    """``cell 3`` or ``cells 0, 1, 3`` (the first 20, then how many more)."""
+    listed = ", ".join(str(i) for i in indexes[:20])
+    more = f" and {len(indexes) - 20} more" if len(indexes) > 20 else ""
+    return f"{'cell' if len(indexes) == 1 else 'cells'} {listed}{more}"

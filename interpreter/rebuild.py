@@ -1,9 +1,11 @@
 """Rebuilding a session's state by replay: from another session, a notebook, or itself.
 
 A rebuilt session re-runs, in order, the code cells that the cell rule says to re-run
-(cells that failed when recorded are skipped, and so are a session's replays of its own
-cells); the result is a :class:`~interpreter.models.RebuildReport` on the session. Used by
-``from_session`` (fork), ``from_notebook`` and ``restart(recover=True)``.
+(:mod:`interpreter.cells`: what ran, errors included; not cells that never ran or were
+stopped, nor a session's replays of its own cells); the result is a
+:class:`~interpreter.models.RebuildReport` on the session, naming cells by their index in
+the source notebook. Used by ``from_session`` (fork), ``from_notebook`` and
+``restart(recover=True)``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from interpreter.cells import notebook_problem, plan
+from interpreter.cells import CellPlan, notebook_problem, plan
 from interpreter.errors import ValidationFailed
 from interpreter.handle import ExecutionHandle
-from interpreter.models import RebuildReport
+from interpreter.models import Execution, RebuildCell, RebuildReport
 from interpreter.notes import rebuild_note
 from interpreter.session import LiveSession
 
@@ -56,27 +58,58 @@ async def replay_into(
 ) -> RebuildReport:
     """Re-run the cells of ``nb`` that the cell rule keeps, in order, in ``session``.
 
-    The report counts the cells with code (empty ones are not counted); ``failed`` holds
-    positions among the re-run cells. ``submit`` queues one cell (default
+    The report counts the cells with code (empty ones are not counted) and names cells by
+    their index in ``nb`` (:func:`report_rerun`). ``submit`` queues one cell (default
     ``session.submit``; the broker passes one that applies the key's policy).
     """
     if submit is None:
         submit = session.submit
     cells = [c for c in plan(nb) if c.skip != "empty"]
-    sources = [c.source for c in cells if c.rerun]
+    sources = [c for c in cells if c.rerun]
     report = RebuildReport(
         source=source, cells_total=len(cells), cells_skipped=len(cells) - len(sources)
     )
-    all_cells = nb.get("cells") or []
-    counts = [all_cells[c.index].get("execution_count") for c in cells if c.rerun]
     own = source == f"session:{session.id}"
-    await session.notebook.add_markdown(rebuild_note(source, own, counts, report.cells_skipped))
-    for index, code in enumerate(sources):
+    await session.notebook.add_markdown(rebuild_note(source, own, cells))
+    for cell in sources:
         handle = await submit(
-            code, timeout_s, extra_meta={"replay_of": index, "replay_source": source}
+            cell.source, timeout_s, extra_meta={"replay_of": cell.index, "replay_source": source}
         )
         await handle.finished.wait()
         report.cells_ran += 1
-        if handle.execution.status != "ok":
-            report.failed.append(index)
+        report_rerun(report, cell, handle.execution)
+    report_not_rerun(report, cells)
     return report
+
+
+def report_rerun(report: RebuildReport, cell: CellPlan, execution: Execution) -> None:
+    """Add a re-run ``cell``'s outcome to ``report``: a cell that raised the error it was
+    recorded with (same exception name) did what it did then (``errors_again``); one that
+    ended otherwise than recorded failed, unless it now succeeds."""
+    status = execution.status
+    if status == "ok":
+        return
+    ename = execution.error.ename if execution.error is not None else None
+    again = status == "error" and cell.status == "error" and ename == cell.ename
+    (report.errors_again if again else report.failed).append(cell.index)
+    report.cells.append(_named(cell, status, execution.id))
+
+
+def report_not_rerun(report: RebuildReport, cells: list[CellPlan]) -> None:
+    """Add to ``report`` the cells that ran but were stopped, so were not re-run."""
+    for cell in cells:
+        if cell.skip == "recorded_failure":
+            report.not_rerun.append(cell.index)
+            report.cells.append(_named(cell, None, None))
+    report.cells.sort(key=lambda c: c.index)
+
+
+def _named(cell: CellPlan, status: str | None, rerun_id: str | None) -> RebuildCell:
+    return RebuildCell(
+        index=cell.index,
+        execution_id=cell.execution_id,
+        execution_count=cell.execution_count,
+        recorded_status=cell.status,
+        status=status,
+        rerun_execution_id=rerun_id,
+    )

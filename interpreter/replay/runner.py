@@ -1,12 +1,18 @@
 """Replaying a notebook: run its code cells in a fresh session through the SDK, compare
 each with its recording (:mod:`interpreter.replay.compare`), and report.
 
-Which cells run again is the rule of :mod:`interpreter.cells`: a cell recorded as failed
-(error, timeout, kernel_died, ...) is not re-run but reported as a recorded failure, and
-does not make the replay fail (the verdict is about whether what succeeded still produces
-the same outputs); cells that an in-place recovery re-ran are skipped, since their
-originals are in the notebook too; the re-run cells at the top of a fork's notebook are
-run, as they build the state it inherited.
+Which cells run again is the rule of :mod:`interpreter.cells`: what the recorded session
+ran is re-run, a cell that raised an error included (raising the same error again is a
+match); a cell that was stopped (timeout, interrupted, kernel_died, unknown) is not re-run
+but reported as a recorded failure, and does not make the replay fail; a cell that never
+ran (denied, cancelled) is skipped; cells that an in-place recovery re-ran are skipped,
+since their originals are in the notebook too; the re-run cells at the top of a fork's
+notebook are run, as they build the state it inherited.
+
+A notebook records a display as it was last updated, possibly by a later cell
+(``display(..., display_id=True)`` then ``handle.update(...)``): a cell whose outputs
+differ and include such a display is compared again once every cell has run, with its
+execution fetched anew (the service updates it too), and reported then.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pydantic import BaseModel
 
 from interpreter.cells import CellPlan, notebook_problem, plan
 from interpreter.client import Client, Session
+from interpreter.models import Execution
 from interpreter.replay.compare import compare_outputs, outputs_from_cell, outputs_from_execution
 
 CellStatus = Literal["match", "mismatch", "recorded_failure", "skipped"]
@@ -124,8 +131,11 @@ def replay_notebook(
         if prepare is not None:
             prepare(session)
         ids = (*recorded_ids, session.id)
+        # Cells compared again at the end (a later cell may update their display): their
+        # position in report.cells, plan, and replayed execution's id.
+        later: list[tuple[int, CellPlan, str]] = []
         for cell_plan in plan(nb):
-            cell_report = _replay_cell(
+            cell_report, execution = _replay_cell(
                 session,
                 cell_plan,
                 cells[cell_plan.index],
@@ -140,21 +150,46 @@ def replay_notebook(
             if cell_report.replay_ms is not None:
                 report.replay_cells_s += cell_report.replay_ms / 1000
             report.cells.append(cell_report)
-            if cell_report.status == "match":
-                report.matched += 1
-            elif cell_report.status == "mismatch":
-                report.mismatched += 1
-                report.stopped_early = report.stopped_early or stop_on_mismatch
-            elif cell_report.status == "recorded_failure":
-                report.recorded_failures += 1
-            else:
-                report.skipped += 1
+            if (
+                cell_report.status == "mismatch"
+                and execution is not None
+                and any(o.display_id for o in execution.outputs)
+            ):
+                later.append((len(report.cells) - 1, cell_plan, execution.id))
+                continue
+            _count(report, cell_report, stop_on_mismatch)
+            if on_cell is not None:
+                on_cell(cell_report)
+        for position, cell_plan, execution_id in later:
+            execution = session.execution(execution_id).execution
+            cell_report = _compared(
+                report.cells[position],
+                cells[cell_plan.index],
+                execution,
+                session,
+                image_tolerance,
+                ids,
+            )
+            report.cells[position] = cell_report
+            _count(report, cell_report, stop_on_mismatch)
             if on_cell is not None:
                 on_cell(cell_report)
     report.recorded_cells_s = recorded_total / 1000 if recorded_known else None
     report.replay_s = time.monotonic() - started
     report.ok = report.mismatched == 0
     return report
+
+
+def _count(report: ReplayReport, cell_report: CellReport, stop_on_mismatch: bool) -> None:
+    if cell_report.status == "match":
+        report.matched += 1
+    elif cell_report.status == "mismatch":
+        report.mismatched += 1
+        report.stopped_early = report.stopped_early or stop_on_mismatch
+    elif cell_report.status == "recorded_failure":
+        report.recorded_failures += 1
+    else:
+        report.skipped += 1
 
 
 def _replay_cell(
@@ -165,7 +200,7 @@ def _replay_cell(
     image_tolerance: float,
     timeout_s: float | None,
     ids: tuple[str, ...],
-) -> CellReport:
+) -> tuple[CellReport, Execution | None]:
     source = cell_plan.source
     base = CellReport(
         index=cell_plan.index,
@@ -176,31 +211,49 @@ def _replay_cell(
         source=source.strip().split("\n", 1)[0][:60],
     )
     if stopped:
-        return base.model_copy(update={"note": "not reached (stopped at a mismatch)"})
+        return base.model_copy(update={"note": "not reached (stopped at a mismatch)"}), None
     if cell_plan.skip == "own_rerun":
-        return base.model_copy(update={"note": "re-run of an earlier cell by a recovery"})
+        return base.model_copy(update={"note": "re-run of an earlier cell by a recovery"}), None
     if cell_plan.skip == "empty":
-        return base.model_copy(update={"note": "empty"})
+        return base.model_copy(update={"note": "empty"}), None
+    if cell_plan.skip == "never_ran":
+        note = f"recorded as {base.recorded_status}: it never ran"
+        return base.model_copy(update={"note": note}), None
     if cell_plan.skip == "recorded_failure":
-        return base.model_copy(
-            update={
-                "status": "recorded_failure",
-                "note": f"recorded as {base.recorded_status}; not re-run",
-            }
-        )
+        update = {
+            "status": "recorded_failure",
+            "note": f"recorded as {base.recorded_status}; not re-run",
+        }
+        return base.model_copy(update=update), None
     execution = session.run(source, timeout_s=timeout_s).execution
+    return _compared(base, cell, execution, session, image_tolerance, ids), execution
+
+
+def _compared(
+    base: CellReport,
+    cell: dict[str, Any],
+    execution: Execution,
+    session: Session,
+    image_tolerance: float,
+    ids: tuple[str, ...],
+) -> CellReport:
+    """``base`` with the verdict on ``execution``, the replay of ``cell``."""
     replayed = outputs_from_execution(execution, session.artifact)
     diffs = compare_outputs(
         outputs_from_cell(cell), replayed, image_tolerance=image_tolerance, extra_ids=ids
     )
     if execution.status not in ("ok", "error"):
         diffs.insert(0, f"replay ended with status {execution.status}")
+    note = ""
+    if not diffs and execution.status == "error":
+        note = "raised its recorded error again"
     return base.model_copy(
         update={
             "status": "mismatch" if diffs else "match",
             "differences": diffs,
             "replay_status": execution.status,
             "replay_ms": execution.duration_ms,
+            "note": note,
         }
     )
 
@@ -241,7 +294,7 @@ def print_summary(report: ReplayReport) -> None:
     print(
         f"\n{report.notebook}: {total} code cells: {report.matched} match, "
         f"{report.mismatched} mismatch, {report.recorded_failures} recorded failure(s) "
-        f"not re-run, {report.skipped} skipped"
+        f"(stopped) not re-run, {report.skipped} skipped"
     )
     timing = f"replay took {report.replay_s:.1f}s (cells {report.replay_cells_s:.1f}s)"
     if report.recorded_cells_s is not None:

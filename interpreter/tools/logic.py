@@ -113,9 +113,7 @@ class _ToolLogic:
         self.created.append(info.id)
         text = f"Created session {info.id}; it is now the current session."
         if info.rebuild is not None:
-            rb = info.rebuild
-            text += f" Rebuilt from {rb.source}: {rb.cells_ran} of {rb.cells_total} cells ran"
-            text += f", cells {rb.failed} failed." if rb.failed else ", none failed."
+            text += f" Rebuilt from {info.rebuild.source}: " + info.rebuild.summary()
         return ToolResult([TextPart(text)])
 
     def _tool_list_sessions(self) -> _Steps:
@@ -138,12 +136,7 @@ class _ToolLogic:
         info: SessionInfo = yield proto.restart(sid, recover=recover)
         text = f"Session {sid} restarted; variables and imports were cleared."
         if recover and info.rebuild is not None:
-            rb = info.rebuild
-            text = (
-                f"Session {sid} restarted and rebuilt: {rb.cells_ran} of "
-                f"{rb.cells_total} cells re-ran"
-            )
-            text += f"; cells {rb.failed} failed." if rb.failed else "; none failed."
+            text = f"Session {sid} restarted and rebuilt: " + info.rebuild.summary()
         return ToolResult([TextPart(text)])
 
     # -- code -----------------------------------------------------------------------------

@@ -62,13 +62,13 @@ def test_restart_and_recovery_are_visible_and_run_all_runs_each_cell_once(
         ("code", "import os"),
         ("md", "**Kernel restarted** after it died (exit:3)"),
         ("md", "**Kernel restarted** on request (generation 3)"),
-        ("md", "**Recovery**: the 2 successful cells (In [1], In [2])"),
+        ("md", "**Recovery**: 2 cells 0, 1 of this notebook re-run below"),
         ("code", RERUN_HEADER),
         ("code", RERUN_HEADER),
         ("code", "print('runs', runs)"),
     ]
     assert outline(nb) == [f"{kind}: {text[:40]}" for kind, text in expected]
-    assert "1 cell not re-run" in "".join(nb["cells"][5]["source"])
+    assert "not re-run: cell 2 (kernel_died)" in "".join(nb["cells"][5]["source"])
     recovered = nb["cells"][7]
     assert recovered["outputs"][0]["text"] == "runs 1\n"  # what the re-run printed
     for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from interpreter.audit import cell_digest
 from interpreter.cells import notebook_problem, plan, recorded_status, source_of
 
 ERROR = {"output_type": "error", "ename": "ZeroDivisionError", "evalue": "x", "traceback": []}
@@ -25,21 +26,29 @@ CASES = [
     (code(status="ok"), "ok", None),
     (code(outputs=[STREAM]), "ok", None),
     # JupyterLab cells have no status of ours: an error output means the cell failed.
-    (code(outputs=[STREAM, ERROR]), "error", "recorded_failure"),
+    # A cell that raised ran, and what it did up to the error is state: it is re-run.
+    (code(outputs=[STREAM, ERROR]), "error", None),
+    (code(outputs=[ERROR], status="error"), "error", None),
     # Our status wins over the outputs (a timeout's cell ends with our own error output).
     (code(outputs=[ERROR], status="ok"), "ok", None),
-    (code(status="error"), "error", "recorded_failure"),
-    (code(status="timeout"), "timeout", "recorded_failure"),
-    (code(status="kernel_died"), "kernel_died", "recorded_failure"),
+    (code(outputs=[ERROR], status="timeout"), "timeout", "recorded_failure"),
+    (code(outputs=[ERROR], status="kernel_died"), "kernel_died", "recorded_failure"),
     (code(status="interrupted"), "interrupted", "recorded_failure"),
     (code(status="unknown"), "unknown", "recorded_failure"),
+    # Cells that never reached a kernel.
+    (code(status="denied"), "denied", "never_ran"),
+    (code(status="cancelled"), "cancelled", "never_ran"),
     (code(""), "ok", "empty"),
     (code("  \n\t"), "ok", "empty"),
-    (code("", status="error"), "error", "empty"),
+    (code("", outputs=[ERROR], status="error"), "error", "empty"),
     # Replays: a fork's cells (another source) are its state; a recovery's are not.
     (code(status="ok", replay_of=0, replay_source="session:s_parent"), "ok", None),
     (code(status="ok", replay_of=1, replay_source="session:s_me"), "ok", "own_rerun"),
-    (code(status="error", replay_of=1, replay_source="session:s_me"), "error", "own_rerun"),
+    (
+        code(outputs=[ERROR], status="error", replay_of=1, replay_source="session:s_me"),
+        "error",
+        "own_rerun",
+    ),
     (code(status="ok", replay_of=0, replay_source="notebook"), "ok", None),
 ]
 
@@ -52,19 +61,61 @@ def test_rule(cell: dict[str, Any], status: str, skip: str | None) -> None:
     assert got.source == source_of(cell) and recorded_status(cell) == status
 
 
+def _recorded(src: str, outputs: list[Any], status: str) -> dict[str, Any]:
+    """A cell as the service records it: status and the digest of source and outputs."""
+    return code(src, outputs, status=status, audit_sha256=cell_digest(src, outputs))
+
+
+RESULT = {"output_type": "execute_result", "data": {"text/plain": "3"}, "metadata": {}}
+
+
+@pytest.mark.parametrize(
+    ("cell", "status"),
+    [
+        # As recorded: the metadata says how it ended.
+        (_recorded("x = f()", [ERROR], "error"), "error"),
+        (_recorded("sleep(99)", [ERROR], "timeout"), "timeout"),
+        # A reviewer fixed the cell and re-ran it in Jupyter (nbconvert --execute): the
+        # outputs changed, the metadata did not. The outputs decide.
+        ({**_recorded("x = f()", [ERROR], "error"), "outputs": [RESULT]}, "ok"),
+        ({**_recorded("sleep(99)", [ERROR], "timeout"), "outputs": [RESULT]}, "ok"),
+        ({**_recorded("x = f()", [ERROR], "error"), "source": "x = g()"}, "error"),
+        # A timeout cell edited and re-run to another error: an error, which is re-run.
+        (
+            {**_recorded("sleep(99)", [ERROR], "timeout"), "outputs": [{**ERROR, "evalue": "y"}]},
+            "error",
+        ),
+        # Without a digest, an "error" with no error output left is not one.
+        (code("x = 1", [RESULT], status="error"), "ok"),
+    ],
+)
+def test_a_cell_changed_since_recorded_is_judged_by_its_outputs(
+    cell: dict[str, Any], status: str
+) -> None:
+    assert recorded_status(cell) == status
+    (got,) = plan({"cells": [cell]})
+    assert got.rerun == (status in ("ok", "error"))
+
+
 def test_positions_count_every_cell_and_only_code_cells_are_planned() -> None:
     nb = {
         "cells": [
             {"cell_type": "markdown", "source": "# title", "metadata": {}},
             code("a = 1"),
             {"cell_type": "raw", "source": "raw", "metadata": {}},
-            code("b = 2", status="error"),
+            code("b = 2", status="timeout"),
         ]
     }
     assert [(c.index, c.source, c.rerun) for c in plan(nb)] == [
         (1, "a = 1", True),
         (3, "b = 2", False),
     ]
+
+
+def test_a_plan_names_the_recorded_execution_and_error() -> None:
+    cell = {**code("f()", [ERROR], status="error", execution_id="e_1"), "execution_count": 4}
+    (got,) = plan({"cells": [cell]})
+    assert (got.execution_id, got.execution_count, got.ename) == ("e_1", 4, "ZeroDivisionError")
 
 
 def test_without_a_recording_session_no_replay_counts_as_own() -> None:

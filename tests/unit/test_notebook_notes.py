@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 
+from interpreter.cells import CellPlan
 from interpreter.execution import ExecutionRecorder
 from interpreter.notebook import NotebookRecorder
 from interpreter.notes import RERUN_HEADER, commented_rerun, rebuild_note, restart_note
@@ -36,12 +37,26 @@ def test_notes_say_what_happened() -> None:
     assert restart_note("requested", 2).startswith("**Kernel restarted** on request (generation 2)")
     assert "could not be interrupted" in restart_note("timeout", 3)
     assert "after it died (oom_killed)" in restart_note("oom_killed", 4)
-    recovery = rebuild_note("session:s_me", True, [1, 2, 4], 1)
-    assert recovery.startswith("**Recovery**: the 3 successful cells (In [1], In [2], In [4])")
-    assert "1 cell not re-run" in recovery and "commented out" in recovery
-    fork = rebuild_note("session:s_parent", False, [1, None], 0)
-    assert fork == "**Rebuilt from session `s_parent`**: its 2 successful cells re-run below."
-    assert rebuild_note("notebook", False, [3], 2).startswith("**Rebuilt from a notebook**")
+    # Cells are named by their index in the source notebook, as the rebuild report names
+    # them: In [n] numbers repeat after a restart.
+    cells = [
+        CellPlan(0, "a = 1", "ok", None),
+        CellPlan(2, "def f(): ...\nf(0)", "error", None),
+        CellPlan(3, "sleep(99)", "timeout", "recorded_failure"),
+        CellPlan(4, "rm()", "denied", "never_ran"),
+        CellPlan(5, "b = f(1)", "ok", None),
+    ]
+    recovery = rebuild_note("session:s_me", True, cells)
+    assert recovery.startswith("**Recovery**: 3 cells 0, 2, 5 of this notebook re-run below")
+    assert "cell 2 raised an error when recorded and is re-run up to it" in recovery
+    assert "not re-run: cell 3 (timeout), stopped before the end" in recovery
+    assert "names defined there may be missing" in recovery
+    assert "1 cell not re-run (never ran" in recovery and "commented out" in recovery
+    fork = rebuild_note("session:s_parent", False, cells[:1] + cells[-1:])
+    assert fork == "**Rebuilt from session `s_parent`**: 2 cells 0, 5 of its notebook re-run below."
+    assert rebuild_note("notebook", False, cells[:1]).startswith(
+        "**Rebuilt from a notebook**: 1 cell 0 of its notebook"
+    )
 
 
 def test_own_reruns_are_commented_forks_are_not(tmp_path: Path) -> None:
@@ -58,7 +73,7 @@ def test_own_reruns_are_commented_forks_are_not(tmp_path: Path) -> None:
     }
     outputs = [{"output_type": "stream", "name": "stdout", "text": "1\n"}]
     rec.add_cell("print(1)", outputs, execution_id="e1", **common)
-    rec.add_markdown(rebuild_note("session:s_me", True, [1], 0))
+    rec.add_markdown(rebuild_note("session:s_me", True, [CellPlan(0, "print(1)", "ok", None)]))
     own = {"replay_of": 0, "replay_source": "session:s_me"}
     rec.add_cell("print(1)", outputs, execution_id="e2", extra=own, **common)
     other = {"replay_of": 0, "replay_source": "session:s_other"}

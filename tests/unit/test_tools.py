@@ -33,6 +33,20 @@ from interpreter.tools import (
 )
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC).isoformat()
+REBUILD = {
+    "source": "session:x",
+    "cells_total": 4,
+    "cells_ran": 2,
+    "cells_skipped": 1,
+    "failed": [4],
+    "errors_again": [1],
+    "not_rerun": [6],
+    "cells": [
+        {"index": 1, "recorded_status": "error", "status": "error", "rerun_execution_id": "e_r1"},
+        {"index": 4, "recorded_status": "ok", "status": "error", "rerun_execution_id": "e_r4"},
+        {"index": 6, "execution_id": "e_6", "recorded_status": "timeout"},
+    ],
+}
 PNG = b"\x89PNG\r\n\x1a\nfake"
 DF_SUMMARY = {
     "version": 1,
@@ -89,9 +103,7 @@ class ToolService:
             "created_at": NOW,
             "last_activity_at": NOW,
             "execution_count": 0,
-            "rebuild": {"source": "session:x", "cells_total": 3, "cells_ran": 2, "failed": [1]}
-            if sid.endswith("r")
-            else None,
+            "rebuild": REBUILD if sid.endswith("r") else None,
         }
 
     def _execute(self, sid: str, code: str) -> dict[str, Any]:
@@ -426,7 +438,15 @@ def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService)
     created = run(executor, "create_session").text
     assert "Created session s1" in created
     forked = run(executor, "create_session", from_session="s1").text
-    assert "Rebuilt from session:x: 2 of 3 cells ran, cells [1] failed." in forked
+    # Cells are named as in the source notebook, with the failed re-run's execution; the
+    # model learns that a recorded error raised again is expected and what was not re-run.
+    assert (
+        "Rebuilt from session:x: 2 of 4 cells re-ran (cells are numbered by their index in "
+        "the source notebook); cell 1 raised the error recorded for it again, as expected: "
+        "what ran before the error is restored; cell 4 (execution e_r4) failed; not re-run: "
+        "cell 6 (timeout), stopped before the end when recorded: names defined there may "
+        "be missing." in forked
+    )
     assert executor.session_id == "s2r"
     listing = run(executor, "list_sessions").text
     assert "s2r  idle" in listing and "(current)" in listing.splitlines()[1]
@@ -434,7 +454,9 @@ def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService)
         "restarted; variables and imports were cleared"
         in run(executor, "restart", session_id="s1").text
     )
-    assert "re-ran; cells [1] failed" in run(executor, "restart", recover=True).text
+    restarted = run(executor, "restart", recover=True).text
+    assert "restarted and rebuilt: 2 of 4 cells re-ran" in restarted
+    assert "cell 4 (execution e_r4) failed" in restarted
     text = run(executor, "get_notebook").text
     assert "In [1] (ok):\nprint(1)" in text and "[image: image/png]" in text
     assert "[error] ZeroDivisionError" in text
