@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -504,6 +505,15 @@ def test_hot_reload_keeps_sessions_and_a_broken_edit_keeps_the_last_good_policy(
         path.write_text(relaxed)
         reloaded_to(hashlib.sha256(relaxed.encode()).hexdigest(), error=False)
         assert _run(client, sid, "import subprocess")["status"] == "ok"  # same session
+        # An edit that keeps the size and the mtime (a tool restoring it, or two edits in
+        # one tick of the file system's clock) is seen too: the content is compared.
+        before = path.stat()
+        tight = relaxed.replace('"allow"\nmessage = "subprocess', '"deny"\nmessage = "subprocess ')
+        assert len(tight) == len(relaxed)
+        path.write_text(tight)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        reloaded_to(hashlib.sha256(tight.encode()).hexdigest(), error=False)
+        assert _run(client, sid, "import subprocess")["status"] == "denied"
     finally:
         path.write_text(POLICY)
         reloaded_to(hashlib.sha256(POLICY.encode()).hexdigest(), error=False)
