@@ -443,7 +443,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
         ex = handle.execution
         if handle.approval is not None:
-            handle.approval.withdraw(reason)
+            handle.approval.withdraw(reason)  # no-op once decided
+            self._record_outcome(handle)
         if handle.spill is not None:
             # Never finished: its spilled text goes (the record keeps no artifact).
             spill, handle.spill = handle.spill, None
