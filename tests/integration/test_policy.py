@@ -500,6 +500,47 @@ def test_a_restart_cancels_a_held_execution_and_it_never_runs_on_the_new_kernel(
     _no_cell_for(client, sid, held_id)
 
 
+def test_a_held_execution_ends_cancelled_when_its_session_is_deleted(
+    policy_server: Server,
+) -> None:
+    with policy_server.client() as client:
+        sid = _session(client)
+        with ExitStack() as stack:
+            held = _submit(stack, client, sid, HELD)
+            approval = _pending_for(policy_server, held.headers["X-Execution-Id"])
+            assert client.delete(f"/v1/sessions/{sid}").status_code in (200, 204)
+            ex = _result(held)
+        _withdrawn(policy_server, ex, approval["id"], "session_closed")
+        _no_cell_for(client, sid, ex.id)
+
+
+def test_a_held_execution_ends_cancelled_when_the_broker_stops(tmp_path: Path) -> None:
+    """A drain does not wait its grace for code nobody approved: the held execution is
+    cancelled first, like the queued ones (it never ran, and never will)."""
+    (tmp_path / "policy.toml").write_text(POLICY)
+    srv = start_server(
+        "local",
+        tmp_path / "data",
+        operator_keys=[OPERATOR],
+        policy_file=tmp_path / "policy.toml",
+        pool_size=0,
+        shutdown_grace_s=60,
+    )
+    try:
+        with srv.client() as client, ExitStack() as stack:
+            sid = _session(client)
+            held = _submit(stack, client, sid, HELD)
+            behind = _submit(stack, client, sid, "print('behind')")
+            approval = _pending_for(srv, held.headers["X-Execution-Id"])
+            srv.thread.call(srv.thread.broker.drain())
+            ex = _result(held)
+            after = _result(behind)
+            _withdrawn(srv, ex, approval["id"], "broker_shutdown")
+            assert (after.status, after.reason) == ("cancelled", "broker_shutdown")
+    finally:
+        srv.thread.stop()
+
+
 def test_agent_keys_cannot_list_or_decide_approvals(policy_server: Server) -> None:
     for key in (KEY, OTHER_KEY):
         with policy_server.client(key) as agent:
