@@ -46,7 +46,7 @@ def add_approvals_command(
     cmd.add_argument(
         "--status",
         default="pending",
-        choices=["pending", "approved", "denied", "expired", "all"],
+        choices=["pending", "approved", "denied", "expired", "withdrawn", "all"],
         help="Which approvals to list (default pending).",
     )
     cmd.add_argument("--watch", action="store_true", help="Live view: print new ones as they come.")

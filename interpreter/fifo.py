@@ -52,6 +52,14 @@ class ExecutionQueue:
         the session runs it."""
         return next((h for h in self._by_id.values() if not _settled(h)), None)
 
+    def held(self) -> ExecutionHandle | None:
+        """The current execution if it still waits for its approval (policy ``approve``):
+        taken from the queue, never sent to the kernel. It ends as a queued one does."""
+        handle = self.current
+        if handle is None or handle.finished.is_set():
+            return None
+        return handle if handle.execution.status == "pending_approval" else None
+
     def get(self, execution_id: str) -> ExecutionHandle | None:
         return self._by_id.get(execution_id)
 

@@ -384,9 +384,12 @@ class ErrorInfo(BaseModel):
 
 class ApprovalOutcome(BaseModel):
     """How a held execution was decided: by whom (a key's name, or ``service`` for an
-    expiry), when and why."""
+    expiry or a withdrawal), when and why.
 
-    decision: Literal["approved", "denied", "expired"]
+    ``withdrawn``: nobody decided; the execution ended first, ``cancelled`` (an interrupt,
+    a restart, its session's close or the broker's stop), and ``comment`` is its reason."""
+
+    decision: Literal["approved", "denied", "expired", "withdrawn"]
     decided_by: str
     decided_at: datetime
     comment: str | None = None
@@ -412,7 +415,11 @@ class Approval(BaseModel):
     """An execution held for approval (``GET /v1/approvals``)."""
 
     id: str
-    status: Literal["pending", "approved", "denied", "expired"]
+    status: Literal["pending", "approved", "denied", "expired", "withdrawn"] = Field(
+        ...,
+        description="'withdrawn': the execution was cancelled before anyone decided "
+        "(the outcome's comment says why); it was not run and can no longer be decided.",
+    )
     session_id: str
     execution_id: str
     key: str = Field(..., description="The name of the key that submitted it.")

@@ -375,7 +375,14 @@ def _policy_paths() -> dict[str, Any]:
                         "required": False,
                         "schema": {
                             "type": "string",
-                            "enum": ["pending", "approved", "denied", "expired", "all"],
+                            "enum": [
+                                "pending",
+                                "approved",
+                                "denied",
+                                "expired",
+                                "withdrawn",
+                                "all",
+                            ],
                         },
                     },
                     {

@@ -144,16 +144,22 @@ class KernelLifecycle:
     async def interrupt(self, execution_id: str | None = None) -> None:
         """Interrupt the running execution (state is kept). With ``execution_id``, only
         that one: interrupted if it runs, cancelled if it waits in the queue (it never
-        runs), left alone if it finished or is not known here."""
+        runs), left alone if it finished or is not known here. One held for approval at
+        the head of the queue has not reached the kernel: it is cancelled (its approval
+        withdrawn), and the queue moves on."""
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed.")
+        held = self.executions.held()
         if execution_id is not None:
             target = self.executions.get(execution_id)
             if target is None or target.finished.is_set():
                 return
-            if target is not self.executions.current:
+            if target is not self.executions.current or target is held:
                 await self._abandon(target, "cancelled", "cancelled")  # it never ran
                 return
+        elif held is not None:
+            await self._abandon(held, "cancelled", "cancelled")
+            return
         handle = self.executions.current
         if handle is not None:
             handle.interrupt_requested = True
@@ -173,17 +179,23 @@ class KernelLifecycle:
 
         The running cell ends ``interrupted`` (reason ``restarted``); cells queued behind
         it are cancelled, since they were written against the state the restart throws
-        away, unless ``keep_queued``.
+        away, unless ``keep_queued``. One held for approval is cancelled whatever
+        ``keep_queued`` says (its approval withdrawn): it never runs on the new kernel.
         """
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
-        running = self.executions.current
+        held = self.executions.held()
+        running = self.executions.current if held is None else None
         if running is not None:
             running.interrupt_requested = True
-        if not keep_queued:
-            for handle in self.executions.drain():
+        dropped = [] if keep_queued else self.executions.drain()
+        # From here a cell the worker takes (one kept, once the held one is cancelled)
+        # waits for the new kernel rather than start on the old one.
+        self._replaced.clear()
+        try:
+            for handle in [held, *dropped] if held is not None else dropped:
                 handle.execution.state_lost = True
                 handle.execution.error = ErrorInfo(
                     ename="Cancelled",
@@ -193,7 +205,9 @@ class KernelLifecycle:
                     ),
                 )
                 await self._abandon(handle, "cancelled", "restarted")
-        await self._restart("requested")
+            await self._restart("requested")
+        finally:
+            self._replaced.set()
         if running is None or running.finished.is_set():
             await self._write_note()
         if running is not None:

@@ -228,8 +228,11 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self._state_lost_pending = True
 
     async def cancel_queued(self, reason: str) -> None:
-        """Cancel the cells waiting in the queue (they never reached the kernel)."""
-        for handle in self.executions.drain():
+        """Cancel the cells that never reached the kernel: those waiting in the queue and
+        the one at its head held for approval (its approval is withdrawn)."""
+        waiting = self.executions.drain()  # at once: none starts while the held one ends
+        held = self.executions.held()
+        for handle in [held, *waiting] if held is not None else waiting:
             await self._abandon(handle, "cancelled", reason)
 
     def _kernel_ready(self) -> None:
@@ -271,6 +274,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         closed_by = "broker_shutdown" if reason == "broker_shutdown" else "session_closed"
         await self.cancel_queued(closed_by)
         current = self.executions.current
+        if current is not None and current.finished.is_set():
+            current = None  # held for approval, cancelled above: nothing runs
         if self._worker is not None:
             if current is not None and not keep_kernel:
                 with contextlib.suppress(Exception):
@@ -443,7 +448,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
         ex = handle.execution
         if handle.approval is not None:
-            handle.approval.withdraw(reason)
+            handle.approval.withdraw(reason)  # no-op once decided
+            self._record_outcome(handle)
         if handle.spill is not None:
             # Never finished: its spilled text goes (the record keeps no artifact).
             spill, handle.spill = handle.spill, None

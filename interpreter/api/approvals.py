@@ -16,7 +16,7 @@ from interpreter.models import ApprovalList, DecideRequest
 
 #: Longest ``?wait_s=`` of the list: the live view's long poll.
 MAX_WAIT_S = 60.0
-STATUSES = ("pending", "approved", "denied", "expired", "all")
+STATUSES = ("pending", "approved", "denied", "expired", "withdrawn", "all")
 
 
 class SelfApproval(Forbidden):

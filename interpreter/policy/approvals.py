@@ -1,9 +1,10 @@
-"""Executions held for a person's approval: pending, decided, or expired as denied.
+"""Executions held for a person's approval: pending, decided, expired, or withdrawn.
 
 The session's worker waits on :attr:`PendingApproval.decided` when a held execution's turn
 comes (nothing behind it overtakes it). Operators decide through ``/v1/approvals``; an
 approval nobody answers expires after the policy's ``approvals.expire_after_s`` and counts
-as denied.
+as denied. One whose execution is cancelled before a decision (an interrupt, a restart,
+the session's close, the broker's stop) is withdrawn: nobody can decide it any more.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from interpreter.models import Approval, ApprovalOutcome
 from interpreter.store import utcnow
 
 log = logging.getLogger(__name__)
-Outcome = Literal["approved", "denied", "expired"]
+Outcome = Literal["approved", "denied", "expired", "withdrawn"]
 #: Decided approvals kept in memory for GET (each execution keeps its own record too).
 KEPT_DECIDED = 256
 
@@ -83,8 +84,8 @@ class PendingApproval:
             self.on_change()
 
     def withdraw(self, why: str) -> None:
-        """The held execution ended otherwise (cancelled, session closed)."""
-        self.settle("denied", "service", why)
+        """The held execution ended before a decision (cancelled, for reason ``why``)."""
+        self.settle("withdrawn", "service", why)
 
     def model(self) -> Approval:
         status = "pending" if self.outcome is None else self.outcome.decision

@@ -31,6 +31,11 @@ def policy_text(execution: Execution) -> str:
     why = f" ({outcome.comment})" if outcome.comment else ""
     if outcome.decision == "approved":
         return f"A person's approval was required ({rule}); {outcome.decided_by} approved it{why}."
+    if outcome.decision == "withdrawn":
+        return (
+            f"This code needed a person's approval ({rule}){said}\nIt was cancelled and its "
+            f"approval withdrawn before anyone decided ({outcome.comment}); it was not run."
+        )
     if outcome.decision == "expired":
         return (
             f"This code needed a person's approval ({rule}){said}\nNobody decided in time, so "

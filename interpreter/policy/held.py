@@ -18,7 +18,7 @@ from interpreter.backends.base import LaunchOptions
 from interpreter.errors import SessionClosed
 from interpreter.handle import ExecutionHandle
 from interpreter.ids import new_id
-from interpreter.models import Execution, PolicyResult, SessionStatus
+from interpreter.models import TERMINAL_STATUSES, Execution, PolicyResult, SessionStatus
 from interpreter.notebook import LiveNotebook
 from interpreter.policy.gate import PolicyGate
 from interpreter.store import SessionRecord, Writer
@@ -134,6 +134,14 @@ class PolicyStage:
         await self.writer.run(partial(self._save_execution, handle))
         handle.finish()
 
+    @staticmethod
+    def _record_outcome(handle: ExecutionHandle) -> None:
+        """Put the approval's outcome in the execution's policy (record and notebook)."""
+        ex, approval = handle.execution, handle.approval
+        if ex.policy is not None and approval is not None:
+            ex.policy.approval = approval.outcome
+            handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
+
     async def _await_approval(self, handle: ExecutionHandle) -> bool:
         """Hold the queue until ``handle``'s approval is decided; whether it may run."""
         approval = handle.approval
@@ -147,12 +155,10 @@ class PolicyStage:
             finally:
                 for task in waits:
                     task.cancel()
-        if handle.finished.is_set():  # cancelled while it waited
-            return False
         ex = handle.execution
-        if ex.policy is not None:
-            ex.policy.approval = approval.outcome
-            handle.extra_meta["policy"] = ex.policy.model_dump(mode="json")
+        if handle.finished.is_set() or ex.status in TERMINAL_STATUSES:
+            return False  # cancelled while it waited (its approval withdrawn)
+        self._record_outcome(handle)
         if approval.approved:
             ex.status = "queued"
             return True

@@ -2,9 +2,12 @@
 
 A file that is not valid TOML, or whose content does not fit the schema
 (:class:`~interpreter.policy.rules.PolicyFile`), raises :class:`PolicyFileError` with a
-one-line message naming the line and the problem. :class:`PolicyWatcher` polls the file's
-modification time off the event loop; a bad edit keeps the last good policy and is logged
-(and shown by ``GET /v1/policy``) until the file is fixed.
+one-line message naming the line and the problem. :class:`PolicyWatcher` polls the file
+off the event loop and compares its content's digest with the last one it saw (not its
+size and mtime: two edits within one tick of the file system's clock, or a tool that
+restores the mtime, leave those unchanged); a policy file is a few kilobytes, so reading
+it at every poll costs nothing worth saving. A bad edit keeps the last good policy and is
+logged once (and shown by ``GET /v1/policy``) until the file is fixed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ class LoadedPolicy:
     path: Path
     policy: PolicyFile
     sha256: str
-    mtime_ns: int
     loaded_at: datetime
 
 
@@ -64,11 +66,18 @@ def parse(text: str, path: str = "policy file") -> PolicyFile:
 
 def load(path: Path) -> LoadedPolicy:
     """Read and check the file at ``path`` (blocking: call off the event loop)."""
+    return _checked(path, _read(path))
+
+
+def _read(path: Path) -> bytes:
     try:
-        raw = path.read_bytes()
-        mtime = path.stat().st_mtime_ns
+        return path.read_bytes()
     except OSError as exc:
         raise PolicyFileError(f"{path}: cannot read the policy file: {exc.strerror}") from None
+
+
+def _checked(path: Path, raw: bytes) -> LoadedPolicy:
+    """Check the content ``raw`` read from ``path``; raises PolicyFileError."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -77,10 +86,13 @@ def load(path: Path) -> LoadedPolicy:
     return LoadedPolicy(
         path=path,
         policy=policy,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        mtime_ns=mtime,
+        sha256=_digest(raw),
         loaded_at=datetime.now(UTC),
     )
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _line_of(text: str, loc: tuple[Any, ...]) -> int:
@@ -113,7 +125,8 @@ class PolicyWatcher:
         self.interval_s = interval_s
         #: Why the last change of the file was refused (None when it is in use).
         self.error: str | None = None
-        self._seen_mtime = loaded.mtime_ns
+        #: Digest of the content last looked at, loaded or refused (None: unreadable).
+        self._seen: str | None = loaded.sha256
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -138,21 +151,26 @@ class PolicyWatcher:
                 log.exception("checking the policy file failed")
 
     async def check(self) -> bool:
-        """Reload when the file changed; returns whether a new policy is in use."""
+        """Reload when the file's content changed; returns whether a new policy is in use.
+
+        Unchanged content (the same digest as at the last check) is neither parsed nor
+        logged, whatever its mtime says."""
         path = self.current.path
         try:
-            mtime = (await asyncio.to_thread(path.stat)).st_mtime_ns
-        except OSError as exc:
-            self._refuse(mtime=None, why=f"{path}: cannot read the policy file: {exc.strerror}")
-            return False
-        if mtime == self._seen_mtime:
-            return False
-        try:
-            loaded = await asyncio.to_thread(load, path)
+            raw = await asyncio.to_thread(_read, path)
         except PolicyFileError as exc:
-            self._refuse(mtime, str(exc))
+            self._seen = None  # whatever it holds when it is back is looked at
+            self._refuse(str(exc))
             return False
-        self._seen_mtime = loaded.mtime_ns
+        digest = _digest(raw)
+        if digest == self._seen:
+            return False
+        self._seen = digest
+        try:
+            loaded = await asyncio.to_thread(_checked, path, raw)
+        except PolicyFileError as exc:
+            self._refuse(str(exc))
+            return False
         self.error = None
         if loaded.sha256 == self.current.sha256:
             return False
@@ -160,9 +178,7 @@ class PolicyWatcher:
         log.info("policy reloaded from %s (sha256 %s)", path, loaded.sha256[:12])
         return True
 
-    def _refuse(self, mtime: int | None, why: str) -> None:
-        if mtime is not None:
-            self._seen_mtime = mtime
+    def _refuse(self, why: str) -> None:
         if why != self.error:
             log.warning("policy file change refused, the last good policy stays: %s", why)
         self.error = why

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -416,6 +417,130 @@ def test_an_unanswered_approval_expires_as_denied_and_is_announced_on_sse(
         assert sess.run("1 + 1").text == "2"  # the queue goes on
 
 
+HELD = "import os\nos.remove('nothing-here')"
+
+
+def _withdrawn(server: Server, ex: Execution, approval_id: str, reason: str) -> None:
+    """``ex`` was held and ended ``cancelled`` (``reason``) before anyone decided: never
+    sent to the kernel, no notebook cell, its approval withdrawn and closed to decisions."""
+    assert (ex.status, ex.reason) == ("cancelled", reason)
+    assert ex.started_at is None and ex.execution_count is None
+    assert ex.policy is not None and ex.policy.approval is not None
+    outcome = ex.policy.approval
+    assert (outcome.decision, outcome.decided_by, outcome.comment) == (
+        "withdrawn",
+        "service",
+        reason,
+    )
+    assert "withdrawn before anyone decided" in "\n".join(render_execution(ex))
+    with _operator(server) as op:
+        approval = op.get(f"/v1/approvals/{approval_id}").json()
+        assert approval["status"] == "withdrawn" and approval["outcome"]["comment"] == reason
+        late = op.post(f"/v1/approvals/{approval_id}/approve", json={})
+        assert late.status_code == 409 and "withdrawn by service" in late.text
+        pending = op.get("/v1/approvals").json()["approvals"]
+        assert approval_id not in [a["id"] for a in pending]
+
+
+def _no_cell_for(client: httpx.Client, sid: str, execution_id: str) -> None:
+    nb = client.get(f"/v1/sessions/{sid}/notebook").json()
+    ids = [c["metadata"].get("interp", {}).get("execution_id") for c in nb["cells"]]
+    assert execution_id not in ids
+
+
+@pytest.mark.parametrize("how", ["interrupt", "by_id"])
+def test_an_interrupt_cancels_a_held_execution_and_withdraws_its_approval(
+    policy_server: Server, session: tuple[httpx.Client, str], how: str
+) -> None:
+    """A plain interrupt, or one naming the held execution, ends it at once as a queued
+    cell would end (it never reached the kernel), and the queue behind it moves on."""
+    client, sid = session
+    with ExitStack() as stack:
+        held = _submit(stack, client, sid, HELD)
+        behind = _submit(stack, client, sid, "print('behind')")
+        held_id = held.headers["X-Execution-Id"]
+        approval = _pending_for(policy_server, held_id)
+        params = {"execution_id": held_id} if how == "by_id" else {}
+        resp = client.post(f"/v1/sessions/{sid}/interrupt", params=params)
+        assert resp.status_code == 200, resp.text
+        # Ended when the interrupt is answered, not when the approval would expire.
+        now = client.get(f"/v1/sessions/{sid}/executions/{held_id}").json()
+        assert (now["status"], now["reason"]) == ("cancelled", "cancelled")
+        ex = _result(held)
+        after = _result(behind)
+    assert after.status == "ok" and after.stdout == "behind\n"
+    _withdrawn(policy_server, ex, approval["id"], "cancelled")
+    _no_cell_for(client, sid, held_id)
+
+
+@pytest.mark.parametrize("keep_queued", [False, True])
+def test_a_restart_cancels_a_held_execution_and_it_never_runs_on_the_new_kernel(
+    policy_server: Server, session: tuple[httpx.Client, str], keep_queued: bool
+) -> None:
+    client, sid = session
+    generation = client.get(f"/v1/sessions/{sid}").json()["generation"]
+    with ExitStack() as stack:
+        held = _submit(stack, client, sid, HELD)
+        behind = _submit(stack, client, sid, "print('behind')")
+        held_id = held.headers["X-Execution-Id"]
+        approval = _pending_for(policy_server, held_id)
+        resp = client.post(f"/v1/sessions/{sid}/restart", json={"keep_queued": keep_queued})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["generation"] == generation + 1
+        now = client.get(f"/v1/sessions/{sid}/executions/{held_id}").json()
+        assert (now["status"], now["reason"]) == ("cancelled", "restarted")
+        ex = _result(held)
+        after = _result(behind)
+    _withdrawn(policy_server, ex, approval["id"], "restarted")
+    assert ex.state_lost  # written against the state the restart threw away
+    if keep_queued:  # what was kept runs on the new kernel, after the cancelled one
+        assert (after.status, after.generation, after.stdout) == ("ok", generation + 1, "behind\n")
+    else:
+        assert (after.status, after.reason) == ("cancelled", "restarted")
+    _no_cell_for(client, sid, held_id)
+
+
+def test_a_held_execution_ends_cancelled_when_its_session_is_deleted(
+    policy_server: Server,
+) -> None:
+    with policy_server.client() as client:
+        sid = _session(client)
+        with ExitStack() as stack:
+            held = _submit(stack, client, sid, HELD)
+            approval = _pending_for(policy_server, held.headers["X-Execution-Id"])
+            assert client.delete(f"/v1/sessions/{sid}").status_code in (200, 204)
+            ex = _result(held)
+        _withdrawn(policy_server, ex, approval["id"], "session_closed")
+        _no_cell_for(client, sid, ex.id)
+
+
+def test_a_held_execution_ends_cancelled_when_the_broker_stops(tmp_path: Path) -> None:
+    """A drain does not wait its grace for code nobody approved: the held execution is
+    cancelled first, like the queued ones (it never ran, and never will)."""
+    (tmp_path / "policy.toml").write_text(POLICY)
+    srv = start_server(
+        "local",
+        tmp_path / "data",
+        operator_keys=[OPERATOR],
+        policy_file=tmp_path / "policy.toml",
+        pool_size=0,
+        shutdown_grace_s=60,
+    )
+    try:
+        with srv.client() as client, ExitStack() as stack:
+            sid = _session(client)
+            held = _submit(stack, client, sid, HELD)
+            behind = _submit(stack, client, sid, "print('behind')")
+            approval = _pending_for(srv, held.headers["X-Execution-Id"])
+            srv.thread.call(srv.thread.broker.drain())
+            ex = _result(held)
+            after = _result(behind)
+            _withdrawn(srv, ex, approval["id"], "broker_shutdown")
+            assert (after.status, after.reason) == ("cancelled", "broker_shutdown")
+    finally:
+        srv.thread.stop()
+
+
 def test_agent_keys_cannot_list_or_decide_approvals(policy_server: Server) -> None:
     for key in (KEY, OTHER_KEY):
         with policy_server.client(key) as agent:
@@ -504,6 +629,15 @@ def test_hot_reload_keeps_sessions_and_a_broken_edit_keeps_the_last_good_policy(
         path.write_text(relaxed)
         reloaded_to(hashlib.sha256(relaxed.encode()).hexdigest(), error=False)
         assert _run(client, sid, "import subprocess")["status"] == "ok"  # same session
+        # An edit that keeps the size and the mtime (a tool restoring it, or two edits in
+        # one tick of the file system's clock) is seen too: the content is compared.
+        before = path.stat()
+        tight = relaxed.replace('"allow"\nmessage = "subprocess', '"deny"\nmessage = "subprocess ')
+        assert len(tight) == len(relaxed)
+        path.write_text(tight)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        reloaded_to(hashlib.sha256(tight.encode()).hexdigest(), error=False)
+        assert _run(client, sid, "import subprocess")["status"] == "denied"
     finally:
         path.write_text(POLICY)
         reloaded_to(hashlib.sha256(POLICY.encode()).hexdigest(), error=False)

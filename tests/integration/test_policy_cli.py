@@ -213,7 +213,7 @@ def test_sigterm_on_interp_run_ends_its_pending_approval_and_session(held_server
         info = agent.get(f"/v1/sessions/{sid}").json()
         assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info
         approval = operator.get(f"/v1/approvals/{approval_id}").json()
-        assert approval["status"] == "denied", approval
+        assert approval["status"] == "withdrawn", approval
         assert approval["outcome"]["decided_by"] == "service", approval
 
 

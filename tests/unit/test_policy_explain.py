@@ -55,6 +55,8 @@ def test_approval_outcomes_in_words() -> None:
     assert "ops-alice denied it; it was not run" in denied
     expired = "\n".join(render_execution(_held("expired", "service", "no decision")))
     assert "Nobody decided in time, so it was not run" in expired
+    withdrawn = "\n".join(render_execution(_held("withdrawn", "service", "restarted")))
+    assert "approval withdrawn before anyone decided (restarted); it was not run" in withdrawn
 
 
 def test_without_a_policy_nothing_is_said() -> None:

@@ -86,3 +86,33 @@ async def test_hot_reload_takes_good_edits_and_keeps_the_last_good_policy(tmp_pa
     assert watcher.policy.policies["default"].rules[0].decision == "approve"
     assert not await watcher.check()  # unchanged: nothing to do
     await asyncio.sleep(0)
+
+
+async def test_an_edit_that_keeps_size_and_mtime_is_loaded_and_no_change_is_quiet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two edits within one tick of the file system's clock, or a tool that restores the
+    mtime, leave size and mtime as they were: the content decides."""
+    path = tmp_path / "policy.toml"
+    path.write_text(GOOD)
+    watcher = PolicyWatcher(load(path), interval_s=60)
+    before = path.stat()
+    same_size = GOOD.replace('decision = "deny"', 'decision = "allow"').replace("pandas", "panda")
+    assert len(same_size) == len(GOOD)
+    path.write_text(same_size)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns
+    assert await watcher.check()
+    assert watcher.policy.policies["default"].rules[0].decision == "allow"
+    # Nothing changed since: no reload, no log line, however often it is polled.
+    caplog.clear()
+    with caplog.at_level("INFO", logger="interpreter.policy.loader"):
+        for _ in range(3):
+            assert not await watcher.check()
+    assert caplog.records == []
+    # A refused edit is logged once, not at every poll.
+    path.write_text(GOOD.replace('decision = "deny"', 'decision = "nope"'))
+    with caplog.at_level("INFO", logger="interpreter.policy.loader"):
+        for _ in range(3):
+            assert not await watcher.check()
+    assert len(caplog.records) == 1 and watcher.error is not None
