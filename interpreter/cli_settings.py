@@ -93,10 +93,21 @@ def load(overrides: Mapping[str, Any] | None = None) -> Settings:
         if old in os.environ:
             raise SettingsError(f"{old} was renamed: set {new} instead, and unset {old}.")
     given = dict(overrides or {})
+    # A blank variable is as good as unset, but a blank key given as a flag was meant to
+    # be a key (the list flags' blanks are the settings model's to refuse).
+    if isinstance(given.get("metrics_key"), str) and not given["metrics_key"].strip():
+        raise SettingsError(
+            f"{flag_name('metrics_key')} is empty: give a key of at least 8 characters, "
+            "or leave the flag out."
+        )
     try:
         return Settings(**given)
     except ValidationError as exc:
         raise SettingsError(_describe(exc, set(given))) from None
+
+
+#: Fields by their variable where it is an alias (errors name the alias).
+_by_variable = {env_name(name): name for name in Settings.model_fields}
 
 
 def _source(field: str, from_flags: set[str]) -> str:
@@ -121,6 +132,7 @@ def _describe(exc: ValidationError, from_flags: set[str]) -> str:
                 f"would be refused. Lower {low} or raise {high}."
             )
             continue
+        field = _by_variable.get(field, field)
         if field not in Settings.model_fields:
             lines.append(f"{field or 'settings'}: {error['msg']}")
             continue

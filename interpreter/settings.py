@@ -257,11 +257,29 @@ class Settings(BaseSettings):
         # the ipc socket paths built from it) would point somewhere else.
         return value.expanduser().absolute()
 
-    @field_validator("api_keys", "operator_keys", "docker_images", mode="before")
+    @field_validator("docker_images", mode="before")
     @classmethod
-    def _split_keys(cls, value: object) -> object:
+    def _split_images(cls, value: object) -> object:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("api_keys", "operator_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        # An empty key is one no client can send: a service with only such keys answers
+        # every request 401, and counts as authenticated when it binds beyond loopback.
+        # An unset or blank variable is no keys at all; a list with a blank key is refused.
+        if isinstance(value, str):
+            if not value.strip():
+                return []
+            value = [k.strip() for k in value.split(",")]
+        if isinstance(value, list) and any(isinstance(k, str) and not k.strip() for k in value):
+            raise PydanticCustomError(
+                "empty_key",
+                "an empty key, which no client can send: give keys of at least one "
+                "character (comma-separated in the variable), or none at all",
+            )
         return value
 
     @field_validator("docker_cgroup_parent")

@@ -218,3 +218,42 @@ def test_numbers_must_be_finite(value: str, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("INTERP_IDLE_TIMEOUT_S", value)
     with pytest.raises(SettingsError, match=r"^INTERP_IDLE_TIMEOUT_S=.* finite number"):
         load()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variables", "named"),
+    [
+        ({"api_keys": [""]}, {}, "--api-key"),
+        ({"api_keys": ["sk-good", "  "]}, {}, "--api-key"),
+        ({"operator_keys": [""]}, {}, "--operator-key"),
+        ({}, {"INTERP_API_KEY": ","}, "INTERP_API_KEY"),
+        ({}, {"INTERP_API_KEY": "sk-a,,sk-b"}, "INTERP_API_KEY"),
+        ({}, {"INTERP_OPERATOR_KEY": "op-key,"}, "INTERP_OPERATOR_KEY"),
+        ({"metrics_key": ""}, {}, "--metrics-key"),
+    ],
+)
+def test_an_empty_key_is_refused(
+    overrides: dict[str, object],
+    variables: dict[str, str],
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `--api-key ""` started a service that answered every request 401, even on 0.0.0.0.
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as refused:
+        load(overrides)
+    text = str(refused.value)
+    assert text.startswith(named) and "empty" in text and "\n" not in text
+    assert "sk-" not in text and "op-key" not in text
+
+
+def test_a_blank_key_variable_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERP_API_KEY", " ")
+    monkeypatch.setenv("INTERP_OPERATOR_KEY", "")
+    monkeypatch.setenv("INTERP_METRICS_KEY", "")
+    settings = load()
+    assert settings.api_keys == [] and settings.operator_keys == []
+    assert settings.metrics_key is None
+    monkeypatch.setenv("INTERP_API_KEY", " sk-a , sk-b ")
+    assert load().api_keys == ["sk-a", "sk-b"]
