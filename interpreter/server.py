@@ -27,6 +27,7 @@ from interpreter.api.connections import GatedHTTPServer
 from interpreter.api.e2b.app import make_e2b_app
 from interpreter.broker import SessionBroker
 from interpreter.errors import BackendUnavailable
+from interpreter.logs import announce
 from interpreter.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -189,18 +190,32 @@ def serve(settings: Settings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        fmt = settings.log_format
         if not settings.api_keys:
-            print(
-                "No API key configured: serving loopback only, without authentication.", flush=True
+            announce(
+                fmt,
+                "No API key configured: serving loopback only, without authentication.",
+                "no_api_key",
             )
         backend = running.broker.backend.name
-        print(f"interp ({backend} backend) listening on {running.url}", flush=True)
+        announce(
+            fmt,
+            f"interp ({backend} backend) listening on {running.url}",
+            "listening",
+            backend=backend,
+            url=running.url,
+        )
         if running.e2b_urls:
-            print(f"E2B-compatible surface on {', '.join(running.e2b_urls)}", flush=True)
+            announce(
+                fmt,
+                f"E2B-compatible surface on {', '.join(running.e2b_urls)}",
+                "e2b_listening",
+                urls=list(running.e2b_urls),
+            )
         await stop.wait()
-        print("Shutting down: stopping kernels and flushing notebooks...", flush=True)
+        announce(fmt, "Shutting down: stopping kernels and flushing notebooks...", "stopping")
         await running.stop()
-        print("Stopped.", flush=True)
+        announce(fmt, "Stopped.", "stopped")
         return 0
 
     return asyncio.run(main())
