@@ -269,11 +269,14 @@ class Settings(BaseSettings):
     def _split_keys(cls, value: object) -> object:
         # An empty key is one no client can send: a service with only such keys answers
         # every request 401, and counts as authenticated when it binds beyond loopback.
-        # An unset or blank variable is no keys at all; a list with a blank key is refused.
+        # A blank variable is no keys at all, and blanks between commas are dropped
+        # ("a,b," is a and b); but a variable of commas alone, or an empty key given as a
+        # flag, meant keys that are not there, and is refused.
         if isinstance(value, str):
-            if not value.strip():
-                return []
-            value = [k.strip() for k in value.split(",")]
+            keys = [k.strip() for k in value.split(",") if k.strip()]
+            if keys or not value.strip():
+                return keys
+            value = [""]
         if isinstance(value, list) and any(isinstance(k, str) and not k.strip() for k in value):
             raise PydanticCustomError(
                 "empty_key",

@@ -227,8 +227,7 @@ def test_numbers_must_be_finite(value: str, monkeypatch: pytest.MonkeyPatch) -> 
         ({"api_keys": ["sk-good", "  "]}, {}, "--api-key"),
         ({"operator_keys": [""]}, {}, "--operator-key"),
         ({}, {"INTERP_API_KEY": ","}, "INTERP_API_KEY"),
-        ({}, {"INTERP_API_KEY": "sk-a,,sk-b"}, "INTERP_API_KEY"),
-        ({}, {"INTERP_OPERATOR_KEY": "op-key,"}, "INTERP_OPERATOR_KEY"),
+        ({}, {"INTERP_OPERATOR_KEY": " , "}, "INTERP_OPERATOR_KEY"),
         ({"metrics_key": ""}, {}, "--metrics-key"),
     ],
 )
@@ -255,5 +254,5 @@ def test_a_blank_key_variable_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None
     settings = load()
     assert settings.api_keys == [] and settings.operator_keys == []
     assert settings.metrics_key is None
-    monkeypatch.setenv("INTERP_API_KEY", " sk-a , sk-b ")
+    monkeypatch.setenv("INTERP_API_KEY", " sk-a , sk-b ,,")  # stray commas are dropped
     assert load().api_keys == ["sk-a", "sk-b"]
