@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from interpreter.settings import API_KEY_ENV, ENV_PREFIX, Settings
+from interpreter.settings import API_KEY_ENV, DEFAULT_ABOVE_MAX, ENV_PREFIX, Settings
 
 #: ``INTERP_*`` variables read by other parts than the broker's settings.
 OTHER_VARIABLES: dict[str, str] = {
@@ -92,16 +92,47 @@ def load(overrides: Mapping[str, Any] | None = None) -> Settings:
     for old, new in RENAMED.items():
         if old in os.environ:
             raise SettingsError(f"{old} was renamed: set {new} instead, and unset {old}.")
+    given = dict(overrides or {})
+    # A blank variable is as good as unset, but a blank key given as a flag was meant to
+    # be a key (the list flags' blanks are the settings model's to refuse).
+    if isinstance(given.get("metrics_key"), str) and not given["metrics_key"].strip():
+        raise SettingsError(
+            f"{flag_name('metrics_key')} is empty: give a key of at least 8 characters, "
+            "or leave the flag out."
+        )
     try:
-        return Settings(**dict(overrides or {}))
+        return Settings(**given)
     except ValidationError as exc:
-        raise SettingsError(_describe(exc, set(overrides or {}))) from None
+        raise SettingsError(_describe(exc, set(given))) from None
+
+
+#: Fields by their variable where it is an alias (errors name the alias).
+_by_variable = {env_name(name): name for name in Settings.model_fields}
+
+
+def _source(field: str, from_flags: set[str]) -> str:
+    return flag_name(field) if field in from_flags else env_name(field)
 
 
 def _describe(exc: ValidationError, from_flags: set[str]) -> str:
     lines = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
+        if error["type"] == DEFAULT_ABOVE_MAX:
+            ctx = error.get("ctx", {})
+            default, most = ctx["default"], ctx["most"]
+            low, high = _source(default, from_flags), _source(most, from_flags)
+            if not ctx["most_given"]:
+                high = f"{flag_name(most)} (or {env_name(most)})"
+                above = f"the default {high}={ctx['high']!r}"
+            else:
+                above = f"{high}={ctx['high']!r}"
+            lines.append(
+                f"{low}={ctx['low']!r} is above {above}: every request that leaves it out "
+                f"would be refused. Lower {low} or raise {high}."
+            )
+            continue
+        field = _by_variable.get(field, field)
         if field not in Settings.model_fields:
             lines.append(f"{field or 'settings'}: {error['msg']}")
             continue

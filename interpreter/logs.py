@@ -79,6 +79,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str, ensure_ascii=False)
 
 
+#: The lines ``interp serve`` writes to stdout (listening, shutting down, stopped).
+ANNOUNCEMENTS = logging.getLogger("interpreter.server")
+
+
+def announce(fmt: Literal["text", "json"], message: str, event: str, **fields: Any) -> None:
+    """Write one of ``interp serve``'s own lines to stdout: ``message`` as it is in the
+    text format, one JSON object (a log record of ``interpreter.server`` with ``event``
+    and ``fields``) in the json format, so a shipper reading stdout too gets only JSON.
+
+    Written at once, not through the writer thread: a supervisor waiting for
+    "listening on" must see it before the first request is served.
+    """
+    if fmt == "json":
+        present = {k: v for k, v in fields.items() if v is not None}
+        record = ANNOUNCEMENTS.makeRecord(
+            ANNOUNCEMENTS.name,
+            logging.INFO,
+            "",
+            0,
+            message,
+            (),
+            None,
+            extra={"event": event, **present},
+        )
+        message = JsonFormatter().format(record)
+    print(message, flush=True)
+
+
 def formatter(fmt: Literal["text", "json"]) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -23,6 +27,7 @@ from interpreter.api.connections import GatedHTTPServer
 from interpreter.api.e2b.app import make_e2b_app
 from interpreter.broker import SessionBroker
 from interpreter.errors import BackendUnavailable
+from interpreter.logs import announce
 from interpreter.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,9 +39,60 @@ MAX_HEADER_BYTES = 64 << 10
 LISTEN_BACKLOG = 2048
 
 
+class StartupFailed(SystemExit):
+    """The service cannot start as configured; the message is one line for the terminal,
+    saying what is wrong and what to do. ``interp serve`` prints it as ``interp: error:``
+    and exits 2, as for a bad setting; uncaught (an embedded service), it still ends the
+    program with the message and no traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def check_bind(settings: Settings) -> None:
     """Refuse to expose an unauthenticated service beyond this machine."""
-    exposure.check_bind(settings.host, authenticated=bool(settings.api_keys))
+    try:
+        exposure.check_bind(settings.host, authenticated=bool(settings.api_keys))
+    except StartupFailed:
+        raise
+    except SystemExit as exc:
+        raise StartupFailed(str(exc.code)) from None
+
+
+def prepare_data_dir(path: Path) -> None:
+    """Create the data directory and make sure the broker can write in it
+    (``StartupFailed`` if not): a file in its place, a read-only filesystem or missing
+    permissions otherwise end the start in a traceback from wherever it first writes."""
+    where = f"the data directory {path} (--data-dir or INTERP_DATA_DIR)"
+    if path.exists() and not path.is_dir():
+        raise StartupFailed(f"{where} is not a directory: give a directory, or a path to create.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        doing = "create" if not path.is_dir() else "write in"
+        raise StartupFailed(
+            f"cannot {doing} {where}: {exc.strerror or exc}; give a directory this user "
+            "can write in, on a writable filesystem."
+        ) from None
+
+
+def _bind(settings: Settings, port: int, what: str) -> list[socket.socket]:
+    """The listening sockets of ``port``, or ``StartupFailed`` saying why not."""
+    try:
+        return bind_sockets(port, settings.host, backlog=LISTEN_BACKLOG)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            hint = "stop what listens there, or choose another port"
+        elif exc.errno == errno.EACCES:
+            hint = "ports below 1024 need privileges; choose a higher port"
+        else:
+            hint = "check the address, or choose another"
+        raise StartupFailed(
+            f"cannot serve {what} on {settings.host}:{port}: {exc.strerror or exc}; {hint}."
+        ) from None
 
 
 @dataclass
@@ -87,7 +143,7 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         chosen = await asyncio.to_thread(backends.create, backend, settings)
     else:
         chosen = await asyncio.to_thread(backends.resolve, settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(prepare_data_dir, settings.data_dir)
     broker = SessionBroker(settings, chosen)
     await broker.open()
     await chosen.start(broker.factory.pool_template())
@@ -96,23 +152,25 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     # cap only has to cover them and the window in which rejected bodies are drained.
     cap = max(settings.max_upload_bytes, settings.max_body_bytes) + DRAIN_LIMIT + 1024
     http = GatedHTTPServer(app, **connection_options(settings, cap))
-    sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
-    http.add_sockets(sockets)
-    port = sockets[0].getsockname()[1]
     host = settings.host if ":" not in settings.host else f"[{settings.host}]"
-    running = RunningServer(broker=broker, http=http, url=f"http://{host}:{port}")
+    running = RunningServer(broker=broker, http=http, url="")
+    try:
+        sockets = _bind(settings, settings.port, "the API")
+    except StartupFailed:
+        await running.stop()
+        raise
+    http.add_sockets(sockets)
+    running.url = f"http://{host}:{sockets[0].getsockname()[1]}"
     ports = [p for p in (settings.e2b_port, settings.e2b_envd_port) if p is not None]
     if ports:
         e2b = GatedHTTPServer(make_e2b_app(broker, settings), **connection_options(settings, cap))
         urls = []
         for wanted in ports:
             try:
-                bound = bind_sockets(wanted, settings.host, backlog=LISTEN_BACKLOG)
-            except OSError as exc:
+                bound = _bind(settings, wanted, "the E2B surface")
+            except StartupFailed:
                 await running.stop()
-                raise SystemExit(
-                    f"Cannot serve the E2B surface on {settings.host}:{wanted}: {exc.strerror}."
-                ) from None
+                raise
             e2b.add_sockets(bound)
             urls.append(f"http://{host}:{bound[0].getsockname()[1]}")
         running.e2b_http, running.e2b_urls = e2b, tuple(urls)
@@ -125,25 +183,39 @@ def serve(settings: Settings) -> int:
     async def main() -> int:
         try:
             running = await start(settings)
-        except BackendUnavailable as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
+        except (BackendUnavailable, StartupFailed) as exc:
+            print(f"interp: error: {exc.message}", file=sys.stderr, flush=True)
             return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        fmt = settings.log_format
         if not settings.api_keys:
-            print(
-                "No API key configured: serving loopback only, without authentication.", flush=True
+            announce(
+                fmt,
+                "No API key configured: serving loopback only, without authentication.",
+                "no_api_key",
             )
         backend = running.broker.backend.name
-        print(f"interp ({backend} backend) listening on {running.url}", flush=True)
+        announce(
+            fmt,
+            f"interp ({backend} backend) listening on {running.url}",
+            "listening",
+            backend=backend,
+            url=running.url,
+        )
         if running.e2b_urls:
-            print(f"E2B-compatible surface on {', '.join(running.e2b_urls)}", flush=True)
+            announce(
+                fmt,
+                f"E2B-compatible surface on {', '.join(running.e2b_urls)}",
+                "e2b_listening",
+                urls=list(running.e2b_urls),
+            )
         await stop.wait()
-        print("Shutting down: stopping kernels and flushing notebooks...", flush=True)
+        announce(fmt, "Shutting down: stopping kernels and flushing notebooks...", "stopping")
         await running.stop()
-        print("Stopped.", flush=True)
+        announce(fmt, "Stopped.", "stopped")
         return 0
 
     return asyncio.run(main())

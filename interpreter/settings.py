@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BackendName = Literal["local", "docker", "auto"]
@@ -19,6 +20,17 @@ API_KEY_ENV = "INTERP_API_KEY"
 OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
 #: One name of a cgroup path: what systemd and the cgroup filesystem both accept.
 _CGROUP_NAME = re.compile(r"[A-Za-z0-9_.:@-]+")
+#: A default and the largest value a request may ask for in its place: the default must
+#: be one a request could ask for, or every request that leaves it out fails.
+DEFAULT_WITHIN_MAX: tuple[tuple[str, str], ...] = (
+    ("default_timeout_s", "max_timeout_s"),
+    ("default_memory_mb", "max_memory_mb"),
+    ("default_cpus", "max_cpus"),
+    ("default_pids", "max_pids"),
+    ("default_disk_mb", "max_disk_mb"),
+)
+#: The error type of a default above its maximum (its context names both settings).
+DEFAULT_ABOVE_MAX = "default_above_max"
 
 
 def cgroup_path_problem(path: str) -> str | None:
@@ -35,7 +47,14 @@ def cgroup_path_problem(path: str) -> str | None:
 class Settings(BaseSettings):
     """Every knob of the broker. Environment variables use the ``INTERP_`` prefix."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        populate_by_name=True,
+        # No setting means anything at infinity (0 turns the optional ones off), and an
+        # infinite default cannot even be written in /v1/info's JSON.
+        allow_inf_nan=False,
+    )
 
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8700, ge=0, le=65535, description="Port to bind; 0 picks a free one.")
@@ -94,7 +113,9 @@ class Settings(BaseSettings):
     # Time.
     idle_timeout_s: float = Field(1800.0, ge=0, description="Cull after this idle time; 0 = off.")
     cull_interval_s: float = Field(30.0, gt=0, description="How often idle sessions are checked.")
-    default_timeout_s: float = Field(300.0, gt=0, description="Execution timeout when none given.")
+    default_timeout_s: float = Field(
+        300.0, gt=0, description="Execution timeout when none given (at most max_timeout_s)."
+    )
     max_timeout_s: float = Field(3600.0, gt=0, description="Largest timeout_s a request may ask.")
     interrupt_grace_s: float = Field(
         3.0, gt=0, description="After a timeout's interrupt, wait this long before restarting."
@@ -202,15 +223,23 @@ class Settings(BaseSettings):
         "such as 'interp-kernels.slice' with the systemd driver), to weigh or cap their CPU "
         "together; unset: the engine's default.",
     )
-    default_memory_mb: int = Field(1024, ge=64, description="Per-session memory by default.")
-    default_cpus: float = Field(1.0, gt=0, description="Per-session CPUs by default.")
-    default_pids: int = Field(256, ge=16, description="Per-session pids limit by default.")
+    default_memory_mb: int = Field(
+        1024, ge=64, description="Per-session memory by default (at most max_memory_mb)."
+    )
+    default_cpus: float = Field(
+        1.0, gt=0, description="Per-session CPUs by default (at most max_cpus)."
+    )
+    default_pids: int = Field(
+        256, ge=16, description="Per-session pids limit by default (at most max_pids)."
+    )
     max_memory_mb: int = Field(4096, ge=64, description="Largest memory_mb a session may ask.")
     max_cpus: float = Field(2.0, gt=0, description="Largest cpus a session may ask.")
     max_pids: int = Field(1024, ge=16, description="Largest pids a session may ask.")
     tmp_size_mb: int = Field(256, ge=16, description="Size of the container's /tmp tmpfs.")
     default_disk_mb: int = Field(
-        1024, ge=0, description="Workspace disk quota per session by default (0: none)."
+        1024,
+        ge=0,
+        description="Workspace disk quota per session by default (0: none; at most max_disk_mb).",
     )
     max_disk_mb: int = Field(10240, ge=8, description="Largest disk_mb a session may ask.")
     min_free_mb: int = Field(
@@ -228,11 +257,32 @@ class Settings(BaseSettings):
         # the ipc socket paths built from it) would point somewhere else.
         return value.expanduser().absolute()
 
-    @field_validator("api_keys", "operator_keys", "docker_images", mode="before")
+    @field_validator("docker_images", mode="before")
     @classmethod
-    def _split_keys(cls, value: object) -> object:
+    def _split_images(cls, value: object) -> object:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("api_keys", "operator_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        # An empty key is one no client can send: a service with only such keys answers
+        # every request 401, and counts as authenticated when it binds beyond loopback.
+        # A blank variable is no keys at all, and blanks between commas are dropped
+        # ("a,b," is a and b); but a variable of commas alone, or an empty key given as a
+        # flag, meant keys that are not there, and is refused.
+        if isinstance(value, str):
+            keys = [k.strip() for k in value.split(",") if k.strip()]
+            if keys or not value.strip():
+                return keys
+            value = [""]
+        if isinstance(value, list) and any(isinstance(k, str) and not k.strip() for k in value):
+            raise PydanticCustomError(
+                "empty_key",
+                "an empty key, which no client can send: give keys of at least one "
+                "character (comma-separated in the variable), or none at all",
+            )
         return value
 
     @field_validator("docker_cgroup_parent")
@@ -251,6 +301,30 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return None
         return value.strip() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _defaults_within_maximums(self) -> Settings:
+        # A default left unset follows a lower maximum (``--max-timeout-s 60`` alone means
+        # 60 s by default too); a default given above its maximum is an error.
+        for default, most in DEFAULT_WITHIN_MAX:
+            low, high = getattr(self, default), getattr(self, most)
+            if low <= high:
+                continue
+            if default not in self.model_fields_set:
+                object.__setattr__(self, default, type(low)(high))
+                continue
+            raise PydanticCustomError(
+                DEFAULT_ABOVE_MAX,
+                "{default}={low} is above {most}={high}",
+                {
+                    "default": default,
+                    "most": most,
+                    "low": low,
+                    "high": high,
+                    "most_given": most in self.model_fields_set,
+                },
+            )
+        return self
 
     @property
     def db_path(self) -> Path:

@@ -183,12 +183,14 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
             cwd=REPO,
             env=env,
         )
+    stdout = []
     try:
         assert proc.stdout is not None
         url = ""
         for out in proc.stdout:
-            if match := re.search(r"listening on (http://\S+)", out):
-                url = match.group(1)
+            stdout.append(out)
+            if "listening on" in out:
+                url = json.loads(out)["url"]
                 break
         assert url, "server did not start: " + stderr_path.read_text()[-2000:]
         headers = {"Authorization": f"Bearer {KEY}", "X-Request-Id": "json-rid"}
@@ -199,7 +201,17 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
             assert c.delete(f"/v1/sessions/{sid}").status_code == 204
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        stdout.append(proc.communicate(timeout=60)[0])
+    # The service's own lines on stdout are JSON records too (they were plain text).
+    announced = [json.loads(line) for line in "".join(stdout).splitlines() if line.strip()]
+    assert [(e["logger"], e["event"]) for e in announced] == [
+        ("interpreter.server", "listening"),
+        ("interpreter.server", "stopping"),
+        ("interpreter.server", "stopped"),
+    ]
+    assert announced[0]["backend"] == "local"
+    assert announced[0]["message"] == f"interp (local backend) listening on {url}"
+    assert announced[-1]["message"] == "Stopped."
     text = stderr_path.read_text()
     assert KEY not in text
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]  # all JSON

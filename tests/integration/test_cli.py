@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -302,3 +303,28 @@ def test_sigterm_interrupts_the_code_deletes_the_session_and_exits_143(
         assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info
         (cell,) = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
         assert cell["metadata"]["interp"]["status"] == "interrupted", cell
+
+
+def test_serve_on_a_busy_port_or_a_file_as_data_dir_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    # Both ended in tracebacks with exit 1 (OSError EADDRINUSE from bind_sockets,
+    # FileExistsError from the data directory).
+    (tmp_path / "afile").touch()
+    file_as_dir = interp(None, "serve", "--backend", "local", "--data-dir", str(tmp_path / "afile"))
+    assert file_as_dir.returncode == 2 and "Traceback" not in file_as_dir.stderr
+    assert file_as_dir.stderr.splitlines()[-1] == (
+        f"interp: error: the data directory {tmp_path / 'afile'} (--data-dir or "
+        "INTERP_DATA_DIR) is not a directory: give a directory, or a path to create."
+    )
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ("--backend", "local", "--data-dir", str(tmp_path / "data"), "--pool-size", "0")
+        taken = interp(None, "serve", *args, "--port", str(port))
+    assert taken.returncode == 2 and "Traceback" not in taken.stderr, taken.stderr
+    assert taken.stderr.splitlines()[-1] == (
+        f"interp: error: cannot serve the API on 127.0.0.1:{port}: Address already in use; "
+        "stop what listens there, or choose another port."
+    )

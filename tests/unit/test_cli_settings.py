@@ -163,3 +163,96 @@ def test_a_secret_is_never_repeated_in_an_error() -> None:
         load({"api_keys": ["sk-first", 4815162342]})
     assert "4815162342" not in str(error.value) and "sk-first" not in str(error.value)
     assert str(error.value).startswith("--api-key='<hidden>' is not accepted")
+
+
+@pytest.mark.parametrize(
+    ("default", "most", "low", "high"),
+    [
+        ("default_timeout_s", "max_timeout_s", 100, 2),
+        ("default_memory_mb", "max_memory_mb", 8000, 100),
+        ("default_cpus", "max_cpus", 4, 0.5),
+        ("default_pids", "max_pids", 500, 100),
+        ("default_disk_mb", "max_disk_mb", 2048, 512),
+    ],
+)
+def test_a_default_above_its_maximum_is_refused_in_one_line(
+    default: str, most: str, low: float, high: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to start: every execute without timeout_s was then refused (422), and a
+    # memory default over the maximum crashed the start with a traceback.
+    with pytest.raises(SettingsError) as given:
+        load({default: low, most: high})
+    text = str(given.value)
+    assert "\n" not in text and text.startswith(f"{flag_name(default)}=")
+    assert f"is above {flag_name(most)}=" in text
+    monkeypatch.setenv(env_name(default), str(low))
+    monkeypatch.setenv(env_name(most), str(high))
+    with pytest.raises(SettingsError, match=rf"^{env_name(default)}=.* is above {env_name(most)}="):
+        load()
+
+
+def test_a_default_above_the_default_maximum_names_both() -> None:
+    with pytest.raises(SettingsError) as given:
+        load({"default_memory_mb": 8000})
+    assert str(given.value) == (
+        "--default-memory-mb=8000 is above the default --max-memory-mb (or "
+        "INTERP_MAX_MEMORY_MB)=4096: every request that leaves it out would be refused. "
+        "Lower --default-memory-mb or raise --max-memory-mb (or INTERP_MAX_MEMORY_MB)."
+    )
+
+
+def test_a_default_left_unset_follows_a_lower_maximum() -> None:
+    settings = load({"max_timeout_s": 60, "max_memory_mb": 512, "max_cpus": 0.5})
+    assert settings.default_timeout_s == 60 and settings.default_memory_mb == 512
+    assert settings.default_cpus == 0.5 and settings.default_pids == 256
+    assert load({"max_disk_mb": 100}).default_disk_mb == 100
+    assert load({"default_disk_mb": 0, "max_disk_mb": 100}).default_disk_mb == 0
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity"])
+def test_numbers_must_be_finite(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An infinite default timeout started, then every execute without timeout_s got
+    # "timeout_s inf exceeds the server maximum", and /v1/info showed null.
+    with pytest.raises(SettingsError, match=r"^--default-timeout-s=.* finite number"):
+        load({"default_timeout_s": value})
+    monkeypatch.setenv("INTERP_IDLE_TIMEOUT_S", value)
+    with pytest.raises(SettingsError, match=r"^INTERP_IDLE_TIMEOUT_S=.* finite number"):
+        load()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variables", "named"),
+    [
+        ({"api_keys": [""]}, {}, "--api-key"),
+        ({"api_keys": ["sk-good", "  "]}, {}, "--api-key"),
+        ({"operator_keys": [""]}, {}, "--operator-key"),
+        ({}, {"INTERP_API_KEY": ","}, "INTERP_API_KEY"),
+        ({}, {"INTERP_OPERATOR_KEY": " , "}, "INTERP_OPERATOR_KEY"),
+        ({"metrics_key": ""}, {}, "--metrics-key"),
+    ],
+)
+def test_an_empty_key_is_refused(
+    overrides: dict[str, object],
+    variables: dict[str, str],
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `--api-key ""` started a service that answered every request 401, even on 0.0.0.0.
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as refused:
+        load(overrides)
+    text = str(refused.value)
+    assert text.startswith(named) and "empty" in text and "\n" not in text
+    assert "sk-" not in text and "op-key" not in text
+
+
+def test_a_blank_key_variable_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERP_API_KEY", " ")
+    monkeypatch.setenv("INTERP_OPERATOR_KEY", "")
+    monkeypatch.setenv("INTERP_METRICS_KEY", "")
+    settings = load()
+    assert settings.api_keys == [] and settings.operator_keys == []
+    assert settings.metrics_key is None
+    monkeypatch.setenv("INTERP_API_KEY", " sk-a , sk-b ,,")  # stray commas are dropped
+    assert load().api_keys == ["sk-a", "sk-b"]

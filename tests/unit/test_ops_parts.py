@@ -132,3 +132,21 @@ def test_lines_are_written_by_their_own_thread_and_all_of_them_before_exit(
         assert "ERROR test.ops: failed here\nTraceback" in err
         assert "ZeroDivisionError: nope" in err
         assert err.count("INFO interpreter.executions: execution n=") == 200
+
+
+def test_the_lines_of_serve_itself_are_json_records_in_the_json_format(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # With --log-format json, "listening on", "Shutting down" and "Stopped." were plain
+    # text on stdout; the text format keeps them as they were (README and tests read them).
+    logs.announce("text", "interp (local backend) listening on http://h:1", "listening", url="u")
+    assert capsys.readouterr().out == "interp (local backend) listening on http://h:1\n"
+    logs.announce("json", "Stopped.", "stopped", url=None, backend="local")
+    record = json.loads(capsys.readouterr().out)
+    assert {"ts", "level", "logger", "message", "event"} <= set(record)
+    assert (record["logger"], record["event"], record["message"]) == (
+        "interpreter.server",
+        "stopped",
+        "Stopped.",
+    )
+    assert record["backend"] == "local" and "url" not in record
