@@ -56,7 +56,8 @@ def find_panels(traces: list[dict[str, Any]], layout: dict[str, Any]) -> list[Pa
         if key not in by_key:
             by_key[key] = _panel(key, layout)
         by_key[key].traces.append(trace)
-    found = list(by_key.values())
+    # An empty figure is one empty plot, titled like any other.
+    found = list(by_key.values()) or [_panel(("x", "y"), layout)]
     axis_pairs = {(p.xaxis, p.yaxis): p for p in found}
     hosts: list[Panel] = []
     overlaid: list[tuple[Panel, Panel, str]] = []
@@ -139,9 +140,34 @@ def _title(layout: dict[str, Any], name: str) -> str:
 
 
 def _box(layout: dict[str, Any], xaxis: str, yaxis: str) -> tuple[float, float, float, float]:
-    x0, x1 = _span(_axis(layout, xaxis).get("domain"))
-    y0, y1 = _span(_axis(layout, yaxis).get("domain"))
+    x0, x1 = _domain(layout, xaxis)
+    y0, y1 = _domain(layout, yaxis)
     return (x0, x1, y0, y1)
+
+
+def _domain(layout: dict[str, Any], name: str) -> tuple[float, float]:
+    """An axis' domain, or its cell of ``layout.grid`` when the figure sets a grid instead
+    (then plotly computes the domains in the browser)."""
+    domain = _axis(layout, name).get("domain")
+    if domain is not None:
+        return _span(domain)
+    grid, suffix = layout.get("grid"), name[1:]
+    if not isinstance(grid, dict) or (suffix and not suffix.isdigit()):
+        return (0.0, 1.0)
+    rows, columns = int(grid.get("rows") or 0), int(grid.get("columns") or 0)
+    index = int(suffix or 1) - 1
+    coupled = grid.get("pattern") == "coupled"
+    if name[:1] == "x" and columns > 0:
+        column = index if coupled else index % columns
+        return (column / columns, (column + 1) / columns) if column < columns else (0.0, 1.0)
+    if name[:1] == "y" and rows > 0 and columns > 0:
+        row = index if coupled else index // columns
+        if row >= rows:
+            return (0.0, 1.0)
+        if grid.get("roworder") != "bottom to top":
+            row = rows - 1 - row
+        return (row / rows, (row + 1) / rows)
+    return (0.0, 1.0)
 
 
 def _span(domain: Any) -> tuple[float, float]:

@@ -235,3 +235,15 @@ def test_a_plotly_secondary_y_axis_is_a_twin_axes() -> None:
     first, twin = figure_bundle(fig.to_dict())[CHART_MIME]["axes"]
     assert first["title"] == "both" and [s["label"] for s in first["series"]] == ["count"]
     assert twin["twin_of"] == 0 and [s["label"] for s in twin["series"]] == ["share"]
+
+
+def test_plotly_subplots_from_a_layout_grid_and_an_empty_figure() -> None:
+    traces = [go.Scatter(y=[1, 2]), go.Scatter(y=[3, 4], xaxis="x2", yaxis="y2")]
+    grid = go.Figure(traces, layout={"grid": {"rows": 2, "columns": 1}})
+    chart = figure_bundle(grid.to_dict())[CHART_MIME]
+    assert [(ax["grid"], ax["series"][0]["y"]) for ax in chart["axes"]] == [
+        ([0, 0, 2, 1], [1, 2]),
+        ([1, 0, 2, 1], [3, 4]),
+    ]
+    [empty] = figure_bundle(go.Figure(layout={"title": "nothing"}).to_dict())[CHART_MIME]["axes"]
+    assert (empty["kind"], empty["title"]) == ("empty", "nothing")
