@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
+from .packages import install_package_magics
 from .plotly_figure import configure_plotly
 from .widgets import FinalWidgetState
 
@@ -55,7 +56,8 @@ def setup(shell: InteractiveShell) -> None:
     Tracebacks lose their ANSI colours, DataFrames/Series and matplotlib Figures gain the
     structured MIME types of :mod:`interpreter_kernel.mime`, the inline matplotlib backend
     renders PNGs at :data:`FIGURE_DPI` and closes figures after each cell, and pandas gets
-    :data:`PANDAS_OPTIONS` once it is imported. Safe to call more than once.
+    :data:`PANDAS_OPTIONS` once it is imported, and where pip is missing ``%pip`` and
+    ``!pip`` say that nothing can be installed. Safe to call more than once.
 
     Called from the kernel launcher once the shell exists, before any user code runs.
 
@@ -72,6 +74,8 @@ def setup(shell: InteractiveShell) -> None:
     when_imported("seaborn", install_seaborn)
     when_imported("plotly.io", configure_plotly)
     FinalWidgetState.install(shell)
+    # No pip in the image: %pip and !pip say that nothing can be installed (packages).
+    install_package_magics(shell)
 
 
 def configure_matplotlib(shell: InteractiveShell) -> None:

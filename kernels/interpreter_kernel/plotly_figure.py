@@ -10,7 +10,8 @@ with their names and values) next to plotly's ``application/vnd.plotly.v1+json``
 
 The PNG is a faithful chart of the data, not plotly's styling: bar (grouped, stacked),
 scatter and line, pie, histogram, box, violin and heatmap traces are drawn; other trace
-types are named in the description and left out of the picture.
+types are named in the description and left out of the picture. Subplots and facets are
+one matplotlib axes per panel, laid out by :mod:`interpreter_kernel.plotly_panels`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from .chart import chart_json
 from .mime import CHART_MIME
+from .plotly_panels import Panel, find_panels, grid_shape, text_of
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ def _plain(fig_dict: dict[str, Any]) -> str:
     """A one-line text form: plotly figures have none but their long repr."""
     traces = _traces(fig_dict)
     kinds = sorted({str(t.get("type", "scatter")) for t in traces})
-    title = _text((fig_dict.get("layout") or {}).get("title"))
+    title = text_of((fig_dict.get("layout") or {}).get("title"))
     named = f" {title!r}" if title else ""
     return f"Plotly figure{named}: {len(traces)} trace(s) of type {', '.join(kinds) or 'none'}"
 
@@ -104,26 +106,86 @@ def _values(value: Any) -> list[Any]:
     return list(value)
 
 
-def _text(node: Any) -> str:
-    if isinstance(node, dict):
-        node = node.get("text")
-    return str(node) if node else ""
-
-
 def redraw(fig_dict: dict[str, Any]) -> Any:
-    """A matplotlib ``Figure`` drawing the traces of a plotly figure dict."""
+    """A matplotlib ``Figure`` drawing the traces of a plotly figure dict.
+
+    Subplots and facets become a grid of axes placed as the layout's axis domains place
+    them (:mod:`interpreter_kernel.plotly_panels`), each with its subplot or facet title,
+    and a secondary y axis becomes a twin axes.
+    """
     from matplotlib.figure import Figure
 
     layout = fig_dict.get("layout") or {}
-    figure = Figure(figsize=(6.4, 4.8))
-    ax = figure.add_subplot()
     traces = _traces(fig_dict)
-    bars = [t for t in traces if t.get("type") == "bar"]
-    mode = layout.get("barmode") or "group"
-    _draw_bars(ax, bars, mode)
+    panels = find_panels(traces, layout)
+    colors = {id(trace): _color(trace, i) for i, trace in enumerate(traces)}
+    rows, columns = grid_shape(panels)
+    single = rows * columns == 1
+    figure = Figure(figsize=_size(rows, columns), layout=None if single else "constrained")
+    grid = figure.add_gridspec(rows, columns)
+    drawn: list[Any] = []
+    for panel in panels:
+        if panel.overlays is not None:
+            host = drawn[panel.overlays]
+            ax = host.twinx() if panel.shared == "x" else host.twiny()
+        else:
+            row, column, row_span, column_span = panel.cell
+            ax = figure.add_subplot(grid[row : row + row_span, column : column + column_span])
+        drawn.append(ax)
+    # Shared before drawing, so that each shared scale fits the data of all its panels.
+    _share(panels, drawn)
+    for panel, ax in zip(panels, drawn, strict=True):
+        # A facet's traces are unnamed (the colour legend names them, if any): the facet
+        # names them then, so the chart description says which panel holds which series.
+        fallback = "" if single else panel.title
+        looks = {id(t): _look(t, colors[id(t)], fallback) for t in panel.traces}
+        _draw_panel(ax, panel.traces, str(layout.get("barmode") or "group"), looks)
+        if panel.overlays is None:
+            ax.set_title(panel.title)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        if panel.hide_xticks:
+            ax.tick_params(labelbottom=False)
+        if panel.hide_yticks:
+            ax.tick_params(labelleft=False)
+    title = text_of(layout.get("title"))
+    if single and drawn and not drawn[0].get_title():
+        drawn[0].set_title(title)
+    elif title:
+        figure.suptitle(title)
+    _legend(figure, traces, drawn, single)
+    return figure
+
+
+def _size(rows: int, columns: int) -> tuple[float, float]:
+    """Inches: the default 6.4 x 4.8 up to a 2 x 2 grid, then 3.2 x 2.4 per panel, capped."""
+    return (min(max(6.4, 3.2 * columns), 12.8), min(max(4.8, 2.4 * rows), 9.6))
+
+
+def _color(trace: dict[str, Any], index: int) -> str:
+    """The trace's own colour (plotly express gives one per colour group), else the next of
+    the cycle in trace order across the whole figure, as plotly colours traces."""
+    from matplotlib.colors import is_color_like
+
+    for part in ("marker", "line"):
+        color = (trace.get(part) or {}).get("color")
+        if isinstance(color, str) and is_color_like(color):
+            return color
+    return f"C{index % 10}"
+
+
+def _look(trace: dict[str, Any], color: str, fallback: str) -> dict[str, Any]:
+    """Keyword arguments naming and colouring a trace's artists."""
+    return {"label": trace.get("name") or fallback or None, "color": color}
+
+
+def _draw_panel(
+    ax: Any, traces: list[dict[str, Any]], barmode: str, looks: dict[int, dict[str, Any]]
+) -> None:
+    _draw_bars(ax, [t for t in traces if t.get("type") == "bar"], barmode, looks)
     for trace in traces:
         kind = trace.get("type", "scatter")
-        name = trace.get("name") or None
+        look = looks[id(trace)]
         if kind in ("scatter", "scattergl"):
             x, y = _values(trace.get("x")), _values(trace.get("y"))
             if not x:
@@ -131,27 +193,67 @@ def redraw(fig_dict: dict[str, Any]) -> Any:
             trace_mode = trace.get("mode") or ("lines" if len(y) > 20 else "lines+markers")
             style = "-" if "lines" in trace_mode else ""
             marker = "o" if "markers" in trace_mode else ""
-            ax.plot(x, y, linestyle=style or "none", marker=marker or None, label=name)
+            ax.plot(x, y, linestyle=style or "none", marker=marker or None, **look)
         elif kind == "pie":
             values = _values(trace.get("values"))
             ax.pie(values, labels=[str(v) for v in _values(trace.get("labels"))])
         elif kind == "histogram":
             data = _values(trace.get("x")) or _values(trace.get("y"))
             bins = trace.get("nbinsx") or "auto"
-            ax.hist(data, bins=bins, label=name)
+            ax.hist(data, bins=bins, **look)
         elif kind in ("box", "violin"):
             _draw_distribution(ax, trace, kind)
         elif kind == "heatmap":
             _draw_heatmap(ax, trace)
-    ax.set_title(_text(layout.get("title")))
-    ax.set_xlabel(_text((layout.get("xaxis") or {}).get("title")))
-    ax.set_ylabel(_text((layout.get("yaxis") or {}).get("title")))
-    if any(t.get("name") for t in traces if t.get("type") != "pie") and len(traces) > 1:
-        ax.legend()
-    return figure
 
 
-def _draw_bars(ax: Any, bars: list[dict[str, Any]], mode: str) -> None:
+def _share(panels: list[Panel], drawn: list[Any]) -> None:
+    """Panels whose axis ``matches`` another's share its scale, as plotly draws them."""
+    by_x = {p.xaxis: ax for p, ax in zip(panels, drawn, strict=True) if p.xaxis}
+    by_y = {p.yaxis: ax for p, ax in zip(panels, drawn, strict=True) if p.yaxis}
+    for panel, ax in zip(panels, drawn, strict=True):
+        other_x, other_y = by_x.get(panel.matches_x), by_y.get(panel.matches_y)
+        # matplotlib refuses to share an axis twice (a twin already shares its host's).
+        if (
+            other_x is not None
+            and other_x is not ax
+            and len(ax.get_shared_x_axes().get_siblings(ax)) == 1
+        ):
+            ax.sharex(other_x)
+        if (
+            other_y is not None
+            and other_y is not ax
+            and len(ax.get_shared_y_axes().get_siblings(ax)) == 1
+        ):
+            ax.sharey(other_y)
+
+
+def _legend(figure: Any, traces: list[dict[str, Any]], drawn: list[Any], single: bool) -> None:
+    """One legend of the traces' own names (a facet's name is its title, not a legend
+    entry), when there is more than one trace: on the axes of a single plot (its twin's
+    series too), beside the grid of several."""
+    names = {t.get("name") for t in traces if t.get("type") != "pie" and t.get("name")}
+    if not names or len(traces) < 2:
+        return
+    if single and len(drawn) == 1:
+        drawn[0].legend()
+        return
+    handles: dict[str, Any] = {}
+    for ax in drawn:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label in names:
+                handles.setdefault(label, handle)
+    if not handles:
+        return
+    if single:
+        drawn[0].legend(list(handles.values()), list(handles))
+    else:
+        figure.legend(list(handles.values()), list(handles), loc="outside right upper")
+
+
+def _draw_bars(
+    ax: Any, bars: list[dict[str, Any]], mode: str, looks: dict[int, dict[str, Any]]
+) -> None:
     if not bars:
         return
     horizontal = bars[0].get("orientation") == "h"
@@ -175,11 +277,10 @@ def _draw_bars(ax: Any, bars: list[dict[str, Any]], mode: str) -> None:
         if not stacked and mode != "overlay" and len(bars) > 1:
             where = [w - 0.4 + width * (n + 0.5) for w in where]
         base = [bottoms[position[c]] for c in cats] if stacked else None
-        name = trace.get("name") or None
         if horizontal:
-            ax.barh(where, values, height=width, left=base, label=name)
+            ax.barh(where, values, height=width, left=base, **looks[id(trace)])
         else:
-            ax.bar(where, values, width=width, bottom=base, label=name)
+            ax.bar(where, values, width=width, bottom=base, **looks[id(trace)])
         if stacked:
             for c, v in zip(cats, values, strict=False):
                 bottoms[position[c]] += float(v or 0)

@@ -32,7 +32,9 @@ from interpreter.backends.docker.engine import (
 from interpreter.backends.docker.provisioner import DockerProvisioner
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "interp-kernel:latest"
+#: The kernel image the tests run; INTERP_TEST_DOCKER_IMAGE picks another tag (an image built
+#: with `interp images build --image ...` while others use the default one).
+IMAGE = os.environ.get("INTERP_TEST_DOCKER_IMAGE") or "interp-kernel:latest"
 
 
 def require_docker() -> None:

@@ -100,6 +100,34 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     assert (options.workspace / "hello.txt").exists()
 
 
+async def test_a_claimed_container_is_renamed_after_its_session(
+    lab: Lab, pool: ContainerPool
+) -> None:
+    # Exploration B, issue 19: a claimed container kept its interp-pool-* name, so a session's
+    # kernel kept past the broker looked like a leaked warm container in `docker ps`. The
+    # rename (about 13 ms) happens after the claim, off its path.
+    await _ready(pool)
+    pooled_id = pool._ready[0].container_id
+    engine = docker_client()
+    waiting = await asyncio.to_thread(engine.api.inspect_container, pooled_id)
+    assert waiting["Name"].startswith("/interp-pool-")
+    options = dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab))
+    km = await lab.start(options)
+    provisioner = km.provisioner
+    assert isinstance(provisioner, DockerProvisioner) and provisioner.container is not None
+    kernel = provisioner.container
+    assert kernel.container_id == pooled_id
+    assert kernel.name.startswith(f"interp-{options.session_id}-")
+    info = await provisioner.get_provisioner_info()
+    assert info["container_name"] == kernel.name
+
+    async def renamed() -> bool:
+        state = await asyncio.to_thread(engine.api.inspect_container, pooled_id)
+        return bool(state["Name"] == "/" + kernel.name)
+
+    await wait_for(renamed, 10, "the claimed container's new name")
+
+
 async def test_restart_of_a_pooled_session_starts_cold(lab: Lab, pool: ContainerPool) -> None:
     await _ready(pool)
     options = dataclasses.replace(pool.template, pool=pool, **_fresh_paths(lab))

@@ -12,9 +12,11 @@ import matplotlib.axes
 import numpy as np
 import pandas as pd
 import plotly.express as px
+import plotly.graph_objects as go
 import pytest
 import seaborn as sns
 from matplotlib.figure import Figure
+from plotly.subplots import make_subplots
 
 from interpreter_kernel import CHART_MIME, chart_json
 from interpreter_kernel.chart_marks import install_matplotlib, install_seaborn
@@ -170,3 +172,78 @@ def test_plotly_traces_keep_their_names_and_layout() -> None:
     assert heat["axes"][0]["series"][0]["values"] == [[1, 2], [3, 4]]
     odd = figure_bundle({"data": [{"type": "sunburst", "labels": ["a"]}], "layout": {}})
     assert odd[CHART_MIME]["not_drawn"] == ["sunburst"]
+
+
+def panels(chart: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Each axes as (title, grid, xlabel, [(label, y values)])."""
+    return [
+        (ax["title"], ax.get("grid"), ax["xlabel"], [(s["label"], s["y"]) for s in ax["series"]])
+        for ax in chart["axes"]
+    ]
+
+
+def test_plotly_subplots_are_redrawn_on_their_own_axes_with_their_titles() -> None:
+    # Exploration B, issue 3: every trace was drawn on one axes, the small series shrank to
+    # a dot, and the subplot titles were lost.
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["Left panel", "Right panel"])
+    fig.add_trace(go.Scatter(x=[1, 2, 3], y=[3, 1, 2], name="s1"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[100, 200, 300], y=[1000, 2000, 1500], name="s2"), row=1, col=2)
+    fig.update_layout(title="two panels", xaxis2_title="right x")
+    chart = figure_bundle(fig.to_dict())[CHART_MIME]
+    assert chart["suptitle"] == "two panels"
+    assert panels(chart) == [
+        ("Left panel", [0, 0, 1, 2], None, [("s1", [3, 1, 2])]),
+        ("Right panel", [0, 1, 1, 2], "right x", [("s2", [1000, 2000, 1500])]),
+    ]
+
+
+def test_plotly_facets_are_panels_whose_series_are_named_after_their_facet() -> None:
+    frame = pd.DataFrame(
+        {"g": ["small"] * 3 + ["large"] * 3, "x": [1, 2, 3] * 2, "y": [1, 2, 3, 1000, 2000, 3000]}
+    )
+    chart = figure_bundle(px.line(frame, x="x", y="y", facet_col="g").to_dict())[CHART_MIME]
+    assert panels(chart) == [
+        ("g=small", [0, 0, 1, 2], "x", [("g=small", [1, 2, 3])]),
+        ("g=large", [0, 1, 1, 2], "x", [("g=large", [1000, 2000, 3000])]),
+    ]
+    grid = px.scatter(
+        pd.DataFrame(
+            {"x": [1, 2] * 4, "y": range(8), "r": list("aabbaabb"), "c": list("ppppqqqq")}
+        ),
+        x="x",
+        y="y",
+        facet_row="r",
+        facet_col="c",
+        color="c",
+    )
+    described = panels(figure_bundle(grid.to_dict())[CHART_MIME])
+    assert sorted(
+        (title, position, [s[0] for s in series]) for title, position, _, series in described
+    ) == [
+        ("c=p, r=a", [0, 0, 2, 2], ["p"]),
+        ("c=p, r=b", [1, 0, 2, 2], ["p"]),
+        ("c=q, r=a", [0, 1, 2, 2], ["q"]),
+        ("c=q, r=b", [1, 1, 2, 2], ["q"]),
+    ]
+
+
+def test_a_plotly_secondary_y_axis_is_a_twin_axes() -> None:
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=[1, 2], y=[1, 2], name="count"), secondary_y=False)
+    fig.add_trace(go.Scatter(x=[1, 2], y=[0.1, 0.2], name="share"), secondary_y=True)
+    fig.update_layout(title="both")
+    first, twin = figure_bundle(fig.to_dict())[CHART_MIME]["axes"]
+    assert first["title"] == "both" and [s["label"] for s in first["series"]] == ["count"]
+    assert twin["twin_of"] == 0 and [s["label"] for s in twin["series"]] == ["share"]
+
+
+def test_plotly_subplots_from_a_layout_grid_and_an_empty_figure() -> None:
+    traces = [go.Scatter(y=[1, 2]), go.Scatter(y=[3, 4], xaxis="x2", yaxis="y2")]
+    grid = go.Figure(traces, layout={"grid": {"rows": 2, "columns": 1}})
+    chart = figure_bundle(grid.to_dict())[CHART_MIME]
+    assert [(ax["grid"], ax["series"][0]["y"]) for ax in chart["axes"]] == [
+        ([0, 0, 2, 1], [1, 2]),
+        ([1, 0, 2, 1], [3, 4]),
+    ]
+    [empty] = figure_bundle(go.Figure(layout={"title": "nothing"}).to_dict())[CHART_MIME]["axes"]
+    assert (empty["kind"], empty["title"]) == ("empty", "nothing")

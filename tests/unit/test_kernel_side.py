@@ -556,3 +556,61 @@ def test_remove_stale_ipython_dirs(tmp_path: Path) -> None:
     assert remove_stale(tmp_path) == [stale]
     assert not stale.exists()
     assert mine.is_dir() and unrelated.is_dir() and target.is_dir() and link.is_symlink()
+
+
+# --- installing packages ------------------------------------------------------------------
+
+
+@pytest.fixture
+def shell_without_pip() -> Iterator[Any]:
+    """A plain IPython shell (no history file) set up as a kernel whose image has no pip;
+    its shell escapes are recorded, never run."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from interpreter_kernel.packages import install_package_magics
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell(config=config)
+    ran: list[str] = []
+    shell.system = ran.append  # type: ignore[method-assign]
+    assert install_package_magics(shell, has_pip=False)
+    shell.ran = ran
+    yield shell
+    shell.cleanup()
+
+
+@pytest.mark.parametrize(
+    "cell",
+    ["%pip install polars", "%conda install polars", "!pip install -q polars",
+     "!python -m pip install polars", "%uv pip install polars"],
+)  # fmt: skip
+def test_installing_a_package_without_pip_is_an_error_that_says_so(
+    shell_without_pip: Any, cell: str
+) -> None:
+    # Exploration B, issue 16: in the image `%pip install x` printed "No module named pip"
+    # and "you may need to restart the kernel", and the cell succeeded.
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        result = shell_without_pip.run_cell(cell)
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert "packages cannot be installed in this session" in err.getvalue()
+    assert "%pip list" in str(result.error_in_exec)
+    assert shell_without_pip.ran == []
+
+
+def test_pip_list_without_pip_lists_the_installed_packages(shell_without_pip: Any) -> None:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert shell_without_pip.run_cell("%pip list").success
+        assert shell_without_pip.run_cell("!pip freeze").success
+        assert shell_without_pip.run_cell("!echo other commands still run").success
+    assert out.getvalue().count(f"pandas=={pd.__version__}\n") == 2
+    assert shell_without_pip.ran == ["echo other commands still run"]
+
+
+def test_a_kernel_with_pip_keeps_the_packaging_magics() -> None:
+    from interpreter_kernel.packages import install_package_magics
+
+    assert not install_package_magics(object(), has_pip=True)  # type: ignore[arg-type]

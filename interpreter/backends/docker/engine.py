@@ -257,6 +257,11 @@ def remove_container(container_id: str) -> None:
 # --------------------------------------------------------------- Docker calls (threads)
 
 
+def rename_container(client: docker.DockerClient, container_id: str, name: str) -> None:
+    """Give a container another name (its labels cannot change, its name can)."""
+    client.api.rename(container_id, name)
+
+
 def set_cpu_shares(client: docker.DockerClient, container_id: str, shares: int) -> None:
     """Change a running container's CPU weight."""
     client.api.update_container(container_id, cpu_shares=shares)
