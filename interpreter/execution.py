@@ -154,6 +154,8 @@ class StreamTotals:
     #: What the broker appended to stderr about the limits when the execution finished
     #: (``outputs.py``); said again when output arrives late.
     notice: str = ""
+    #: Text printed after the execution finished went past the limit (said once).
+    dropped_late: bool = False
 
 
 class Overflow(Protocol):

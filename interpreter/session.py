@@ -46,6 +46,7 @@ from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, RestartBudget
+from interpreter.late import LateWrites
 from interpreter.metrics import Metrics
 from interpreter.models import (
     Execution,
@@ -142,6 +143,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             output_bytes=settings.max_output_bytes,
         )
         self.displays = EarlierDisplays(self.capture)
+        self.late = LateWrites(self._write_late)
         #: A note for the notebook (a restart), written after the cell it happened in.
         self._note: str | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -289,6 +291,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await self.kernel.stop()
             # Nothing of a closed session's kernel is left behind (its runtime directory).
             await asyncio.to_thread(shutil.rmtree, self.options.runtime_dir, True)
+        await self.late.close()  # late output not yet written (no kernel sends more)
         await self.notebook.flush()
         if keep_kernel:
             write = partial(self.store.save_activity, self.id, self._activity(previous))
