@@ -150,6 +150,7 @@ class MessageRouting:
         await self.notebook.add_cell(
             ex.code,
             nb_outputs,
+            replace=handle.resumed,
             execution_id=ex.id,
             execution_count=ex.execution_count,
             status=ex.status,

@@ -76,6 +76,21 @@ RESUMED_NOTE = (
     "The broker restarted while this cell ran: its outcome is unknown. Output it printed "
     "before the restart is lost; output printed after it is kept here."
 )
+#: The same, for a cell whose output before the restart was kept (the broker shut down).
+RESUMED_KEPT_NOTE = (
+    "The broker restarted while this cell ran: its outcome is unknown. Its output before "
+    "and after the restart is kept here."
+)
+
+
+def as_message(output: dict[str, Any]) -> dict[str, Any]:
+    """A notebook output as the iopub message that records it again (error outputs, which
+    the broker reports itself, as nothing)."""
+    kind = output.get("output_type")
+    if kind not in ("stream", "display_data", "execute_result"):
+        return {}
+    content = {k: v for k, v in output.items() if k != "output_type"}
+    return {"header": {"msg_type": kind}, "content": content}
 
 
 class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
@@ -282,7 +297,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 await self._worker
         if current is not None and not current.finished.is_set():
             if keep_kernel:
-                await self._abandon(current, "unknown", closed_by)
+                await self._end_kept(current, closed_by)
             else:
                 await self._end_stopped(current, closed_by)
         if keep_kernel:
@@ -478,6 +493,26 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             if not handle.finished.is_set():
                 await self._abandon(handle, "interrupted", reason)
 
+    async def _end_kept(self, handle: ExecutionHandle, reason: str) -> None:
+        """End a cell whose kernel goes on running for the next broker: ``unknown``, and
+        what it printed so far is kept, in its record and as its notebook cell; the next
+        broker's :meth:`_resume` continues that cell."""
+        ex, rec = handle.execution, handle.recorder
+        if rec is None or ex.started_at is None:
+            await self._abandon(handle, "unknown", reason)  # never reached the kernel
+            return
+        ex.status, ex.reason = "unknown", reason
+        ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
+        if rec.execution_count is not None:
+            ex.execution_count = rec.execution_count
+            self.execution_count = max(self.execution_count, rec.execution_count)
+        try:
+            await self._finalize(handle, rec)
+        except Exception:
+            log.exception("session %s: could not record the output of %s", self.id, ex.id)
+            if not handle.finished.is_set():
+                await self._abandon(handle, "unknown", reason)
+
     # ------------------------------------------------------------------ running
 
     async def _run(self, handle: ExecutionHandle) -> None:
@@ -581,6 +616,12 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex = handle.execution
         loop = asyncio.get_running_loop()
         rec = self._record(handle, ex.id)
+        # What it printed before a shutdown that kept its kernel (``_end_kept``) goes on.
+        before = await self.notebook.outputs_of(ex.id)
+        for output in before or []:
+            rec.feed_iopub(as_message(output))
+        if before is not None:
+            handle.extra_meta["note"] = RESUMED_KEPT_NOTE
         self.status = "busy"
         started = ex.started_at or utcnow()
         ran_for = (utcnow() - started).total_seconds()
@@ -605,7 +646,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if self.status == "busy":
             self.status = "idle"
         # Shown after the cell (then the note of a restart that ended it, if any).
-        resumed = broker_restart_note(kernel_survived=True)
+        resumed = broker_restart_note(kernel_survived=True, kept_before=before is not None)
         self._note = resumed if self._note is None else f"{resumed}\n\n{self._note}"
         await self._finalize(handle, rec)
 
