@@ -154,6 +154,8 @@ class StreamTotals:
     #: What the broker appended to stderr about the limits when the execution finished
     #: (``outputs.py``); said again when output arrives late.
     notice: str = ""
+    #: Text printed after the execution finished went past the limit (said once).
+    dropped_late: bool = False
 
 
 class Overflow(Protocol):
@@ -209,6 +211,8 @@ class ExecutionRecorder:
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
         self._error_on_iopub = False
+        #: What :meth:`_bundle` dropped from the message being fed, said on stderr.
+        self._dropped_notices: list[str] = []
         #: JupyterLab's ``metadata.execution`` timing: message times by their usual keys.
         self.timing: dict[str, str] = {}
 
@@ -403,11 +407,19 @@ class ExecutionRecorder:
             length = len(value) if isinstance(value, str) else len(str(value))
             if length > MAX_RICH_VALUE_CHARS:
                 self.rich_dropped += length
+                self._dropped_notices.append(
+                    f"\n[output dropped: its {mime} value of {length} characters is larger "
+                    f"than the broker's limit of {MAX_RICH_VALUE_CHARS} characters per value]\n"
+                )
                 continue
             size += length
             clean[mime] = value
         if self.rich_chars + size > self.rich_limit:
             self.rich_dropped += size
+            self._dropped_notices.append(
+                f"\n[output dropped: a rich output of {size} characters; this cell's rich "
+                f"outputs went past the broker's limit of {self.rich_limit} characters]\n"
+            )
             return None
         self.rich_chars += size
         metadata = content.get("metadata")
@@ -423,9 +435,18 @@ class ExecutionRecorder:
                 return display_id
         return None
 
+    def _said_dropped(self) -> list[Event]:
+        """The notices of rich values :meth:`_bundle` just dropped, on stderr."""
+        events: list[Event] = []
+        notices, self._dropped_notices = self._dropped_notices, []
+        for notice in notices:
+            events += self._stream({"name": "stderr", "text": notice})
+        return events
+
     def _rich(self, msg_type: str, content: dict[str, Any]) -> list[Event]:
         events = self._apply_pending_clear()
         bundle = self._bundle(content)
+        events += self._said_dropped()
         if bundle is None:
             return events
         data, metadata = bundle
@@ -457,10 +478,10 @@ class ExecutionRecorder:
         if not display_id or display_id not in self._display_index:
             return []
         bundle = self._bundle(content)
+        events = self._said_dropped()
         if bundle is None:
-            return []
+            return events
         data, metadata = bundle
-        events: list[Event] = []
         for idx in self._display_index[display_id]:
             self._replace(idx, data, metadata)
             events.append(RichEvent(idx, updated=True))

@@ -456,11 +456,30 @@ class LiveNotebook:
         from the file."""
         return cell_digest(self.recorder.source_of(code, extra), outputs)
 
-    async def add_cell(self, code: str, outputs: list[dict[str, Any]], **meta: Any) -> None:
-        """Append an executed cell (see :meth:`NotebookRecorder.add_cell`); saved soon."""
+    async def add_cell(
+        self, code: str, outputs: list[dict[str, Any]], *, replace: bool = False, **meta: Any
+    ) -> None:
+        """Append an executed cell (see :meth:`NotebookRecorder.add_cell`); saved soon.
+        With ``replace``, it takes the place of a cell recorded for the same execution
+        (a cell an earlier broker recorded as it shut down, continued by this one)."""
         async with self._lock:
-            self.recorder.add_cell(code, outputs, **meta)
+            index = self.recorder.add_cell(code, outputs, **meta)
+            cells = self.recorder.nb.cells
+            if replace:
+                for i in range(index - 1, -1, -1):
+                    if _execution_id(cells[i]) == meta.get("execution_id"):
+                        cells[i] = cells.pop()
+                        self.recorder.cell_changed(cells[i])
+                        break
         self.request_save()
+
+    async def outputs_of(self, execution_id: str) -> list[dict[str, Any]] | None:
+        """The outputs of the cell recorded for ``execution_id`` (plain data), or None."""
+        async with self._lock:
+            for cell in reversed(self.recorder.nb.cells):
+                if _execution_id(cell) == execution_id:
+                    return [json.loads(json.dumps(o)) for o in cell.get("outputs", [])]
+        return None
 
     async def add_markdown(self, text: str) -> None:
         """Append a markdown note (a restart, a recovery); saved soon."""
@@ -560,3 +579,9 @@ class LiveNotebook:
                 return False
         self.degraded = self.invalid = False
         return True
+
+
+def _execution_id(cell: Any) -> object:
+    """The execution a notebook cell records, if any."""
+    meta = cell.get("metadata", {}).get("interp", {})
+    return meta.get("execution_id") if isinstance(meta, dict) else None

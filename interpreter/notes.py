@@ -46,15 +46,24 @@ def restart_note(reason: str, generation: int) -> str:
     )
 
 
-def broker_restart_note(*, kernel_survived: bool, closed: bool = False) -> str:
+def broker_restart_note(
+    *, kernel_survived: bool, closed: bool = False, kept_before: bool = False
+) -> str:
     """The markdown after a cell that was running when the broker stopped (R-07).
 
     Its outcome is unknown, and it is never re-run. What it printed before the restart
     was held only by the broker that stopped, so it is lost; with ``kernel_survived``
     (the next broker reattached its kernel) what it printed afterwards is in the cell.
     A kernel that did not survive is replaced by a fresh one (:func:`restart_note`
-    follows), unless the session was ``closed`` instead.
+    follows), unless the session was ``closed`` instead. With ``kept_before`` the broker
+    shut down and kept what it had printed.
     """
+    if kernel_survived and kept_before:
+        return (
+            "**Broker restarted** while the cell above ran: its outcome is unknown and it "
+            "was not re-run. The output shown is what it printed before the broker stopped, "
+            "then what it printed after the broker came back."
+        )
     if kernel_survived:
         return (
             "**Broker restarted** while the cell above ran: its outcome is unknown and it "

@@ -336,6 +336,8 @@ class OutputCapture:
         artifacts and the notice of the finished execution stay as they were."""
         limit = self.output_bytes
         ex.stdout, ex.stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
+        if rec.streams.dropped_late:
+            ex.truncated = True
         if len(ex.stdout) + len(ex.stderr) > limit:
             ex.truncated = True
             ex.stdout = cut_middle(ex.stdout, limit // 2)

@@ -20,11 +20,18 @@ from interpreter.displays import EarlierDisplays
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ExecutionHandle
+from interpreter.late import LateWrites
 from interpreter.metrics import Metrics
 from interpreter.models import SessionStatus
 from interpreter.notebook import LiveNotebook
 from interpreter.outputs import OutputCapture
 from interpreter.store import Activity, Writer
+
+#: Said once, on stderr, when text a finished cell printed went past its output limit.
+LATE_LIMIT_NOTICE = (
+    "\n[output limit reached: text printed after the cell ended, past the execution's "
+    "in-memory limit (max_output_hard_bytes), was dropped]\n"
+)
 
 
 class MessageRouting:
@@ -38,6 +45,8 @@ class MessageRouting:
     notebook: LiveNotebook
     writer: Writer
     metrics: Metrics
+    #: Finished cells changed since they were written (late output, display updates).
+    late: LateWrites
 
     def touch(self) -> None:
         raise NotImplementedError
@@ -59,7 +68,13 @@ class MessageRouting:
             parent_id = None  # forged (an id is text): routed nowhere
         handle = self.executions.current
         if handle is None or handle.recorder is None or parent_id != handle.recorder.msg_id:
-            finished = self.capture.finished_cell(parent_id) if channel == "iopub" else None
+            if channel != "iopub":
+                return
+            if handle is not None and handle.recorder is not None:
+                # Iopub is not quiet: the running cell's own idle may be queued behind
+                # these (an earlier cell's late output), so its grace starts after them.
+                handle.last_iopub_at = asyncio.get_running_loop().time()
+            finished = self.capture.finished_cell(parent_id)
             if finished is not None:
                 await self._late_output(finished, msg)
             return
@@ -83,32 +98,46 @@ class MessageRouting:
             handle.changed.set()
 
     async def _update_earlier_displays(self, msg: dict[str, Any], current: ExecutionHandle) -> None:
-        """A display id shown by an earlier cell, updated now: update that cell too."""
-        for earlier, nb_outputs in await self.displays.apply(msg, current):
-            earlier.notebook_sha256 = self.notebook.cell_digest(
-                earlier.execution.code, nb_outputs, earlier.extra_meta
-            )
-            await self.notebook.replace_outputs(
-                earlier.execution.id, nb_outputs, audit_sha256=earlier.notebook_sha256
-            )
-            self.writer.later(partial(self._save_execution, earlier), key=earlier.execution.id)
+        """A display id shown by an earlier cell, updated now: update that cell too (its
+        record and notebook cell are written by :attr:`late`, at most once an interval)."""
+        for earlier, _ in await self.displays.apply(msg, current):
+            self.late.changed(earlier, streams=False)
 
     async def _late_output(self, handle: ExecutionHandle, msg: dict[str, Any]) -> None:
         """Output of a finished cell (a background thread printing while no cell runs):
         record it under that cell, in the execution and the notebook (docs/security.md
-        decision 4)."""
+        decision 4). Applied to its recorder now, within the cell's output limits; written
+        by :attr:`late`, at most once an interval, so a flood costs little per message."""
         rec = handle.recorder
         header = msg.get("header") or {}
-        if rec is None or header.get("msg_type") != "stream" or not rec.feed_iopub(msg):
+        if rec is None or not isinstance(header, dict) or header.get("msg_type") != "stream":
             return
-        outputs = self.capture.late_streams(handle.execution, rec)
-        handle.notebook_sha256 = self.notebook.cell_digest(
-            handle.execution.code, outputs, handle.extra_meta
-        )
-        await self.notebook.replace_outputs(
-            handle.execution.id, outputs, audit_sha256=handle.notebook_sha256
-        )
-        self.writer.later(partial(self._save_execution, handle), key=handle.execution.id)
+        streams = rec.streams
+        dropped = streams.dropped
+        fed = bool(rec.feed_iopub(msg))
+        if streams.dropped > dropped and not streams.dropped_late:
+            # Past the cell's in-memory limit (a finished cell spills no more): dropped,
+            # and said once.
+            streams.dropped_late = True
+            streams.notice += LATE_LIMIT_NOTICE
+            fed = True
+        if fed:
+            self.late.changed(handle, streams=True)
+
+    async def _write_late(self, handle: ExecutionHandle, streams: bool) -> None:
+        """Write a finished cell that changed since it was written (:attr:`late`): its
+        notebook cell, with its new digest, and its record (a link of the audit chain)."""
+        ex, rec = handle.execution, handle.recorder
+        if rec is None:
+            return
+        if streams:
+            self.capture.late_streams(ex, rec)
+        outputs = self.capture.notebook_form(ex, rec)
+        if rec.streams.dropped_late:
+            outputs.append({"output_type": "stream", "name": "stderr", "text": LATE_LIMIT_NOTICE})
+        handle.notebook_sha256 = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
+        await self.notebook.replace_outputs(ex.id, outputs, audit_sha256=handle.notebook_sha256)
+        self.writer.later(partial(self._save_execution, handle), key=ex.id)
 
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution
@@ -121,6 +150,7 @@ class MessageRouting:
         await self.notebook.add_cell(
             ex.code,
             nb_outputs,
+            replace=handle.resumed,
             execution_id=ex.id,
             execution_count=ex.execution_count,
             status=ex.status,

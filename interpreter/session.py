@@ -46,6 +46,7 @@ from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, RestartBudget
+from interpreter.late import LateWrites
 from interpreter.metrics import Metrics
 from interpreter.models import (
     Execution,
@@ -75,6 +76,21 @@ RESUMED_NOTE = (
     "The broker restarted while this cell ran: its outcome is unknown. Output it printed "
     "before the restart is lost; output printed after it is kept here."
 )
+#: The same, for a cell whose output before the restart was kept (the broker shut down).
+RESUMED_KEPT_NOTE = (
+    "The broker restarted while this cell ran: its outcome is unknown. Its output before "
+    "and after the restart is kept here."
+)
+
+
+def as_message(output: dict[str, Any]) -> dict[str, Any]:
+    """A notebook output as the iopub message that records it again (error outputs, which
+    the broker reports itself, as nothing)."""
+    kind = output.get("output_type")
+    if kind not in ("stream", "display_data", "execute_result"):
+        return {}
+    content = {k: v for k, v in output.items() if k != "output_type"}
+    return {"header": {"msg_type": kind}, "content": content}
 
 
 class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
@@ -142,6 +158,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             output_bytes=settings.max_output_bytes,
         )
         self.displays = EarlierDisplays(self.capture)
+        self.late = LateWrites(self._write_late)
         #: A note for the notebook (a restart), written after the cell it happened in.
         self._note: str | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -285,7 +302,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 await self._worker
         if current is not None and not current.finished.is_set():
             if keep_kernel:
-                await self._abandon(current, "unknown", closed_by)
+                await self._end_kept(current, closed_by)
             else:
                 await self._end_stopped(current, closed_by)
         if keep_kernel:
@@ -294,6 +311,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await self.kernel.stop()
             # Nothing of a closed session's kernel is left behind (its runtime directory).
             await asyncio.to_thread(shutil.rmtree, self.options.runtime_dir, True)
+        await self.late.close()  # late output not yet written (no kernel sends more)
         await self.notebook.flush()
         if keep_kernel:
             write = partial(self.store.save_activity, self.id, self._activity(previous))
@@ -481,6 +499,26 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             if not handle.finished.is_set():
                 await self._abandon(handle, "interrupted", reason)
 
+    async def _end_kept(self, handle: ExecutionHandle, reason: str) -> None:
+        """End a cell whose kernel goes on running for the next broker: ``unknown``, and
+        what it printed so far is kept, in its record and as its notebook cell; the next
+        broker's :meth:`_resume` continues that cell."""
+        ex, rec = handle.execution, handle.recorder
+        if rec is None or ex.started_at is None:
+            await self._abandon(handle, "unknown", reason)  # never reached the kernel
+            return
+        ex.status, ex.reason = "unknown", reason
+        ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
+        if rec.execution_count is not None:
+            ex.execution_count = rec.execution_count
+            self.execution_count = max(self.execution_count, rec.execution_count)
+        try:
+            await self._finalize(handle, rec)
+        except Exception:
+            log.exception("session %s: could not record the output of %s", self.id, ex.id)
+            if not handle.finished.is_set():
+                await self._abandon(handle, "unknown", reason)
+
     # ------------------------------------------------------------------ running
 
     async def _run(self, handle: ExecutionHandle) -> None:
@@ -584,6 +622,12 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex = handle.execution
         loop = asyncio.get_running_loop()
         rec = self._record(handle, ex.id)
+        # What it printed before a shutdown that kept its kernel (``_end_kept``) goes on.
+        before = await self.notebook.outputs_of(ex.id)
+        for output in before or []:
+            rec.feed_iopub(as_message(output))
+        if before is not None:
+            handle.extra_meta["note"] = RESUMED_KEPT_NOTE
         self.status = "busy"
         started = ex.started_at or utcnow()
         ran_for = (utcnow() - started).total_seconds()
@@ -608,7 +652,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if self.status == "busy":
             self.status = "idle"
         # Shown after the cell (then the note of a restart that ended it, if any).
-        resumed = broker_restart_note(kernel_survived=True)
+        resumed = broker_restart_note(kernel_survived=True, kept_before=before is not None)
         self._note = resumed if self._note is None else f"{resumed}\n\n{self._note}"
         await self._finalize(handle, rec)
 

@@ -286,3 +286,36 @@ def test_cells_running_across_broker_kills_stay_on_record(
         _audit_ok(broker, sid)
     assert long_a in _cells(broker, a)
     assert stream_ids and stream_ids[0] in _cells(broker, c)
+
+
+@pytest.mark.docker
+def test_output_streamed_before_a_shutdown_that_keeps_the_kernel_stays_on_record(
+    brokers: Callable[..., Broker],
+) -> None:
+    """A broker stopped with SIGTERM keeps its kernels for the next one (the Docker
+    default). A cell running across it lost what it had printed before the stop: its
+    record and notebook cell held only what the next broker saw (16..29 of 0..29)."""
+    require_docker()
+    port = str(_free_port())
+    broker = brokers("docker", "--port", port)
+    ticking = LOOP.replace("i += 1", "i += 1\n    if i == 4:\n        open('ticked', 'w').close()")
+    with broker.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        _, eid = _start(broker, sid, ticking)
+    # Printed 0..3 (0.1 s apart) before it wrote the file.
+    wait_for(lambda: (broker.session_dir(sid) / "workspace" / "ticked").exists(), what="ticks")
+    broker.stop()
+    broker = brokers("docker", "--port", port)
+    with broker.client() as api:
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] != "starting")
+        _stop(broker, sid)
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "idle")
+        ex = _execution(api, sid, eid)
+        assert ex["status"] == "unknown" and ex["stdout"].endswith("stopped\n"), ex
+        numbers = _numbers(ex["stdout"])
+        assert numbers[:3] == [0, 1, 2], ex["stdout"][:200]
+        cell = notebook_cell(api, sid, eid)
+        text = "".join(o.get("text", "") for o in cell["outputs"])
+        assert _numbers(text)[:3] == [0, 1, 2] and text.endswith("stopped\n"), text[:200]
+        assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    _audit_ok(broker, sid)

@@ -200,3 +200,41 @@ def rec_asked_exit() -> bool:
     rec = ExecutionRecorder("m")
     rec.feed_reply({"content": {"status": "ok", "payload": [{"source": "ask_exit"}]}})
     return rec.asked_exit
+
+
+def test_a_rich_value_over_the_size_limit_is_dropped_with_a_notice() -> None:
+    """A figure whose PNG is over 16 M characters (a 14 MB image) lost its image with only
+    ``truncated`` to show for it; the cell now says on stderr what was dropped, its size
+    and the limit, in the result, the stream and the notebook."""
+    from interpreter.execution import MAX_RICH_VALUE_CHARS
+
+    data = json.loads((MESSAGES / "plot.json").read_text())
+    rec = ExecutionRecorder(data["msg_id"])
+    events: list[Any] = []
+    for msg in data["iopub"]:
+        if msg["header"]["msg_type"] == "display_data" and "image/png" in msg["content"]["data"]:
+            msg = copy.deepcopy(msg)
+            msg["content"]["data"]["image/png"] = "A" * (MAX_RICH_VALUE_CHARS + 4)
+        events += rec.feed_iopub(msg)
+    events += rec.feed_reply(data["reply"])
+    said = "".join(e.text for e in events if isinstance(e, StreamEvent) and e.name == "stderr")
+    assert said.count("[output dropped") == 1
+    assert f"image/png value of {MAX_RICH_VALUE_CHARS + 4} characters" in said
+    assert f"limit of {MAX_RICH_VALUE_CHARS} characters" in said
+    assert rec.stream_text("stderr") == said
+    outputs = rec.notebook_outputs()
+    assert any(o["output_type"] == "stream" and "image/png value" in o["text"] for o in outputs)
+    (shown,) = [o for o in outputs if o["output_type"] == "display_data"]
+    assert "image/png" not in shown["data"] and "text/plain" in shown["data"]
+    nb_valid(outputs)
+
+
+def test_rich_output_past_the_cells_rich_limit_is_dropped_with_a_notice() -> None:
+    data = json.loads((MESSAGES / "plot.json").read_text())
+    rec = ExecutionRecorder(data["msg_id"], rich_limit=1000)
+    events: list[Any] = []
+    for msg in data["iopub"]:
+        events += rec.feed_iopub(msg)
+    said = "".join(e.text for e in events if isinstance(e, StreamEvent) and e.name == "stderr")
+    assert "went past the broker's limit of 1000 characters" in said
+    assert rec.rich_dropped > 0
