@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from interpreter import restore_cells
 from interpreter.artifacts import remove_temporaries
@@ -288,6 +289,15 @@ def _close_files(
     digests = store.cell_digests(session_id)
     restored = restore_cells.restore(recorder, executions, session_dir / "artifacts", digests)
     for _, ex in in_flight:
+        kept = _cell_of(recorder, ex.id)
+        if kept is not None:
+            # Recorded, with what it had printed, by an earlier broker that shut down and
+            # kept its kernel: completed in place, never written twice.
+            kept.metadata["interp"].update(
+                status=ex.status, state_lost=True, reason=ex.reason, note=CLOSED_NOTE
+            )
+            recorder.cell_changed(kept)
+            continue
         recorder.add_cell(
             ex.code,
             [],
@@ -303,3 +313,12 @@ def _close_files(
         recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
     if restored or in_flight:
         recorder.save()
+
+
+def _cell_of(recorder: NotebookRecorder, execution_id: str) -> Any | None:
+    """The notebook cell recorded for ``execution_id``, if there is one."""
+    for cell in reversed(recorder.nb.cells):
+        meta = cell.get("metadata", {}).get("interp")
+        if isinstance(meta, dict) and meta.get("execution_id") == execution_id:
+            return cell
+    return None
