@@ -109,6 +109,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.restore_cells", "storage"),
     ("interpreter.restarts", "runtime"),
     ("interpreter.routing", "runtime"),
+    ("interpreter.late", "runtime"),
     ("interpreter.snapshot", "runtime"),
     ("interpreter.displays", "runtime"),
     ("interpreter.readiness", "base"),
