@@ -138,6 +138,9 @@ class _Stream:
     name: str
     # Carriage returns and backspaces applied: a progress bar keeps only its last frame.
     text: OverwrittenText = field(default_factory=OverwrittenText)
+    #: The segment's text began with ``\r``: read as one stream with the segments of the
+    #: same name before it (the other stream came between), it overwrites their open line.
+    returns: bool = False
 
 
 @dataclass
@@ -371,7 +374,7 @@ class ExecutionRecorder:
             text = text[:room]
         last = self.items[-1] if self.items else None
         if not (isinstance(last, _Stream) and last.name == name):
-            last = _Stream(name)
+            last = _Stream(name, returns=text.startswith("\r") and not text.startswith("\r\n"))
             self.items.append(last)
         # What is kept is the text after overwrites: redrawn frames take no room.
         before = len(last.text)
@@ -485,10 +488,19 @@ class ExecutionRecorder:
         return item
 
     def stream_text(self, name: str) -> str:
-        """All kept text of one stream, across the outputs not cleared."""
-        return "".join(
-            item.text.text for item in self.items if isinstance(item, _Stream) and item.name == name
-        )
+        """All kept text of one stream, across the outputs not cleared, read as one stream:
+        where the other stream came between two segments, a ``\\r`` at the start of the
+        later one (or at the end of the earlier one) still overwrites the open line, as on
+        a terminal (a progress bar on stderr with a print per step on stdout keeps only its
+        last frame)."""
+        merged = OverwrittenText()
+        rewound = False
+        for item in self.items:
+            if isinstance(item, _Stream) and item.name == name:
+                text = item.text.text
+                merged.feed("\r" + text if (item.returns or rewound) and text else text)
+                rewound = item.text.rewound if text else rewound
+        return merged.text
 
     def rich_indexes(self) -> list[int]:
         """Indexes of the display_data / execute_result outputs still present."""

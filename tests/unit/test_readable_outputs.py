@@ -94,6 +94,41 @@ def test_a_progress_bar_that_redraws_forever_takes_no_room() -> None:
     assert rec.streams.dropped == 0 and rec.streams.kept == len(rec.stream_text("stderr"))
 
 
+def _streams(rec: ExecutionRecorder, chunks: list[tuple[str, str]]) -> None:
+    for name, text in chunks:
+        rec.feed_iopub({"header": {"msg_type": "stream"}, "content": {"name": name, "text": text}})
+
+
+def test_redraws_apply_across_interleaved_streams() -> None:
+    # A hand-written ``\rA{i}`` / ``\rB{i}`` loop: each chunk is its own notebook output,
+    # as in JupyterLab, but stdout and stderr read as one terminal stream each.
+    rec = ExecutionRecorder("m")
+    chunks = [c for i in range(3) for c in (("stdout", f"\rA{i}"), ("stderr", f"\rB{i}"))]
+    _streams(rec, [*chunks, ("stdout", "\n")])
+    assert rec.stream_text("stdout") == "A2\n" and rec.stream_text("stderr") == "B2"
+    assert [o["text"] for o in rec.notebook_outputs()][:2] == ["A0", "B0"]
+    # tqdm with a print per step; a frame ending in ``\r`` is overwritten too.
+    rec = ExecutionRecorder("m")
+    _streams(
+        rec,
+        [
+            ("stderr", "\r  0%|"),
+            ("stdout", "epoch 0\n"),
+            ("stderr", "\r 50%|#"),
+            ("stdout", "epoch 1\n"),
+            ("stderr", "\r100%|##"),
+            ("stdout", "done\n"),
+            ("stderr", "\n"),
+        ],
+    )
+    assert rec.stream_text("stderr") == "100%|##\n"
+    assert rec.stream_text("stdout") == "epoch 0\nepoch 1\ndone\n"
+    # A frame that ends with ``\r`` is overwritten by the next one.
+    rec = ExecutionRecorder("m")
+    _streams(rec, [("stderr", "50%\r"), ("stdout", "x"), ("stderr", "99%")])
+    assert rec.stream_text("stderr") == "99%"
+
+
 def test_a_tqdm_auto_bar_ends_as_its_final_text_without_a_warning(tmp_path: Path) -> None:
     ex, notebook, text = model_text(tmp_path, "tqdm_loop")
     assert ex.stderr == ""  # no "IProgress not found" warning
