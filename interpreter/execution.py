@@ -209,6 +209,8 @@ class ExecutionRecorder:
         self.busy_seen = False
         self.execution_count: int | None = None
         self.error: ErrorEvent | None = None
+        #: The error's message or traceback was cut (:data:`ERROR_TEXT_LIMIT`).
+        self.error_cut = False
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
         self._error_on_iopub = False
@@ -472,10 +474,23 @@ class ExecutionRecorder:
     def _set_error(self, content: dict[str, Any]) -> ErrorEvent:
         traceback = content.get("traceback")
         lines = traceback if isinstance(traceback, list) else []
+        evalue = clean_text(content.get("evalue", ""))
+        texts = [strip_ansi(clean_text(line)) for line in lines[:TRACEBACK_LINES]]
+        # Said by ``truncated`` on the execution (outputs.py).
+        self.error_cut = len(lines) > TRACEBACK_LINES or any(
+            len(text) > ERROR_TEXT_LIMIT for text in [evalue, *texts]
+        )
+        evalue = _cut_error(evalue, ERROR_TEXT_LIMIT)
+        texts = [_cut_error(text, ERROR_TEXT_LIMIT) for text in texts]
+        if len(lines) > TRACEBACK_LINES:
+            texts.append(
+                f"[... {len(lines) - TRACEBACK_LINES} more traceback lines omitted "
+                "by the service ...]"
+            )
         self.error = ErrorEvent(
             ename=clean_text(content.get("ename", "Error"), 1000),
-            evalue=clean_text(content.get("evalue", ""), 100_000),
-            traceback=[strip_ansi(clean_text(line, 100_000)) for line in lines[:500]],
+            evalue=evalue,
+            traceback=texts,
         )
         return self.error
 
@@ -556,6 +571,23 @@ def _as_text(value: Any) -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return "".join(value)
     return json.dumps(value, ensure_ascii=False)
+
+
+#: Characters of an error's message, and of each traceback line, kept at most.
+ERROR_TEXT_LIMIT = 100_000
+#: Traceback lines kept at most.
+TRACEBACK_LINES = 500
+_CUT_TAIL_MARK = " characters of this error text omitted by the service ...]"
+
+
+def _cut_error(text: str, limit: int) -> str:
+    """``text``, or its head and tail with a notice of how much of it the service cut
+    (an error message has no artifact to hold its whole text)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    omitted = len(text) - 2 * half
+    return f"{text[:half]}\n[... {omitted}{_CUT_TAIL_MARK}\n{text[-half:]}"
 
 
 def cut_around(head: str, tail: str, total: int, limit: int) -> str:

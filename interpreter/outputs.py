@@ -288,7 +288,7 @@ class OutputCapture:
         finally:
             if spill is not None:
                 await spill.discard()
-        if rec.rich_dropped or rec.messages_dropped:
+        if rec.rich_dropped or rec.messages_dropped or rec.error_cut:
             ex.truncated = True
         outputs = []
         for index in rec.rich_indexes():

@@ -15,7 +15,7 @@ from interpreter.client.charttext import chart_summary as chart_summary
 from interpreter.client.htmltext import html_to_text
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
 from interpreter.mime import strip_ansi as strip_ansi
-from interpreter.models import Execution, Output
+from interpreter.models import ErrorInfo, Execution, Output
 from interpreter.policy.explain import policy_text
 
 # ``<IPython.core.display.Markdown object>``, ``<pandas...Styler at 0x7f...>``: a repr that
@@ -158,6 +158,20 @@ def truncation_note(execution: Execution) -> str:
     )
 
 
+def error_text(err: ErrorInfo, limit: int) -> str:
+    """``error: ename: evalue`` and the traceback, within about ``limit`` characters.
+
+    The message and each traceback line get at most a quarter of it (the traceback's last
+    line usually repeats the message), so a long message leaves room for the frames.
+    """
+    share = max(limit // 4, 1) if limit > 0 else 0
+    head = f"error: {clip(err.ename, share)}: {clip(err.evalue, share)}"
+    if not err.traceback:
+        return head
+    lines = [clip(strip_ansi(line), share) for line in err.traceback]
+    return head + "\n" + clip("\n".join(lines), max(limit - len(head), share))
+
+
 def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
     """Text blocks describing an execution, in the order a reader needs them.
 
@@ -179,12 +193,7 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
         label = "result" if output.type == "execute_result" else "display"
         blocks.append(f"{label}:\n{output_text(output, limit)}")
     if execution.error is not None:
-        err = execution.error
-        tb = strip_ansi("\n".join(err.traceback)) if err.traceback else ""
-        text = f"error: {err.ename}: {err.evalue}"
-        if tb:
-            text += "\n" + clip(tb, limit)
-        blocks.append(text)
+        blocks.append(error_text(execution.error, limit))
     if len(blocks) == 1 and execution.status == "ok":
         blocks.append("(no output)")
     return blocks
