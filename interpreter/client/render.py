@@ -40,8 +40,14 @@ def bundle_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def dataframe_summary(summary: dict[str, Any]) -> str:
-    """One-paragraph description of an ``application/vnd.dataframe+json`` value."""
+def dataframe_summary(summary: dict[str, Any], table: str | None = None) -> str:
+    """One-paragraph description of an ``application/vnd.dataframe+json`` value.
+
+    Args:
+        summary: The value.
+        table: The text table shown after the description (its ``text/plain``), if any:
+            the description then says which rows it leaves out.
+    """
     kind = "Series" if summary.get("kind") == "series" else "DataFrame"
     shape = summary.get("shape") or []
     if kind == "Series" and shape:
@@ -66,24 +72,55 @@ def dataframe_summary(summary: dict[str, Any]) -> str:
     index = summary.get("index") or {}
     if index.get("type") and index.get("type") != "RangeIndex":
         lines.append(f"index: {index['type']} ({index.get('dtype')})")
-    rows = summary.get("rows") or []
-    if summary.get("truncated") and rows:
-        lines.append(f"(the table shows the first {len(rows)} rows)")
+    note = _rows_note(table, shape[0] if shape and isinstance(shape[0], int) else None)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
+
+
+# pandas' row of ellipses where a long table's repr leaves rows out ("...", "..  ...  ...").
+_ELLIPSIS_ROW = re.compile(r"^\s*\.\.+(?:\s+\.\.+)*\s*$")
+# What ends a repr after its rows: a DataFrame's "[100 rows x 2 columns]", a Series' footer.
+_REPR_FOOTER = ("[", "Name:", "Length:", "dtype:", "Freq:")
+
+
+def _rows_note(table: str | None, total: int | None) -> str | None:
+    """What the text table shown after the summary leaves out, read from that text.
+
+    pandas cuts a long frame's repr to as many rows from the head as from the tail, with
+    a row of ellipses between them; a repr with no such row shows every row (no note).
+    """
+    if not table:
+        return None
+    lines = table.splitlines()
+    cut = next((i for i, line in enumerate(lines) if _ELLIPSIS_ROW.match(line)), None)
+    if cut is None:
+        return None
+    tail = 0
+    for line in lines[cut + 1 :]:
+        if not line.strip() or line.startswith(_REPR_FOOTER):
+            break
+        tail += 1
+    if not tail:
+        return "(the table below leaves rows out)"
+    of = f" of {total}" if total else ""
+    return f"(the table below shows the first {tail} and the last {tail}{of} rows)"
 
 
 def output_text(output: Output, limit: int) -> str:
     """What a model should read of one rich output (images are described, not included)."""
     data = output.data
     parts: list[str] = []
-    if isinstance(data.get(DATAFRAME_MIME), dict):
-        parts.append(dataframe_summary(data[DATAFRAME_MIME]))
+    frame = data.get(DATAFRAME_MIME)
+    text = None
+    if CHART_MIME not in data:
+        text = readable_text(data, have_summary=isinstance(frame, dict))
+    if isinstance(frame, dict):
+        parts.append(dataframe_summary(frame, text))
     if isinstance(data.get(CHART_MIME), dict):
         parts.append(chart_summary(data[CHART_MIME]))
-    if CHART_MIME not in data:
-        text = readable_text(data, have_summary=bool(parts))
-        if text is not None:
-            parts.append(clip(text, limit))
+    if text is not None:
+        parts.append(clip(text, limit))
     images = [a for a in output.artifacts if is_image(a.mime)]
     for ref in images:
         parts.append(f"[image {ref.mime}, {ref.size} bytes]")

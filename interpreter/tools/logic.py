@@ -317,7 +317,8 @@ def _rich_output_lines(data: dict[str, Any], limit: int) -> list[str]:
     if isinstance(chart, dict):
         lines.append("[chart]\n" + chart_summary(chart))
     elif isinstance(frame, dict):
-        lines.append("[table] " + dataframe_summary(frame))
+        plain = data.get("text/plain")
+        lines.append("[table] " + dataframe_summary(frame, bundle_text(plain) if plain else None))
     if "text/plain" in data and not isinstance(chart, dict):
         lines.append("[out]\n" + clip(bundle_text(data["text/plain"]), limit))
     images = [m for m in data if is_image(m)]

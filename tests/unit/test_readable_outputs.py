@@ -16,9 +16,10 @@ import pytest
 from interpreter.artifacts import ArtifactStore
 from interpreter.client.charttext import chart_summary
 from interpreter.client.htmltext import html_to_text
-from interpreter.client.render import readable_text, render_execution
+from interpreter.client.render import output_text, readable_text, render_execution
 from interpreter.execution import ExecutionRecorder
-from interpreter.models import Execution
+from interpreter.mime import DATAFRAME_MIME
+from interpreter.models import Execution, Output
 from interpreter.outputs import OutputCapture
 from interpreter.overwrite import OverwrittenText, apply_overwrites
 
@@ -234,3 +235,34 @@ def test_chart_text_names_layouts() -> None:
     assert "plot 2: line, twin axes over plot 1" in text
     assert "plot 3: heatmap\n  series: 1x2 grid, values 1" in text
     assert "plot 4: heatmap (image)\n  series: 30x30 grid, 900 values, min 0, max 1" in text
+
+
+def _frame_bundle(obj: object) -> dict[str, object]:
+    """What the kernel displays for a frame or Series, with its pandas options."""
+    pd = pytest.importorskip("pandas")
+    from interpreter_kernel.configure import PANDAS_OPTIONS
+    from interpreter_kernel.dataframe import dataframe_json
+
+    with pd.option_context(*[x for kv in PANDAS_OPTIONS.items() for x in kv]):
+        return {"text/plain": repr(obj), DATAFRAME_MIME: dataframe_json(obj)}
+
+
+@pytest.mark.parametrize(
+    ("rows", "note"),
+    [
+        (25, None),
+        (30, None),
+        (31, "(the table below shows the first 5 and the last 5 of 31 rows)"),
+        (10_000, "(the table below shows the first 5 and the last 5 of 10000 rows)"),
+    ],
+)
+def test_the_table_note_says_which_rows_the_text_shows(rows: int, note: str | None) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"x": range(rows), "y": range(rows)})
+    for obj in (frame, frame["x"]):
+        text = output_text(Output(type="execute_result", data=_frame_bundle(obj)), 20_000)
+        assert "first 20 rows" not in text
+        if note is None:
+            assert "(the table" not in text
+        else:
+            assert note in text

@@ -482,7 +482,8 @@ def test_render_helpers() -> None:
         == "Series: 5 rows\ncolumns: x (int64)"
     )
     wide = dataframe_summary(DF_SUMMARY | {"shape": [100, 40]})
-    assert "... 37 more" in wide and "first 2 rows" in wide
+    # No text table follows: no note on rows (the JSON's first rows are not shown).
+    assert "... 37 more" in wide and "rows)" not in wide
     assert chart_summary({"axes": []}) == "a figure"
     assert clip("abcdefghij", 6) == "abcd\n[... 4 characters omitted ...]\nij"
     quiet = render_execution(Execution(id="e", session_id="s", status="ok"))
