@@ -37,7 +37,7 @@ def bundle_text(value: Any) -> str:
     """A MIME-bundle text value as one string (nbformat may split it into a list)."""
     if isinstance(value, list):
         return "".join(str(v) for v in value)
-    return value if isinstance(value, str) else json.dumps(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def dataframe_summary(summary: dict[str, Any], table: str | None = None) -> str:
@@ -58,7 +58,15 @@ def dataframe_summary(summary: dict[str, Any], table: str | None = None) -> str:
         size = "unknown shape"
     lines = [f"{kind}: {size}"]
     columns = summary.get("columns") or []
-    if columns:
+    if kind == "Series" and len(columns) == 1:
+        # A Series has a name (None for most: ``df.dtypes``, ``s.value_counts()`` keeps
+        # the column's) and one dtype, not columns.
+        col = columns[0]
+        part = f"dtype {col.get('dtype')}"
+        if col.get("nulls"):
+            part += f", {col['nulls']} null"
+        lines.append(part if col.get("name") is None else f"name: {col['name']}, {part}")
+    elif columns:
         parts = []
         for col in columns:
             part = f"{col.get('name')} ({col.get('dtype')}"
@@ -150,7 +158,8 @@ def readable_text(data: dict[str, Any], *, have_summary: bool = False) -> str | 
     if "text/html" in data and not have_summary:
         return html_to_text(bundle_text(data["text/html"]))
     if "application/json" in data:
-        return json.dumps(data["application/json"], indent=1)
+        # The characters themselves: a model reads "ü" better than "\\u00fc".
+        return json.dumps(data["application/json"], indent=1, ensure_ascii=False)
     if have_summary:
         return None
     return plain

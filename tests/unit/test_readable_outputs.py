@@ -198,7 +198,9 @@ def test_html_to_text_drops_scripts_and_keeps_links_and_rows() -> None:
         "<table><thead><tr><th>name</th><th>n</th></tr></thead>"
         "<tbody><tr><td>a&nbsp;b</td><td>1</td></tr></tbody></table><pre>x\n  y</pre>"
     )
-    assert html_to_text(html) == ("See the docs (https://example.org/x).\nname | n\na b | 1\nx\ny")
+    assert html_to_text(html) == (
+        "See the docs (https://example.org/x).\nname | n\na b | 1\nx\n  y"
+    )
 
 
 def test_chart_text_gives_values_for_small_series_and_statistics_for_large() -> None:
@@ -266,3 +268,16 @@ def test_the_table_note_says_which_rows_the_text_shows(rows: int, note: str | No
             assert "(the table" not in text
         else:
             assert note in text
+
+
+def test_json_html_pre_and_an_unnamed_series_read_as_they_are() -> None:
+    shown = readable_text(
+        {"text/plain": "<IPython.core.display.JSON object>", "application/json": {"c": "ü"}}
+    )
+    assert shown == '{\n "c": "ü"\n}'
+    html = "<p>x</p><pre>  pre   formatted\n   block</pre><p>y</p>"
+    assert html_to_text(html) == "x\n  pre   formatted\n   block\ny"
+    pd = pytest.importorskip("pandas")
+    dtypes = pd.DataFrame({"a": [1], "b": ["s"]}).dtypes
+    text = output_text(Output(type="execute_result", data=_frame_bundle(dtypes)), 20_000)
+    assert text.startswith("Series: 2 rows\ndtype object\n") and "None" not in text

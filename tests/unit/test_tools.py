@@ -479,7 +479,7 @@ def test_render_helpers() -> None:
                 "columns": [{"name": "x", "dtype": "int64", "nulls": None}],
             }
         )
-        == "Series: 5 rows\ncolumns: x (int64)"
+        == "Series: 5 rows\nname: x, dtype int64"
     )
     wide = dataframe_summary(DF_SUMMARY | {"shape": [100, 40]})
     # No text table follows: no note on rows (the JSON's first rows are not shown).
