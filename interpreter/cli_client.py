@@ -40,7 +40,7 @@ from interpreter.client import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.client.render import bundle_text, strip_ansi
+from interpreter.client.render import readable_text, strip_ansi
 from interpreter.mime import is_image
 from interpreter.policy.explain import policy_text
 
@@ -110,8 +110,10 @@ def _print_output(event: OutputEvent, images_dir: Path | None, session: Session)
     data = event.output.data
     has_image = any(is_image(ref.mime) for ref in event.output.artifacts)
     # A figure's text form ("<Figure size 640x480 ...>") says nothing the image line doesn't.
-    if "text/plain" in data and not has_image:
-        sys.stdout.write(strip_ansi(bundle_text(data["text/plain"])).rstrip("\n") + "\n")
+    # Markdown, HTML and JSON displays read as their text, not "<...Markdown object>".
+    text = None if has_image else readable_text(data)
+    if text is not None:
+        sys.stdout.write(text.rstrip("\n") + "\n")
     for ref in event.output.artifacts:
         line = f"[{ref.mime}, {ref.size} bytes]"
         if images_dir is not None and is_image(ref.mime):
