@@ -26,7 +26,7 @@ from interpreter.client.render import (
     strip_ansi,
 )
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, MODEL_IMAGE_MIMES, SVG_MIME, is_image
-from interpreter.models import Execution, FileList
+from interpreter.models import ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
 from interpreter.tools.calls import ToolCall, ToolCallError, validate_arguments
 from interpreter.tools.results import ImagePart, TextPart, ToolResult, error_result
@@ -168,13 +168,17 @@ class _ToolLogic:
             execution = yield RunStep(sid, code, timeout_s)
         parts: list[TextPart | ImagePart] = [TextPart(note)] if note else []
         parts.extend(TextPart(block) for block in render_execution(execution, limit=self.max_chars))
-        shown = 0
-        for output in execution.outputs:
-            for ref in output.artifacts:
-                if ref.mime in MODEL_IMAGE_MIMES and shown < self.max_images:
-                    data: bytes = yield proto.artifact(ref.url)
-                    parts.append(ImagePart(ref.mime, data))
-                    shown += 1
+        images = [
+            ref
+            for output in execution.outputs
+            for ref in output.artifacts
+            if ref.mime in MODEL_IMAGE_MIMES
+        ]
+        for ref in images[: self.max_images]:
+            data: bytes = yield proto.artifact(ref.url)
+            parts.append(ImagePart(ref.mime, data))
+        if len(images) > self.max_images:
+            parts.append(TextPart(_images_left_note(images, self.max_images)))
         return ToolResult(
             parts,
             structured=execution_data(execution, limit=self.max_chars),
@@ -238,6 +242,14 @@ class _ToolLogic:
             sid = named
         url = proto.artifact_url(sid, artifact_id)
         data, total = yield proto.artifact_range(url, offset, length)
+        image = image_mime(data) if offset == 0 else None
+        if image is not None:
+            # An image that run_code did not attach: the whole image, not a byte range.
+            if total != len(data):
+                data = yield proto.artifact(url)
+            return ToolResult(
+                [TextPart(f"[artifact {url}: {image}, {len(data)} bytes]"), ImagePart(image, data)]
+            )
         text, skipped, used = artifact_text(data, at_start=offset == 0)
         start = offset + skipped
         header = artifact_header(url, start, start + used, total)
@@ -264,6 +276,38 @@ class _ToolLogic:
         if format == "ipynb":
             return ToolResult([TextPart(json.dumps(_without_images(nb), indent=1))])
         return ToolResult([TextPart(clip(notebook_transcript(nb), self.max_chars * 2))])
+
+
+#: Leading bytes of the image formats a model can be shown.
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def image_mime(data: bytes) -> str | None:
+    """The MIME type of an image a model can be shown, by its leading bytes; else None."""
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _images_left_note(images: list[ArtifactRef], attached: int) -> str:
+    """Which images of a result were not attached, and how to see them."""
+    left = "; ".join(
+        f"image {n} ({ref.mime}, {ref.size} bytes): {ref.url}"
+        for n, ref in enumerate(images, 1)
+        if n > attached
+    )
+    return (
+        f"{attached} of the {len(images)} images above are attached (at most {attached} per "
+        f"result), in order. Not attached: {left}. To see one, call read_artifact with its URL."
+    )
 
 
 def artifact_text(data: bytes, *, at_start: bool) -> tuple[str, int, int]:

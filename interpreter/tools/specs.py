@@ -185,7 +185,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "When run_code cuts stdout, stderr or a long value, its result names the artifact "
         "that holds the whole text (a URL such as /v1/sessions/.../artifacts/<id>); read it "
         "here piece by piece with offset and length (in bytes). The answer says which bytes "
-        "it holds, the artifact's size and the offset to continue from.",
+        "it holds, the artifact's size and the offset to continue from. An image artifact "
+        "(one run_code did not attach, past its limit of images) is returned as the image.",
         {
             "type": "object",
             "properties": {

@@ -368,6 +368,12 @@ def test_run_code_dataframe_summary_and_images(executor: ToolExecutor) -> None:
         {"name": "run_code", "arguments": {"code": "plot"}}
     )
     assert len(capped.images) == 1
+    # The others are named, with how to see them.
+    assert "1 of the 3 images above are attached (at most 1 per result)" in capped.text
+    left = f"image 2 (image/png, 12 bytes): /v1/sessions/{capped.structured['session_id']}"
+    assert left in capped.text and "image 1 (" not in capped.text
+    shown = run(executor, "read_artifact", artifact="/v1/sessions/s1/artifacts/" + "2" * 64)
+    assert [(i.mime, i.data) for i in shown.images] == [("image/png", PNG)]
 
 
 def test_code_error_is_a_successful_call_showing_the_traceback(executor: ToolExecutor) -> None:
