@@ -7,6 +7,7 @@ import base64
 import codecs
 import json
 import mimetypes
+import re
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -213,14 +214,18 @@ class _ToolLogic:
             )
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return ToolResult(
-                [
-                    TextPart(
-                        f"{path} is a binary file of {len(data)} bytes; inspect it with run_code."
-                    )
-                ]
-            )
+        except UnicodeDecodeError as exc:
+            if not _looks_like_text(data):
+                return ToolResult(
+                    [
+                        TextPart(
+                            f"{path} is a binary file of {len(data)} bytes; "
+                            "inspect it with run_code."
+                        )
+                    ]
+                )
+            label, text = _not_utf8_text(data, exc.start)
+            return ToolResult([TextPart(f"{path}: {label}\n" + clip(text, max_chars))])
         return ToolResult([TextPart(clip(text, max_chars) if text else f"{path} is empty.")])
 
     def _tool_read_artifact(
@@ -307,6 +312,39 @@ def _images_left_note(images: list[ArtifactRef], attached: int) -> str:
     return (
         f"{attached} of the {len(images)} images above are attached (at most {attached} per "
         f"result), in order. Not attached: {left}. To see one, call read_artifact with its URL."
+    )
+
+
+# A well-formed UTF-8 sequence of two to four bytes.
+_UTF8_MULTIBYTE = re.compile(
+    rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}"
+)
+# Control bytes that text does not contain (not tab, newline, form feed, carriage return).
+_BINARY_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+
+
+def _looks_like_text(data: bytes) -> bool:
+    """Text in some 8-bit encoding rather than binary data: no NUL, hardly any control
+    bytes in the first 64 KiB."""
+    head = data[: 64 << 10]
+    return b"\x00" not in head and len(_BINARY_BYTES.findall(head)) * 100 <= len(head)
+
+
+def _not_utf8_text(data: bytes, bad: int) -> tuple[str, str]:
+    """A text file that is not valid UTF-8 (first invalid byte at ``bad``): a label that
+    says so, and its text. With no UTF-8 sequence in it at all it is most likely Latin-1
+    or Windows-1252, and is decoded so; otherwise as UTF-8 with U+FFFD for each bad byte."""
+    where = f"not valid UTF-8 (the first invalid byte is at offset {bad})"
+    if _UTF8_MULTIBYTE.search(data) is None:
+        return (
+            f"{where}; shown decoded as Windows-1252 (Latin-1), which may not be its "
+            "encoding. To load it in run_code, name the encoding, e.g. "
+            "pd.read_csv(path, encoding='latin-1').",
+            data.decode("cp1252", errors="replace"),
+        )
+    return (
+        f"{where}; shown as UTF-8 with each invalid byte replaced by \ufffd.",
+        data.decode("utf-8", errors="replace"),
     )
 
 

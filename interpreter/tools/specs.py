@@ -162,7 +162,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "read_file",
         "Read a file from the session workspace, such as a CSV or report the code wrote. "
         "Text files are returned as text (long files are cut in the middle; use max_chars "
-        "to see more); PNG, JPEG, GIF and WebP images are returned as images. For large or "
+        "to see more; a text file that is not UTF-8 comes decoded as Latin-1 or with "
+        "replacement characters, and says so); PNG, JPEG, GIF and WebP images are "
+        "returned as images. For large or "
         "binary data, load and summarise it with run_code instead.",
         {
             "type": "object",

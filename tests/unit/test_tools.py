@@ -420,6 +420,15 @@ def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
     assert image.images[0].data == PNG
     service.files[("s1", "blob")] = b"\xff\xfe\x00"
     assert "binary file of 3 bytes" in run(executor, "read_file", path="blob").text
+    # A Latin-1 CSV is text in another encoding, not a binary file.
+    service.files[("s1", "latin1.csv")] = "région,montant\nÎle,2\n".encode("latin-1")
+    latin1 = run(executor, "read_file", path="latin1.csv").text
+    assert "binary" not in latin1 and "latin1.csv: not valid UTF-8" in latin1
+    assert "decoded as Windows-1252 (Latin-1)" in latin1
+    assert latin1.endswith("\nrégion,montant\nÎle,2\n")
+    service.files[("s1", "mixed.txt")] = "naïve ".encode() + b"\xff end"
+    mixed = run(executor, "read_file", path="mixed.txt").text
+    assert "invalid byte is at offset 7" in mixed and mixed.endswith("\nnaïve \ufffd end")
     service.files[("s1", "big.txt")] = b"x" * 5000
     assert "characters omitted" in run(executor, "read_file", path="big.txt", max_chars=100).text
     listing = run(executor, "list_files").text
