@@ -508,14 +508,39 @@ class ExecutionRecorder:
         later one (or at the end of the earlier one) still overwrites the open line, as on
         a terminal (a progress bar on stderr with a print per step on stdout keeps only its
         last frame)."""
-        merged = OverwrittenText()
-        rewound = False
-        for item in self.items:
-            if isinstance(item, _Stream) and item.name == name:
+        return self._merged()[0][name].text
+
+    def stream_offsets(self) -> dict[int, tuple[int, int]]:
+        """For each rich output still present (by index), how many characters of
+        :meth:`stream_text` ``("stdout")`` and ``("stderr")`` came before it. A line that
+        a later ``\\r`` rewrote counts as coming after the outputs shown while it was
+        open."""
+        return self._merged()[1]
+
+    def _merged(self) -> tuple[dict[str, OverwrittenText], dict[int, tuple[int, int]]]:
+        merged = {"stdout": OverwrittenText(), "stderr": OverwrittenText()}
+        rewound = {"stdout": False, "stderr": False}
+        offsets: dict[int, list[int]] = {}
+        for index, item in enumerate(self.items):
+            if isinstance(item, _Stream):
                 text = item.text.text
-                merged.feed("\r" + text if (item.returns or rewound) and text else text)
-                rewound = item.text.rewound if text else rewound
-        return merged.text
+                if not text:
+                    continue
+                stream = merged[item.name]
+                column = 0 if item.name == "stdout" else 1
+                if item.returns or rewound[item.name]:
+                    # The open line is rewritten: outputs shown while it was open come
+                    # before it.
+                    whole = stream.text
+                    line_start = len(whole) - len(whole.rpartition("\n")[2])
+                    for pair in offsets.values():
+                        pair[column] = min(pair[column], line_start)
+                    text = "\r" + text
+                stream.feed(text)
+                rewound[item.name] = item.text.rewound
+            elif item.get("output_type") != "error":
+                offsets[index] = [len(merged["stdout"]), len(merged["stderr"])]
+        return merged, {i: (out, err) for i, (out, err) in offsets.items()}
 
     def rich_indexes(self) -> list[int]:
         """Indexes of the display_data / execute_result outputs still present."""

@@ -204,6 +204,47 @@ def truncation_note(execution: Execution) -> str:
     )
 
 
+def _places(execution: Execution, limit: int) -> list[tuple[int, int]] | None:
+    """Where each output came in stdout and stderr (:attr:`Output.after`), when prints
+    and outputs can be given in that order: every output says where it came, in order,
+    and no text needs cutting. Else None."""
+    if not execution.outputs or not (execution.stdout or execution.stderr):
+        return None
+    if limit > 0 and max(len(execution.stdout), len(execution.stderr)) > limit:
+        return None
+    places: list[tuple[int, int]] = []
+    last = (0, 0)
+    for output in execution.outputs:
+        at = output.after
+        if at is None or not (
+            last[0] <= at.stdout <= len(execution.stdout)
+            and last[1] <= at.stderr <= len(execution.stderr)
+        ):
+            return None
+        last = (at.stdout, at.stderr)
+        places.append(last)
+    return places
+
+
+def _printed(
+    execution: Execution, out_from: int, out_to: int, err_from: int, err_to: int
+) -> list[str]:
+    """The stdout and stderr blocks for the text printed between two outputs."""
+    blocks = []
+    stdout = strip_ansi(execution.stdout[out_from:out_to]).rstrip("\n")
+    if stdout.strip():
+        blocks.append("stdout:\n" + stdout)
+    stderr = strip_ansi(execution.stderr[err_from:err_to]).rstrip("\n")
+    if stderr.strip():
+        blocks.append("stderr:\n" + stderr)
+    return blocks
+
+
+def _output_block(output: Output, limit: int) -> str:
+    label = "result" if output.type == "execute_result" else "display"
+    return f"{label}:\n{output_text(output, limit)}"
+
+
 def error_text(err: ErrorInfo, limit: int) -> str:
     """``error: ename: evalue`` and the traceback, within about ``limit`` characters.
 
@@ -226,18 +267,31 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
         limit: Characters kept of each long text (stdout, stderr, a value, a traceback).
 
     Returns:
-        Blocks: the header, stdout, stderr, one per rich output, then the error.
+        Blocks: the header; the printed text and the rich outputs in the order they came
+        (when each output says where it came, :attr:`Output.after`, and no text is cut;
+        else all of stdout, all of stderr, then the outputs); then the error.
     """
     blocks = [execution_header(execution)]
-    if execution.stdout:
-        blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout).rstrip("\n"), limit))
-    if execution.stderr:
-        blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
-    if execution.truncated:
-        blocks.append(truncation_note(execution))
-    for output in execution.outputs:
-        label = "result" if output.type == "execute_result" else "display"
-        blocks.append(f"{label}:\n{output_text(output, limit)}")
+    places = _places(execution, limit)
+    if places is not None:
+        # Prints and outputs as they came: each output after the text printed before it.
+        out_at = err_at = 0
+        for output, (out_to, err_to) in zip(execution.outputs, places, strict=True):
+            blocks += _printed(execution, out_at, out_to, err_at, err_to)
+            out_at, err_at = out_to, err_to
+            blocks.append(_output_block(output, limit))
+        end_out, end_err = len(execution.stdout), len(execution.stderr)
+        blocks += _printed(execution, out_at, end_out, err_at, end_err)
+        if execution.truncated:
+            blocks.append(truncation_note(execution))
+    else:
+        if execution.stdout:
+            blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout).rstrip("\n"), limit))
+        if execution.stderr:
+            blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
+        if execution.truncated:
+            blocks.append(truncation_note(execution))
+        blocks += [_output_block(output, limit) for output in execution.outputs]
     if execution.error is not None:
         blocks.append(error_text(execution.error, limit))
     if len(blocks) == 1 and execution.status == "ok":

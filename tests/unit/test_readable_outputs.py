@@ -281,3 +281,58 @@ def test_json_html_pre_and_an_unnamed_series_read_as_they_are() -> None:
     dtypes = pd.DataFrame({"a": [1], "b": ["s"]}).dtypes
     text = output_text(Output(type="execute_result", data=_frame_bundle(dtypes)), 20_000)
     assert text.startswith("Series: 2 rows\ndtype object\n") and "None" not in text
+
+
+def _finished(tmp_path: Path, rec: ExecutionRecorder, budget: int = 100_000) -> Execution:
+    rec.feed_reply({"content": {"status": "ok", "execution_count": 1}})
+    store = ArtifactStore(tmp_path / "artifacts", "s_test")
+    capture = OutputCapture(store, inline_bytes=10_000, output_bytes=budget)
+    ex = Execution(id="ex_1", session_id="s_test", status="ok")
+    asyncio.run(capture.finish(ex, rec, {}))
+    return ex
+
+
+def _display(rec: ExecutionRecorder, text: str) -> None:
+    rec.feed_iopub(
+        {"header": {"msg_type": "display_data"}, "content": {"data": {"text/plain": text}}}
+    )
+
+
+def test_the_model_reads_prints_and_displays_in_the_order_they_came(tmp_path: Path) -> None:
+    # for g in groups: print(f'== group {g} =='); display(grp)
+    rec = ExecutionRecorder("m")
+    for group in "ab":
+        _streams(rec, [("stdout", f"== group {group} ==\n")])
+        _display(rec, f"table {group}")
+    _streams(rec, [("stderr", "a warning\n"), ("stdout", "done\n")])
+    ex = _finished(tmp_path, rec)
+    assert [(o.after.stdout, o.after.stderr) for o in ex.outputs if o.after] == [(14, 0), (28, 0)]
+    blocks = render_execution(ex)
+    assert blocks[1:] == [
+        "stdout:\n== group a ==",
+        "display:\ntable a",
+        "stdout:\n== group b ==",
+        "display:\ntable b",
+        "stdout:\ndone",
+        "stderr:\na warning",
+    ]
+    # A progress line redrawn after an output comes after it, as the text shows it.
+    rec = ExecutionRecorder("m")
+    _streams(rec, [("stderr", "\r 50%")])
+    _display(rec, "shown at 50%")
+    _streams(rec, [("stderr", "\r100%\n")])
+    ex = _finished(tmp_path, rec)
+    assert ex.stderr == "100%\n" and ex.outputs[0].after is not None
+    assert ex.outputs[0].after.stderr == 0
+    assert render_execution(ex)[1:] == ["display:\nshown at 50%", "stderr:\n100%"]
+
+
+def test_cut_streams_give_no_places_and_the_old_grouping(tmp_path: Path) -> None:
+    rec = ExecutionRecorder("m")
+    _streams(rec, [("stdout", "x" * 300 + "\n")])
+    _display(rec, "table")
+    _streams(rec, [("stdout", "y" * 300 + "\n")])
+    ex = _finished(tmp_path, rec, budget=200)
+    assert ex.truncated and ex.outputs[0].after is None
+    blocks = render_execution(ex)
+    assert blocks[1].startswith("stdout:\nxxx") and blocks[-1] == "display:\ntable"
