@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -39,7 +40,7 @@ from interpreter.client import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.client.render import bundle_text, strip_ansi
+from interpreter.client.render import readable_text, strip_ansi
 from interpreter.mime import is_image
 from interpreter.policy.explain import policy_text
 
@@ -109,8 +110,10 @@ def _print_output(event: OutputEvent, images_dir: Path | None, session: Session)
     data = event.output.data
     has_image = any(is_image(ref.mime) for ref in event.output.artifacts)
     # A figure's text form ("<Figure size 640x480 ...>") says nothing the image line doesn't.
-    if "text/plain" in data and not has_image:
-        sys.stdout.write(strip_ansi(bundle_text(data["text/plain"])).rstrip("\n") + "\n")
+    # Markdown, HTML and JSON displays read as their text, not "<...Markdown object>".
+    text = None if has_image else readable_text(data)
+    if text is not None:
+        sys.stdout.write(text.rstrip("\n") + "\n")
     for ref in event.output.artifacts:
         line = f"[{ref.mime}, {ref.size} bytes]"
         if images_dir is not None and is_image(ref.mime):
@@ -289,8 +292,29 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: The export's Content-Security-Policy: no script of any kind (inline, event handler,
+#: ``javascript:`` link, a script in an ``<iframe srcdoc>``), nothing loaded from anywhere
+#: but the page itself (images are data URIs, styles inline), no form posts, no ``<base>``.
+EXPORT_CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; "
+    "base-uri 'none'; form-action 'none'"
+)
+
+# A ``<meta http-equiv=...>`` in an output (a refresh that sends the reader elsewhere).
+_META_EQUIV = re.compile(r"<meta\b[^>]*\bhttp-equiv\b[^>]*>", re.IGNORECASE)
+
+
 def notebook_to_html(nb: dict[str, Any]) -> str:
-    """Render a notebook as one self-contained HTML page (images inlined as data URIs)."""
+    """Render a notebook as one self-contained HTML page (images inlined as data URIs).
+
+    The outputs are the agent's: an HTML display may carry a ``<script>``. The page gets a
+    Content-Security-Policy (:data:`EXPORT_CSP`) as the first element of its head, so
+    that no script runs when a reviewer opens it (the artifacts are served with a CSP
+    sandbox for the same reason); tables, images and SVG still show. nbconvert's own
+    ``sanitize_html`` is not used: it escapes ``<th>``, ``<tbody>`` and headings, so a
+    DataFrame would show as tag soup. MathJax and Mermaid, which the template loads from a
+    CDN, are blocked too: LaTeX shows as its source.
+    """
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -299,7 +323,12 @@ def notebook_to_html(nb: dict[str, Any]) -> str:
     # Its accessibility lint ("alternative text is missing") is noise for a generated page.
     exporter.log.setLevel(logging.ERROR)
     body, _ = exporter.from_notebook_node(node)
-    return str(body)
+    page = _META_EQUIV.sub("", str(body))
+    csp = f'<meta http-equiv="Content-Security-Policy" content="{EXPORT_CSP}"/>'
+    head = re.search(r"<head\b[^>]*>", page, re.IGNORECASE)
+    if head is None:  # not nbconvert's page: make sure the policy still comes first
+        return csp + "\n" + page
+    return page[: head.end()] + "\n" + csp + page[head.end() :]
 
 
 def cmd_html(args: argparse.Namespace) -> int:

@@ -138,6 +138,9 @@ class _Stream:
     name: str
     # Carriage returns and backspaces applied: a progress bar keeps only its last frame.
     text: OverwrittenText = field(default_factory=OverwrittenText)
+    #: The segment's text began with ``\r``: read as one stream with the segments of the
+    #: same name before it (the other stream came between), it overwrites their open line.
+    returns: bool = False
 
 
 @dataclass
@@ -208,6 +211,8 @@ class ExecutionRecorder:
         self.busy_seen = False
         self.execution_count: int | None = None
         self.error: ErrorEvent | None = None
+        #: The error's message or traceback was cut (:data:`ERROR_TEXT_LIMIT`).
+        self.error_cut = False
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
         self._error_on_iopub = False
@@ -375,7 +380,7 @@ class ExecutionRecorder:
             text = text[:room]
         last = self.items[-1] if self.items else None
         if not (isinstance(last, _Stream) and last.name == name):
-            last = _Stream(name)
+            last = _Stream(name, returns=text.startswith("\r") and not text.startswith("\r\n"))
             self.items.append(last)
         # What is kept is the text after overwrites: redrawn frames take no room.
         before = len(last.text)
@@ -490,10 +495,23 @@ class ExecutionRecorder:
     def _set_error(self, content: dict[str, Any]) -> ErrorEvent:
         traceback = content.get("traceback")
         lines = traceback if isinstance(traceback, list) else []
+        evalue = clean_text(content.get("evalue", ""))
+        texts = [strip_ansi(clean_text(line)) for line in lines[:TRACEBACK_LINES]]
+        # Said by ``truncated`` on the execution (outputs.py).
+        self.error_cut = len(lines) > TRACEBACK_LINES or any(
+            len(text) > ERROR_TEXT_LIMIT for text in [evalue, *texts]
+        )
+        evalue = _cut_error(evalue, ERROR_TEXT_LIMIT)
+        texts = [_cut_error(text, ERROR_TEXT_LIMIT) for text in texts]
+        if len(lines) > TRACEBACK_LINES:
+            texts.append(
+                f"[... {len(lines) - TRACEBACK_LINES} more traceback lines omitted "
+                "by the service ...]"
+            )
         self.error = ErrorEvent(
             ename=clean_text(content.get("ename", "Error"), 1000),
-            evalue=clean_text(content.get("evalue", ""), 100_000),
-            traceback=[strip_ansi(clean_text(line, 100_000)) for line in lines[:500]],
+            evalue=evalue,
+            traceback=texts,
         )
         return self.error
 
@@ -506,10 +524,44 @@ class ExecutionRecorder:
         return item
 
     def stream_text(self, name: str) -> str:
-        """All kept text of one stream, across the outputs not cleared."""
-        return "".join(
-            item.text.text for item in self.items if isinstance(item, _Stream) and item.name == name
-        )
+        """All kept text of one stream, across the outputs not cleared, read as one stream:
+        where the other stream came between two segments, a ``\\r`` at the start of the
+        later one (or at the end of the earlier one) still overwrites the open line, as on
+        a terminal (a progress bar on stderr with a print per step on stdout keeps only its
+        last frame)."""
+        return self._merged()[0][name].text
+
+    def stream_offsets(self) -> dict[int, tuple[int, int]]:
+        """For each rich output still present (by index), how many characters of
+        :meth:`stream_text` ``("stdout")`` and ``("stderr")`` came before it. A line that
+        a later ``\\r`` rewrote counts as coming after the outputs shown while it was
+        open."""
+        return self._merged()[1]
+
+    def _merged(self) -> tuple[dict[str, OverwrittenText], dict[int, tuple[int, int]]]:
+        merged = {"stdout": OverwrittenText(), "stderr": OverwrittenText()}
+        rewound = {"stdout": False, "stderr": False}
+        offsets: dict[int, list[int]] = {}
+        for index, item in enumerate(self.items):
+            if isinstance(item, _Stream):
+                text = item.text.text
+                if not text:
+                    continue
+                stream = merged[item.name]
+                column = 0 if item.name == "stdout" else 1
+                if item.returns or rewound[item.name]:
+                    # The open line is rewritten: outputs shown while it was open come
+                    # before it.
+                    whole = stream.text
+                    line_start = len(whole) - len(whole.rpartition("\n")[2])
+                    for pair in offsets.values():
+                        pair[column] = min(pair[column], line_start)
+                    text = "\r" + text
+                stream.feed(text)
+                rewound[item.name] = item.text.rewound
+            elif item.get("output_type") != "error":
+                offsets[index] = [len(merged["stdout"]), len(merged["stderr"])]
+        return merged, {i: (out, err) for i, (out, err) in offsets.items()}
 
     def rich_indexes(self) -> list[int]:
         """Indexes of the display_data / execute_result outputs still present."""
@@ -565,6 +617,23 @@ def _as_text(value: Any) -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return "".join(value)
     return json.dumps(value, ensure_ascii=False)
+
+
+#: Characters of an error's message, and of each traceback line, kept at most.
+ERROR_TEXT_LIMIT = 100_000
+#: Traceback lines kept at most.
+TRACEBACK_LINES = 500
+_CUT_TAIL_MARK = " characters of this error text omitted by the service ...]"
+
+
+def _cut_error(text: str, limit: int) -> str:
+    """``text``, or its head and tail with a notice of how much of it the service cut
+    (an error message has no artifact to hold its whole text)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    omitted = len(text) - 2 * half
+    return f"{text[:half]}\n[... {omitted}{_CUT_TAIL_MARK}\n{text[-half:]}"
 
 
 def cut_around(head: str, tail: str, total: int, limit: int) -> str:

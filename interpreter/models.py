@@ -364,6 +364,13 @@ class ArtifactRef(BaseModel):
     url: str
 
 
+class StreamOffsets(BaseModel):
+    """Where an output came among the printed text (see ``Output.after``)."""
+
+    stdout: int = Field(0, description="Characters of the execution's stdout before it.")
+    stderr: int = Field(0, description="Characters of the execution's stderr before it.")
+
+
 class Output(BaseModel):
     type: Literal["execute_result", "display_data"]
     data: dict[str, Any] = Field(default_factory=dict)
@@ -373,6 +380,13 @@ class Output(BaseModel):
         default_factory=dict,
         description="The output's metadata as the kernel sent it, by MIME type (e.g. a "
         "retina PNG's width and height).",
+    )
+    after: StreamOffsets | None = Field(
+        None,
+        description="How much of the execution's stdout and stderr (as in the finished "
+        "Execution) was printed before this output, so that a reader can put prints and "
+        "outputs in the order they came; null while running, and when stdout or stderr "
+        "was cut.",
     )
 
 

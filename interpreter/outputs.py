@@ -43,7 +43,7 @@ from interpreter.execution import (
 )
 from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
 from interpreter.mime import INLINE_MIMES, is_binary, is_image
-from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
+from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output, StreamOffsets
 from interpreter.spill import Spilled, StopReason, StreamSpill
 
 log = logging.getLogger(__name__)
@@ -282,19 +282,25 @@ class OutputCapture:
                 # Building a full-text artifact copies the text a few times: a few at a
                 # time, so that many floods ending together cost a bounded amount of memory.
                 async with big_finishes():
-                    await self._streams(ex, rec, spill)
+                    cut = await self._streams(ex, rec, spill)
             else:
-                await self._streams(ex, rec, spill)
+                cut = await self._streams(ex, rec, spill)
         finally:
             if spill is not None:
                 await spill.discard()
-        if rec.rich_dropped or rec.messages_dropped:
+        if rec.rich_dropped or rec.messages_dropped or rec.error_cut:
             ex.truncated = True
+        offsets = {} if cut else rec.stream_offsets()
         outputs = []
         for index in rec.rich_indexes():
             out = known.get(index)
             if out is None:
                 out = await self.output(rec, index)
+            where = offsets.get(index)
+            if where is not None:
+                out = out.model_copy(
+                    update={"after": StreamOffsets(stdout=where[0], stderr=where[1])}
+                )
             outputs.append(out)
         ex.outputs = outputs
         if ex.error is None and rec.error is not None:
@@ -342,15 +348,19 @@ class OutputCapture:
             ex.truncated = True
             ex.stdout = cut_middle(ex.stdout, limit // 2)
             ex.stderr = cut_middle(ex.stderr, limit // 2)
+            # The outputs' places in the text no longer hold.
+            ex.outputs = [o.model_copy(update={"after": None}) for o in ex.outputs]
         ex.stderr += rec.streams.notice
         return rec.notebook_outputs(stream_limit=limit)
 
     async def _streams(
         self, ex: Execution, rec: ExecutionRecorder, spill: StreamSpill | None
-    ) -> None:
+    ) -> bool:
+        """Set ``ex.stdout`` and ``ex.stderr``; True when they were cut."""
         spilled = await spill.close() if spill is not None else None
         stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
-        if len(stdout) + len(stderr) > self.output_bytes or rec.overflowing:
+        cut = len(stdout) + len(stderr) > self.output_bytes or rec.overflowing
+        if cut:
             ex.truncated = True
             stored: dict[str, tuple[int, ArtifactRef]] = {}
             # Spilled text the disk had no room to copy into its artifact (characters).
@@ -392,6 +402,7 @@ class OutputCapture:
                 rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
                 stderr += rec.streams.notice
         ex.stdout, ex.stderr = stdout, stderr
+        return cut
 
     @staticmethod
     def _notice(

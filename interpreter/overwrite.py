@@ -86,6 +86,12 @@ class OverwrittenText:
     def __len__(self) -> int:
         return self._done_chars + self._line_chars
 
+    @property
+    def rewound(self) -> bool:
+        """A ``\\r`` moved the cursor back to the start of a non-empty open line: the next
+        text written overwrites that line."""
+        return self._cursor == 0 and self._line_chars > 0
+
 
 def apply_overwrites(text: str) -> str:
     """``text`` as a Jupyter front end shows it (``\\r`` overwrites, ``\\b`` deletes)."""

@@ -63,6 +63,8 @@ class _TextParser(HTMLParser):
         self.pre = 0
         self.cells = 0
         self.href: list[str | None] = []
+        #: Indexes of the lines that hold preformatted text: their leading spaces stay.
+        self.pre_lines: set[int] = set()
 
     def _break(self) -> None:
         if self.lines[-1]:
@@ -113,8 +115,10 @@ class _TextParser(HTMLParser):
         if self.pre:
             first, *rest = data.split("\n")
             self.lines[-1].append(first)
+            self.pre_lines.add(len(self.lines) - 1)
             for line in rest:
                 self.lines.append([line])
+                self.pre_lines.add(len(self.lines) - 1)
             return
         text = " ".join(data.split())
         if not text:
@@ -134,8 +138,10 @@ def html_to_text(html: str) -> str:
     parser.feed(html)
     parser.close()
     out: list[str] = []
-    for parts in parser.lines:
-        line = "".join(parts).strip()
+    for index, parts in enumerate(parser.lines):
+        line = "".join(parts)
+        # Preformatted text keeps its indentation (code, aligned columns).
+        line = line.rstrip() if index in parser.pre_lines else line.strip()
         if line or (out and out[-1]):
             out.append(line)
     return "\n".join(out).strip("\n")

@@ -15,7 +15,7 @@ from interpreter.client.charttext import chart_summary as chart_summary
 from interpreter.client.htmltext import html_to_text
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
 from interpreter.mime import strip_ansi as strip_ansi
-from interpreter.models import Execution, Output
+from interpreter.models import ErrorInfo, Execution, Output
 from interpreter.policy.explain import policy_text
 
 # ``<IPython.core.display.Markdown object>``, ``<pandas...Styler at 0x7f...>``: a repr that
@@ -37,11 +37,17 @@ def bundle_text(value: Any) -> str:
     """A MIME-bundle text value as one string (nbformat may split it into a list)."""
     if isinstance(value, list):
         return "".join(str(v) for v in value)
-    return value if isinstance(value, str) else json.dumps(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def dataframe_summary(summary: dict[str, Any]) -> str:
-    """One-paragraph description of an ``application/vnd.dataframe+json`` value."""
+def dataframe_summary(summary: dict[str, Any], table: str | None = None) -> str:
+    """One-paragraph description of an ``application/vnd.dataframe+json`` value.
+
+    Args:
+        summary: The value.
+        table: The text table shown after the description (its ``text/plain``), if any:
+            the description then says which rows it leaves out.
+    """
     kind = "Series" if summary.get("kind") == "series" else "DataFrame"
     shape = summary.get("shape") or []
     if kind == "Series" and shape:
@@ -52,7 +58,15 @@ def dataframe_summary(summary: dict[str, Any]) -> str:
         size = "unknown shape"
     lines = [f"{kind}: {size}"]
     columns = summary.get("columns") or []
-    if columns:
+    if kind == "Series" and len(columns) == 1:
+        # A Series has a name (None for most: ``df.dtypes``, ``s.value_counts()`` keeps
+        # the column's) and one dtype, not columns.
+        col = columns[0]
+        part = f"dtype {col.get('dtype')}"
+        if col.get("nulls"):
+            part += f", {col['nulls']} null"
+        lines.append(part if col.get("name") is None else f"name: {col['name']}, {part}")
+    elif columns:
         parts = []
         for col in columns:
             part = f"{col.get('name')} ({col.get('dtype')}"
@@ -66,24 +80,55 @@ def dataframe_summary(summary: dict[str, Any]) -> str:
     index = summary.get("index") or {}
     if index.get("type") and index.get("type") != "RangeIndex":
         lines.append(f"index: {index['type']} ({index.get('dtype')})")
-    rows = summary.get("rows") or []
-    if summary.get("truncated") and rows:
-        lines.append(f"(the table shows the first {len(rows)} rows)")
+    note = _rows_note(table, shape[0] if shape and isinstance(shape[0], int) else None)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
+
+
+# pandas' row of ellipses where a long table's repr leaves rows out ("...", "..  ...  ...").
+_ELLIPSIS_ROW = re.compile(r"^\s*\.\.+(?:\s+\.\.+)*\s*$")
+# What ends a repr after its rows: a DataFrame's "[100 rows x 2 columns]", a Series' footer.
+_REPR_FOOTER = ("[", "Name:", "Length:", "dtype:", "Freq:")
+
+
+def _rows_note(table: str | None, total: int | None) -> str | None:
+    """What the text table shown after the summary leaves out, read from that text.
+
+    pandas cuts a long frame's repr to as many rows from the head as from the tail, with
+    a row of ellipses between them; a repr with no such row shows every row (no note).
+    """
+    if not table:
+        return None
+    lines = table.splitlines()
+    cut = next((i for i, line in enumerate(lines) if _ELLIPSIS_ROW.match(line)), None)
+    if cut is None:
+        return None
+    tail = 0
+    for line in lines[cut + 1 :]:
+        if not line.strip() or line.startswith(_REPR_FOOTER):
+            break
+        tail += 1
+    if not tail:
+        return "(the table below leaves rows out)"
+    of = f" of {total}" if total else ""
+    return f"(the table below shows the first {tail} and the last {tail}{of} rows)"
 
 
 def output_text(output: Output, limit: int) -> str:
     """What a model should read of one rich output (images are described, not included)."""
     data = output.data
     parts: list[str] = []
-    if isinstance(data.get(DATAFRAME_MIME), dict):
-        parts.append(dataframe_summary(data[DATAFRAME_MIME]))
+    frame = data.get(DATAFRAME_MIME)
+    text = None
+    if CHART_MIME not in data:
+        text = readable_text(data, have_summary=isinstance(frame, dict))
+    if isinstance(frame, dict):
+        parts.append(dataframe_summary(frame, text))
     if isinstance(data.get(CHART_MIME), dict):
         parts.append(chart_summary(data[CHART_MIME]))
-    if CHART_MIME not in data:
-        text = readable_text(data, have_summary=bool(parts))
-        if text is not None:
-            parts.append(clip(text, limit))
+    if text is not None:
+        parts.append(clip(text, limit))
     images = [a for a in output.artifacts if is_image(a.mime)]
     for ref in images:
         parts.append(f"[image {ref.mime}, {ref.size} bytes]")
@@ -113,7 +158,8 @@ def readable_text(data: dict[str, Any], *, have_summary: bool = False) -> str | 
     if "text/html" in data and not have_summary:
         return html_to_text(bundle_text(data["text/html"]))
     if "application/json" in data:
-        return json.dumps(data["application/json"], indent=1)
+        # The characters themselves: a model reads "ü" better than "\\u00fc".
+        return json.dumps(data["application/json"], indent=1, ensure_ascii=False)
     if have_summary:
         return None
     return plain
@@ -158,6 +204,61 @@ def truncation_note(execution: Execution) -> str:
     )
 
 
+def _places(execution: Execution, limit: int) -> list[tuple[int, int]] | None:
+    """Where each output came in stdout and stderr (:attr:`Output.after`), when prints
+    and outputs can be given in that order: every output says where it came, in order,
+    and no text needs cutting. Else None."""
+    if not execution.outputs or not (execution.stdout or execution.stderr):
+        return None
+    if limit > 0 and max(len(execution.stdout), len(execution.stderr)) > limit:
+        return None
+    places: list[tuple[int, int]] = []
+    last = (0, 0)
+    for output in execution.outputs:
+        at = output.after
+        if at is None or not (
+            last[0] <= at.stdout <= len(execution.stdout)
+            and last[1] <= at.stderr <= len(execution.stderr)
+        ):
+            return None
+        last = (at.stdout, at.stderr)
+        places.append(last)
+    return places
+
+
+def _printed(
+    execution: Execution, out_from: int, out_to: int, err_from: int, err_to: int
+) -> list[str]:
+    """The stdout and stderr blocks for the text printed between two outputs."""
+    blocks = []
+    stdout = strip_ansi(execution.stdout[out_from:out_to]).rstrip("\n")
+    if stdout.strip():
+        blocks.append("stdout:\n" + stdout)
+    stderr = strip_ansi(execution.stderr[err_from:err_to]).rstrip("\n")
+    if stderr.strip():
+        blocks.append("stderr:\n" + stderr)
+    return blocks
+
+
+def _output_block(output: Output, limit: int) -> str:
+    label = "result" if output.type == "execute_result" else "display"
+    return f"{label}:\n{output_text(output, limit)}"
+
+
+def error_text(err: ErrorInfo, limit: int) -> str:
+    """``error: ename: evalue`` and the traceback, within about ``limit`` characters.
+
+    The message and each traceback line get at most a quarter of it (the traceback's last
+    line usually repeats the message), so a long message leaves room for the frames.
+    """
+    share = max(limit // 4, 1) if limit > 0 else 0
+    head = f"error: {clip(err.ename, share)}: {clip(err.evalue, share)}"
+    if not err.traceback:
+        return head
+    lines = [clip(strip_ansi(line), share) for line in err.traceback]
+    return head + "\n" + clip("\n".join(lines), max(limit - len(head), share))
+
+
 def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
     """Text blocks describing an execution, in the order a reader needs them.
 
@@ -166,25 +267,33 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
         limit: Characters kept of each long text (stdout, stderr, a value, a traceback).
 
     Returns:
-        Blocks: the header, stdout, stderr, one per rich output, then the error.
+        Blocks: the header; the printed text and the rich outputs in the order they came
+        (when each output says where it came, :attr:`Output.after`, and no text is cut;
+        else all of stdout, all of stderr, then the outputs); then the error.
     """
     blocks = [execution_header(execution)]
-    if execution.stdout:
-        blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout).rstrip("\n"), limit))
-    if execution.stderr:
-        blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
-    if execution.truncated:
-        blocks.append(truncation_note(execution))
-    for output in execution.outputs:
-        label = "result" if output.type == "execute_result" else "display"
-        blocks.append(f"{label}:\n{output_text(output, limit)}")
+    places = _places(execution, limit)
+    if places is not None:
+        # Prints and outputs as they came: each output after the text printed before it.
+        out_at = err_at = 0
+        for output, (out_to, err_to) in zip(execution.outputs, places, strict=True):
+            blocks += _printed(execution, out_at, out_to, err_at, err_to)
+            out_at, err_at = out_to, err_to
+            blocks.append(_output_block(output, limit))
+        end_out, end_err = len(execution.stdout), len(execution.stderr)
+        blocks += _printed(execution, out_at, end_out, err_at, end_err)
+        if execution.truncated:
+            blocks.append(truncation_note(execution))
+    else:
+        if execution.stdout:
+            blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout).rstrip("\n"), limit))
+        if execution.stderr:
+            blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
+        if execution.truncated:
+            blocks.append(truncation_note(execution))
+        blocks += [_output_block(output, limit) for output in execution.outputs]
     if execution.error is not None:
-        err = execution.error
-        tb = strip_ansi("\n".join(err.traceback)) if err.traceback else ""
-        text = f"error: {err.ename}: {err.evalue}"
-        if tb:
-            text += "\n" + clip(tb, limit)
-        blocks.append(text)
+        blocks.append(error_text(execution.error, limit))
     if len(blocks) == 1 and execution.status == "ok":
         blocks.append("(no output)")
     return blocks

@@ -7,6 +7,7 @@ import base64
 import codecs
 import json
 import mimetypes
+import re
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from interpreter.client.render import (
     strip_ansi,
 )
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, MODEL_IMAGE_MIMES, SVG_MIME, is_image
-from interpreter.models import Execution, FileList
+from interpreter.models import ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
 from interpreter.tools.calls import ToolCall, ToolCallError, validate_arguments
 from interpreter.tools.results import ImagePart, TextPart, ToolResult, error_result
@@ -161,13 +162,17 @@ class _ToolLogic:
             execution = yield RunStep(sid, code, timeout_s)
         parts: list[TextPart | ImagePart] = [TextPart(note)] if note else []
         parts.extend(TextPart(block) for block in render_execution(execution, limit=self.max_chars))
-        shown = 0
-        for output in execution.outputs:
-            for ref in output.artifacts:
-                if ref.mime in MODEL_IMAGE_MIMES and shown < self.max_images:
-                    data: bytes = yield proto.artifact(ref.url)
-                    parts.append(ImagePart(ref.mime, data))
-                    shown += 1
+        images = [
+            ref
+            for output in execution.outputs
+            for ref in output.artifacts
+            if ref.mime in MODEL_IMAGE_MIMES
+        ]
+        for ref in images[: self.max_images]:
+            data: bytes = yield proto.artifact(ref.url)
+            parts.append(ImagePart(ref.mime, data))
+        if len(images) > self.max_images:
+            parts.append(TextPart(_images_left_note(images, self.max_images)))
         return ToolResult(
             parts,
             structured=execution_data(execution, limit=self.max_chars),
@@ -202,14 +207,18 @@ class _ToolLogic:
             )
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return ToolResult(
-                [
-                    TextPart(
-                        f"{path} is a binary file of {len(data)} bytes; inspect it with run_code."
-                    )
-                ]
-            )
+        except UnicodeDecodeError as exc:
+            if not _looks_like_text(data):
+                return ToolResult(
+                    [
+                        TextPart(
+                            f"{path} is a binary file of {len(data)} bytes; "
+                            "inspect it with run_code."
+                        )
+                    ]
+                )
+            label, text = _not_utf8_text(data, exc.start)
+            return ToolResult([TextPart(f"{path}: {label}\n" + clip(text, max_chars))])
         return ToolResult([TextPart(clip(text, max_chars) if text else f"{path} is empty.")])
 
     def _tool_read_artifact(
@@ -231,6 +240,14 @@ class _ToolLogic:
             sid = named
         url = proto.artifact_url(sid, artifact_id)
         data, total = yield proto.artifact_range(url, offset, length)
+        image = image_mime(data) if offset == 0 else None
+        if image is not None:
+            # An image that run_code did not attach: the whole image, not a byte range.
+            if total != len(data):
+                data = yield proto.artifact(url)
+            return ToolResult(
+                [TextPart(f"[artifact {url}: {image}, {len(data)} bytes]"), ImagePart(image, data)]
+            )
         text, skipped, used = artifact_text(data, at_start=offset == 0)
         start = offset + skipped
         header = artifact_header(url, start, start + used, total)
@@ -257,6 +274,71 @@ class _ToolLogic:
         if format == "ipynb":
             return ToolResult([TextPart(json.dumps(_without_images(nb), indent=1))])
         return ToolResult([TextPart(clip(notebook_transcript(nb), self.max_chars * 2))])
+
+
+#: Leading bytes of the image formats a model can be shown.
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def image_mime(data: bytes) -> str | None:
+    """The MIME type of an image a model can be shown, by its leading bytes; else None."""
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _images_left_note(images: list[ArtifactRef], attached: int) -> str:
+    """Which images of a result were not attached, and how to see them."""
+    left = "; ".join(
+        f"image {n} ({ref.mime}, {ref.size} bytes): {ref.url}"
+        for n, ref in enumerate(images, 1)
+        if n > attached
+    )
+    return (
+        f"{attached} of the {len(images)} images above are attached (at most {attached} per "
+        f"result), in order. Not attached: {left}. To see one, call read_artifact with its URL."
+    )
+
+
+# A well-formed UTF-8 sequence of two to four bytes.
+_UTF8_MULTIBYTE = re.compile(
+    rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}"
+)
+# Control bytes that text does not contain (not tab, newline, form feed, carriage return).
+_BINARY_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+
+
+def _looks_like_text(data: bytes) -> bool:
+    """Text in some 8-bit encoding rather than binary data: no NUL, hardly any control
+    bytes in the first 64 KiB."""
+    head = data[: 64 << 10]
+    return b"\x00" not in head and len(_BINARY_BYTES.findall(head)) * 100 <= len(head)
+
+
+def _not_utf8_text(data: bytes, bad: int) -> tuple[str, str]:
+    """A text file that is not valid UTF-8 (first invalid byte at ``bad``): a label that
+    says so, and its text. With no UTF-8 sequence in it at all it is most likely Latin-1
+    or Windows-1252, and is decoded so; otherwise as UTF-8 with U+FFFD for each bad byte."""
+    where = f"not valid UTF-8 (the first invalid byte is at offset {bad})"
+    if _UTF8_MULTIBYTE.search(data) is None:
+        return (
+            f"{where}; shown decoded as Windows-1252 (Latin-1), which may not be its "
+            "encoding. To load it in run_code, name the encoding, e.g. "
+            "pd.read_csv(path, encoding='latin-1').",
+            data.decode("cp1252", errors="replace"),
+        )
+    return (
+        f"{where}; shown as UTF-8 with each invalid byte replaced by \ufffd.",
+        data.decode("utf-8", errors="replace"),
+    )
 
 
 def artifact_text(data: bytes, *, at_start: bool) -> tuple[str, int, int]:
@@ -310,7 +392,8 @@ def _rich_output_lines(data: dict[str, Any], limit: int) -> list[str]:
     if isinstance(chart, dict):
         lines.append("[chart]\n" + chart_summary(chart))
     elif isinstance(frame, dict):
-        lines.append("[table] " + dataframe_summary(frame))
+        plain = data.get("text/plain")
+        lines.append("[table] " + dataframe_summary(frame, bundle_text(plain) if plain else None))
     if "text/plain" in data and not isinstance(chart, dict):
         lines.append("[out]\n" + clip(bundle_text(data["text/plain"]), limit))
     images = [m for m in data if is_image(m)]

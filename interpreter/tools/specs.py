@@ -162,7 +162,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "read_file",
         "Read a file from the session workspace, such as a CSV or report the code wrote. "
         "Text files are returned as text (long files are cut in the middle; use max_chars "
-        "to see more); PNG, JPEG, GIF and WebP images are returned as images. For large or "
+        "to see more; a text file that is not UTF-8 comes decoded as Latin-1 or with "
+        "replacement characters, and says so); PNG, JPEG, GIF and WebP images are "
+        "returned as images. For large or "
         "binary data, load and summarise it with run_code instead.",
         {
             "type": "object",
@@ -185,7 +187,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "When run_code cuts stdout, stderr or a long value, its result names the artifact "
         "that holds the whole text (a URL such as /v1/sessions/.../artifacts/<id>); read it "
         "here piece by piece with offset and length (in bytes). The answer says which bytes "
-        "it holds, the artifact's size and the offset to continue from.",
+        "it holds, the artifact's size and the offset to continue from. An image artifact "
+        "(one run_code did not attach, past its limit of images) is returned as the image.",
         {
             "type": "object",
             "properties": {

@@ -372,3 +372,28 @@ display(JSON({'region': 'north', 'sales': [120, 95], 'ok': True}))
     # The JSON display reaches the model as the JSON itself, not an object repr.
     assert shown["data"]["application/json"] == {"region": "north", "sales": [120, 95], "ok": True}
     assert '"region": "north"' in text and '"ok": true' in text and "object>" not in text
+
+
+def test_interleaved_text_keeps_redraws_and_order_and_a_long_error_is_said_cut(
+    api: httpx.Client, shared_session: str
+) -> None:
+    # Redraws on stdout and stderr in turn, then a heading and a display per group.
+    code = (
+        "import sys, time\nfrom IPython.display import display\nfor i in range(3):\n"
+        "    sys.stdout.write(f'\\rA{i}'); sys.stdout.flush()\n"
+        "    sys.stderr.write(f'\\rB{i}'); sys.stderr.flush(); time.sleep(0.02)\n"
+        "print()\nfor g in 'ab':\n    print(f'== group {g} ==', flush=True)\n"
+        "    display(g.upper() * 3)\n"
+    )
+    result = run(api, shared_session, code)
+    assert result["stdout"] == "A2\n== group a ==\n== group b ==\n"
+    assert result["stderr"] == "B2"
+    text = model_text(result)
+    order = [text.index(s) for s in ("== group a ==", "'AAA'", "== group b ==", "'BBB'")]
+    assert order == sorted(order), text
+    # A message longer than the broker keeps: cut with a notice, and said by `truncated`.
+    long = run(api, shared_session, "raise ValueError('y' * 300_000)")
+    assert long["status"] == "error" and long["truncated"]
+    assert "characters of this error text omitted by the service" in long["error"]["evalue"]
+    blocks = render_execution(Execution.model_validate(long), limit=20_000)
+    assert sum(len(b) for b in blocks) < 21_000

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from interpreter.artifacts import ArtifactStore
+from interpreter.client.render import render_execution
 from interpreter.execution import ExecutionRecorder
 from interpreter.models import ErrorInfo, Execution, Output
 from interpreter.outputs import (
@@ -96,6 +97,35 @@ def test_the_kernel_error_is_kept_without_colour(tmp_path: Path) -> None:
     assert ex.error is not None and ex.error.ename
     assert not any("\x1b[" in line for line in ex.error.traceback)
     assert [o["output_type"] for o in nb_outputs] == ["error"]
+
+
+def test_a_cut_error_message_is_said_and_the_model_text_keeps_to_max_chars(
+    tmp_path: Path,
+) -> None:
+    # ``raise ValueError('y' * 300000)``: the message, and the traceback's last line.
+    message = "bad value: " + "y" * 300_000
+    rec = ExecutionRecorder("m")
+    rec.feed_iopub(
+        {
+            "header": {"msg_type": "error"},
+            "content": {
+                "ename": "ValueError",
+                "evalue": message,
+                "traceback": ["Traceback", "  File x, line 1", f"ValueError: {message}"],
+            },
+        }
+    )
+    rec.feed_reply({"content": {"status": "error", "execution_count": 1}})
+    ex, nb_outputs = finish(capture(tmp_path), rec, status="error")
+    assert ex.error is not None and ex.truncated
+    assert ex.error.evalue.startswith("bad value: yyy") and ex.error.evalue.endswith("yyy")
+    assert "characters of this error text omitted by the service" in ex.error.evalue
+    assert len(ex.error.evalue) < 100_200 and len(ex.error.traceback[-1]) < 100_200
+    blocks = render_execution(ex, limit=20_000)
+    assert sum(len(b) for b in blocks) < 21_000
+    assert "error: ValueError: bad value: yyy" in blocks[-1] and "  File x, line 1" in blocks[-1]
+    assert "characters omitted" in blocks[-1]
+    nb_valid(nb_outputs)
 
 
 @pytest.mark.parametrize("status", ["timeout", "kernel_died"])

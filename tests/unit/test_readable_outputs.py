@@ -16,9 +16,10 @@ import pytest
 from interpreter.artifacts import ArtifactStore
 from interpreter.client.charttext import chart_summary
 from interpreter.client.htmltext import html_to_text
-from interpreter.client.render import readable_text, render_execution
+from interpreter.client.render import output_text, readable_text, render_execution
 from interpreter.execution import ExecutionRecorder
-from interpreter.models import Execution
+from interpreter.mime import DATAFRAME_MIME
+from interpreter.models import Execution, Output
 from interpreter.outputs import OutputCapture
 from interpreter.overwrite import OverwrittenText, apply_overwrites
 
@@ -94,6 +95,41 @@ def test_a_progress_bar_that_redraws_forever_takes_no_room() -> None:
     assert rec.streams.dropped == 0 and rec.streams.kept == len(rec.stream_text("stderr"))
 
 
+def _streams(rec: ExecutionRecorder, chunks: list[tuple[str, str]]) -> None:
+    for name, text in chunks:
+        rec.feed_iopub({"header": {"msg_type": "stream"}, "content": {"name": name, "text": text}})
+
+
+def test_redraws_apply_across_interleaved_streams() -> None:
+    # A hand-written ``\rA{i}`` / ``\rB{i}`` loop: each chunk is its own notebook output,
+    # as in JupyterLab, but stdout and stderr read as one terminal stream each.
+    rec = ExecutionRecorder("m")
+    chunks = [c for i in range(3) for c in (("stdout", f"\rA{i}"), ("stderr", f"\rB{i}"))]
+    _streams(rec, [*chunks, ("stdout", "\n")])
+    assert rec.stream_text("stdout") == "A2\n" and rec.stream_text("stderr") == "B2"
+    assert [o["text"] for o in rec.notebook_outputs()][:2] == ["A0", "B0"]
+    # tqdm with a print per step; a frame ending in ``\r`` is overwritten too.
+    rec = ExecutionRecorder("m")
+    _streams(
+        rec,
+        [
+            ("stderr", "\r  0%|"),
+            ("stdout", "epoch 0\n"),
+            ("stderr", "\r 50%|#"),
+            ("stdout", "epoch 1\n"),
+            ("stderr", "\r100%|##"),
+            ("stdout", "done\n"),
+            ("stderr", "\n"),
+        ],
+    )
+    assert rec.stream_text("stderr") == "100%|##\n"
+    assert rec.stream_text("stdout") == "epoch 0\nepoch 1\ndone\n"
+    # A frame that ends with ``\r`` is overwritten by the next one.
+    rec = ExecutionRecorder("m")
+    _streams(rec, [("stderr", "50%\r"), ("stdout", "x"), ("stderr", "99%")])
+    assert rec.stream_text("stderr") == "99%"
+
+
 def test_a_tqdm_auto_bar_ends_as_its_final_text_without_a_warning(tmp_path: Path) -> None:
     ex, notebook, text = model_text(tmp_path, "tqdm_loop")
     assert ex.stderr == ""  # no "IProgress not found" warning
@@ -162,7 +198,9 @@ def test_html_to_text_drops_scripts_and_keeps_links_and_rows() -> None:
         "<table><thead><tr><th>name</th><th>n</th></tr></thead>"
         "<tbody><tr><td>a&nbsp;b</td><td>1</td></tr></tbody></table><pre>x\n  y</pre>"
     )
-    assert html_to_text(html) == ("See the docs (https://example.org/x).\nname | n\na b | 1\nx\ny")
+    assert html_to_text(html) == (
+        "See the docs (https://example.org/x).\nname | n\na b | 1\nx\n  y"
+    )
 
 
 def test_chart_text_gives_values_for_small_series_and_statistics_for_large() -> None:
@@ -199,3 +237,102 @@ def test_chart_text_names_layouts() -> None:
     assert "plot 2: line, twin axes over plot 1" in text
     assert "plot 3: heatmap\n  series: 1x2 grid, values 1" in text
     assert "plot 4: heatmap (image)\n  series: 30x30 grid, 900 values, min 0, max 1" in text
+
+
+def _frame_bundle(obj: object) -> dict[str, object]:
+    """What the kernel displays for a frame or Series, with its pandas options."""
+    pd = pytest.importorskip("pandas")
+    from interpreter_kernel.configure import PANDAS_OPTIONS
+    from interpreter_kernel.dataframe import dataframe_json
+
+    with pd.option_context(*[x for kv in PANDAS_OPTIONS.items() for x in kv]):
+        return {"text/plain": repr(obj), DATAFRAME_MIME: dataframe_json(obj)}
+
+
+@pytest.mark.parametrize(
+    ("rows", "note"),
+    [
+        (25, None),
+        (30, None),
+        (31, "(the table below shows the first 5 and the last 5 of 31 rows)"),
+        (10_000, "(the table below shows the first 5 and the last 5 of 10000 rows)"),
+    ],
+)
+def test_the_table_note_says_which_rows_the_text_shows(rows: int, note: str | None) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"x": range(rows), "y": range(rows)})
+    for obj in (frame, frame["x"]):
+        text = output_text(Output(type="execute_result", data=_frame_bundle(obj)), 20_000)
+        assert "first 20 rows" not in text
+        if note is None:
+            assert "(the table" not in text
+        else:
+            assert note in text
+
+
+def test_json_html_pre_and_an_unnamed_series_read_as_they_are() -> None:
+    shown = readable_text(
+        {"text/plain": "<IPython.core.display.JSON object>", "application/json": {"c": "ü"}}
+    )
+    assert shown == '{\n "c": "ü"\n}'
+    html = "<p>x</p><pre>  pre   formatted\n   block</pre><p>y</p>"
+    assert html_to_text(html) == "x\n  pre   formatted\n   block\ny"
+    pd = pytest.importorskip("pandas")
+    dtypes = pd.DataFrame({"a": [1], "b": ["s"]}).dtypes
+    text = output_text(Output(type="execute_result", data=_frame_bundle(dtypes)), 20_000)
+    assert text.startswith("Series: 2 rows\ndtype object\n") and "None" not in text
+
+
+def _finished(tmp_path: Path, rec: ExecutionRecorder, budget: int = 100_000) -> Execution:
+    rec.feed_reply({"content": {"status": "ok", "execution_count": 1}})
+    store = ArtifactStore(tmp_path / "artifacts", "s_test")
+    capture = OutputCapture(store, inline_bytes=10_000, output_bytes=budget)
+    ex = Execution(id="ex_1", session_id="s_test", status="ok")
+    asyncio.run(capture.finish(ex, rec, {}))
+    return ex
+
+
+def _display(rec: ExecutionRecorder, text: str) -> None:
+    rec.feed_iopub(
+        {"header": {"msg_type": "display_data"}, "content": {"data": {"text/plain": text}}}
+    )
+
+
+def test_the_model_reads_prints_and_displays_in_the_order_they_came(tmp_path: Path) -> None:
+    # for g in groups: print(f'== group {g} =='); display(grp)
+    rec = ExecutionRecorder("m")
+    for group in "ab":
+        _streams(rec, [("stdout", f"== group {group} ==\n")])
+        _display(rec, f"table {group}")
+    _streams(rec, [("stderr", "a warning\n"), ("stdout", "done\n")])
+    ex = _finished(tmp_path, rec)
+    assert [(o.after.stdout, o.after.stderr) for o in ex.outputs if o.after] == [(14, 0), (28, 0)]
+    blocks = render_execution(ex)
+    assert blocks[1:] == [
+        "stdout:\n== group a ==",
+        "display:\ntable a",
+        "stdout:\n== group b ==",
+        "display:\ntable b",
+        "stdout:\ndone",
+        "stderr:\na warning",
+    ]
+    # A progress line redrawn after an output comes after it, as the text shows it.
+    rec = ExecutionRecorder("m")
+    _streams(rec, [("stderr", "\r 50%")])
+    _display(rec, "shown at 50%")
+    _streams(rec, [("stderr", "\r100%\n")])
+    ex = _finished(tmp_path, rec)
+    assert ex.stderr == "100%\n" and ex.outputs[0].after is not None
+    assert ex.outputs[0].after.stderr == 0
+    assert render_execution(ex)[1:] == ["display:\nshown at 50%", "stderr:\n100%"]
+
+
+def test_cut_streams_give_no_places_and_the_old_grouping(tmp_path: Path) -> None:
+    rec = ExecutionRecorder("m")
+    _streams(rec, [("stdout", "x" * 300 + "\n")])
+    _display(rec, "table")
+    _streams(rec, [("stdout", "y" * 300 + "\n")])
+    ex = _finished(tmp_path, rec, budget=200)
+    assert ex.truncated and ex.outputs[0].after is None
+    blocks = render_execution(ex)
+    assert blocks[1].startswith("stdout:\nxxx") and blocks[-1] == "display:\ntable"

@@ -380,6 +380,12 @@ def test_run_code_dataframe_summary_and_images(executor: ToolExecutor) -> None:
         {"name": "run_code", "arguments": {"code": "plot"}}
     )
     assert len(capped.images) == 1
+    # The others are named, with how to see them.
+    assert "1 of the 3 images above are attached (at most 1 per result)" in capped.text
+    left = f"image 2 (image/png, 12 bytes): /v1/sessions/{capped.structured['session_id']}"
+    assert left in capped.text and "image 1 (" not in capped.text
+    shown = run(executor, "read_artifact", artifact="/v1/sessions/s1/artifacts/" + "2" * 64)
+    assert [(i.mime, i.data) for i in shown.images] == [("image/png", PNG)]
 
 
 def test_code_error_is_a_successful_call_showing_the_traceback(executor: ToolExecutor) -> None:
@@ -426,6 +432,15 @@ def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
     assert image.images[0].data == PNG
     service.files[("s1", "blob")] = b"\xff\xfe\x00"
     assert "binary file of 3 bytes" in run(executor, "read_file", path="blob").text
+    # A Latin-1 CSV is text in another encoding, not a binary file.
+    service.files[("s1", "latin1.csv")] = "région,montant\nÎle,2\n".encode("latin-1")
+    latin1 = run(executor, "read_file", path="latin1.csv").text
+    assert "binary" not in latin1 and "latin1.csv: not valid UTF-8" in latin1
+    assert "decoded as Windows-1252 (Latin-1)" in latin1
+    assert latin1.endswith("\nrégion,montant\nÎle,2\n")
+    service.files[("s1", "mixed.txt")] = "naïve ".encode() + b"\xff end"
+    mixed = run(executor, "read_file", path="mixed.txt").text
+    assert "invalid byte is at offset 7" in mixed and mixed.endswith("\nnaïve \ufffd end")
     service.files[("s1", "big.txt")] = b"x" * 5000
     assert "characters omitted" in run(executor, "read_file", path="big.txt", max_chars=100).text
     listing = run(executor, "list_files").text
@@ -501,10 +516,11 @@ def test_render_helpers() -> None:
                 "columns": [{"name": "x", "dtype": "int64", "nulls": None}],
             }
         )
-        == "Series: 5 rows\ncolumns: x (int64)"
+        == "Series: 5 rows\nname: x, dtype int64"
     )
     wide = dataframe_summary(DF_SUMMARY | {"shape": [100, 40]})
-    assert "... 37 more" in wide and "first 2 rows" in wide
+    # No text table follows: no note on rows (the JSON's first rows are not shown).
+    assert "... 37 more" in wide and "rows)" not in wide
     assert chart_summary({"axes": []}) == "a figure"
     assert clip("abcdefghij", 6) == "abcd\n[... 4 characters omitted ...]\nij"
     quiet = render_execution(Execution(id="e", session_id="s", status="ok"))
