@@ -66,7 +66,8 @@ def test_recorder_writes_valid_notebooks(tmp_path: Path) -> None:
     nb = nbformat.read(tmp_path / "n.ipynb", as_version=4)
     nbformat.validate(nb)
     assert nb.metadata["interp"]["session_id"] == "s_1"
-    assert [c.source for c in plan(json.loads(rec.to_json())) if c.rerun] == ["print(1)"]
+    # A cell that raised an error ran up to it: re-run too (interpreter.cells.plan).
+    assert [c.source for c in plan(json.loads(rec.to_json())) if c.rerun] == ["print(1)", "1/0"]
     # An output that cannot validate is repaired (kept in metadata), not refused ...
     rec.add_cell(
         "bad",
