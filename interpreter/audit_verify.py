@@ -15,10 +15,14 @@ For each session (or the one asked for), in this order:
 
 A problem names the session, the link or execution and what differs. Records written
 before the chain existed (no hash) are counted as *not chained*, not as broken; so are
-notebook cells without a digest. Reads only: the database is opened read-only, and a
-running broker may keep writing meanwhile (a live session's file lags its newest cells
-by up to ``SAVE_MAX_LAG_S``, which then show as missing from the notebook; check closed
-sessions, or run again once the session has been idle that long).
+notebook cells without a digest. Cells got their digest in the same release as the chain,
+so a cell that carries one while its execution has no link is broken: stripping the
+hashes from state.db does not turn a chained session into a "not chained" one.
+
+Reads only: the database is opened read-only, and a running broker may keep writing
+meanwhile (a live session's file lags its newest cells by up to ``SAVE_MAX_LAG_S``, which
+then show as missing from the notebook; check closed sessions, or run again once the
+session has been idle that long).
 """
 
 from __future__ import annotations
@@ -277,6 +281,19 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
         result.cells += 1
         recorded = meta.get("audit_sha256")
         link = latest.get(eid)
+        if recorded is not None and link is None:
+            # Cells got digests with the chain (one release): a cell with one whose
+            # execution has no link lost it, with its record's hashes (stripped to pass).
+            result.problems.append(
+                Problem(
+                    sid,
+                    "notebook",
+                    f"cell {index}: it carries an audit digest but its execution has no "
+                    "chain link (the link or the record's hashes were removed)",
+                    eid,
+                )
+            )
+            continue
         if recorded is None or link is None:
             result.cells_not_chained += 1
             continue

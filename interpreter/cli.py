@@ -185,6 +185,7 @@ def embedded_service() -> Iterator[tuple[str, str | None]]:
     """Start the broker in this process on a free loopback port (other settings from
     INTERP_*); yields its URL and API key (none: a key from the environment is for the
     service at INTERP_URL, not for this one)."""
+    from interpreter.datadir_lock import DataDirInUse
     from interpreter.server import ServerThread
 
     overrides: dict[str, Any] = {
@@ -197,7 +198,12 @@ def embedded_service() -> Iterator[tuple[str, str | None]]:
     if "INTERP_DATA_DIR" not in os.environ:
         overrides["data_dir"] = embedded_state_dir()
     settings = _settings(overrides)
-    with ServerThread(settings) as thread:
+    try:
+        thread = ServerThread(settings).start()
+    except DataDirInUse as exc:  # one line, as `interp serve` says it
+        print(f"interp: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    try:
         backend = thread.broker.backend.name
         print(
             f"interp: embedded service ({backend} backend) on {thread.url}, "
@@ -206,6 +212,8 @@ def embedded_service() -> Iterator[tuple[str, str | None]]:
             flush=True,
         )
         yield thread.url, ""
+    finally:
+        thread.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -272,6 +272,15 @@ class StorageFull(InterpreterError):
             retry_after=60,
         )
 
+    @classmethod
+    def unrecorded(cls, session_id: str, waiting: int) -> StorageFull:
+        return cls(
+            f"The service's data disk is full: {waiting} finished execution(s) of session "
+            f"'{session_id}' could not be written down yet (they are kept in memory). No new "
+            "code runs in it until they are; retry once space is freed.",
+            retry_after=60,
+        )
+
 
 class DiskQuotaExceeded(InterpreterError):
     """A write into a session's workspace went past its disk quota."""

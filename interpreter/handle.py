@@ -110,6 +110,8 @@ class ExecutionHandle:
         approval: the approval it waits for before it may run (policy ``approve``).
         spill: where its stream text past the in-memory limit goes, while it runs.
         running_write: the store write of its running state, once the worker issued it.
+        answer: what its clients are told when that differs from its record: set while
+            the record waits for disk space (``LiveSession._record_final``).
     """
 
     execution: Execution
@@ -131,6 +133,7 @@ class ExecutionHandle:
     spill: StreamSpill | None = None
     #: The write of its running state, issued by the worker as it sends the code.
     running_write: concurrent.futures.Future[None] | None = None
+    answer: Execution | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
     _log: deque[Event] | None = field(default_factory=deque)
     #: Id of the oldest event still in the log, and the log's size in characters.
@@ -168,7 +171,7 @@ class ExecutionHandle:
         log = self._log
         if self.finished.is_set() and (log is None or not log):
             # Read back from the store, or its log released: the final record only.
-            queue.put_nowait(Done(self.execution))
+            queue.put_nowait(Done(self.told))
             queue.put_nowait(None)
             return max(self._published, 1), queue
         assert log is not None
@@ -208,9 +211,14 @@ class ExecutionHandle:
         for queue in self._subscribers:
             queue.put_nowait(event)
 
+    @property
+    def told(self) -> Execution:
+        """The execution as its clients are told once it is finished."""
+        return self.answer or self.execution
+
     def finish(self) -> None:
-        """Publish the final record and end every subscription."""
-        self.publish(Done(self.execution))
+        """Publish the final record (or :attr:`answer`) and end every subscription."""
+        self.publish(Done(self.told))
         for queue in self._subscribers:
             queue.put_nowait(None)
         self._subscribers.clear()

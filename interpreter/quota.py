@@ -33,13 +33,14 @@ import functools
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from interpreter.errors import KernelStartFailed
-from interpreter.tree import remove_tree
+from interpreter.tree import CopyReport, copy_tree, remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,16 @@ IMAGE_NAME = "workspace.img"
 #: Smallest quota that still holds an ext4 filesystem with room for files.
 MIN_DISK_MB = 8
 _MOUNT_OPTIONS = "loop,nosuid,nodev"
+#: Where an image is mounted when it is not mounted as the workspace: to merge its files
+#: into a workspace directory that has some, or to fill a new image.
+SIDE_MOUNT = ".workspace-image"
+#: A new image while it is filled (renamed to :data:`IMAGE_NAME` once full).
+NEW_IMAGE = "workspace.img.new"
+#: An image that could not be mounted to take its files out (kept for ``e2fsck``).
+UNMOUNTABLE = "workspace.img.unmountable"
+#: What a file of the image is kept as next to a different one at its path in the
+#: workspace directory (:func:`interpreter.tree.copy_tree` ``keep_both``).
+FROM_IMAGE = ".from-image"
 _TIMEOUT_S = 60
 #: mount(2)'s flag for moving a mount (linux/mount.h), what ``mount --move`` passes.
 MS_MOVE = 8192
@@ -92,18 +103,175 @@ def attach(session_dir: Path, workspace: Path, size_mb: int) -> None:
         return
     image = image_path(session_dir)
     workspace.mkdir(mode=0o755, parents=True, exist_ok=True)
+    _clear_side(session_dir)
+    if _has_entries(workspace):
+        # Files in the directory the quota is mounted on would be hidden by it: a copy of
+        # a live data directory (``cp -a`` copies a mounted workspace's files into the
+        # directory under it). The image's files join them, then all go into a new image.
+        if image.exists():
+            _merge_image(session_dir, workspace)
+            image.unlink()
+        _fill_new_image(session_dir, workspace, size_mb)
+        return
     fresh = not image.exists()
     if fresh:
-        with open(image, "xb") as fh:
-            fh.truncate(size_mb << 20)
-        os.chmod(image, 0o600)
-        # No reserved blocks and no journal: a scratch workspace keeps nearly all of
-        # its size for files (29 of 32 MiB, 1013 of 1024 MiB); a host crash means fsck.
-        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", str(image)], "format")
+        _make_image(image, size_mb)
     _run(["mount", "-o", _MOUNT_OPTIONS, str(image), str(workspace)], "mount")
     if fresh:
         with contextlib.suppress(OSError):
             (workspace / "lost+found").rmdir()  # the kernel's workspace starts empty
+
+
+def _make_image(image: Path, size_mb: int) -> None:
+    with open(image, "xb") as fh:
+        fh.truncate(size_mb << 20)
+    os.chmod(image, 0o600)
+    # No reserved blocks and no journal: a scratch workspace keeps nearly all of
+    # its size for files (29 of 32 MiB, 1013 of 1024 MiB); a host crash means fsck.
+    _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", str(image)], "format")
+
+
+def _fill_new_image(session_dir: Path, workspace: Path, size_mb: int) -> None:
+    """Mount a new image on ``workspace`` holding the files its directory holds.
+
+    Each step leaves something the next :func:`attach` finishes: the files stay in the
+    directory until the image that holds them all is in place.
+
+    Raises:
+        KernelStartFailed: they do not fit (the directory keeps them; no quota).
+    """
+    new, side = session_dir / NEW_IMAGE, session_dir / SIDE_MOUNT
+    _make_image(new, size_mb)
+    side.mkdir(mode=0o755)
+    try:
+        _run(["mount", "-o", _MOUNT_OPTIONS, str(new), str(side)], "mount")
+        try:
+            with contextlib.suppress(OSError):
+                (side / "lost+found").rmdir()
+            copy_tree(workspace, side, _owner(workspace), skip_too_deep=True)
+        finally:
+            _unmount(side)
+    except OSError as exc:
+        new.unlink()
+        log.error("disk quota of %s: its workspace's files do not fit: %s", session_dir.name, exc)
+        raise KernelStartFailed(
+            "The workspace's files do not fit in its disk quota; they are kept, without one."
+        ) from exc
+    finally:
+        side.rmdir()
+    os.rename(new, image_path(session_dir))
+    _empty(workspace)
+    _run(["mount", "-o", _MOUNT_OPTIONS, str(image_path(session_dir)), str(workspace)], "mount")
+    log.warning(
+        "session %s: its workspace's files were in the directory its disk quota is mounted "
+        "on; moved them into the quota",
+        session_dir.name,
+    )
+
+
+def _merge_image(session_dir: Path, workspace: Path) -> None:
+    """Copy the files of the image (not mounted) into the directory ``workspace``, which
+    has files of its own; where both have a path with different content, the image's is
+    kept as ``<name>.from-image``. Logs one warning saying so. An image that cannot be
+    mounted is renamed :data:`UNMOUNTABLE` (for e2fsck) and its files left in it."""
+    image, side = image_path(session_dir), session_dir / SIDE_MOUNT
+    side.mkdir(mode=0o755)
+    try:
+        try:
+            _run(["mount", "-o", f"ro,{_MOUNT_OPTIONS}", str(image), str(side)], "mount")
+        except KernelStartFailed:
+            os.rename(image, session_dir / UNMOUNTABLE)
+            log.warning(
+                "session %s: its workspace directory has files and its disk quota's image "
+                "could not be mounted to add its files to them; the image is kept as %s",
+                session_dir.name,
+                UNMOUNTABLE,
+            )
+            return
+        lost = workspace / "lost+found"
+        had_lost = lost.exists()
+        try:
+            report = copy_tree(
+                side, workspace, _owner(workspace), skip_too_deep=True, keep_both=FROM_IMAGE
+            )
+        finally:
+            _unmount(side)
+        if not had_lost:
+            # The filesystem's own (an image copied while mounted may still have the one
+            # attach removed): not the user's; kept if e2fsck put files in it.
+            with contextlib.suppress(OSError):
+                lost.rmdir()
+    finally:
+        side.rmdir()
+    _log_merge(session_dir.name, report)
+
+
+def _log_merge(session_id: str, report: CopyReport) -> None:
+    differ = ""
+    if report.kept_both:
+        shown = ", ".join(report.kept_both[:5]) + (", ..." if len(report.kept_both) > 5 else "")
+        differ = (
+            f"; {len(report.kept_both)} differed from the workspace's file at their path and "
+            f"are kept next to it as <name>{FROM_IMAGE}: {shown}"
+        )
+    log.warning(
+        "session %s: its workspace directory had files while its disk quota was not mounted "
+        "(a copy of a live data directory?): %d files of the quota's image were added to "
+        "them%s",
+        session_id,
+        report.files,
+        differ,
+    )
+    if report.too_deep:
+        log.warning(
+            "session %s: %d directories of the image nested too deep were left out",
+            session_id,
+            report.too_deep,
+        )
+
+
+def _has_entries(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as it:
+            return any(True for _ in it)
+    except FileNotFoundError:
+        return False
+
+
+def _owner(workspace: Path) -> tuple[int, int]:
+    st = os.stat(workspace)
+    return st.st_uid, st.st_gid
+
+
+def _unmount(path: Path) -> None:
+    try:
+        _run(["umount", str(path)], "unmount")
+    except KernelStartFailed:
+        _run(["umount", "-l", str(path)], "unmount")
+
+
+def _clear_side(session_dir: Path) -> None:
+    """Undo what an interrupted merge or fill left: the side mount, a half-filled image."""
+    side = session_dir / SIDE_MOUNT
+    if is_mounted(side):
+        _unmount(side)
+    with contextlib.suppress(FileNotFoundError):
+        side.rmdir()
+    with contextlib.suppress(FileNotFoundError):
+        (session_dir / NEW_IMAGE).unlink()
+
+
+def _empty(directory: Path) -> None:
+    """Remove everything in ``directory`` (not itself)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(fd):
+            if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                remove_tree(fd, name)
+            else:
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 #: Copies a workspace tree without following what the kernel planted
@@ -115,22 +283,27 @@ def detach(session_dir: Path, workspace: Path, *, copy: Copier | None = None) ->
     """Unmount ``workspace`` and remove its image; with ``copy`` its files stay, copied into a
     plain directory at the same path. A no-op without an image or mount."""
     image = image_path(session_dir)
+    kept = session_dir / ".workspace-kept"
+    _clear_side(session_dir)
     if copy is not None and image.exists() and not is_mounted(workspace):
-        # Not mounted any more (the host restarted): mount it once more to keep its files.
-        workspace.mkdir(mode=0o755, parents=True, exist_ok=True)
-        with contextlib.suppress(KernelStartFailed):
-            _run(["mount", "-o", _MOUNT_OPTIONS, str(image), str(workspace)], "mount")
+        if _has_entries(workspace):
+            # Files in the directory under the mount point (a copy of a live data
+            # directory): the image's files join them.
+            _merge_image(session_dir, workspace)
+            _remove(kept)  # a copy an earlier, failed detach left
+        else:
+            # Not mounted any more (the host restarted): mount it once more to keep its
+            # files.
+            workspace.mkdir(mode=0o755, parents=True, exist_ok=True)
+            with contextlib.suppress(KernelStartFailed):
+                _run(["mount", "-o", _MOUNT_OPTIONS, str(image), str(workspace)], "mount")
     if is_mounted(workspace):
-        kept = session_dir / ".workspace-kept"
         if copy is not None:
             _remove(kept)  # a copy an earlier, failed detach left
             copy(workspace, kept)
-        try:
-            _run(["umount", str(workspace)], "unmount")
-        except KernelStartFailed:
-            # Still busy (a kernel process that outlived its broker): detach it now; the
-            # filesystem and its loop device go once the last user lets go.
-            _run(["umount", "-l", str(workspace)], "unmount")
+        # Still busy (a kernel process that outlived its broker): detached at once; the
+        # filesystem and its loop device go once the last user lets go.
+        _unmount(workspace)
         if copy is not None:
             workspace.rmdir()
             os.rename(kept, workspace)

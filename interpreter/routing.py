@@ -15,7 +15,7 @@ import asyncio
 from functools import partial
 from typing import Any
 
-from interpreter import logs, memory
+from interpreter import logs, memory, storage_floor
 from interpreter.displays import EarlierDisplays
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
@@ -58,6 +58,9 @@ class MessageRouting:
         raise NotImplementedError
 
     async def _write_note(self) -> None:
+        raise NotImplementedError
+
+    async def _record_final(self, handle: ExecutionHandle, activity: Activity | None) -> bool:
         raise NotImplementedError
 
     async def _on_message(self, channel: str, msg: dict[str, Any]) -> None:
@@ -163,11 +166,12 @@ class MessageRouting:
         )
         await self._write_note()
         # On record before anyone is told: a broker killed right after an answer must not
-        # turn it into `unknown`.
-        activity = self._activity(self.status)
-        await self.writer.run(partial(self._save_execution, handle, activity))
+        # turn it into `unknown`. On a full disk the record waits in memory and the client
+        # is told so (the answer says the code ran; no new code runs until it is written).
+        if not await self._record_final(handle, self._activity(self.status)):
+            handle.answer = storage_floor.unrecorded_answer(ex)
         handle.finish()
-        # Counted and logged once on record (a failed write is reported by the abandon that
+        # Counted and logged once finished (a failed write is reported by the abandon that
         # follows, once), and after the answer is on its way: the log line, formatted on the
         # log thread while the record was written, held that write up by 0.2-0.3 ms.
         self._report(handle)

@@ -26,6 +26,7 @@ from interpreter.api.base import DRAIN_LIMIT
 from interpreter.api.connections import GatedHTTPServer
 from interpreter.api.e2b.app import make_e2b_app
 from interpreter.broker import SessionBroker
+from interpreter.datadir_lock import DataDirInUse, DataDirLock
 from interpreter.errors import BackendUnavailable
 from interpreter.logs import announce
 from interpreter.settings import Settings
@@ -105,19 +106,25 @@ class RunningServer:
     #: The E2B-compatible surface, when enabled: its server and its URL(s), code port first.
     e2b_http: HTTPServer | None = None
     e2b_urls: tuple[str, ...] = ()
+    #: The data directory's lock, held until the broker is closed.
+    lock: DataDirLock | None = None
 
     async def stop(self) -> None:
         """Drain while still listening (new work gets 503 ``shutting_down``, ``/healthz``
         503 ``draining``), then stop listening and close the broker."""
         servers = [self.http] + ([self.e2b_http] if self.e2b_http is not None else [])
-        await self.broker.drain()
-        for server in servers:
-            server.stop()
-        await self.broker.shutdown()
-        for server in servers:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
-                    await server.close_all_connections()
+        try:
+            await self.broker.drain()
+            for server in servers:
+                server.stop()
+            await self.broker.shutdown()
+            for server in servers:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(5):
+                        await server.close_all_connections()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
 
 def connection_options(settings: Settings, cap: int) -> dict[str, Any]:
@@ -144,16 +151,23 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     else:
         chosen = await asyncio.to_thread(backends.resolve, settings)
     await asyncio.to_thread(prepare_data_dir, settings.data_dir)
-    broker = SessionBroker(settings, chosen)
-    await broker.open()
-    await chosen.start(broker.factory.pool_template())
-    app = make_app(broker, settings)
-    # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's own
-    # cap only has to cover them and the window in which rejected bodies are drained.
-    cap = max(settings.max_upload_bytes, settings.max_body_bytes) + DRAIN_LIMIT + 1024
-    http = GatedHTTPServer(app, **connection_options(settings, cap))
+    # Before anything reads the data directory: a second broker's recovery would close
+    # the first one's live sessions. Raises DataDirInUse.
+    lock = DataDirLock.acquire(settings.data_dir)
+    try:
+        broker = SessionBroker(settings, chosen)
+        await broker.open()
+        await chosen.start(broker.factory.pool_template())
+        app = make_app(broker, settings)
+        # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's
+        # own cap only has to cover them and the window in which rejected bodies drain.
+        cap = max(settings.max_upload_bytes, settings.max_body_bytes) + DRAIN_LIMIT + 1024
+        http = GatedHTTPServer(app, **connection_options(settings, cap))
+    except BaseException:
+        lock.release()
+        raise
     host = settings.host if ":" not in settings.host else f"[{settings.host}]"
-    running = RunningServer(broker=broker, http=http, url="")
+    running = RunningServer(broker=broker, http=http, url="", lock=lock)
     try:
         sockets = _bind(settings, settings.port, "the API")
     except StartupFailed:
@@ -185,6 +199,9 @@ def serve(settings: Settings) -> int:
             running = await start(settings)
         except (BackendUnavailable, StartupFailed) as exc:
             print(f"interp: error: {exc.message}", file=sys.stderr, flush=True)
+            return 2
+        except DataDirInUse as exc:
+            print(f"interp: error: {exc}", file=sys.stderr, flush=True)
             return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ execution handle and its typed events in ``handle.py``, the notebook and its aut
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import shutil
@@ -40,6 +41,7 @@ from interpreter.errors import (
     SessionBusy,
     SessionClosed,
     SessionRunning,
+    StorageFull,
 )
 from interpreter.execution import RICH_LIMIT, ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
@@ -173,6 +175,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self.on_failed: Callable[[LiveSession], None] | None = None
         #: Replaces a kernel whose heartbeat stopped while no cell ran.
         self._recovery: asyncio.Task[None] | None = None
+        #: Finished executions whose final record did not fit on the data disk, oldest
+        #: first; written before any new code runs (:meth:`_record_final`).
+        self._unrecorded: collections.deque[ExecutionHandle] = collections.deque()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -313,6 +318,13 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await asyncio.to_thread(shutil.rmtree, self.options.runtime_dir, True)
         await self.late.close()  # late output not yet written (no kernel sends more)
         await self.notebook.flush()
+        if self._unrecorded and not await self._write_unrecorded():
+            log.error(
+                "session %s: the data disk is still full; the records of %s are lost (they "
+                "stay as they were last written)",
+                self.id,
+                ", ".join(h.execution.id for h in self._unrecorded),
+            )
         if keep_kernel:
             write = partial(self.store.save_activity, self.id, self._activity(previous))
         else:
@@ -393,6 +405,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             if self.notebook.invalid:
                 raise AuditDegraded.notebook_invalid(self.id)
             raise AuditDegraded.notebook_unwritable()
+        if self._unrecorded and not await self._write_unrecorded():
+            raise StorageFull.unrecorded(self.id, len(self._unrecorded))
         storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         ahead = self.executions.ahead() if reject_if_busy else None
         if ahead is not None:
@@ -449,19 +463,85 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         )
 
     async def _work(self) -> None:
+        """Run the queued executions one by one, for as long as the session lives: a
+        failure inside the broker ends the execution it hit (answered), never the loop."""
         while True:
             handle = await self.executions.next()
             try:
-                await self._run(handle)
+                if self._unrecorded and not await self._write_unrecorded():
+                    # Queued before the disk filled up: it does not start while earlier
+                    # records wait for space (new ones are refused, 507 storage_full).
+                    handle.execution.error = storage_floor.failure_error("storage_full")
+                    await self._abandon(handle, "cancelled", "storage_full")
+                else:
+                    await self._run(handle)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.exception("execution %s failed inside the broker", handle.execution.id)
-                reason = storage_floor.failure_reason(exc)
-                handle.execution.error = storage_floor.failure_error(reason)
-                await self._abandon(handle, "error", reason)
+                if not handle.finished.is_set():
+                    reason = storage_floor.failure_reason(exc)
+                    handle.execution.error = storage_floor.failure_error(reason)
+                    await self._abandon(handle, "error", reason)
             finally:
                 self.executions.done()
+
+    async def _record_final(self, handle: ExecutionHandle, activity: Activity | None) -> bool:
+        """Write ``handle``'s final record (with the session's ``activity``, if given) after
+        any that wait; True once it is on record.
+
+        When the data disk is full (sqlite's "database or disk is full", ENOSPC) the record
+        waits in memory, in order, and is written before any new code runs (at the next
+        submission or turn of the worker, and at close); until then the session refuses new
+        code with 507 ``storage_full``. Other write failures raise.
+        """
+        self._unrecorded.append(handle)
+        if len(self._unrecorded) == 1:
+            try:
+                await self.writer.run(partial(self._save_execution, handle, activity))
+            except Exception as exc:
+                if storage_floor.failure_reason(exc) != "storage_full":
+                    self._unrecorded.remove(handle)
+                    raise
+            else:
+                self._unrecorded.remove(handle)
+                return True
+        else:
+            await self._write_unrecorded()
+        if handle not in self._unrecorded:
+            return True
+        ex = handle.execution
+        log.error(
+            "session %s: the data disk is full; the record of %s (%s) waits in memory until "
+            "space is freed, and no new code runs until then",
+            self.id,
+            ex.id,
+            ex.status,
+        )
+        return False
+
+    async def _write_unrecorded(self) -> bool:
+        """Write the final records that waited for disk space, oldest first; True when
+        none is left waiting. A failure other than a full disk raises."""
+        while self._unrecorded:
+            handle = self._unrecorded[0]
+            write = partial(self._save_execution, handle, self._activity(self.status))
+            try:
+                await self.writer.run(write)
+            except Exception as exc:
+                if storage_floor.failure_reason(exc) == "storage_full":
+                    return False
+                self._unrecorded.popleft()
+                raise
+            self._unrecorded.popleft()
+            handle.answer = None  # from now on it is told as recorded
+            log.warning(
+                "session %s: the record of %s (%s) is written now that the data disk has space",
+                self.id,
+                handle.execution.id,
+                handle.execution.status,
+            )
+        return True
 
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
         ex = handle.execution
@@ -477,8 +557,12 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if ex.started_at is not None:
             ex.duration_ms = (utcnow() - ex.started_at).total_seconds() * 1000
         self._report(handle)
-        await self.writer.run(partial(self._save_execution, handle))
-        handle.finish()
+        try:
+            await self._record_final(handle, None)
+        except Exception:
+            log.exception("session %s: could not record execution %s", self.id, ex.id)
+        finally:
+            handle.finish()  # answered whatever the store did
 
     async def _end_stopped(self, handle: ExecutionHandle, reason: str) -> None:
         """End a cell whose kernel the close stops: ``interrupted``, and what it printed so

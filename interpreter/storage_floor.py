@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 from pathlib import Path
 
 from interpreter.errors import StorageFull
-from interpreter.models import ErrorInfo
+from interpreter.models import ErrorInfo, Execution
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -40,14 +41,33 @@ def check(data_dir: Path, floor_mb: int) -> None:
 
 def failure_reason(exc: BaseException) -> str:
     """The reason of an execution the broker could not finish: ``storage_full`` when the
-    data disk ran out of space (an artifact or the record did not fit), else
-    ``broker_error``."""
+    data disk ran out of space (an artifact, the notebook or the record did not fit: sqlite
+    says ``SQLITE_FULL``, "database or disk is full"), else ``broker_error``."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in _FULL:
             return "storage_full"
+        if isinstance(seen, sqlite3.Error) and seen.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL:
+            return "storage_full"
         seen = seen.__cause__ or seen.__context__
     return "broker_error"
+
+
+def unrecorded_answer(execution: Execution) -> Execution:
+    """What a client is told of an execution that ran but whose final record did not fit
+    on the data disk: its output, status ``error``, reason ``storage_full``, and that its
+    record is written once space is freed and it must not be run again."""
+    told = execution.model_copy(deep=True)
+    told.status, told.reason = "error", "storage_full"
+    told.error = ErrorInfo(
+        ename="StorageFull",
+        evalue=f"This code ran and ended '{execution.status}' (its output is here), but the "
+        "service's data disk is full, so its record could not be written. The record is kept "
+        "in memory and written once space is freed; GET this execution then gives it as "
+        "recorded. Do not run it again: it has run.",
+        traceback=[],
+    )
+    return told
 
 
 def failure_error(reason: str) -> ErrorInfo:

@@ -215,7 +215,14 @@ class Store:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                # A COMMIT that failed (disk full) may leave the transaction open; the
+                # next BEGIN would then fail for ever, even after space is freed.
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     @property
     def _db(self) -> sqlite3.Connection:

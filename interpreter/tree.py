@@ -51,20 +51,30 @@ class TreeTooDeep(Conflict):
     code = "workspace_too_deep"
 
 
+#: How many other names :func:`copy_tree` tries for a copy kept next to a different file.
+_MAX_KEPT_NAMES = 100
+
+
 @dataclass
 class CopyReport:
-    """What :func:`copy_tree` did: files copied, directories left out for their depth."""
+    """What :func:`copy_tree` did: files copied, directories left out for their depth, and
+    (merging) the paths written under another name because the destination had something
+    else at their own path."""
 
     files: int = 0
     too_deep: int = 0
+    kept_both: list[str] = field(default_factory=list)
 
 
 @dataclass
 class _Level:
     src: int
     dst: int
-    path: str = ""  # relative to the copy's root
     subdirs: list[str] = field(default_factory=list)
+    path: str = ""
+
+    def child(self, name: str) -> str:
+        return f"{self.path}/{name}" if self.path else name
 
 
 @dataclass
@@ -77,7 +87,7 @@ class _Copied:
     holding: str | None = None
 
     def remember(self, level: _Level, name: str, st: os.stat_result) -> None:
-        path = level.path + name
+        path = level.child(name)
         if len(path) > MAX_LINK_PATH:
             if self.holding is None:
                 self.holding = f".copy-links-{secrets.token_hex(8)}"
@@ -96,24 +106,35 @@ class _Copied:
 
 
 def copy_tree(
-    src: Path, dst: Path, owner: tuple[int, int] | None, *, skip_too_deep: bool
+    src: Path,
+    dst: Path,
+    owner: tuple[int, int] | None,
+    *,
+    skip_too_deep: bool,
+    keep_both: str | None = None,
 ) -> CopyReport:
     """Copy the regular files and directories under ``src`` into ``dst`` (made if missing).
 
     Files and directories made belong to ``owner`` (uid, gid) when given. A directory below
     :data:`MAX_COPY_DEPTH` levels raises :class:`TreeTooDeep`, or with ``skip_too_deep`` is
     left out (counted in the report). Raises OSError as the filesystem does (ENOSPC, ...).
+
+    With ``keep_both`` (a suffix) the copy merges into what ``dst`` holds and changes none
+    of it: a file already there with the same content is not copied again; where ``dst``
+    has something else at a path (other content, a directory for a file, a link), the
+    copy is written next to it as ``<name><keep_both>`` (``-2``, ``-3``, ... appended when
+    that is taken by yet another). Merging again copies nothing new.
     """
     report = CopyReport()
     dst.mkdir(mode=0o755, parents=True, exist_ok=True)
     stack: list[_Level] = []
     try:
         stack.append(_Level(os.open(src, DIR_FLAGS), os.open(dst, DIR_FLAGS)))
-        if owner is not None:
+        if owner is not None and keep_both is None:  # a merge changes nothing that is there
             os.fchown(stack[0].dst, *owner)
         copied = _Copied(os.dup(stack[0].dst))
         try:
-            _copy_levels(stack, owner, report, copied, skip_too_deep=skip_too_deep)
+            _copy_levels(stack, owner, report, copied, keep_both, skip_too_deep=skip_too_deep)
         finally:
             copied.close()
     finally:
@@ -127,10 +148,11 @@ def _copy_levels(
     owner: tuple[int, int] | None,
     report: CopyReport,
     copied: _Copied,
+    keep_both: str | None,
     *,
     skip_too_deep: bool,
 ) -> None:
-    stack[0].subdirs = _copy_files(stack[0], owner, report, copied)
+    stack[0].subdirs = _copy_files(stack[0], owner, report, copied, keep_both)
     while stack:
         level = stack[-1]
         if not level.subdirs:
@@ -145,14 +167,20 @@ def _copy_levels(
                 )
             report.too_deep += 1
             continue
-        child = _enter(level, name, owner)
+        child = _enter(level, name, owner, report, keep_both)
         if child is None:
             continue  # replaced by something else meanwhile: not a directory to copy
         stack.append(child)
-        child.subdirs = _copy_files(child, owner, report, copied)
+        child.subdirs = _copy_files(child, owner, report, copied, keep_both)
 
 
-def _enter(parent: _Level, name: str, owner: tuple[int, int] | None) -> _Level | None:
+def _enter(
+    parent: _Level,
+    name: str,
+    owner: tuple[int, int] | None,
+    report: CopyReport,
+    keep_both: str | None,
+) -> _Level | None:
     try:
         src = os.open(name, DIR_FLAGS, dir_fd=parent.src)
     except OSError as exc:
@@ -160,19 +188,59 @@ def _enter(parent: _Level, name: str, owner: tuple[int, int] | None) -> _Level |
             return None
         raise
     try:
-        with suppress(FileExistsError):
-            os.mkdir(name, 0o755, dir_fd=parent.dst)
-        dst = os.open(name, DIR_FLAGS, dir_fd=parent.dst)
+        target, made = name, True
+        if keep_both is None:
+            with suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=parent.dst)
+            dst = os.open(name, DIR_FLAGS, dir_fd=parent.dst)
+        else:
+            target, dst, made = _merge_dir(parent.dst, name, keep_both)
+            if target != name:
+                report.kept_both.append(parent.child(target))
     except BaseException:
         os.close(src)
         raise
-    if owner is not None:
+    if owner is not None and made:
         os.fchown(dst, *owner)
-    return _Level(src, dst, f"{parent.path}{name}/")
+    return _Level(src, dst, path=parent.child(target))
+
+
+def _merge_dir(dir_fd: int, name: str, keep_both: str) -> tuple[str, int, bool]:
+    """The directory to merge ``name`` into: ``name`` when it is one (or is made), else
+    the first of its other names that is one (or is made); its name, descriptor, and
+    whether it was made."""
+    for candidate in _names(name, keep_both):
+        made = True
+        try:
+            os.mkdir(candidate, 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            made = False
+        try:
+            return candidate, os.open(candidate, DIR_FLAGS, dir_fd=dir_fd), made
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+    raise OSError(errno.EEXIST, f"no free name for a copy of {name!r}")
+
+
+def _names(name: str, keep_both: str) -> list[str]:
+    """``name``, then the names a copy kept next to something else at ``name`` gets."""
+    names = [name]
+    for n in range(1, _MAX_KEPT_NAMES + 1):
+        tail = keep_both if n == 1 else f"{keep_both}-{n}"
+        base = name
+        while len(os.fsencode(base + tail)) > 255 and base:
+            base = base[:-1]
+        names.append(base + tail)
+    return names
 
 
 def _copy_files(
-    level: _Level, owner: tuple[int, int] | None, report: CopyReport, copied: _Copied
+    level: _Level,
+    owner: tuple[int, int] | None,
+    report: CopyReport,
+    copied: _Copied,
+    keep_both: str | None,
 ) -> list[str]:
     """Copy the regular files of one directory; its subdirectories' names."""
     subdirs = []
@@ -186,29 +254,38 @@ def _copy_files(
         if stat.S_ISDIR(st.st_mode):
             subdirs.append(entry.name)
         elif stat.S_ISREG(st.st_mode) and not UPLOAD_TEMP.fullmatch(entry.name):
-            linked = st.st_nlink > 1 and _link_again(level, entry.name, st, copied)
-            if not linked:
-                copied_now = _copy_file(level, entry.name, st.st_size, owner)
-                if copied_now and st.st_nlink > 1:
-                    copied.remember(level, entry.name, st)
-            report.files += 1
+            if st.st_nlink > 1 and _link_again(level, entry.name, st, copied, keep_both):
+                report.files += 1
+                continue
+            written: str | None = None
+            if keep_both is None:
+                if _copy_file(level, entry.name, st.st_size, owner):
+                    written = entry.name
+                report.files += 1
+            else:
+                written = _merge_file(level, entry.name, st.st_size, owner, report, keep_both)
+            if written is not None and st.st_nlink > 1:
+                copied.remember(level, written, st)
     subdirs.reverse()  # popped from the end: copied in listing order
     return subdirs
 
 
-def _link_again(level: _Level, name: str, st: os.stat_result, copied: _Copied) -> bool:
+def _link_again(
+    level: _Level, name: str, st: os.stat_result, copied: _Copied, keep_both: str | None
+) -> bool:
     """Make ``name`` a hard link to the copy of a file already copied under another name;
-    False when none was copied yet."""
+    False when none was copied yet (or, merging, ``name`` is taken: merged as a file)."""
     first = copied.first.get((st.st_dev, st.st_ino))
     if first is None:
         return False
-    with suppress(FileNotFoundError):
-        os.unlink(name, dir_fd=level.dst)  # a file of that name copied before (a merge)
+    if keep_both is None:
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=level.dst)  # a file of that name copied before
     try:
         os.link(first, name, src_dir_fd=copied.root, dst_dir_fd=level.dst)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.EMLINK):
-            return False  # its first copy is gone, or has too many links: copy this one
+        if exc.errno in (errno.ENOENT, errno.EMLINK, errno.EEXIST):
+            return False  # its first copy is gone, has too many links, or the name is taken
         raise
     return True
 
@@ -233,6 +310,71 @@ def _copy_file(level: _Level, name: str, size: int, owner: tuple[int, int] | Non
     finally:
         os.close(fin)
     return True
+
+
+def _merge_file(
+    level: _Level,
+    name: str,
+    size: int,
+    owner: tuple[int, int] | None,
+    report: CopyReport,
+    keep_both: str,
+) -> str | None:
+    """Copy one file unless the destination has it (same content) at its name or at one of
+    its other names; else under the first free one of those. The name written, if any."""
+    try:
+        fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=level.src)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):
+            return None
+        raise
+    try:
+        for candidate in _names(name, keep_both):
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fout = os.open(candidate, flags, 0o644, dir_fd=level.dst)
+            except FileExistsError:
+                if _same_file(fin, level.dst, candidate):
+                    return None  # already there
+                continue
+            try:
+                copy_sparse(fin, fout, size)
+                if owner is not None:
+                    os.fchown(fout, *owner)
+            finally:
+                os.close(fout)
+            report.files += 1
+            if candidate != name:
+                report.kept_both.append(level.child(candidate))
+            return candidate
+        raise OSError(errno.EEXIST, f"no free name for a copy of {name!r}")
+    finally:
+        os.close(fin)
+
+
+def _same_file(fd: int, dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in ``dir_fd`` is a regular file with the content of ``fd``."""
+    try:
+        other = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return False  # a link, a directory, ...
+    try:
+        st, mine = os.fstat(other), os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != mine.st_size:
+            return False
+        offset = 0
+        while offset < st.st_size:
+            a, b = os.pread(fd, 1 << 20, offset), os.pread(other, 1 << 20, offset)
+            if a != b:
+                return False
+            if not a:
+                break
+            offset += len(a)
+        return True
+    finally:
+        os.close(other)
 
 
 def _close(level: _Level) -> None:

@@ -59,6 +59,9 @@ MAX_NAME_BYTES = 255
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: What a listing shows for each byte sequence of a name that is not UTF-8.
 REPLACEMENT = "\ufffd"
+#: What the filesystem itself keeps at the root of a workspace that is its own ext4
+#: filesystem (a disk quota, :mod:`interpreter.quota`): not the user's, not listed.
+_FS_OWN = frozenset({"lost+found"})
 
 
 def display_name(name: str) -> str:
@@ -219,8 +222,11 @@ class Workspace:
         try:
             with self._walk(parts) as fd:
                 entries = []
+                hidden = _FS_OWN if not parts and os.path.ismount(self.root) else frozenset()
                 with os.scandir(fd) as it:
                     for entry in it:
+                        if entry.name in hidden:
+                            continue
                         try:
                             st = entry.stat(follow_symlinks=False)
                         except FileNotFoundError:

@@ -123,7 +123,7 @@ class ExecuteHandler(BaseHandler):
                 await self.flush()  # the headers, with the id, before the result
             await handle.finished.wait()
             with contextlib.suppress(StreamClosedError):
-                self.finish(handle.execution.model_dump_json())
+                self.finish(handle.told.model_dump_json())
             return
         # A replay watches the first run from now on (or after the Last-Event-ID it gives);
         # its final `done` event is complete. The own stream was subscribed before the

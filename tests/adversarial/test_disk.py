@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
 
 import pytest
 
@@ -153,3 +154,21 @@ def test_a_fork_that_does_not_fit_its_quota_is_507_and_one_that_fits_keeps_the_f
     ]
     assert closed
     attack.sessions += [(KEY, sid) for sid in closed]
+
+
+def test_the_filesystems_lost_and_found_is_not_listed_as_the_users(
+    adv: Broker, attack: Attack
+) -> None:
+    """ext4 keeps ``lost+found`` at the root of a quota's filesystem (e2fsck makes it again
+    after a host crash; ``mklost+found`` is its maker): the files API does not list it."""
+    sid = attack.session(limits={"disk_mb": 16})
+    workspace = adv.data_dir / "sessions" / sid / "workspace"
+    subprocess.run(["mklost+found"], cwd=workspace, check=True, capture_output=True)
+    assert (workspace / "lost+found").is_dir()
+    listed = attack.api.get(f"/v1/sessions/{sid}/files").json()["entries"]
+    assert listed == []
+    attack.api.put(f"/v1/sessions/{sid}/files/sub/lost+found", content=b"mine")
+    names = [
+        e["path"] for e in attack.api.get(f"/v1/sessions/{sid}/files?path=sub").json()["entries"]
+    ]
+    assert names == ["sub/lost+found"]  # a user's file of that name elsewhere is listed

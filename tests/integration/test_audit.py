@@ -233,6 +233,37 @@ def test_a_rewritten_chain_link_is_named(written: dict[str, Any], copy: Path) ->
     assert any(p.link == 5 and "expected link 4 here" in p.message for p in problems)
 
 
+def test_stripped_hashes_are_broken_not_pre_chain(written: dict[str, Any], copy: Path) -> None:
+    """The hashes NULLed and the links deleted (and a record edited): the notebook's cells
+    still carry their digests, so the session is broken, each cell named. A session from
+    before the chain has neither: that one is "not chained", not broken."""
+    sid = written["sid"]
+    db = sqlite3.connect(copy / "state.db")
+    db.execute(
+        "UPDATE executions SET prev_hash = NULL, hash = NULL, notebook_sha256 = NULL,"
+        " data_json = replace(data_json, '42', '99') WHERE session_id = ?",
+        (sid,),
+    )
+    db.execute("DELETE FROM audit_links WHERE session_id = ?", (sid,))
+    db.commit()
+    db.close()
+    code, out = cli(copy, "--session", sid)
+    assert code == 1 and f"{sid}: BROKEN" in out, out
+    problems = verify(copy, sid).sessions[0].problems
+    assert sorted(str(p.execution_id) for p in problems) == sorted(written["ids"])
+    assert all(
+        "carries an audit digest but its execution has no chain link" in p.message for p in problems
+    )
+    # As written before the chain existed: no digest in the notebook either.
+    path = copy / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        cell["metadata"].get("interp", {}).pop("audit_sha256", None)
+    path.write_text(json.dumps(nb))
+    (session,) = verify(copy, sid).sessions
+    assert session.ok and (session.not_chained, session.cells_not_chained) == (5, 5)
+
+
 def test_a_tampered_notebook_cell_is_named(written: dict[str, Any], copy: Path) -> None:
     path = copy / "sessions" / written["sid"] / "notebook.ipynb"
     nb = json.loads(path.read_text())

@@ -15,6 +15,7 @@ import pytest
 
 from interpreter.cli_client import format_table
 from interpreter.client import Client, Session
+from interpreter.datadir_lock import DataDirLock
 from tests.conftest import REPO, Server
 
 
@@ -225,6 +226,36 @@ def test_replay_with_an_embedded_service(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "embedded service" in result.stderr and "ALL MATCH" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["replay", "tiny.ipynb"], ["mcp"]])
+def test_an_embedded_service_on_a_data_dir_in_use_says_so_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``interp replay`` / ``interp mcp`` with INTERP_DATA_DIR a broker holds: exit 2 and
+    the one line ``interp serve`` prints (it used to be a DataDirInUse traceback, exit 1)."""
+    (tmp_path / "tiny.ipynb").write_text(
+        json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []})
+    )
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    held = DataDirLock.acquire(data_dir)  # what a broker on it holds for its lifetime
+    try:
+        args = [str(tmp_path / a) if a.endswith(".ipynb") else a for a in command]
+        result = interp(
+            None,
+            *args,
+            stdin="",
+            env_extra={"INTERP_DATA_DIR": str(data_dir), "INTERP_BACKEND": "local"},
+        )
+    finally:
+        held.release()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"interp: error: the data directory {data_dir} is in use by another broker "
+        f"(pid {os.getpid()}); stop it first, or give this one its own --data-dir"
+    )
 
 
 @pytest.mark.parametrize(("fmt", "key"), [("openai", "function"), ("anthropic", "input_schema")])

@@ -79,6 +79,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.form_upload", "storage"),
     ("interpreter.body_encoding", "base"),
     ("interpreter.storage_floor", "storage"),
+    ("interpreter.datadir_lock", "storage"),
     ("interpreter.spill", "storage"),
     ("interpreter.idempotency", "storage"),
     ("interpreter.notebook", "storage"),
