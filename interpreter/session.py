@@ -178,6 +178,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         #: Finished executions whose final record did not fit on the data disk, oldest
         #: first; written before any new code runs (:meth:`_record_final`).
         self._unrecorded: collections.deque[ExecutionHandle] = collections.deque()
+        self._flushing = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -495,18 +496,20 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         submission or turn of the worker, and at close); until then the session refuses new
         code with 507 ``storage_full``. Other write failures raise.
         """
-        self._unrecorded.append(handle)
-        if len(self._unrecorded) == 1:
+        if not self._unrecorded:
+            # None waits (the usual case): written at once; it waits only if it does not fit.
+            # (Finals can be recorded from several tasks at once: a held execution cancelled
+            # by an interrupt while the worker turns, so only a waiting one is listed.)
             try:
                 await self.writer.run(partial(self._save_execution, handle, activity))
             except Exception as exc:
                 if storage_floor.failure_reason(exc) != "storage_full":
-                    self._unrecorded.remove(handle)
                     raise
+                self._unrecorded.append(handle)
             else:
-                self._unrecorded.remove(handle)
                 return True
         else:
+            self._unrecorded.append(handle)
             await self._write_unrecorded()
         if handle not in self._unrecorded:
             return True
@@ -523,24 +526,26 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
     async def _write_unrecorded(self) -> bool:
         """Write the final records that waited for disk space, oldest first; True when
         none is left waiting. A failure other than a full disk raises."""
-        while self._unrecorded:
-            handle = self._unrecorded[0]
-            write = partial(self._save_execution, handle, self._activity(self.status))
-            try:
-                await self.writer.run(write)
-            except Exception as exc:
-                if storage_floor.failure_reason(exc) == "storage_full":
-                    return False
+        async with self._flushing:  # one writer of the waiting records at a time
+            while self._unrecorded:
+                handle = self._unrecorded[0]
+                write = partial(self._save_execution, handle, self._activity(self.status))
+                try:
+                    await self.writer.run(write)
+                except Exception as exc:
+                    if storage_floor.failure_reason(exc) == "storage_full":
+                        return False
+                    self._unrecorded.popleft()
+                    raise
                 self._unrecorded.popleft()
-                raise
-            self._unrecorded.popleft()
-            handle.answer = None  # from now on it is told as recorded
-            log.warning(
-                "session %s: the record of %s (%s) is written now that the data disk has space",
-                self.id,
-                handle.execution.id,
-                handle.execution.status,
-            )
+                handle.answer = None  # from now on it is told as recorded
+                log.warning(
+                    "session %s: the record of %s (%s) is written now that the data disk has "
+                    "space",
+                    self.id,
+                    handle.execution.id,
+                    handle.execution.status,
+                )
         return True
 
     async def _abandon(self, handle: ExecutionHandle, status: ExecutionStatus, reason: str) -> None:
@@ -672,6 +677,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             self.execution_count = max(self.execution_count, rec.execution_count)
         if self.status == "busy":
             self.status = "idle"
+        if self.late.pending:
+            # What this cell changed in earlier ones (a display it updated) is on record
+            # when it is: only output that comes after a cell ended waits for an interval.
+            await self.late.flush()
         await self._finalize(handle, rec)
 
     def _record(self, handle: ExecutionHandle, msg_id: str) -> ExecutionRecorder:

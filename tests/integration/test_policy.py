@@ -303,7 +303,7 @@ def test_a_denial_is_data_in_sse_the_sdk_the_tool_text_and_the_notebook(
         assert cell["execution_count"] is None
     from interpreter.cells import plan
 
-    assert [p.skip for p in plan(nb)] == ["recorded_failure", "recorded_failure"]
+    assert [p.skip for p in plan(nb)] == ["never_ran", "never_ran"]
 
 
 def _operator(server: Server) -> httpx.Client:
