@@ -11,7 +11,8 @@ Requested restarts take turns (:meth:`KernelLifecycle.restarting`), each with it
 recovery. One that comes while the kernel is already being replaced on the service's own
 account (a timeout, a death, a frozen kernel) is that replacement: never a second one.
 While a restart is requested, the worker does not replace the kernel on its own account
-either (a timed-out cell then ends as restarted).
+either (a timed-out cell then ends as restarted). After an automatic replacement the
+next cell to run says that state was lost.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class KernelLifecycle:
             self.notebook.set_kernel_info(self.kernel.language_info)
             self.status = "idle"
             self.generation += 1
+            if reason != "requested":
+                self._state_lost_pending = True  # the next cell runs on an empty kernel
             note = restart_note(reason, self.generation)
             self._note = note if self._note is None else f"{self._note}\n\n{note}"
             self.touch()

@@ -210,3 +210,22 @@ def test_a_restart_during_a_timeouts_grace_replaces_the_kernel_once(
     kinds = [kind for kind, _ in cells[at:]]
     assert kinds[:4] == ["code", "markdown", "markdown", "code"], cells[at:]
     assert "restart" in cells[at + 1][1].lower() and "ecover" in cells[at + 2][1]
+
+
+def test_the_cell_after_a_timeout_that_restarted_the_kernel_says_state_was_lost(
+    api: httpx.Client, session: str
+) -> None:
+    """Exploration bug 8: after a timeout that needed a restart, the cell queued behind it
+    ran on the fresh kernel with ``state_lost`` false. As after a frozen kernel's
+    replacement, the next cell to run says that state was lost."""
+    sid = session
+    run(api, sid, "x = 1")
+    with contextlib.ExitStack() as stack:
+        timed_out = submit(stack, api, sid, IGNORES_SIGINT, timeout_s=1)
+        queued = submit(stack, api, sid, "x")
+        first = ended(api, sid, timed_out)
+        after = ended(api, sid, queued)
+    assert (first["status"], first["state_lost"]) == ("timeout", True)
+    assert (after["status"], after["state_lost"]) == ("error", True)
+    assert after["error"]["ename"] == "NameError"
+    assert run(api, sid, "1")["state_lost"] is False  # only the first cell after it
