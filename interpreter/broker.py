@@ -417,9 +417,14 @@ class SessionBroker:
             return rebuild.from_notebook(req.from_notebook)
         return None
 
-    async def _rebuild(self, session: LiveSession, nb: dict[str, Any], source: str) -> None:
+    async def _rebuild(
+        self, session: LiveSession, nb: dict[str, Any], source: str, *, first: bool = False
+    ) -> None:
+        """Re-run ``nb``'s good cells in ``session``; with ``first``, each ahead of the
+        waiting cells and outside the queue bound (a recovery)."""
+        submit = partial(self._submit, session, first=first)
         report = await rebuild.replay_into(
-            session, nb, source, self.settings.default_timeout_s, partial(self._submit, session)
+            session, nb, source, self.settings.default_timeout_s, submit
         )
         session.record.rebuild = report
         await self.writer.run(partial(self.store.save_rebuild, session.id, report))
@@ -674,12 +679,17 @@ class SessionBroker:
         generation: int | None = None,
         keep_queued: bool = False,
     ) -> SessionModel:
+        """Restart a session's kernel on request; with ``recover``, re-run its good cells
+        ahead of every other cell (kept ones and those sent meanwhile wait for them).
+        Raises SessionClosed when the session is closed, also while it restarts."""
         session = await self.require_live(owner, session_id)
         session.check_generation(generation)
-        snapshot = await session.notebook.snapshot() if recover else None
-        await session.restart(keep_queued=keep_queued)
-        if snapshot is not None:
-            await self._rebuild(session, snapshot, f"session:{session_id}")
+        async with session.restarting(recover=recover):
+            session.check_generation(generation)  # another restart may have gone first
+            snapshot = await session.notebook.snapshot() if recover else None
+            await session.restart(keep_queued=keep_queued)
+            if snapshot is not None:
+                await self._rebuild(session, snapshot, f"session:{session_id}", first=True)
         return session.info()
 
     # ---------------------------------------------------------------- files, notebook

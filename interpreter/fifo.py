@@ -2,7 +2,10 @@
 
 One execution runs at a time per session; the others wait here, first in first out, up
 to a bound (the caller answers ``429`` past it). An execution cancelled while it waits
-is finished in place and skipped when its turn comes.
+is finished in place and skipped when its turn comes. A recovery's re-run cells go ahead
+of every waiting one (:meth:`ExecutionQueue.put_first`), outside the bound, and while the
+queue is held (:meth:`ExecutionQueue.hold`) only they are taken: the cells other clients
+send meanwhile wait until the recovery is over.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ class ExecutionQueue:
     """The FIFO of a session's executions; ``current`` is the one running."""
 
     def __init__(self, size: int) -> None:
-        self._waiting: asyncio.Queue[ExecutionHandle] = asyncio.Queue(maxsize=size)
+        self.size = size
+        self._waiting: collections.deque[ExecutionHandle] = collections.deque()
+        #: Put ahead of the others (a recovery's re-run cells), outside the bound.
+        self._first: collections.deque[ExecutionHandle] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._holds = 0
         self._by_id: dict[str, ExecutionHandle] = {}
         #: Handles out of the queue, oldest first, whose event log may still be held.
         self._logged: collections.deque[ExecutionHandle] = collections.deque()
@@ -33,16 +41,17 @@ class ExecutionQueue:
     @property
     def waiting(self) -> int:
         """How many wait behind the running one."""
-        return self._waiting.qsize()
+        return len(self._waiting) + len(self._first)
 
     @property
     def full(self) -> bool:
-        return self._waiting.full()
+        """The bound is reached (cells put first do not count)."""
+        return len(self._waiting) >= self.size
 
     @property
     def empty(self) -> bool:
         """Nothing runs and nothing waits."""
-        return self.current is None and self._waiting.empty()
+        return self.current is None and not self.waiting
 
     def ahead(self) -> ExecutionHandle | None:
         """What a new execution would wait for: the running one, else the first that waits.
@@ -65,13 +74,32 @@ class ExecutionQueue:
 
     def put(self, handle: ExecutionHandle) -> None:
         """Queue ``handle`` (check :attr:`full` first)."""
-        self._waiting.put_nowait(handle)
+        self._waiting.append(handle)
         self._by_id[handle.execution.id] = handle
+        self._arrived.set()
+
+    def put_first(self, handle: ExecutionHandle) -> None:
+        """Queue ``handle`` ahead of every waiting execution but those put first before
+        it; the bound does not apply."""
+        self._first.append(handle)
+        self._by_id[handle.execution.id] = handle
+        self._arrived.set()
+
+    def hold(self) -> None:
+        """Take only executions put first until :meth:`release` (calls nest)."""
+        self._holds += 1
+
+    def release(self) -> None:
+        self._holds -= 1
+        self._arrived.set()
 
     async def next(self) -> ExecutionHandle:
         """Wait for the next execution to run (skipping cancelled ones); it is current."""
         while True:
-            handle = await self._waiting.get()
+            while not (self._first or (self._waiting and not self._holds)):
+                self._arrived.clear()
+                await self._arrived.wait()
+            handle = (self._first or self._waiting).popleft()
             if not handle.finished.is_set():
                 self.current = handle
                 return handle
@@ -100,9 +128,9 @@ class ExecutionQueue:
 
     def drain(self) -> list[ExecutionHandle]:
         """Take every waiting execution out (the session is closing)."""
-        taken = []
-        while not self._waiting.empty():
-            taken.append(self._waiting.get_nowait())
+        taken = [*self._first, *self._waiting]
+        self._first.clear()
+        self._waiting.clear()
         self._logged.extend(taken)
         return taken
 

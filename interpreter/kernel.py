@@ -145,6 +145,8 @@ class Restart(Enum):
     OVER_BUDGET = "over_budget"
     #: The new kernel did not start.
     FAILED = "failed"
+    #: The kernel was stopped for good (its session closed): none was started.
+    STOPPED = "stopped"
 
 
 class Kernel:
@@ -189,7 +191,10 @@ class Kernel:
         self.kc: Any = None
         self._ctx: zmq.asyncio.Context | None = None
         self._readers: list[asyncio.Task[None]] = []
+        #: Held while the kernel is replaced; a stop waits for it.
         self._lock = asyncio.Lock()
+        #: Set by :meth:`stop`: no kernel is started again.
+        self._stopped = False
         #: Held while an interrupt is on its way, so that no cell is sent meanwhile.
         self._interrupting = asyncio.Lock()
         self._bad_messages = 0
@@ -240,7 +245,7 @@ class Kernel:
             await self._connect()
         except Exception as exc:
             await self._log_start_failure(exc)
-            await self.stop()
+            await self._shutdown()
             raise
 
     async def attach(self, connection: dict[str, Any], provisioner: dict[str, Any]) -> None:
@@ -281,6 +286,8 @@ class Kernel:
         """
         assert self.km is not None
         async with self._lock:
+            if self.stopped:
+                return Restart.STOPPED
             if automatic and not self.budget.allow(asyncio.get_running_loop().time()):
                 return Restart.OVER_BUDGET
             self.restarts += 1
@@ -301,7 +308,16 @@ class Kernel:
             return Restart.FAILED
 
     async def stop(self) -> None:
-        """Stop the kernel (its process or container); never raises."""
+        """Stop the kernel (its process or container) for good; never raises.
+
+        A restart under way is let finish first (stopping the kernel under it left its
+        sockets and a half-started kernel behind), and none starts afterwards.
+        """
+        self._stopped = True
+        async with self._lock:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
         await self._disconnect()
         if self.km is None:
             return
@@ -329,6 +345,11 @@ class Kernel:
     @property
     def started(self) -> bool:
         return self.km is not None
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called: this kernel is never started again."""
+        return self._stopped
 
     @property
     def unresponsive(self) -> bool:

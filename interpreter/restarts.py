@@ -6,13 +6,21 @@ restarts (a death, a timeout, ``exit()``, a frozen kernel) are budgeted (R-03); 
 requested restart never is, replaces the kernel exactly once, ends the running cell as
 interrupted and cancels the cells queued behind it unless asked to keep them. A heartbeat
 that stops while no cell runs replaces the kernel at once.
+
+Requested restarts take turns (:meth:`KernelLifecycle.restarting`), each with its
+recovery. One that comes while the kernel is already being replaced on the service's own
+account (a timeout, a death, a frozen kernel) is that replacement: never a second one.
+While a restart is requested, the worker does not replace the kernel on its own account
+either (a timed-out cell then ends as restarted). After an automatic replacement the
+next cell to run says that state was lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
@@ -50,12 +58,22 @@ class KernelLifecycle:
     failed_reason: str | None
     on_failed: Callable[[Any], None] | None
     _replaced: asyncio.Event
+    #: Why the kernel is being replaced right now (None: it is not).
+    _replacing: str | None
+    #: A requested restart is under way: the worker replaces no kernel on its own.
+    _restart_requested: bool
+    _restart_turn: asyncio.Lock
     _note: str | None
     _recovery: asyncio.Task[None] | None
     _state_lost_pending: bool
 
     def touch(self) -> None:
         raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        """The session was closed (also while an await was under way)."""
+        return self.status == "closed"
 
     async def _persist_kernel(self) -> None:
         raise NotImplementedError
@@ -65,13 +83,17 @@ class KernelLifecycle:
 
     async def _restart(self, reason: str) -> None:
         """Replace the kernel; the session keeps going. Automatic restarts (every reason
-        but ``requested``) are budgeted: over the budget the session fails (R-03)."""
-        if self.failed_reason is not None:
+        but ``requested``) are budgeted: over the budget the session fails (R-03). A
+        session closed meanwhile is left closed (its kernel is not started again)."""
+        if self.failed_reason is not None or self.status == "closed":
             return
         self.status = "starting"
+        self._replacing = reason
         self._replaced.clear()
         try:
             outcome = await self.kernel.restart(automatic=reason != "requested")
+            if outcome is Restart.STOPPED or self.closed:
+                return
             if outcome is Restart.OVER_BUDGET:
                 await self._fail("restart_limit")
                 return
@@ -83,10 +105,14 @@ class KernelLifecycle:
             self.notebook.set_kernel_info(self.kernel.language_info)
             self.status = "idle"
             self.generation += 1
-            self._note = restart_note(reason, self.generation)
+            if reason != "requested":
+                self._state_lost_pending = True  # the next cell runs on an empty kernel
+            note = restart_note(reason, self.generation)
+            self._note = note if self._note is None else f"{self._note}\n\n{note}"
             self.touch()
             await self._persist_kernel()
         finally:
+            self._replacing = None
             self._replaced.set()
 
     def _kernel_unresponsive(self) -> None:
@@ -174,6 +200,20 @@ class KernelLifecycle:
         # running; the client may interrupt again, and a timeout still ends it.
         await self.kernel.interrupt()
 
+    @contextlib.asynccontextmanager
+    async def restarting(self, *, recover: bool) -> AsyncIterator[None]:
+        """One requested restart (and its recovery) at a time. With ``recover``, the
+        queue is held meanwhile: only cells put first (the re-run cells) are taken, so
+        that kept cells and cells other clients send wait for the whole recovery."""
+        async with self._restart_turn:
+            if recover:
+                self.executions.hold()
+            try:
+                yield
+            finally:
+                if recover:
+                    self.executions.release()
+
     async def restart(self, *, keep_queued: bool = False) -> None:
         """Restart on request: a fresh kernel, state cleared, same session and notebook.
 
@@ -181,20 +221,26 @@ class KernelLifecycle:
         it are cancelled, since they were written against the state the restart throws
         away, unless ``keep_queued``. One held for approval is cancelled whatever
         ``keep_queued`` says (its approval withdrawn): it never runs on the new kernel.
+        Returns once the running cell is recorded (and the restart's note after it). Raises
+        SessionClosed when the session is closed, also while it restarts, and
+        KernelStartFailed when no new kernel came up.
         """
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status == "closed" or not self.kernel.started:
             raise SessionClosed(f"Session '{self.id}' is closed; create a new session.")
+        # Already being replaced on the service's own account: that is the new kernel.
+        joined = self._replacing is not None and self._replacing != "requested"
         held = self.executions.held()
         running = self.executions.current if held is None else None
-        if running is not None:
-            running.interrupt_requested = True
-        dropped = [] if keep_queued else self.executions.drain()
-        # From here a cell the worker takes (one kept, once the held one is cancelled)
-        # waits for the new kernel rather than start on the old one.
+        self._restart_requested = True
+        # No cell starts (nor an automatic restart) meanwhile: a cell the worker takes (one
+        # kept, once the held one is cancelled) waits for the new kernel.
         self._replaced.clear()
         try:
+            if running is not None and not joined:
+                running.interrupt_requested = True
+            dropped = [] if keep_queued else self.executions.drain()
             for handle in [held, *dropped] if held is not None else dropped:
                 handle.execution.state_lost = True
                 handle.execution.error = ErrorInfo(
@@ -205,13 +251,25 @@ class KernelLifecycle:
                     ),
                 )
                 await self._abandon(handle, "cancelled", "restarted")
-            await self._restart("requested")
+            if joined:
+                while self._replacing is not None:
+                    await self._replaced.wait()
+            else:
+                await self._restart("requested")
         finally:
+            self._restart_requested = False
             self._replaced.set()
-        if running is None or running.finished.is_set():
-            await self._write_note()
-        if running is not None:
+        if running is not None and running.execution.started_at is not None:
             running.changed.set()  # its wait sees the new kernel at once
+            await running.finished.wait()  # recorded before the note
+        await self._write_note()
+        self._raise_unless_restarted()
+        self._state_lost_pending = False
+
+    def _raise_unless_restarted(self) -> None:
+        if self.closed:
+            raise SessionClosed(f"Session '{self.id}' was closed while it restarted.")
+        if self.failed_reason is not None:
+            raise SessionClosed(self._failed_message())
         if self.status == "dead":
             raise KernelStartFailed("The kernel could not be restarted; delete the session.")
-        self._state_lost_pending = False

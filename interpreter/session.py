@@ -169,6 +169,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         #: Clear while the kernel is being replaced: the worker starts no cell meanwhile.
         self._replaced = asyncio.Event()
         self._replaced.set()
+        self._replacing: str | None = None
+        self._restart_requested = False
+        #: Requested restarts (each with its recovery) take turns.
+        self._restart_turn = asyncio.Lock()
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
         #: Called once when the session fails; the broker then closes it.
@@ -392,11 +396,13 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         reject_if_busy: bool = False,
         policy: PolicyResult | None = None,
         hold: Callable[[Execution], PendingApproval] | None = None,
+        first: bool = False,
     ) -> ExecutionHandle:
         """Queue one execution; raises SessionClosed, SessionBusy, SessionRunning (with
         ``reject_if_busy``) or AuditDegraded. ``policy`` is the policy's decision on it;
         with ``hold`` it waits in the queue, ``pending_approval``, for the approval that
-        ``hold`` opens."""
+        ``hold`` opens. With ``first`` (a recovery's re-run cell) it goes ahead of the
+        waiting cells and the queue bound does not apply to it."""
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status in ("closed", "dead"):
@@ -414,7 +420,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             started = ahead.execution.started_at
             age = (utcnow() - started).total_seconds() if started is not None else 0.0
             raise SessionRunning(self.id, ahead.execution.id, age)
-        if self.executions.full:
+        if self.executions.full and not first:
             raise SessionBusy.queue_full(self.id, self.executions.waiting)
         self.touch()
         execution = Execution(
@@ -431,7 +437,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             execution.status = "pending_approval"
         if policy is not None:
             handle.extra_meta["policy"] = policy.model_dump(mode="json")
-        self.executions.put(handle)
+        if first:
+            self.executions.put_first(handle)
+        else:
+            self.executions.put(handle)
         if handle.approval is not None:
             handle.publish(ApprovalRequired(handle.approval.model()))
         # Awaited: an execution id handed to a client is on record even if the broker is
@@ -540,8 +549,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 self._unrecorded.popleft()
                 handle.answer = None  # from now on it is told as recorded
                 log.warning(
-                    "session %s: the record of %s (%s) is written now that the data disk has "
-                    "space",
+                    "session %s: the record of %s (%s) is written now that the data disk has space",
                     self.id,
                     handle.execution.id,
                     handle.execution.status,
@@ -640,6 +648,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex.started_at = utcnow()
         started = loop.time()
         handle.running_write = self.writer.later(partial(self._save_execution, handle), key=ex.id)
+        incarnation = self.kernel.restarts
         rec = self._record(handle, await self.kernel.execute(ex.code, ex.id))
         ending = await waiting.until_end(
             handle,
@@ -654,11 +663,17 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             grace = self.settings.interrupt_grace_s
             state_lost = not await waiting.after_timeout(handle, rec, self.kernel, grace)
             restart = "timeout" if state_lost else None
+            if state_lost and (self._restart_requested or self.kernel.restarts != incarnation):
+                # A restart was requested in the interrupt's grace: it is the one
+                # replacement, and it ends the cell.
+                ending, state_lost = waiting.Ending("restarted"), False
         elif ending.kind == "died":
             restart = ending.reason or "died"
         elif rec.asked_exit:
             restart = "exit"  # docs/security.md decision 5: state is lost
-        if restart is not None:
+        if restart is not None and self._restart_requested:
+            await self._replaced.wait()  # the requested restart replaces the kernel
+        elif restart is not None:
             await self._restart(restart)
         conclude(
             ex,

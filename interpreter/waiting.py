@@ -105,13 +105,15 @@ async def after_timeout(
     handle: ExecutionHandle, rec: ExecutionRecorder, kernel: Kernel, grace_s: float
 ) -> bool:
     """Interrupt a cell past its deadline and wait: whether the kernel answered the cell
-    within ``grace_s`` (its state is kept); if not, it must be restarted."""
+    within ``grace_s`` (its state is kept); if not, it must be restarted. A kernel
+    replaced meanwhile (a requested restart) ends the wait: it will never answer."""
     loop = asyncio.get_running_loop()
     grace_end = loop.time() + grace_s
+    incarnation = kernel.restarts
     with contextlib.suppress(Exception):
         await kernel.interrupt(ack_within=grace_s)
     grace_end = max(grace_end, loop.time() + 0.1)
-    while rec.reply is None and loop.time() < grace_end:
+    while rec.reply is None and loop.time() < grace_end and kernel.restarts == incarnation:
         await changed(handle, 0.1)
     if rec.reply is None:
         return False

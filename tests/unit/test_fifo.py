@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from interpreter.fifo import KEPT_EVENT_LOGS, KEPT_HANDLES, ExecutionQueue
 from interpreter.handle import ExecutionHandle
 from interpreter.models import Execution
@@ -105,3 +107,26 @@ async def test_cancelled_and_drained_cells_let_their_logs_go_once_finished() -> 
 
 def released_none(handles: list[ExecutionHandle]) -> bool:
     return all(h._log is not None for h in handles)
+
+
+async def test_cells_put_first_run_first_outside_the_bound_and_alone_while_held() -> None:
+    """A recovery's re-run cells (exploration c, bugs 1 and 2): ahead of the waiting
+    cells, never refused for the bound, and while the queue is held the only ones taken."""
+    queue = ExecutionQueue(1)
+    waiting = handle(1)
+    queue.put(waiting)
+    assert queue.full
+    queue.hold()
+    rerun = [handle(2), handle(3)]
+    for h in rerun:
+        queue.put_first(h)
+    assert queue.full and queue.waiting == 3  # the bound counts only the others
+    for h in rerun:
+        assert await queue.next() is h
+        h.finish()
+        queue.done()
+    taken = asyncio.ensure_future(queue.next())
+    await asyncio.sleep(0)
+    assert not taken.done()  # held: the waiting cell is not taken
+    queue.release()
+    assert await taken is waiting
