@@ -75,12 +75,19 @@ class LateWrites:
                 log.exception("could not record the late output of %s", handle.execution.id)
 
     async def close(self) -> None:
-        """Write what is pending and stop (the session closes)."""
+        """Write what is pending and stop (the session closes); later changes are not
+        written. Lets go of ``write`` (a bound method of the session: no reference cycle
+        keeps a closed session for the cyclic collector)."""
         self._closing.set()
         task = self._task
         if task is not None:
             await asyncio.wait({task})
         await self.flush()
+        self._write = _written_nowhere
+
+
+async def _written_nowhere(handle: ExecutionHandle, streams: bool) -> None:
+    """The write of a closed session's :class:`LateWrites`: nothing is written."""
 
     async def _run(self) -> None:
         while self._due:
