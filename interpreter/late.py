@@ -85,10 +85,6 @@ class LateWrites:
         await self.flush()
         self._write = _written_nowhere
 
-
-async def _written_nowhere(handle: ExecutionHandle, streams: bool) -> None:
-    """The write of a closed session's :class:`LateWrites`: nothing is written."""
-
     async def _run(self) -> None:
         while self._due:
             if not self._closing.is_set():
@@ -96,3 +92,7 @@ async def _written_nowhere(handle: ExecutionHandle, streams: bool) -> None:
                     async with asyncio.timeout(self.interval_s):
                         await self._closing.wait()
             await self._round()
+
+
+async def _written_nowhere(handle: ExecutionHandle, streams: bool) -> None:
+    """The write of a closed session's :class:`LateWrites`: nothing is written."""
