@@ -297,19 +297,19 @@ def _close_files(
                 status=ex.status, state_lost=True, reason=ex.reason, note=CLOSED_NOTE
             )
             recorder.cell_changed(kept)
-            continue
-        recorder.add_cell(
-            ex.code,
-            [],
-            execution_id=ex.id,
-            execution_count=ex.execution_count,
-            status=ex.status,
-            started_at=ex.started_at,
-            duration_ms=ex.duration_ms,
-            state_lost=True,
-            reason=ex.reason,
-            extra={"note": CLOSED_NOTE},
-        )
+        else:
+            recorder.add_cell(
+                ex.code,
+                [],
+                execution_id=ex.id,
+                execution_count=ex.execution_count,
+                status=ex.status,
+                started_at=ex.started_at,
+                duration_ms=ex.duration_ms,
+                state_lost=True,
+                reason=ex.reason,
+                extra={"note": CLOSED_NOTE},
+            )
         recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
     if restored or in_flight:
         recorder.save()
