@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from interpreter import storage_floor, waiting
 from interpreter.artifacts import ArtifactStore, remove_temporaries
@@ -311,10 +311,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
         if current is not None and not current.finished.is_set():
-            if keep_kernel:
-                await self._end_kept(current, closed_by)
-            else:
-                await self._end_stopped(current, closed_by)
+            await self._end_unfinished(
+                current, "unknown" if keep_kernel else "interrupted", closed_by
+            )
         if keep_kernel:
             await self.kernel.detach()
         else:
@@ -577,14 +576,18 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         finally:
             handle.finish()  # answered whatever the store did
 
-    async def _end_stopped(self, handle: ExecutionHandle, reason: str) -> None:
-        """End a cell whose kernel the close stops: ``interrupted``, and what it printed so
-        far is kept, in its record and as its notebook cell, as for any finished cell."""
+    async def _end_unfinished(
+        self, handle: ExecutionHandle, status: Literal["interrupted", "unknown"], reason: str
+    ) -> None:
+        """End a cell the close leaves unfinished, what it printed so far kept, in its
+        record and as its notebook cell, as for any finished cell: ``interrupted`` when
+        the close stops its kernel; ``unknown`` when the kernel goes on running for the
+        next broker, whose :meth:`_resume` continues that cell."""
         ex, rec = handle.execution, handle.recorder
         if rec is None or ex.started_at is None:
-            await self._abandon(handle, "interrupted", reason)  # never reached the kernel
+            await self._abandon(handle, status, reason)  # never reached the kernel
             return
-        ex.status, ex.reason = "interrupted", reason
+        ex.status, ex.reason = status, reason
         ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
         if rec.execution_count is not None:
             ex.execution_count = rec.execution_count
@@ -594,27 +597,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         except Exception:
             log.exception("session %s: could not record the output of %s", self.id, ex.id)
             if not handle.finished.is_set():
-                await self._abandon(handle, "interrupted", reason)
-
-    async def _end_kept(self, handle: ExecutionHandle, reason: str) -> None:
-        """End a cell whose kernel goes on running for the next broker: ``unknown``, and
-        what it printed so far is kept, in its record and as its notebook cell; the next
-        broker's :meth:`_resume` continues that cell."""
-        ex, rec = handle.execution, handle.recorder
-        if rec is None or ex.started_at is None:
-            await self._abandon(handle, "unknown", reason)  # never reached the kernel
-            return
-        ex.status, ex.reason = "unknown", reason
-        ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
-        if rec.execution_count is not None:
-            ex.execution_count = rec.execution_count
-            self.execution_count = max(self.execution_count, rec.execution_count)
-        try:
-            await self._finalize(handle, rec)
-        except Exception:
-            log.exception("session %s: could not record the output of %s", self.id, ex.id)
-            if not handle.finished.is_set():
-                await self._abandon(handle, "unknown", reason)
+                await self._abandon(handle, status, reason)
 
     # ------------------------------------------------------------------ running
 
@@ -730,7 +713,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex = handle.execution
         loop = asyncio.get_running_loop()
         rec = self._record(handle, ex.id)
-        # What it printed before a shutdown that kept its kernel (``_end_kept``) goes on.
+        # What it printed before a shutdown that kept its kernel (``_end_unfinished``) goes on.
         before = await self.notebook.outputs_of(ex.id)
         for output in before or []:
             rec.feed_iopub(as_message(output))

@@ -213,13 +213,23 @@ def shared_session(server: Server) -> Iterator[str]:
         client.delete(f"/v1/sessions/{sid}")
 
 
+def serve_argv(*args: str) -> list[str]:
+    """The command line of ``interp serve ARGS`` from this checkout, on a free port."""
+    return [sys.executable, "-m", "interpreter", "serve", "--port", "0", *args]
+
+
 def spawn_serve(
     *args: str,
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    wrapper: tuple[str, ...] = (),
+    log: list[str] | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
-    """Start ``interp serve ARGS`` in its own process; return it and the URL it announced."""
-    proc, urls = spawn_serve_announcing(("listening on",), *args, env=env, preexec_fn=preexec_fn)
+    """Start ``interp serve ARGS`` in its own process; return it and the URL it announced.
+    See :func:`spawn_serve_announcing` for the rest."""
+    proc, urls = spawn_serve_announcing(
+        ("listening on",), *args, env=env, preexec_fn=preexec_fn, wrapper=wrapper, log=log
+    )
     return proc, urls[0]
 
 
@@ -228,12 +238,15 @@ def spawn_serve_announcing(
     *args: str,
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    wrapper: tuple[str, ...] = (),
+    log: list[str] | None = None,
 ) -> tuple[subprocess.Popen[str], list[str]]:
-    """Start ``interp serve ARGS`` (with ``env``, and ``preexec_fn`` run in the child before
-    it starts); return it and the first URL of each announcement (in order: ``"listening
-    on"``, ``"E2B-compatible surface on"``)."""
+    """Start ``interp serve ARGS`` (with ``env``, ``preexec_fn`` run in the child before it
+    starts, and the command behind ``wrapper``, e.g. ``setpriv ...``); return it and the
+    first URL of each announcement (in order: ``"listening on"``, ``"E2B-compatible surface
+    on"``). Every line it prints, then and later, is appended to ``log`` when given."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "interpreter", "serve", "--port", "0", *args],
+        [*wrapper, *serve_argv(*args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -242,7 +255,7 @@ def spawn_serve_announcing(
         preexec_fn=preexec_fn,
     )
     assert proc.stdout is not None
-    seen = []
+    seen = [] if log is None else log
     urls: list[str] = []
     for line in proc.stdout:
         seen.append(line)
@@ -251,9 +264,17 @@ def spawn_serve_announcing(
             urls.append(match.group(1))
             if len(urls) == len(announcements):
                 # Keep draining its output so the server never blocks on a full pipe.
-                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                threading.Thread(target=_drain, args=(proc, log), daemon=True).start()
                 return proc, urls
     raise AssertionError(f"server did not start (exit {proc.wait()}):\n" + "".join(seen[-20:]))
+
+
+def _drain(proc: subprocess.Popen[str], log: list[str] | None) -> None:
+    """Read what a spawned server prints, so that it never blocks on a full pipe."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if log is not None:
+            log.append(line)
 
 
 def stop_serve(proc: subprocess.Popen[str], wait_s: float = 60) -> None:

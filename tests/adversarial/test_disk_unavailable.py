@@ -7,21 +7,16 @@ names why there is no quota, and a session that asks for one is refused with the
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
 import stat
-import subprocess
-import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import KEY, REPO, skip_or_fail
+from tests.conftest import KEY, REPO, skip_or_fail, spawn_serve, stop_serve
 
 NOBODY = 65534
 
@@ -54,40 +49,11 @@ def reachable_by_nobody() -> Iterator[None]:
 def test_a_broker_that_cannot_make_quotas_says_why_and_refuses_to_pretend() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="interp-adv-"))
     os.chown(data_dir, NOBODY, NOBODY)
-    proc = subprocess.Popen(
-        [
-            "setpriv",
-            f"--reuid={NOBODY}",
-            f"--regid={NOBODY}",
-            "--clear-groups",
-            sys.executable,
-            "-m",
-            "interpreter",
-            "serve",
-            "--port",
-            "0",
-            "--backend",
-            "local",
-            "--data-dir",
-            str(data_dir),
-            "--api-key",
-            KEY,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
+    proc, url = spawn_serve(
+        *("--backend", "local", "--data-dir", str(data_dir), "--api-key", KEY),
+        wrapper=("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"),
     )
     try:
-        assert proc.stdout is not None
-        url = None
-        for line in proc.stdout:
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                url = match.group(1)
-                break
-        assert url, f"broker did not start (exit {proc.poll()})"
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
         headers = {"Authorization": f"Bearer {KEY}"}
         with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
             info = api.get("/v1/info").json()
@@ -99,6 +65,5 @@ def test_a_broker_that_cannot_make_quotas_says_why_and_refuses_to_pretend() -> N
             # be executable by nobody. The choice of disk_mb is unit-tested in
             # tests/unit/test_disk_bounds.py.)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        stop_serve(proc)
         shutil.rmtree(data_dir, ignore_errors=True)

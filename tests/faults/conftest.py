@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +26,7 @@ import pytest
 
 from interpreter.ids import broker_id_for
 from interpreter.models import TERMINAL_STATUSES
-from tests.conftest import KEY, REPO, require_docker, run
+from tests.conftest import KEY, require_docker, run, spawn_serve
 
 #: Heartbeat pings 0.5 s apart, four misses: a frozen or vanished kernel is lost in ~2 s.
 FAST_HEARTBEAT = ("--heartbeat-interval-s", "0.5", "--heartbeat-misses", "4")
@@ -56,43 +54,9 @@ class Broker:
     log: list[str] = field(default_factory=list)
 
     def start(self) -> Broker:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "interpreter",
-                "serve",
-                "--port",
-                "0",
-                "--backend",
-                self.backend,
-                "--data-dir",
-                str(self.data_dir),
-                "--api-key",
-                KEY,
-                "--pool-size",
-                "0",
-                *self.extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=REPO,
-        )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.log.append(line)
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                self.url = match.group(1)
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
-        raise AssertionError(f"broker did not start:\n{''.join(self.log[-20:])}")
-
-    def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.log.append(line)
+        args = ("--backend", self.backend, "--data-dir", str(self.data_dir), "--api-key", KEY)
+        self.proc, self.url = spawn_serve(*args, "--pool-size", "0", *self.extra, log=self.log)
+        return self
 
     @property
     def pid(self) -> int:

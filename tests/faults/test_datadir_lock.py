@@ -17,24 +17,13 @@ from pathlib import Path
 import httpx
 
 from tests.adversarial.conftest import mounts_under
-from tests.conftest import REPO, run, spawn_serve, stop_serve
+from tests.conftest import REPO, run, serve_argv, spawn_serve, stop_serve
 
 
 def _serve_again(data_dir: Path) -> tuple[int, str]:
     """Start a second broker on ``data_dir``; its exit code and output (it must not serve)."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "interpreter",
-            "serve",
-            "--port",
-            "0",
-            "--backend",
-            "local",
-            "--data-dir",
-            str(data_dir),
-        ],
+        serve_argv("--backend", "local", "--data-dir", str(data_dir)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,7 +25,7 @@ import httpx
 import pytest
 
 from interpreter.broker import owner_of
-from tests.conftest import KEY, OTHER_KEY, REPO, Server, run, start_server
+from tests.conftest import KEY, OTHER_KEY, REPO, Server, run, serve_argv, start_server
 
 OPERATOR = "operator-key-0123456789"
 
@@ -173,10 +172,7 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
     stderr_path = tmp_path / "stderr.log"
     with open(stderr_path, "w") as stderr:
         proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "interpreter", "serve", "--port", "0"),
-                *("--backend", "local", "--data-dir", str(tmp_path / "data")),
-            ],
+            serve_argv("--backend", "local", "--data-dir", str(tmp_path / "data")),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

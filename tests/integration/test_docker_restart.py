@@ -19,7 +19,7 @@ import pytest
 from interpreter import quota
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from interpreter.ids import broker_id_for
-from tests.conftest import KEY, REPO, require_docker, run, spawn_serve
+from tests.conftest import KEY, REPO, require_docker, run, serve_argv, spawn_serve
 
 pytestmark = pytest.mark.docker
 
@@ -212,18 +212,7 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
 def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
     require_docker()
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "interpreter",
-            "serve",
-            "--backend",
-            "docker",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path),
-        ],
+        serve_argv("--backend", "docker", "--data-dir", str(tmp_path)),
         capture_output=True,
         text=True,
         timeout=60,

@@ -22,7 +22,7 @@ import pytest
 
 from interpreter.openapi import openapi_document
 from interpreter.store import Store
-from tests.conftest import KEY, REPO, Server, run, spawn_serve, start_server
+from tests.conftest import KEY, REPO, Server, run, serve_argv, spawn_serve, start_server
 
 
 def wait_for(predicate: Any, timeout: float = 20, interval: float = 0.1) -> Any:
@@ -350,20 +350,7 @@ def _gone(pid: int) -> bool:
 
 def test_refuses_public_bind_without_key(data_dir: Path) -> None:
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "interpreter",
-            "serve",
-            "--backend",
-            "local",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-        ],
+        serve_argv("--backend", "local", "--host", "0.0.0.0", "--data-dir", str(data_dir)),
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import KEY, REPO, Server, start_server
+from tests.conftest import KEY, REPO, Server, serve_argv, start_server
 from tests.integration.test_cli import interp
 
 OPERATOR = "test-operator-key-2"
@@ -58,8 +58,8 @@ def test_serve_refuses_a_bad_policy_file_in_one_line(tmp_path: Path) -> None:
     bad.write_text(POLICY.replace('decision = "approve"', 'decision = "perhaps"'))
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "interpreter", "serve", "--port", "0", "--backend", "local",
-         "--data-dir", str(tmp_path / "data"), "--policy-file", str(bad)],
+        serve_argv("--backend", "local", "--data-dir", str(tmp_path / "data"),
+                   "--policy-file", str(bad)),
         capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
     )  # fmt: skip
     assert proc.returncode == 2
