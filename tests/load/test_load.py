@@ -120,6 +120,7 @@ class Cell:
 class Tally:
     cells: list[Cell] = field(default_factory=list)
     churned: int = 0
+    churn_failed: BaseException | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -173,19 +174,24 @@ def _worker(broker: Broker, rounds: int, tally: Tally, all_live: threading.Barri
 
 
 def _churn(broker: Broker, stop: threading.Event, tally: Tally) -> None:
-    """Create, use and delete sessions until the workers are done (at least CHURN)."""
-    with broker.client(timeout=300) as api:
-        n = 0
-        while n < CHURN or not stop.is_set():
-            resp = api.post("/v1/sessions", json={})
-            assert resp.status_code == 201, resp.text
-            sid = resp.json()["id"]
-            ex = run(api, sid, f"print('churn-{n}')\n{n} * 2")
-            assert ex["status"] == "ok" and ex["stdout"] == f"churn-{n}\n", ex
-            assert ex["outputs"][0]["data"]["text/plain"] == str(n * 2)
-            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
-            n += 1
-        tally.churned = n
+    """Create, use and delete sessions until the workers are done (at least CHURN); a
+    failure is kept in the tally, for the test to report."""
+    n = 0
+    try:
+        with broker.client(timeout=300) as api:
+            while n < CHURN or not stop.is_set():
+                resp = api.post("/v1/sessions", json={})
+                assert resp.status_code == 201, resp.text
+                sid = resp.json()["id"]
+                ex = run(api, sid, f"print('churn-{n}')\n{n} * 2")
+                assert ex["status"] == "ok" and ex["stdout"] == f"churn-{n}\n", ex
+                assert ex["outputs"][0]["data"]["text/plain"] == str(n * 2)
+                deleted = api.delete(f"/v1/sessions/{sid}")
+                assert deleted.status_code == 204, deleted.text
+                n += 1
+    except BaseException as exc:
+        tally.churn_failed = exc
+    tally.churned = n
 
 
 def _warm_up(broker: Broker) -> None:
@@ -264,6 +270,11 @@ def _one_pass(broker: Broker, size: Size) -> tuple[int, int]:
     rss_peak = rss_kb(broker.pid)
     stop.set()
     churn.join(300)
+    if tally.churn_failed is not None:
+        log = "".join(broker.log[-60:])
+        raise AssertionError(f"churn {tally.churned} failed; the broker's log:\n{log}") from (
+            tally.churn_failed
+        )
     assert not churn.is_alive() and tally.churned >= CHURN
 
     assert len(tally.cells) == size.sessions * size.rounds
