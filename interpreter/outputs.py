@@ -147,7 +147,10 @@ def conclude(
         ex.error = _broker_error(rec, "KernelDied", f"The kernel died ({reason}). {then}")
     elif rec.asked_exit:
         ex.status, ex.reason, ex.state_lost = "ok", "exit", True
-    elif rec.reply_status == "ok":
+    elif rec.reply_status == "ok" or (
+        # No reply came (waiting.py moved on after the idle): iopub said whether it failed.
+        rec.reply_status is None and rec.error is None and not interrupted
+    ):
         ex.status = "ok"
     elif interrupted:
         ex.status, ex.reason = "interrupted", "interrupted"

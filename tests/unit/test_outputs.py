@@ -233,8 +233,18 @@ def test_late_stream_output_updates_a_finished_execution(tmp_path: Path) -> None
 
 
 def ended(name: str) -> ExecutionRecorder:
-    """A recorder fed a recording, or nothing at all (``none``: the kernel never answered)."""
-    return ExecutionRecorder("m0") if name == "none" else recorded(name)
+    """A recorder fed a recording, or nothing at all (``none``: the kernel never answered);
+    ``NAME/iopub``: the recording's iopub alone (its reply never arrived)."""
+    if name == "none":
+        return ExecutionRecorder("m0")
+    name, _, part = name.partition("/")
+    if part != "iopub":
+        return recorded(name)
+    data = json.loads((MESSAGES / f"{name}.json").read_text())
+    rec = ExecutionRecorder(data["msg_id"])
+    for msg in data["iopub"]:
+        rec.feed_iopub(msg)
+    return rec
 
 
 @pytest.mark.parametrize(
@@ -248,6 +258,10 @@ def ended(name: str) -> ExecutionRecorder:
         ("none", "timeout", True, False, ("timeout", "timeout", True, "ExecutionTimeout")),
         ("error", "died", False, False, ("kernel_died", "signal:9", True, "KernelDied")),
         ("none", "restarted", False, True, ("interrupted", "restarted", True, "KernelRestarted")),
+        # An idle without its reply (waiting.py gives up on the reply): what iopub said.
+        ("execute_result/iopub", "done", False, False, ("ok", None, False, None)),
+        ("error/iopub", "done", False, False, ("error", None, False, None)),
+        ("execute_result/iopub", "done", False, True, ("interrupted", "interrupted", False, None)),
     ],
 )
 def test_conclude(
