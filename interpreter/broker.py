@@ -414,14 +414,14 @@ class SessionBroker:
                 notebook=nb, description=f"session:{record.id}", workspace=session_dir / "workspace"
             )
         if req.from_notebook is not None:
-            return rebuild.from_notebook(req.from_notebook)
+            return await asyncio.to_thread(rebuild.from_notebook, req.from_notebook)
         return None
 
     async def _rebuild(
         self, session: LiveSession, nb: dict[str, Any], source: str, *, first: bool = False
     ) -> None:
         """Re-run ``nb``'s good cells in ``session``; with ``first``, each ahead of the
-        waiting cells and outside the queue bound (a recovery)."""
+        waiting cells and outside the queue bound (a recovery, a rebuild on request)."""
         submit = partial(self._submit, session, first=first)
         report = await rebuild.replay_into(
             session, nb, source, self.settings.default_timeout_s, submit
@@ -690,6 +690,43 @@ class SessionBroker:
             await session.restart(keep_queued=keep_queued)
             if snapshot is not None:
                 await self._rebuild(session, snapshot, f"session:{session_id}", first=True)
+        return session.info()
+
+    async def rebuild(
+        self,
+        owner: str,
+        session_id: str,
+        notebook: dict[str, Any],
+        *,
+        generation: int | None = None,
+    ) -> SessionModel:
+        """Re-run ``notebook``'s good cells in a live session (``POST .../rebuild``).
+
+        The same rebuild as creation's ``from_notebook`` (the same check of the notebook,
+        the same replay and report, which replaces any earlier one on the session), but in
+        a session the caller already has: files can be uploaded first, and the cells that
+        read them then work. It runs on top of the session's current state; the kernel is
+        not restarted (restart first for a clean one).
+
+        A busy session is refused (409 ``session_running``), not queued behind: a rebuild
+        restores state, and its cells racing with others (or its report depending on what
+        ran in between) is not what a caller who asks for it expects; nor is a request
+        left waiting behind someone else's long cell. While it runs, cells sent meanwhile
+        wait for all of it (:meth:`LiveSession.rebuilding`).
+
+        Raises SessionNotFound, SessionClosed or SessionExpired as the other session
+        calls do, ValidationFailed (422) for a notebook that is no nbformat v4 notebook
+        (before anything runs), SessionRunning, GenerationMismatch, and what running a
+        cell raises (AuditDegraded, StorageFull, SessionClosed if it is closed meanwhile).
+        """
+        if self.closing:
+            raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
+        session = await self.require_live(owner, session_id)
+        session.check_generation(generation)
+        source = await asyncio.to_thread(rebuild.from_notebook, notebook, "notebook")
+        async with session.rebuilding():
+            session.check_generation(generation)  # restarted while the notebook was checked
+            await self._rebuild(session, source.notebook, source.description, first=True)
         return session.info()
 
     # ---------------------------------------------------------------- files, notebook

@@ -113,18 +113,58 @@ class SessionClosed(Conflict):
 
 
 class SessionRunning(Conflict):
-    """The request asked not to queue, and the session runs (or has queued) other code."""
+    """The session runs (or has queued) other code, and the request asked not to queue
+    (``if_busy: reject``) or cannot wait (a rebuild). ``details`` name the execution in
+    the way, when there is one."""
 
     code = "session_running"
 
-    def __init__(self, session_id: str, execution_id: str, running_for_s: float) -> None:
-        super().__init__(
+    def __init__(
+        self, message: str, execution_id: str | None = None, running_for_s: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        if execution_id is not None:
+            self.details = {
+                "execution_id": execution_id,
+                "running_for_s": round(running_for_s, 3),
+            }
+
+    @classmethod
+    def not_queued(cls, session_id: str, execution_id: str, running_for_s: float) -> SessionRunning:
+        """An execute with ``if_busy: reject`` while ``execution_id`` runs or waits."""
+        return cls(
             f"Session '{session_id}' is running execution '{execution_id}' (for "
             f"{running_for_s:.1f} s) and the request asked not to queue: wait for it "
             "(GET its execution), interrupt it, or send the request again with "
-            "if_busy='queue'."
+            "if_busy='queue'.",
+            execution_id,
+            running_for_s,
         )
-        self.details = {"execution_id": execution_id, "running_for_s": round(running_for_s, 3)}
+
+    @classmethod
+    def before_rebuild(
+        cls,
+        session_id: str,
+        execution_id: str | None,
+        running_for_s: float,
+        *,
+        rebuilding: bool,
+    ) -> SessionRunning:
+        """A rebuild refused: ``execution_id`` runs or waits, or (``rebuilding``) a
+        restart or another rebuild is under way."""
+        if rebuilding:
+            what = "is being restarted or rebuilt"
+            then = "wait until that is over (GET the session)"
+        else:
+            what = f"is running execution '{execution_id}' (for {running_for_s:.1f} s)"
+            then = "wait for it and the cells queued behind it (GET the execution), or interrupt it"
+        return cls(
+            f"Session '{session_id}' {what}; a rebuild re-runs its notebook only in a quiet "
+            f"session, so that its cells do not race with other code: {then}, then send the "
+            "rebuild again.",
+            execution_id,
+            running_for_s,
+        )
 
 
 class GenerationMismatch(Conflict):

@@ -228,6 +228,16 @@ class RestartRequest(_Request):
     )
 
 
+class RebuildRequest(_Request):
+    """Body of ``POST /v1/sessions/{id}/rebuild``."""
+
+    notebook: dict[str, Any] = Field(
+        ...,
+        description="An nbformat v4 notebook (JSON) whose good cells are re-run in this "
+        "session, in order, on top of its current state (as from_notebook does at creation).",
+    )
+
+
 # --------------------------------------------------------------------------- responses
 
 

@@ -14,6 +14,7 @@ _MODELS: list[type[BaseModel]] = [
     models.CreateSessionRequest,
     models.ExecuteRequest,
     models.RestartRequest,
+    models.RebuildRequest,
     models.Session,
     models.SessionList,
     models.Execution,
@@ -211,6 +212,23 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {
                     "200": _json(models.Session, "Session"),
                     **_errors(401, 404, 409, 410, 422),
+                },
+            },
+        },
+        "/v1/sessions/{session_id}/rebuild": {
+            "parameters": [sid],
+            "post": {
+                "summary": "Re-run a notebook's good cells in this session; report in rebuild",
+                "description": "The rebuild of from_notebook, in a session that exists (upload "
+                "the files its cells read first), on top of its current state. 409 "
+                "session_running while other code runs or waits, or a restart or rebuild is "
+                "under way; cells sent during the rebuild wait for all of it. A later rebuild "
+                "replaces the report.",
+                "parameters": [generation],
+                "requestBody": _body(models.RebuildRequest),
+                "responses": {
+                    "200": _json(models.Session, "Session"),
+                    **_errors(401, 404, 409, 410, 413, 422, 503, 507),
                 },
             },
         },

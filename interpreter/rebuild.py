@@ -4,8 +4,8 @@ A rebuilt session re-runs, in order, the code cells that the cell rule says to r
 (:mod:`interpreter.cells`: what ran, errors included; not cells that never ran or were
 stopped, nor a session's replays of its own cells); the result is a
 :class:`~interpreter.models.RebuildReport` on the session, naming cells by their index in
-the source notebook. Used by ``from_session`` (fork), ``from_notebook`` and
-``restart(recover=True)``.
+the source notebook. Used by ``from_session`` (fork), ``from_notebook``,
+``restart(recover=True)`` and a rebuild on request (``POST .../rebuild``).
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ class RebuildSource:
     workspace: Path | None = None
 
 
-def from_notebook(nb: dict[str, Any]) -> RebuildSource:
-    """A client's ``from_notebook``, checked to be a valid nbformat v4 notebook."""
+def from_notebook(nb: dict[str, Any], field: str = "from_notebook") -> RebuildSource:
+    """A client's notebook, checked to be a valid nbformat v4 notebook; ``field`` names
+    it in the error (creation's ``from_notebook``, a rebuild's ``notebook``). Validating
+    a large notebook takes a while: call it off the event loop."""
     problem = notebook_problem(nb)
     if problem is not None:
-        raise ValidationFailed(f"from_notebook is not a valid nbformat v4 notebook: {problem}")
+        raise ValidationFailed(f"{field} is not a valid nbformat v4 notebook: {problem}")
     return RebuildSource(notebook=dict(nb), description="notebook")
 
 

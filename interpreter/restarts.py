@@ -204,7 +204,8 @@ class KernelLifecycle:
     async def restarting(self, *, recover: bool) -> AsyncIterator[None]:
         """One requested restart (and its recovery) at a time. With ``recover``, the
         queue is held meanwhile: only cells put first (the re-run cells) are taken, so
-        that kept cells and cells other clients send wait for the whole recovery."""
+        that kept cells and cells other clients send wait for the whole recovery. A
+        rebuild on request takes the same turn (``LiveSession.rebuilding``)."""
         async with self._restart_turn:
             if recover:
                 self.executions.hold()

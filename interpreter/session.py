@@ -24,7 +24,7 @@ import collections
 import contextlib
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from functools import partial
 from typing import Any, Literal
@@ -171,7 +171,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self._replaced.set()
         self._replacing: str | None = None
         self._restart_requested = False
-        #: Requested restarts (each with its recovery) take turns.
+        #: Requested restarts (each with its recovery) and rebuilds take turns.
         self._restart_turn = asyncio.Lock()
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
@@ -416,9 +416,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         storage_floor.check(self.settings.data_dir, self.settings.min_free_mb)
         ahead = self.executions.ahead() if reject_if_busy else None
         if ahead is not None:
-            started = ahead.execution.started_at
-            age = (utcnow() - started).total_seconds() if started is not None else 0.0
-            raise SessionRunning(self.id, ahead.execution.id, age)
+            raise SessionRunning.not_queued(self.id, ahead.execution.id, _running_for(ahead))
         if self.executions.full and not first:
             raise SessionBusy.queue_full(self.id, self.executions.waiting)
         self.touch()
@@ -453,6 +451,39 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         else:
             await self.writer.run(partial(self._save_execution, handle), key=execution.id)
         return handle
+
+    @contextlib.asynccontextmanager
+    async def rebuilding(self) -> AsyncIterator[None]:
+        """A rebuild on request (``POST .../rebuild``): only in a quiet session, and alone.
+
+        Refused at once (SessionRunning, 409 ``session_running``) while a cell runs or
+        waits, or while a restart or another rebuild is under way, rather than queued
+        behind them: the re-run cells would then race with that work (or with each other),
+        and whether the report's "every cell matched" holds would depend on timing. While
+        it runs, the queue is held as for a recovery (:meth:`restarting`): its cells, put
+        first, run back to back, and cells sent meanwhile wait for the whole rebuild.
+        Requested restarts wait for it too (they take the same turn).
+        """
+        turn = self._restart_turn
+        if turn.locked():
+            ahead = self.executions.ahead()
+            raise SessionRunning.before_rebuild(
+                self.id,
+                ahead.execution.id if ahead is not None else None,
+                _running_for(ahead) if ahead is not None else 0.0,
+                rebuilding=True,
+            )
+        async with turn:  # free, so taken without yielding to another task
+            ahead = self.executions.ahead()
+            if ahead is not None:
+                raise SessionRunning.before_rebuild(
+                    self.id, ahead.execution.id, _running_for(ahead), rebuilding=False
+                )
+            self.executions.hold()
+            try:
+                yield
+            finally:
+                self.executions.release()
 
     def _activity(self, status: SessionStatus) -> Activity:
         """The session's activity as of now, with its status as given."""
@@ -750,6 +781,12 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
 
 #: The largest event id an SSE ``id:`` may carry (the API takes up to 12 digits).
 _MAX_EVENT_ID = 10**12 - 1
+
+
+def _running_for(handle: ExecutionHandle) -> float:
+    """Seconds ``handle`` has run (0 while it waits to start)."""
+    started = handle.execution.started_at
+    return (utcnow() - started).total_seconds() if started is not None else 0.0
 
 
 def _ids_spent(execution: Execution) -> int:

@@ -34,6 +34,7 @@ from interpreter.models import (
     CreateSessionRequest,
     ExecuteRequest,
     InterruptRequest,
+    RebuildRequest,
     RestartRequest,
     SessionList,
 )
@@ -197,6 +198,19 @@ class RestartHandler(BaseHandler):
                 recover=req.recover,
                 generation=self.generation(),
                 keep_queued=req.recover if req.keep_queued is None else req.keep_queued,
+            )
+        )
+
+
+class RebuildHandler(BaseHandler):
+    """Re-runs a notebook's good cells in the session; answers the Session with its
+    ``rebuild`` report once they ran (semantics: ``SessionBroker.rebuild``)."""
+
+    async def post(self, session_id: str) -> None:
+        req = self.parse(RebuildRequest)
+        self.send_json(
+            await self.broker.rebuild(
+                self.owner, session_id, req.notebook, generation=self.generation()
             )
         )
 
@@ -398,6 +412,7 @@ ROUTES: list[tuple[str, type[BaseHandler]]] = [
     ("/v1/sessions/{session_id}/executions/{execution_id}/events", ExecutionEventsHandler),
     ("/v1/sessions/{session_id}/interrupt", InterruptHandler),
     ("/v1/sessions/{session_id}/restart", RestartHandler),
+    ("/v1/sessions/{session_id}/rebuild", RebuildHandler),
     ("/v1/sessions/{session_id}/files/?", FilesHandler),
     ("/v1/sessions/{session_id}/files/{path}", FileHandler),
     ("/v1/sessions/{session_id}/notebook", NotebookHandler),

@@ -433,6 +433,17 @@ class AsyncSession:
         self.info = await self.client._call(call)
         return self.info
 
+    async def rebuild(
+        self, notebook: dict[str, Any], *, generation: int | None = None
+    ) -> SessionInfo:
+        """Rebuild state from an nbformat v4 notebook (a JSON dict) by re-running its good
+        cells in this session, on top of its current state; upload the files it reads
+        first. ``info.rebuild`` reports the cells that ran and failed (see
+        :meth:`Session.rebuild <interpreter.client.Session.rebuild>`)."""
+        call = proto.rebuild(self.id, notebook, generation=generation)
+        self.info = await self.client._call(call)
+        return self.info
+
     async def fork(self, **options: Any) -> AsyncSession:
         """A new session rebuilt from this one's notebook, with a copy of its files."""
         return await self.client.create_session(from_session=self.id, **options)

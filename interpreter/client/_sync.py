@@ -459,6 +459,38 @@ class Session:
         self.info = self.client._call(call)
         return self.info
 
+    def rebuild(self, notebook: dict[str, Any], *, generation: int | None = None) -> SessionInfo:
+        """Rebuild state from a notebook by re-running its good cells in this session.
+
+        The rebuild of ``create_session(from_notebook=...)``, in a session that already
+        exists: upload the files the notebook reads first, then rebuild. The cells run on
+        top of the current state (the kernel is not restarted). A second rebuild is
+        allowed; its report replaces the first.
+
+        Args:
+            notebook: An nbformat v4 notebook as a JSON dict (e.g. ``json.load`` of an
+                ``.ipynb`` file, or another session's ``notebook()``).
+            generation: Rebuild only if the kernel is still this generation.
+
+        Returns:
+            The session's info; ``info.rebuild`` reports the cells that ran and failed
+            (``info.rebuild.summary()`` says it in words).
+
+        Raises:
+            BadRequestError: The notebook is not a valid nbformat v4 notebook (422).
+            ConflictError: Other code runs or waits in the session, or a restart or
+                rebuild is under way (``session_running``): wait or interrupt, then retry;
+                or the session is closed.
+
+        Example:
+            >>> session.upload_file("sales.csv")  # doctest: +SKIP
+            >>> info = session.rebuild(json.load(open("analysis.ipynb")))  # doctest: +SKIP
+            >>> info.rebuild.failed  # doctest: +SKIP
+            []
+        """
+        self.info = self.client._call(proto.rebuild(self.id, notebook, generation=generation))
+        return self.info
+
     def fork(self, **options: Any) -> Session:
         """A new session rebuilt from this one's notebook, with a copy of its files."""
         return self.client.create_session(from_session=self.id, **options)

@@ -466,6 +466,21 @@ def restart(
     )
 
 
+def rebuild(
+    session_id: str, notebook: dict[str, Any], *, generation: int | None = None
+) -> Call[Session]:
+    # The answer comes once the notebook's cells re-ran, which takes as long as they take.
+    # No Idempotency-Key: the service keeps none for it, so a failed rebuild is not resent.
+    return Call(
+        "POST",
+        session_url(session_id, "rebuild"),
+        _parse_session,
+        json={"notebook": notebook},
+        unbounded=True,
+        params=_fence(generation),
+    )
+
+
 def list_files(session_id: str, path: str = "") -> Call[FileList]:
     url = session_url(session_id, "files")
     if path:

@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from tests.conftest import OTHER_KEY, Server, run
+
+#: An input file, and a notebook whose first cell reads it and whose later cells use it.
+SALES_CSV = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
+
+
+def _notebook(*sources: str) -> dict[str, Any]:
+    """An nbformat v4.5 notebook of code cells, as a person or another tool writes it."""
+    cells = [
+        {
+            "cell_type": "code",
+            "id": f"c{i}",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": source,
+        }
+        for i, source in enumerate(sources)
+    ]
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}
+
+
+SALES_NOTEBOOK = _notebook(
+    "import pandas as pd\nsales = pd.read_csv('sales.csv')",
+    "total = int(sales['amount'].sum())",
+    "by_region = sales.groupby('region')['amount'].sum().to_dict()",
+)
 
 
 def _value(api: httpx.Client, sid: str, expr: str) -> str:
@@ -149,3 +178,167 @@ def test_a_cell_that_defined_names_then_failed_is_re_run_by_fork_and_recover(
     rebuild = resp.json()["rebuild"]
     assert (rebuild["failed"], rebuild["errors_again"]) == ([], [0])
     assert _value(api, src, "convert(10, 'EUR')") == "15.0"
+
+
+def _rebuild(api: httpx.Client, sid: str, notebook: Any, **params: Any) -> httpx.Response:
+    return api.post(f"/v1/sessions/{sid}/rebuild", json={"notebook": notebook}, params=params)
+
+
+def _all_matched(report: dict[str, Any], cells: int) -> None:
+    assert report["source"] == "notebook"
+    assert report["cells_total"] == report["cells_ran"] == cells
+    assert report["cells_skipped"] == 0
+    assert (report["failed"], report["errors_again"], report["not_rerun"]) == ([], [], [])
+    assert report["cells"] == []
+
+
+def _wait_for_status(api: httpx.Client, sid: str, eid: str, wanted: set[str]) -> None:
+    deadline = time.monotonic() + 60
+    while api.get(f"/v1/sessions/{sid}/executions/{eid}").json()["status"] not in wanted:
+        assert time.monotonic() < deadline, f"execution {eid} never became {wanted}"
+        time.sleep(0.05)
+
+
+def test_rebuild_a_session_from_a_notebook_that_reads_an_uploaded_file(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    assert api.put(f"/v1/sessions/{sid}/files/sales.csv", content=SALES_CSV).status_code == 201
+    resp = _rebuild(api, sid, SALES_NOTEBOOK)
+    assert resp.status_code == 200, resp.text
+    session = resp.json()
+    assert (session["id"], session["status"]) == (sid, "idle")
+    _all_matched(session["rebuild"], 3)
+    assert api.get(f"/v1/sessions/{sid}").json()["rebuild"] == session["rebuild"]
+    # The state is the notebook's: what a later execute sees.
+    assert _value(api, sid, "total, by_region") == "(22, {'north': 17, 'south': 5})"
+    nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+    note, *code = nb["cells"]
+    assert note["source"].startswith("**Rebuilt from a notebook**: 3 cells 0, 1, 2")
+    assert [c["metadata"]["interp"].get("replay_of") for c in code] == [0, 1, 2, None]
+
+
+def test_from_notebook_at_creation_fails_on_input_files_so_rebuild_after_uploading(
+    api: httpx.Client,
+) -> None:
+    """Why the endpoint exists: creation replays the notebook before anything can be
+    uploaded, so its first cell cannot read its input and every later cell fails."""
+    resp = api.post("/v1/sessions", json={"from_notebook": SALES_NOTEBOOK})
+    assert resp.status_code == 201, resp.text
+    created = resp.json()
+    sid = created["id"]
+    try:
+        report = created["rebuild"]
+        assert (report["cells_ran"], report["failed"]) == (3, [0, 1, 2])
+        first = report["cells"][0]
+        assert (first["index"], first["status"], first["recorded_status"]) == (0, "error", "ok")
+        failure = api.get(f"/v1/sessions/{sid}/executions/{first['rerun_execution_id']}").json()
+        assert failure["error"]["ename"] == "FileNotFoundError"
+        # The same session, once its input is uploaded: every cell matches.
+        assert api.put(f"/v1/sessions/{sid}/files/sales.csv", content=SALES_CSV).status_code == 201
+        resp = _rebuild(api, sid, SALES_NOTEBOOK)
+        assert resp.status_code == 200, resp.text
+        _all_matched(resp.json()["rebuild"], 3)
+        assert _value(api, sid, "total") == "22"
+    finally:
+        api.delete(f"/v1/sessions/{sid}")
+
+
+def test_rebuild_refusals_run_nothing_and_an_invalid_notebook_gets_creations_message(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    stale = _rebuild(api, sid, SALES_NOTEBOOK, generation=7)
+    assert stale.status_code == 409, stale.text
+    assert stale.json()["error"]["type"] == "generation_mismatch"
+    for bad in ({"cells": "no"}, {"nbformat": 3, "cells": []}, {"nbformat": 4, "cells": [1]}):
+        refused = _rebuild(api, sid, bad)
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["type"] == "validation_error"
+        # Creation's message, naming the field this request sent.
+        at_creation = api.post("/v1/sessions", json={"from_notebook": bad})
+        assert at_creation.status_code == 422
+        expected = at_creation.json()["error"]["message"]
+        assert expected.startswith("from_notebook is not a valid nbformat v4 notebook: ")
+        assert error["message"] == expected.replace("from_notebook", "notebook", 1)
+    assert (
+        "convert it to version 4" in _rebuild(api, sid, {"nbformat": 3}).json()["error"]["message"]
+    )
+    for body in ({}, {"notebook": "x"}, {"notebook": SALES_NOTEBOOK, "recover": True}):
+        assert api.post(f"/v1/sessions/{sid}/rebuild", json=body).status_code == 422
+    # Nothing ran, nothing was written down, and the session works.
+    assert _value(api, sid, "1 + 1") == "2"
+    assert api.get(f"/v1/sessions/{sid}").json()["rebuild"] is None
+    cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+    assert [c["source"] for c in cells] == ["1 + 1"]
+
+
+def test_rebuild_of_another_keys_or_a_deleted_session(
+    server: Server, api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    theirs = new_session(key=OTHER_KEY)
+    for sid in (theirs, "s_missing"):
+        resp = _rebuild(api, sid, SALES_NOTEBOOK)
+        assert resp.status_code == 404, resp.text
+        assert resp.json()["error"]["type"] == "session_not_found"
+    with server.client(OTHER_KEY) as other:  # untouched: nothing ran in it
+        assert other.get(f"/v1/sessions/{theirs}").json()["execution_count"] == 0
+    gone = new_session()
+    assert api.delete(f"/v1/sessions/{gone}").status_code == 204
+    resp = _rebuild(api, gone, SALES_NOTEBOOK)
+    execute = api.post(f"/v1/sessions/{gone}/execute", json={"code": "1"})
+    assert (resp.status_code, execute.status_code) == (409, 409)
+    assert resp.json() == execute.json()
+    assert resp.json()["error"]["type"] == "session_closed"
+
+
+def test_rebuild_refuses_a_busy_session_and_cells_sent_meanwhile_wait_for_all_of_it(
+    server: Server, api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    sid = new_session()
+    with api.stream(
+        "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
+    ) as resp:
+        running_id = resp.headers["X-Execution-Id"]
+        _wait_for_status(api, sid, running_id, {"running"})
+        refused = _rebuild(api, sid, SALES_NOTEBOOK)
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert error["type"] == "session_running" and error["execution_id"] == running_id
+        assert "quiet session" in error["message"]
+        api.post(f"/v1/sessions/{sid}/interrupt", params={"execution_id": running_id})
+    _wait_for_status(api, sid, running_id, {"interrupted"})
+
+    slow = _notebook("import time\ntime.sleep(2)\nstep = 1", "step += 1")
+    answers: list[httpx.Response] = []
+
+    def rebuild() -> None:
+        with server.client() as client:
+            answers.append(_rebuild(client, sid, slow))
+
+    thread = threading.Thread(target=rebuild)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while api.get(f"/v1/sessions/{sid}").json()["status"] != "busy":  # its first cell
+            assert time.monotonic() < deadline, "the rebuild never started"
+            time.sleep(0.05)
+        second = _rebuild(api, sid, slow)
+        assert second.status_code == 409, second.text
+        assert "being restarted or rebuilt" in second.json()["error"]["message"]
+        # Sent while the rebuild runs: it runs after all of it, not between its cells.
+        assert _value(api, sid, "step") == "2"
+    finally:
+        thread.join(60)
+    (answer,) = answers
+    assert answer.status_code == 200, answer.text
+    _all_matched(answer.json()["rebuild"], 2)
+
+    # A second rebuild, once the first is over, is allowed; its report replaces the first.
+    resp = _rebuild(api, sid, _notebook("step += 10", "undefined_name"))
+    assert resp.status_code == 200, resp.text
+    report = resp.json()["rebuild"]
+    assert (report["cells_ran"], report["failed"]) == (2, [1])
+    assert api.get(f"/v1/sessions/{sid}").json()["rebuild"] == report
+    assert _value(api, sid, "step") == "12"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -11,13 +12,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from interpreter.client import (
     AsyncClient,
     AuthenticationError,
     BadRequestError,
     Client,
+    ConflictError,
     ConnectionFailed,
     DoneEvent,
     ErrorEvent,
@@ -192,6 +196,43 @@ def test_restart_recover_and_fork(client: Client) -> None:
             assert fork.info.rebuild is not None
             assert fork.run("extra + base").text == "30"
             assert fork.download("keep.txt") == b"kept"
+
+
+def test_rebuild_from_a_notebook_file_after_uploading_its_input(
+    client: Client, tmp_path: Path
+) -> None:
+    # What a user has on disk: an analysis notebook, and the CSV it reads.
+    (tmp_path / "sales.csv").write_text("region,amount\nnorth,10\nsouth,5\nnorth,7\n")
+    analysis = new_notebook(
+        cells=[
+            new_markdown_cell("# Sales"),
+            new_code_cell("import pandas as pd\nsales = pd.read_csv('sales.csv')"),
+            new_code_cell("total = int(sales['amount'].sum())"),
+        ]
+    )
+    nbformat.write(analysis, str(tmp_path / "analysis.ipynb"))
+
+    with client.create_session() as session:
+        session.upload_file(tmp_path / "sales.csv")
+        notebook = json.loads((tmp_path / "analysis.ipynb").read_text())
+        info = session.rebuild(notebook)
+        assert info is session.info and info.id == session.id
+        assert info.rebuild is not None
+        assert (info.rebuild.cells_ran, info.rebuild.failed) == (2, [])
+        assert info.rebuild.summary().endswith("none failed.")
+        assert session.run("total").text == "22"
+        # Not a notebook: refused before anything runs; the session goes on.
+        with pytest.raises(BadRequestError) as bad:
+            session.rebuild({"cells": []})
+        assert bad.value.status == 422
+        assert bad.value.message.startswith("notebook is not a valid nbformat v4 notebook")
+        # A second rebuild is allowed; its report replaces the first.
+        again = session.rebuild(notebook)
+        assert again.rebuild is not None and again.rebuild.failed == []
+        assert session.run("total").text == "22"
+    with pytest.raises(ConflictError) as closed:  # deleted on leaving the block
+        session.rebuild(notebook)
+    assert closed.value.code == "session_closed"
 
 
 def test_service_errors_raise_the_right_exceptions(local_server: Server, session: Session) -> None:
