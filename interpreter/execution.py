@@ -477,6 +477,9 @@ class ExecutionRecorder:
         if isinstance(item, dict):
             item["data"] = data
             item["metadata"] = metadata
+            # New values: the notebook's budget decides about them afresh (outputs.py).
+            item.pop("_kept", None)
+            item.pop("_set_aside", None)
 
     def _update(self, content: dict[str, Any]) -> list[Event]:
         display_id = self._display_id(content)

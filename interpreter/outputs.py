@@ -15,7 +15,12 @@ this module decides what a client and a model see of them:
   dropped (past ``max_output_spill_bytes``, refused by the disk, or with no room on it for
   that copy: the artifact then holds the kept text) and why;
 * the notebook cell of an execution that timed out or whose kernel died ends with that
-  error (the kernel itself never reported it).
+  error (the kernel itself never reported it);
+* once the session's notebook holds ``max_notebook_bytes`` of output, an output whose
+  large values do not fit is written to the notebook with those values set aside: only
+  their artifacts hold them, and a note in its ``text/plain`` names them
+  (:mod:`interpreter.notebook_budget`). The finished cell's recorder then holds the
+  notebook's form too, so the broker keeps no such value once its cell has ended.
 
 Artifact writes run in a worker thread; everything else is plain computation.
 """
@@ -23,7 +28,6 @@ Artifact writes run in a worker thread; everything else is plain computation.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import weakref
 from enum import Enum
@@ -44,6 +48,7 @@ from interpreter.execution import (
 from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
 from interpreter.mime import INLINE_MIMES, is_binary, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output, StreamOffsets
+from interpreter.notebook_budget import NotebookBudget, SetAside, set_aside_form, value_size
 from interpreter.spill import Spilled, StopReason, StreamSpill
 
 log = logging.getLogger(__name__)
@@ -77,11 +82,6 @@ class Placement(Enum):
     ARTIFACT = "artifact"
     #: Stored whole as an artifact, and kept inline cut to the inline limit.
     BOTH = "both"
-
-
-def value_size(value: object) -> int:
-    """The size of a MIME value as the API would send it (characters of its JSON form)."""
-    return len(value) if isinstance(value, str) else len(json.dumps(value))
 
 
 def placement(mime: str, value: object, inline_limit: int) -> Placement:
@@ -212,12 +212,23 @@ class OutputCapture:
         artifacts: the session's artifact store.
         inline_bytes: the largest MIME value kept inline (``settings.inline_rich_bytes``).
         output_bytes: the stdout+stderr budget of one execution (``max_output_bytes``).
+        notebook_bytes: the output the session's notebook holds before large values are
+            set aside (``max_notebook_bytes``; 0: no budget).
     """
 
-    def __init__(self, artifacts: ArtifactStore, *, inline_bytes: int, output_bytes: int) -> None:
+    def __init__(
+        self,
+        artifacts: ArtifactStore,
+        *,
+        inline_bytes: int,
+        output_bytes: int,
+        notebook_bytes: int = 0,
+    ) -> None:
         self.artifacts = artifacts
         self.inline_bytes = inline_bytes
         self.output_bytes = output_bytes
+        #: What the session's notebook holds; load a notebook read back with its ``load``.
+        self.budget = NotebookBudget(notebook_bytes)
         #: Recently finished cells by their request's msg_id (see :meth:`remember`).
         self._finished: dict[str, ExecutionHandle] = {}
 
@@ -314,7 +325,9 @@ class OutputCapture:
 
     def notebook_form(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
         """The notebook outputs of a finished ``ex``: the kernel's, in its order, ending
-        with the broker's own error for a timeout or a dead kernel."""
+        with the broker's own error for a timeout or a dead kernel; large values past the
+        notebook's budget set aside. The cell is counted in the budget as returned."""
+        self._within_budget(ex, rec)
         nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
         rec.compact(self.output_bytes)
         if ex.status in BROKER_ERRORS and ex.error is not None:
@@ -327,7 +340,46 @@ class OutputCapture:
                     "traceback": ex.error.traceback,
                 }
             )
+        self.budget.record(ex.id, nb_outputs)
         return nb_outputs
+
+    def _within_budget(self, ex: Execution, rec: ExecutionRecorder) -> None:
+        """Set aside, in ``rec``, the large values of each output of a finished ``ex`` that
+        do not fit in the notebook's budget (all of an output's or none). An output's
+        decision is kept (``_kept``, ``_set_aside``) until a display update replaces it."""
+        indexes = rec.rich_indexes()
+        if not self.budget.limit or len(indexes) != len(ex.outputs):
+            return
+        kept = 0
+        for index, out in zip(indexes, ex.outputs, strict=True):
+            item = rec.output(index)
+            if item.get("_set_aside"):
+                continue
+            stored = [
+                (mime, value)
+                for mime, value in item["data"].items()
+                if placement(mime, value, self.inline_bytes) is not Placement.INLINE
+            ]
+            if len(stored) != len(out.artifacts):
+                continue  # not the values its artifacts were made of: left as it is
+            large = [
+                SetAside(mime, value_size(value), ref.id, ref.url)
+                for (mime, value), ref in zip(stored, out.artifacts, strict=True)
+                if value_size(value) > self.inline_bytes
+            ]
+            size = sum(v.size for v in large)
+            if not large or item.get("_kept") or self.budget.fits(ex.id, kept + size):
+                item["_kept"] = True
+                kept += size
+                continue
+            plain = item["data"].get("text/plain")
+            if plain is not None and any(v.mime == "text/plain" for v in large):
+                plain = cut_middle(str(plain), self.inline_bytes)
+            form = set_aside_form(item, large, None if plain is None else str(plain))
+            # New objects, not changes in place: the values may be shared with other
+            # outputs of the same display id, and the old ones are freed with this.
+            item["data"], item["metadata"] = form["data"], form["metadata"]
+            item["_set_aside"] = True
 
     def remember(self, msg_id: str, handle: ExecutionHandle) -> None:
         """Keep a finished cell (by its request's msg_id) for output that arrives late."""

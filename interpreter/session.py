@@ -158,7 +158,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             ArtifactStore(options.session_dir / "artifacts", self.id),
             inline_bytes=settings.inline_rich_bytes,
             output_bytes=settings.max_output_bytes,
+            notebook_bytes=settings.max_notebook_bytes,
         )
+        # What a notebook read back (a restarted broker's) already holds counts.
+        self.capture.budget.load(notebook.recorder.nb.cells)
         self.displays = EarlierDisplays(self.capture)
         self.late = LateWrites(self._write_late)
         #: A note for the notebook (a restart), written after the cell it happened in.

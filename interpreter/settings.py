@@ -181,6 +181,13 @@ class Settings(BaseSettings):
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
     )
+    max_notebook_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="Output a session's notebook holds (characters of its cells' outputs) "
+        "before rich values larger than inline_rich_bytes are kept only as their artifacts, "
+        "the notebook naming each with a note. 0: no budget (every value in the notebook).",
+    )
     max_kernel_message_bytes: int = Field(
         32 << 20,
         ge=1 << 20,

@@ -26,7 +26,10 @@ Outputs are compared in a normal form, not byte for byte:
 * everything a cell printed to stdout (or stderr) is compared as one text, so the way
   the stream happened to be chunked and interleaved with displays does not matter;
 * rich outputs are compared in order, MIME type by MIME type, for the types the recording
-  has (a newer kernel may add representations; it may not drop one);
+  has (a newer kernel may add representations; it may not drop one); a value the
+  recording's notebook set aside for its output budget (``interpreter/notebook_budget.py``:
+  only its artifact holds it) must be there again, but its value is not compared, and the
+  note the broker put in front of ``text/plain`` is not part of the output;
 * JSON values are compared structurally, their numbers as above;
 * raster images by decoded size and a perceptual tolerance on downscaled pixels (Pillow),
   SVG as text without its generated ids;
@@ -51,6 +54,7 @@ from typing import Any
 from interpreter.client.render import bundle_text
 from interpreter.mime import ANSI_RE, PDF_MIME, RASTER_MIMES, SVG_MIME
 from interpreter.models import ArtifactRef, Execution
+from interpreter.notebook_budget import recorded_form
 
 # ---------------------------------------------------------------------- normalisation
 
@@ -463,6 +467,9 @@ class CellOutputs:
     rich: list[dict[str, Any]] = field(default_factory=list)
     error: tuple[str, str] | None = None
     ran: RunWindow | None = None
+    #: By position in ``rich``: MIME types the recording kept only as artifacts (its
+    #: notebook's output budget), so without a value to compare.
+    set_aside: dict[int, list[str]] = field(default_factory=dict)
 
 
 def _moment(value: Any) -> datetime | None:
@@ -503,7 +510,10 @@ def outputs_from_cell(cell: dict[str, Any]) -> CellOutputs:
             else:
                 result.stdout += text
         elif kind in ("display_data", "execute_result"):
-            result.rich.append(dict(output.get("data") or {}))
+            data, aside = recorded_form(output)
+            if aside:
+                result.set_aside[len(result.rich)] = aside
+            result.rich.append(data)
         elif kind == "error":
             result.error = (str(output.get("ename", "")), str(output.get("evalue", "")))
     return result
@@ -571,6 +581,9 @@ def compare_outputs(
     if len(recorded.rich) != len(replayed.rich):
         diffs.append(f"{len(recorded.rich)} rich outputs recorded, {len(replayed.rich)} replayed")
     for n, (a_data, b_data) in enumerate(zip(recorded.rich, replayed.rich, strict=False), start=1):
+        for mime in recorded.set_aside.get(n - 1, []):
+            if mime not in b_data:
+                diffs.append(f"output {n}: {mime} missing in replay")
         for mime, value in a_data.items():
             if mime not in b_data:
                 diffs.append(f"output {n}: {mime} missing in replay")

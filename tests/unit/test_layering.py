@@ -66,6 +66,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.logs", "base"),
     ("interpreter.audit", "base"),
     ("interpreter.notebook_repair", "base"),
+    ("interpreter.notebook_budget", "base"),
     ("interpreter.memory", "base"),
     ("interpreter.kernelspecs", "base"),
     ("interpreter.memory", "base"),
