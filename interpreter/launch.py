@@ -249,7 +249,12 @@ class SessionFactory:
         executions = await asyncio.to_thread(self.store.executions_of, record.id)
         digests = await asyncio.to_thread(self.store.cell_digests, record.id)
         restored = restore_cells.restore(
-            recorder, executions, options.session_dir / "artifacts", digests
+            recorder,
+            executions,
+            options.session_dir / "artifacts",
+            digests,
+            inline_bytes=self.settings.inline_rich_bytes,
+            notebook_bytes=self.settings.max_notebook_bytes,
         )
         if restored:
             log.warning("session %s: %d cells written back from the store", record.id, restored)

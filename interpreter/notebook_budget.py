@@ -65,12 +65,18 @@ def outputs_size(outputs: Iterable[Mapping[str, Any]]) -> int:
 
 @dataclass(frozen=True)
 class SetAside:
-    """One value left out of a notebook output: its MIME type, size and artifact."""
+    """One value left out of a notebook output: its MIME type and its artifact (id, URL
+    and size in bytes, as the execution's record has them)."""
 
     mime: str
     size: int
     id: str
     url: str
+
+    @classmethod
+    def of(cls, mime: str, ref: Any) -> SetAside:
+        """The entry of the value of type ``mime`` stored as ``ref`` (an ArtifactRef)."""
+        return cls(mime, ref.size, ref.id, ref.url)
 
     def as_json(self) -> dict[str, Any]:
         return {"mime": self.mime, "size": self.size, "id": self.id, "url": self.url}
@@ -82,7 +88,7 @@ def note(values: Sequence[SetAside]) -> str:
         f"[Not in this notebook: it already holds its output budget ({REASON}). "
         "Kept whole as artifacts of this session:"
     ]
-    lines += [f"  {v.mime}, {v.size} characters: {v.url} (id {v.id})" for v in values]
+    lines += [f"  {v.mime}, {v.size} bytes: {v.url}" for v in values]
     return "\n".join(lines) + "]\n"
 
 

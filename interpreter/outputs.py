@@ -362,12 +362,13 @@ class OutputCapture:
             ]
             if len(stored) != len(out.artifacts):
                 continue  # not the values its artifacts were made of: left as it is
+            sizes = {mime: value_size(value) for mime, value in stored}
             large = [
-                SetAside(mime, value_size(value), ref.id, ref.url)
-                for (mime, value), ref in zip(stored, out.artifacts, strict=True)
-                if value_size(value) > self.inline_bytes
+                SetAside.of(mime, ref)
+                for (mime, _), ref in zip(stored, out.artifacts, strict=True)
+                if sizes[mime] > self.inline_bytes
             ]
-            size = sum(v.size for v in large)
+            size = sum(sizes[v.mime] for v in large)
             if not large or item.get("_kept") or self.budget.fits(ex.id, kept + size):
                 item["_kept"] = True
                 kept += size

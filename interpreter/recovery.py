@@ -203,6 +203,8 @@ class Recovery:
             in_flight,
             self.store,
             closed=False,
+            inline_bytes=self.factory.settings.inline_rich_bytes,
+            notebook_bytes=self.factory.settings.max_notebook_bytes,
         )
         session = await self.factory.restore(record)
         session.kernel.budget.allow(asyncio.get_running_loop().time())
@@ -235,6 +237,8 @@ class Recovery:
             in_flight,
             self.store,
             closed=True,
+            inline_bytes=self.factory.settings.inline_rich_bytes,
+            notebook_bytes=self.factory.settings.max_notebook_bytes,
         )
         # Nothing left behind: its runtime directory, and its disk quota (files kept).
         options = self.factory.launch_options(record.id, record.owner)
@@ -271,11 +275,14 @@ def _close_files(
     store: Store,
     *,
     closed: bool,
+    inline_bytes: int = 0,
+    notebook_bytes: int = 0,
 ) -> None:
     """Complete the notebook of a session whose kernel is gone (``closed``, or about to
-    get a fresh one): the cells its file had not caught up with (from the store), and the
-    cells that were running, with a note; remove what the previous broker was writing in
-    its artifact directory (spill files)."""
+    get a fresh one): the cells its file had not caught up with (from the store, within
+    the notebook's output budget ``notebook_bytes``), and the cells that were running,
+    with a note; remove what the previous broker was writing in its artifact directory
+    (spill files)."""
     remove_temporaries(session_dir / "artifacts")
     path = session_dir / NOTEBOOK_NAME
     try:
@@ -287,7 +294,14 @@ def _close_files(
         return
     executions = store.executions_of(session_id)
     digests = store.cell_digests(session_id)
-    restored = restore_cells.restore(recorder, executions, session_dir / "artifacts", digests)
+    restored = restore_cells.restore(
+        recorder,
+        executions,
+        session_dir / "artifacts",
+        digests,
+        inline_bytes=inline_bytes,
+        notebook_bytes=notebook_bytes,
+    )
     for _, ex in in_flight:
         kept = _cell_of(recorder, ex.id)
         if kept is not None:

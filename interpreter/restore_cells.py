@@ -5,7 +5,9 @@ broker killed right after a cell can leave the file a cell or two behind SQLite,
 has every finished execution before its client is answered. When a restarted broker
 loads a session's notebook (to reattach it, or to close it), it appends those cells from
 the store: code, streams, rich outputs (images read back from their artifacts) and the
-error, marked ``restored_from: "store"``.
+error, marked ``restored_from: "store"``. Past the session's output budget
+(:mod:`interpreter.notebook_budget`) large values are written back set aside, as the
+earlier broker wrote them: the restored cell then gives the digest the chain recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution
 from interpreter.notebook import NotebookRecorder
+from interpreter.notebook_budget import NotebookBudget, SetAside, set_aside_form, value_size
 from interpreter.notes import commented_rerun
 from interpreter.store import in_flight
 
@@ -49,19 +52,37 @@ def restore(
     executions: list[Execution],
     artifacts: Path,
     digests: dict[str, str] | None = None,
+    *,
+    inline_bytes: int = 0,
+    notebook_bytes: int = 0,
 ) -> int:
     """Append a cell for each execution of :func:`missing`; returns how many.
 
     ``digests`` (:meth:`~interpreter.store.Store.cell_digests`) tell a recovery's re-run
     cell, which its broker wrote commented out: when the recorded digest is that of the
-    commented form, the cell is written back so, and verifies.
+    commented form, the cell is written back so, and verifies. With ``notebook_bytes``
+    (``max_notebook_bytes``) and ``inline_bytes`` (``inline_rich_bytes``), values past
+    the notebook's budget are set aside as the broker sets them aside; a cell whose
+    recorded digest is that of its whole outputs is written back whole.
     """
     added = missing(recorder, executions)
+    budget = NotebookBudget(notebook_bytes if inline_bytes else 0)
+    if budget.limit and added:
+        budget.load(recorder.nb.cells)
     for ex in added:
         outputs = outputs_of(ex, artifacts)
+        recorded = digests.get(ex.id) if digests else None
+        if budget.limit:
+            kept = within_budget(outputs, ex, inline_bytes, budget)
+            if recorded not in (
+                cell_digest(ex.code, outputs),
+                cell_digest(commented_rerun(ex.code), outputs),
+            ):
+                outputs = kept
+            budget.record(ex.id, outputs)
         source = ex.code
         rerun = commented_rerun(ex.code)
-        if digests and digests.get(ex.id) == cell_digest(rerun, outputs):
+        if recorded == cell_digest(rerun, outputs):
             source = rerun
         recorder.add_cell(
             source,
@@ -111,6 +132,37 @@ def outputs_of(ex: Execution, artifacts: Path) -> list[dict[str, Any]]:
             }
         )
     return outputs
+
+
+def within_budget(
+    outputs: list[dict[str, Any]], ex: Execution, inline_bytes: int, budget: NotebookBudget
+) -> list[dict[str, Any]]:
+    """``outputs`` (from :func:`outputs_of`) with the large values that do not fit in
+    ``budget`` set aside, as ``OutputCapture`` sets them aside (all of an output's or
+    none; a value is large past ``inline_bytes``)."""
+    rich = iter(ex.outputs)
+    result: list[dict[str, Any]] = []
+    kept = 0
+    for output in outputs:
+        if output["output_type"] not in ("display_data", "execute_result"):
+            result.append(output)
+            continue
+        data = output["data"]
+        refs = next(rich).artifacts
+        large = [
+            (SetAside.of(ref.mime, ref), value_size(data[ref.mime]))
+            for ref in refs
+            if ref.mime in data and value_size(data[ref.mime]) > inline_bytes
+        ]
+        size = sum(n for _, n in large)
+        if not large or budget.fits(ex.id, kept + size):
+            kept += size
+            result.append(output)
+            continue
+        plain = data.get("text/plain")
+        values = [v for v, _ in large]
+        result.append(set_aside_form(output, values, None if plain is None else str(plain)))
+    return result
 
 
 def _artifact_value(path: Path, mime: str) -> Any:
