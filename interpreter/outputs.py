@@ -84,11 +84,13 @@ class Placement(Enum):
     BOTH = "both"
 
 
-def placement(mime: str, value: object, inline_limit: int) -> Placement:
-    """Where ``value`` of type ``mime`` goes, given the inline limit in characters."""
+def placement(mime: str, value: object, inline_limit: int, size: int | None = None) -> Placement:
+    """Where ``value`` of type ``mime`` goes, given the inline limit in characters (and
+    the value's :func:`value_size`, when known)."""
     if is_image(mime) or is_binary(mime):
         return Placement.ARTIFACT
-    size = value_size(value)
+    if size is None:
+        size = value_size(value)
     if size <= inline_limit or (mime in INLINE_MIMES and mime != "text/plain"):
         return Placement.INLINE
     return Placement.BOTH if mime == "text/plain" else Placement.ARTIFACT
@@ -346,7 +348,8 @@ class OutputCapture:
     def _within_budget(self, ex: Execution, rec: ExecutionRecorder) -> None:
         """Set aside, in ``rec``, the large values of each output of a finished ``ex`` that
         do not fit in the notebook's budget (all of an output's or none). An output's
-        decision is kept (``_kept``, ``_set_aside``) until a display update replaces it."""
+        decision is kept (``_kept``: the size kept; ``_set_aside``) until a display update
+        replaces it."""
         indexes = rec.rich_indexes()
         if not self.budget.limit or len(indexes) != len(ex.outputs):
             return
@@ -355,22 +358,25 @@ class OutputCapture:
             item = rec.output(index)
             if item.get("_set_aside"):
                 continue
+            if "_kept" in item:
+                kept += item["_kept"]
+                continue
+            sizes = {mime: value_size(value) for mime, value in item["data"].items()}
             stored = [
-                (mime, value)
+                mime
                 for mime, value in item["data"].items()
-                if placement(mime, value, self.inline_bytes) is not Placement.INLINE
+                if placement(mime, value, self.inline_bytes, sizes[mime]) is not Placement.INLINE
             ]
             if len(stored) != len(out.artifacts):
                 continue  # not the values its artifacts were made of: left as it is
-            sizes = {mime: value_size(value) for mime, value in stored}
             large = [
                 SetAside.of(mime, ref)
-                for (mime, _), ref in zip(stored, out.artifacts, strict=True)
+                for mime, ref in zip(stored, out.artifacts, strict=True)
                 if sizes[mime] > self.inline_bytes
             ]
             size = sum(sizes[v.mime] for v in large)
-            if not large or item.get("_kept") or self.budget.fits(ex.id, kept + size):
-                item["_kept"] = True
+            if not large or self.budget.fits(ex.id, kept + size):
+                item["_kept"] = size
                 kept += size
                 continue
             plain = item["data"].get("text/plain")
