@@ -85,8 +85,8 @@ class SetAside:
 def note(values: Sequence[SetAside]) -> str:
     """The text a set-aside output's ``text/plain`` starts with."""
     lines = [
-        f"[Not in this notebook: it already holds its output budget ({REASON}). "
-        "Kept whole as artifacts of this session:"
+        f"[Not in this notebook, which reached its output budget ({REASON}); "
+        "kept whole as artifacts of this session:"
     ]
     lines += [f"  {v.mime}, {v.size} bytes: {v.url}" for v in values]
     return "\n".join(lines) + "]\n"

@@ -121,7 +121,7 @@ def test_past_the_budget_large_values_are_only_artifacts_and_the_note_names_them
     assert cap.budget.total <= 2 * BIG + 2000
 
 
-def test_an_output_s_large_values_are_kept_all_or_none(tmp_path: Path) -> None:
+def test_an_output_keeps_all_its_large_values_or_none(tmp_path: Path) -> None:
     cap = capture(tmp_path, notebook_bytes=int(1.5 * BIG))
     plain = "row\n" * (BIG // 4)
     _, _, outputs = cell(cap, 1, display({"text/html": html(1), "text/plain": plain}))
