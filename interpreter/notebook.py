@@ -75,15 +75,21 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_parts(path, [text])
 
 
-def atomic_write_parts(path: Path, parts: Sequence[str | bytes]) -> None:
+def atomic_write_parts(path: Path, parts: Sequence[str | bytes]) -> os.stat_result:
     """:func:`atomic_write_text` of the parts joined (text as UTF-8), without building the
-    whole text: written with ``writev``, a few system calls for the whole file."""
+    whole text: written with ``writev``, a few system calls for the whole file.
+
+    Returns the written file's status, taken before it is renamed into place (a rename
+    keeps its inode, size and mtime): a ``stat`` of ``path`` afterwards could see a file
+    someone else put there or fail when it was removed meanwhile, though this write
+    succeeded."""
     chunks = [part.encode("utf-8") if isinstance(part, str) else part for part in parts]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         try:
             _write_all(fd, chunks)
             os.fsync(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -96,6 +102,7 @@ def atomic_write_parts(path: Path, parts: Sequence[str | bytes]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    return written
 
 
 def _write_all(fd: int, chunks: list[bytes]) -> None:
@@ -386,8 +393,7 @@ class NotebookRecorder:
         """Write ``parts`` (from :meth:`serialise`) atomically, noticing first whether the
         file was changed or removed outside the broker since its last write (blocking)."""
         self._check_untouched()
-        atomic_write_parts(self.path, parts)
-        st = self.path.stat()
+        st = atomic_write_parts(self.path, parts)
         self._written = (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _check_untouched(self) -> None:

@@ -115,10 +115,10 @@ async def test_cells_are_recorded_while_the_file_is_being_written(
     writing, release = threading.Event(), threading.Event()
     real_write = notebook.atomic_write_parts
 
-    def slow_write(path: Path, parts: list[str]) -> None:
+    def slow_write(path: Path, parts: list[str]) -> os.stat_result:
         writing.set()
         release.wait(30)
-        real_write(path, parts)
+        return real_write(path, parts)
 
     monkeypatch.setattr(notebook, "atomic_write_parts", slow_write)
     live = LiveNotebook(recorder(tmp_path), "s1")
@@ -145,6 +145,39 @@ async def test_a_failed_write_degrades_until_a_write_succeeds(tmp_path: Path) ->
     assert await live.save()
     assert not live.degraded
     assert [c.execution_count for c in nbformat.read(str(rec.path), as_version=4).cells] == [1]
+
+
+@pytest.mark.parametrize("meanwhile", ["removed", "replaced"])
+async def test_a_file_removed_right_after_it_was_written_leaves_the_write_a_success(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    meanwhile: str,
+) -> None:
+    """Someone removes or replaces the file between the rename that wrote it and anything
+    the broker does next: that save worked (it is not degraded), and the next save notices
+    the change and rewrites the file from memory."""
+    real_replace = os.replace
+
+    def replace_then_interfere(src: str, dst: Path) -> None:
+        real_replace(src, dst)
+        if Path(dst).name == "notebook.ipynb":
+            Path(dst).unlink()
+            if meanwhile == "replaced":
+                Path(dst).mkdir()
+
+    live = LiveNotebook(recorder(tmp_path), "s1")
+    await live.add_cell("print(1)", outputs_for(1), **meta(1))
+    monkeypatch.setattr(notebook.os, "replace", replace_then_interfere)
+    assert await live.save()
+    assert not live.degraded
+    monkeypatch.setattr(notebook.os, "replace", real_replace)
+    if meanwhile == "replaced":
+        live.recorder.path.rmdir()
+    await live.add_cell("print(2)", outputs_for(2), **meta(2))
+    assert await live.save()
+    assert [c.execution_count for c in nbformat.read(str(live.path), as_version=4).cells] == [1, 2]
+    assert "was removed outside the broker" in caplog.text
 
 
 async def test_flush_writes_at_once_while_a_paced_save_waits(
