@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
+from interpreter.backends import kernel_output
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
+from interpreter.backends.kernel_output import KernelOutput
 
 
 class LocalSessionProvisioner(LocalProvisioner):
@@ -17,7 +20,12 @@ class LocalSessionProvisioner(LocalProvisioner):
 
     The kernel runs with the broker's user and sees the host's files: this backend is for
     development and trusted code only. The README says so, and the broker warns at start.
+    What the kernel process itself writes goes to the broker's log
+    (:mod:`interpreter.backends.kernel_output`), not to the broker's stderr.
     """
+
+    session_id: str | None = None
+    output: KernelOutput | None = None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Called from ``KernelManager.start_kernel`` (and on restart) before the launch.
@@ -32,7 +40,24 @@ class LocalSessionProvisioner(LocalProvisioner):
             path = os.pathsep.join([os.path.dirname(sys.executable), os.defpath.strip(":")])
             kwargs["env"] = options.kernel_env(home=str(home), extra_path=path)
             kwargs["cwd"] = str(options.workspace)
+            self.session_id = options.session_id
+        kwargs["stdout"], kwargs["stderr"] = subprocess.PIPE, subprocess.STDOUT
         return dict(await super().pre_launch(**kwargs))
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        info = await super().launch_kernel(cmd, **kwargs)
+        process = self.process
+        if process is not None and process.stdout is not None:
+            # The reader owns the pipe from now on (jupyter_client would close it when the
+            # kernel exits, under the loop's feet).
+            pipe, process.stdout = process.stdout, None
+            name = self.session_id or str(self.kernel_id)
+            self.output = await kernel_output.follow(pipe, name)
+        return info
+
+    async def logs_tail(self) -> str:
+        """The kernel's last lines of output (the report of a kernel that did not start)."""
+        return self.output.tail() if self.output is not None else ""
 
 
 #: AF_UNIX socket paths are limited to 108 bytes, the terminating NUL included (unix(7)).

@@ -161,9 +161,13 @@ def test_one_access_line_per_request_and_one_line_per_execution(
         client.delete(f"/v1/sessions/{sid}")
 
 
+@pytest.mark.parametrize("data_dir", ["data", "d" * 120], ids=["ipc", "tcp"])
 def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
-    tmp_path: Path,
+    tmp_path: Path, data_dir: str
 ) -> None:
+    """Every line on stderr is a JSON object, the kernel's own lines too: with a data
+    directory too long for a unix socket's path the local kernel runs over TCP and warns
+    that its traffic is not encrypted; that warning is a record of the broker's log."""
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("INTERP_")},
         "INTERP_LOG_FORMAT": "json",
@@ -172,7 +176,7 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
     stderr_path = tmp_path / "stderr.log"
     with open(stderr_path, "w") as stderr:
         proc = subprocess.Popen(
-            serve_argv("--backend", "local", "--data-dir", str(tmp_path / "data")),
+            serve_argv("--backend", "local", "--data-dir", str(tmp_path / data_dir)),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -232,6 +236,13 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
     assert execution["status"] == "ok"
     assert execution["key_id"] == owner_of(KEY)
     assert execution["execution_id"].startswith("ex")
+    kernel = [e for e in lines if e.get("event") == "kernel_output"]
+    if data_dir == "data":
+        assert kernel == []  # a kernel over unix sockets has nothing to say
+    else:
+        assert [e["session_id"] for e in kernel] == [sid]
+        assert "running over TCP without encryption" in kernel[0]["message"]
+        assert kernel[0]["logger"] == "interpreter.kernel_output"
 
 
 # ------------------------------------------------------------------------ metrics
