@@ -156,6 +156,15 @@ def conclude(
         ex.status = "ok"
     elif interrupted:
         ex.status, ex.reason = "interrupted", "interrupted"
+        if rec.error is None:
+            # No reply and no traceback: the SIGINT reached ipykernel outside the cell's
+            # code (see waiting.py), and the client is told the cell stopped all the same.
+            ex.error = _broker_error(
+                rec,
+                "KeyboardInterrupt",
+                "Interrupted on request. The kernel sent no traceback: the interrupt reached "
+                "it outside the cell's own code, which may not have run, or run only in part.",
+            )
     else:
         ex.status = "error"
 

@@ -27,6 +27,9 @@ AFTER_REPLY_S = 0.5
 #: Seconds a reply gets after the cell's idle before the cell counts as answered without
 #: one (longer than the iopub grace: a reply is sent before the idle, so it is rarely late).
 NO_REPLY_GRACE_S = 5.0
+#: The same for a cell a client interrupted: a SIGINT that lands in ipykernel's handling
+#: of the request rather than in the cell's code ends it with an idle and no reply.
+INTERRUPTED_NO_REPLY_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,12 @@ async def until_end(
         if rec.reply is not None or rec.idle:
             half_seen_at = half_seen_at or now
             quiet_since = max(half_seen_at, handle.last_iopub_at)
-            grace = iopub_grace_s if rec.reply is not None else no_reply_grace_s
+            if rec.reply is not None:
+                grace = iopub_grace_s
+            elif handle.interrupt_requested:
+                grace = min(no_reply_grace_s, INTERRUPTED_NO_REPLY_GRACE_S)
+            else:
+                grace = no_reply_grace_s
             if now - quiet_since >= grace:
                 missing = "idle" if rec.reply is not None else "reply"
                 log.warning("session %s: no %s for the cell; moving on", kernel.name, missing)

@@ -261,7 +261,15 @@ def ended(name: str) -> ExecutionRecorder:
         # An idle without its reply (waiting.py gives up on the reply): what iopub said.
         ("execute_result/iopub", "done", False, False, ("ok", None, False, None)),
         ("error/iopub", "done", False, False, ("error", None, False, None)),
-        ("execute_result/iopub", "done", False, True, ("interrupted", "interrupted", False, None)),
+        # Interrupted with neither reply nor traceback: the broker says it was interrupted.
+        (
+            "execute_result/iopub",
+            "done",
+            False,
+            True,
+            ("interrupted", "interrupted", False, "KeyboardInterrupt"),
+        ),
+        ("none", "done", False, True, ("interrupted", "interrupted", False, "KeyboardInterrupt")),
     ],
 )
 def test_conclude(
@@ -288,6 +296,8 @@ def test_conclude(
     if ename == "ExecutionTimeout":
         assert "timeout_s=2.5" in ex.error.evalue  # type: ignore[union-attr]
         assert ("state was lost" in ex.error.evalue) is state_lost  # type: ignore[union-attr]
+    if ename == "KeyboardInterrupt":
+        assert "no traceback" in ex.error.evalue  # type: ignore[union-attr]
     if ename == "KernelDied":
         # The broker's error keeps what the kernel had sent of its traceback.
         assert ex.error.traceback == rec.error.traceback  # type: ignore[union-attr]

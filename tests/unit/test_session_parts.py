@@ -110,7 +110,13 @@ def _msg(msg_type: str, content: dict[str, object], parent: str = "m1") -> dict[
     }
 
 
-async def _ending(messages: list[tuple[str, dict[str, object]]], *, reply: bool) -> str:
+async def _ending(
+    messages: list[tuple[str, dict[str, object]]],
+    *,
+    reply: bool,
+    interrupted: bool = False,
+    no_reply_grace_s: float = 0.1,
+) -> str:
     from interpreter.execution import ExecutionRecorder
     from interpreter.kernel import Kernel
     from interpreter.waiting import until_end
@@ -121,6 +127,7 @@ async def _ending(messages: list[tuple[str, dict[str, object]]], *, reply: bool)
     if reply:
         rec.feed_reply(_msg("execute_reply", {"status": "ok", "execution_count": 1}))
     handle = ExecutionHandle(execution=EXECUTION.model_copy(), seq=1, timeout_s=5)
+    handle.interrupt_requested = interrupted
     from interpreter.backends.base import LaunchOptions
     from interpreter.backends.local import LocalBackend
     from interpreter.kernel import RestartBudget
@@ -145,7 +152,7 @@ async def _ending(messages: list[tuple[str, dict[str, object]]], *, reply: bool)
         kernel,
         deadline=loop.time() + 5,
         iopub_grace_s=0.05,
-        no_reply_grace_s=0.1,
+        no_reply_grace_s=no_reply_grace_s,
     )
     return ending.kind
 
@@ -165,3 +172,11 @@ async def test_a_reply_without_idle_ends_the_cell_after_the_grace() -> None:
 async def test_an_idle_without_reply_ends_the_cell_after_the_grace() -> None:
     # ipykernel sends no reply when a SIGINT reaches its request handling, not the cell.
     assert await _ending(STARTED + IDLE, reply=False) == "done"
+
+
+async def test_an_interrupted_cell_idle_without_reply_ends_soon() -> None:
+    # The SIGINT landed in ipykernel's request handling: no reply will come, so the cell
+    # does not wait out the long grace for one (nor is its kernel asked whether it
+    # lives, which this never-started kernel could not answer).
+    ending = _ending(STARTED + IDLE, reply=False, interrupted=True, no_reply_grace_s=60)
+    assert await ending == "done"
