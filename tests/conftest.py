@@ -295,6 +295,19 @@ def run(client: httpx.Client, sid: str, code: str, **body: Any) -> dict[str, Any
     return data
 
 
+def await_status(
+    client: httpx.Client, sid: str, eid: str, wanted: set[str], within_s: float = 60
+) -> dict[str, Any]:
+    """Poll an execution until its status is one of ``wanted``; returns its JSON."""
+    deadline = time.monotonic() + within_s
+    while True:
+        execution: dict[str, Any] = client.get(f"/v1/sessions/{sid}/executions/{eid}").json()
+        if execution["status"] in wanted:
+            return execution
+        assert time.monotonic() < deadline, execution
+        time.sleep(0.05)
+
+
 def settled(client: httpx.Client, sid: str, within_s: float = 60) -> dict[str, Any]:
     """The session JSON once a restarted broker has dealt with ``sid`` (reattached or
     closed: recovery runs while the broker serves, status ``starting`` until then)."""

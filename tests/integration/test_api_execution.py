@@ -15,7 +15,7 @@ import pytest
 
 from interpreter.client import AsyncClient, BadRequestError, DoneEvent, NotFoundError, StdoutEvent
 from interpreter.models import Execution
-from tests.conftest import Server, run
+from tests.conftest import Server, await_status, run
 from tests.integration.test_interrupts import GAP, INTO_THE_GAP, SIGINT_OPEN
 
 
@@ -416,16 +416,6 @@ def test_an_interrupt_landing_as_the_code_enters_a_blocking_call_ends_it(server:
     asyncio.run(scenario())
 
 
-def _await_status(api: httpx.Client, sid: str, eid: str, wanted: set[str]) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        execution: dict[str, Any] = api.get(f"/v1/sessions/{sid}/executions/{eid}").json()
-        if execution["status"] in wanted:
-            return execution
-        assert time.monotonic() < deadline, execution
-        time.sleep(0.05)
-
-
 def test_json_answer_names_the_execution_before_its_result(
     api: httpx.Client, new_session: Callable[..., str]
 ) -> None:
@@ -441,7 +431,7 @@ def test_json_answer_names_the_execution_before_its_result(
             "queued",
             "running",
         }
-    done = _await_status(api, sid, eid, {"ok"})
+    done = await_status(api, sid, eid, {"ok"})
     assert done["outputs"][-1]["data"]["text/plain"] == "'finished'"
 
 
@@ -458,9 +448,9 @@ def test_on_disconnect_interrupt_stops_the_run_of_a_client_that_left(
     headers = {"Accept": accept}
     with api.stream("POST", f"/v1/sessions/{sid}/execute", json=body, headers=headers) as resp:
         eid = resp.headers["X-Execution-Id"]
-        _await_status(api, sid, eid, {"running"})
+        await_status(api, sid, eid, {"running"})
     # The client closed its connection mid-run: the service interrupts that run.
-    left = _await_status(api, sid, eid, {"interrupted", "ok", "error", "timeout"})
+    left = await_status(api, sid, eid, {"interrupted", "ok", "error", "timeout"})
     assert left["status"] == "interrupted"
     assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "7"
 
@@ -473,7 +463,7 @@ def test_if_busy_reject_answers_at_once_with_the_running_execution(
         "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
     ) as resp:
         running_id = resp.headers["X-Execution-Id"]
-        _await_status(api, sid, running_id, {"running"})
+        await_status(api, sid, running_id, {"running"})
         refused = api.post(
             f"/v1/sessions/{sid}/execute", json={"code": "1 + 1", "if_busy": "reject"}
         )
@@ -483,7 +473,7 @@ def test_if_busy_reject_answers_at_once_with_the_running_execution(
         assert error["execution_id"] == running_id and error["running_for_s"] >= 0
         assert running_id in error["message"]
         api.post(f"/v1/sessions/{sid}/interrupt", params={"execution_id": running_id})
-    assert _await_status(api, sid, running_id, {"interrupted"})["status"] == "interrupted"
+    assert await_status(api, sid, running_id, {"interrupted"})["status"] == "interrupted"
     # Nothing was queued by the refused request.
     assert run(api, sid, "1 + 1", if_busy="reject")["outputs"][0]["data"]["text/plain"] == "2"
 
@@ -500,12 +490,12 @@ def test_a_requested_restart_ends_the_running_cell_once(
         "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(60)"}
     ) as resp:
         eid = resp.headers["X-Execution-Id"]
-        _await_status(api, sid, eid, {"running"})
+        await_status(api, sid, eid, {"running"})
         restarted = api.post(f"/v1/sessions/{sid}/restart")
         assert restarted.status_code == 200, restarted.text
         assert restarted.json()["generation"] == before + 1
     started = time.monotonic()
-    ended = _await_status(api, sid, eid, {"interrupted", "kernel_died", "ok", "timeout"})
+    ended = await_status(api, sid, eid, {"interrupted", "kernel_died", "ok", "timeout"})
     assert time.monotonic() - started < 15
     assert (ended["status"], ended["reason"], ended["state_lost"]) == (
         "interrupted",
@@ -531,11 +521,11 @@ def test_requested_restarts_of_running_cells_past_the_budget_never_close_the_ses
             "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
         ) as resp:
             eid = resp.headers["X-Execution-Id"]
-            _await_status(api, sid, eid, {"running"})
+            await_status(api, sid, eid, {"running"})
             restarted = api.post(f"/v1/sessions/{sid}/restart")
             assert restarted.status_code == 200, (n, restarted.text)
             assert restarted.json()["generation"] == generation + 1, n
-        ended = _await_status(
+        ended = await_status(
             api, sid, eid, {"interrupted", "kernel_died", "ok", "timeout", "error"}
         )
         assert (ended["status"], ended["reason"], ended["state_lost"]) == (
@@ -566,7 +556,7 @@ def test_a_requested_restart_cancels_the_queue_unless_asked_to_keep_it(
                 api.stream("POST", f"/v1/sessions/{sid}/execute", json=sleep)
             )
             running = first.headers["X-Execution-Id"]
-            _await_status(api, sid, running, {"running"})
+            await_status(api, sid, running, {"running"})
             queued = [
                 stack.enter_context(
                     api.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": f"{n} * 2"})
@@ -576,7 +566,7 @@ def test_a_requested_restart_cancels_the_queue_unless_asked_to_keep_it(
             resp = api.post(f"/v1/sessions/{sid}/restart", json={"keep_queued": keep})
             assert resp.status_code == 200, resp.text
             for n, eid in zip((1, 2), queued, strict=True):
-                ended = _await_status(api, sid, eid, {"cancelled", "ok"})
+                ended = await_status(api, sid, eid, {"cancelled", "ok"})
                 if keep:
                     assert ended["status"] == "ok"
                     assert ended["outputs"][0]["data"]["text/plain"] == str(n * 2)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import OTHER_KEY, Server, run
+from tests.conftest import OTHER_KEY, Server, await_status, run
 
 #: An input file, and a notebook whose first cell reads it and whose later cells use it.
 SALES_CSV = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
@@ -192,13 +192,6 @@ def _all_matched(report: dict[str, Any], cells: int) -> None:
     assert report["cells"] == []
 
 
-def _wait_for_status(api: httpx.Client, sid: str, eid: str, wanted: set[str]) -> None:
-    deadline = time.monotonic() + 60
-    while api.get(f"/v1/sessions/{sid}/executions/{eid}").json()["status"] not in wanted:
-        assert time.monotonic() < deadline, f"execution {eid} never became {wanted}"
-        time.sleep(0.05)
-
-
 def test_rebuild_a_session_from_a_notebook_that_reads_an_uploaded_file(
     api: httpx.Client, new_session: Callable[..., str]
 ) -> None:
@@ -301,14 +294,14 @@ def test_rebuild_refuses_a_busy_session_and_cells_sent_meanwhile_wait_for_all_of
         "POST", f"/v1/sessions/{sid}/execute", json={"code": "import time\ntime.sleep(30)"}
     ) as resp:
         running_id = resp.headers["X-Execution-Id"]
-        _wait_for_status(api, sid, running_id, {"running"})
+        await_status(api, sid, running_id, {"running"})
         refused = _rebuild(api, sid, SALES_NOTEBOOK)
         assert refused.status_code == 409, refused.text
         error = refused.json()["error"]
         assert error["type"] == "session_running" and error["execution_id"] == running_id
         assert "quiet session" in error["message"]
         api.post(f"/v1/sessions/{sid}/interrupt", params={"execution_id": running_id})
-    _wait_for_status(api, sid, running_id, {"interrupted"})
+    await_status(api, sid, running_id, {"interrupted"})
 
     slow = _notebook("import time\ntime.sleep(2)\nstep = 1", "step += 1")
     answers: list[httpx.Response] = []
