@@ -289,6 +289,7 @@ def test_an_image_built_from_ours_reports_its_own_packages(tmp_path: Path) -> No
     images = [f"{tag}:inherited", f"{tag}:labelled"]
     srv = None
     try:
+
         def unlabelled() -> set[str]:
             """Containers without a broker's label: a build's intermediate ones, never a
             kernel of a broker running alongside (its containers come and go)."""
