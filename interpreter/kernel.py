@@ -31,6 +31,7 @@ from jupyter_client.manager import AsyncKernelManager
 from interpreter import iopub_watch
 from interpreter.backends import Backend
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
+from interpreter.channel_reader import ChannelReader
 from interpreter.channels import stop_channels
 from interpreter.errors import KernelStartFailed
 from interpreter.heartbeat import Heartbeat, hb_url
@@ -191,6 +192,8 @@ class Kernel:
         self.kc: Any = None
         self._ctx: zmq.asyncio.Context | None = None
         self._readers: list[asyncio.Task[None]] = []
+        #: The channels the reader tasks read, by name (``iopub``, ``shell``).
+        self._channels: dict[str, ChannelReader] = {}
         #: Held while the kernel is replaced; a stop waits for it.
         self._lock = asyncio.Lock()
         #: Set by :meth:`stop`: no kernel is started again.
@@ -481,12 +484,13 @@ class Kernel:
             language=str(lang.get("name", "python")), version=str(lang.get("version", ""))
         )
         self.kc = kc
+        self._channels = {name: ChannelReader(kc, name) for name in ("iopub", "shell")}
         self._readers = [
             asyncio.create_task(
-                self._read(receiver(kc, "iopub"), "iopub"), name=f"iopub-{self.name}"
+                self._read(self._channels["iopub"].receive, "iopub"), name=f"iopub-{self.name}"
             ),
             asyncio.create_task(
-                self._read(receiver(kc, "shell"), "shell"), name=f"shell-{self.name}"
+                self._read(self._channels["shell"].receive, "shell"), name=f"shell-{self.name}"
             ),
             asyncio.create_task(self._watch_iopub(kc), name=f"iopub-watch-{self.name}"),
         ]
@@ -522,8 +526,9 @@ class Kernel:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
             iopub_watch.renew_channel(kc)
+            self._channels["iopub"] = ChannelReader(kc, "iopub")
             self._readers[0] = asyncio.create_task(
-                self._read(receiver(kc, "iopub"), "iopub"), name=f"iopub-{self.name}"
+                self._read(self._channels["iopub"].receive, "iopub"), name=f"iopub-{self.name}"
             )
             log.warning(
                 "session %s: the kernel's output link was cut (%s, last message size limit "
@@ -546,10 +551,24 @@ class Kernel:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._readers = []
+        self._channels = {}
         if self.kc is not None:
             with contextlib.suppress(Exception):
                 stop_channels(self.kc)
             self.kc = None
+
+    def recheck(self) -> None:
+        """Read a message a channel holds without its reader having been woken
+        (:mod:`interpreter.channel_reader`): called by a cell's wait when it wakes with
+        nothing new."""
+        for reader in self._channels.values():
+            if reader.recheck():
+                log.info(
+                    "session %s: a %s message was waiting unnoticed (%d so far); read it",
+                    self.name,
+                    reader.channel,
+                    reader.rechecked,
+                )
 
     async def _read(self, receive: Callable[[], Any], channel: str) -> None:
         while True:
@@ -610,35 +629,3 @@ def _start_failed(exc: Exception) -> KernelStartFailed:
         + (f": {msg}" if msg else "")
         + ". Try again; if it keeps failing, check the service logs."
     )
-
-
-def receiver(kc: Any, channel: str) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """Read the next message of ``kc``'s ``channel`` (``iopub`` or ``shell``), as the
-    client's own ``get_*_msg`` does but without first awaiting a poll: one wake-up per
-    message instead of two. The channel is looked up on each call (a renewed iopub
-    channel is read from then on).
-
-    A message already waiting is taken at once, without the future, the events check
-    and the callbacks pyzmq's asyncio socket spends on each receive (in a flood of one
-    message per line that was a third of the broker's CPU per message); only an empty
-    socket is awaited through pyzmq. The synchronous twin shares the asyncio socket's
-    libzmq socket and is only used while that socket is open (closing it frees both).
-    """
-    twin: tuple[Any, zmq.Socket[bytes]] | None = None
-
-    async def receive() -> dict[str, Any]:
-        nonlocal twin
-        socket = getattr(kc, f"{channel}_channel").socket
-        frames: list[bytes] | None = None
-        if not socket.closed:
-            if twin is None or twin[0] is not socket:
-                twin = (socket, zmq.Socket.shadow(socket.underlying))
-            with contextlib.suppress(zmq.Again):
-                frames = twin[1].recv_multipart(zmq.NOBLOCK)
-        if frames is None:
-            frames = await socket.recv_multipart()
-        _, message = kc.session.feed_identities(frames)
-        msg: dict[str, Any] = kc.session.deserialize(message)
-        return msg
-
-    return receive

@@ -42,8 +42,11 @@ class Ending:
     reason: str | None = None
 
 
-async def changed(handle: ExecutionHandle, at_most: float) -> None:
-    """Wait until a message for ``handle`` was applied, or ``at_most`` seconds.
+async def changed(handle: ExecutionHandle, at_most: float, kernel: Kernel | None = None) -> None:
+    """Wait until a message for ``handle`` was applied, or ``at_most`` seconds. A wait
+    that ends with nothing new has ``kernel`` look for a message its channels hold
+    unnoticed (:meth:`Kernel.recheck`); its reader applies it next, and wakes the wait
+    after this one.
 
     ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11, ``wait_for`` can swallow
     a cancellation that arrives as its inner wait ends, and a session being closed then
@@ -52,6 +55,8 @@ async def changed(handle: ExecutionHandle, at_most: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(at_most):
             await handle.changed.wait()
+    if kernel is not None and not handle.changed.is_set():
+        kernel.recheck()
     handle.changed.clear()
 
 
@@ -99,7 +104,7 @@ async def until_end(
                 return Ending("done")
         if now >= deadline:
             return Ending("timeout")
-        await changed(handle, min(deadline - now, 0.25 if half_seen_at else 1.0))
+        await changed(handle, min(deadline - now, 0.25 if half_seen_at else 1.0), kernel)
         if loop.time() - last_check >= ALIVE_CHECK_S and not rec.done:
             last_check = loop.time()
             if not await kernel.is_alive():
@@ -122,12 +127,12 @@ async def after_timeout(
         await kernel.interrupt(ack_within=grace_s)
     grace_end = max(grace_end, loop.time() + 0.1)
     while rec.reply is None and loop.time() < grace_end and kernel.restarts == incarnation:
-        await changed(handle, 0.1)
+        await changed(handle, 0.1, kernel)
     if rec.reply is None:
         return False
     end = loop.time() + AFTER_REPLY_S
     while not rec.idle and loop.time() < end:
-        await changed(handle, 0.1)
+        await changed(handle, 0.1, kernel)
     return True
 
 
@@ -176,7 +181,7 @@ async def until_settled(
                 await kernel.interrupt(ack_within=interrupt_grace_s)
             deadline = max(deadline, loop.time()) + interrupt_grace_s
             continue
-        await changed(handle, min(deadline - now, ALIVE_CHECK_S))
+        await changed(handle, min(deadline - now, ALIVE_CHECK_S), kernel)
         if loop.time() - last_check >= ALIVE_CHECK_S and not settled.done():
             last_check = loop.time()
             if not await kernel.is_alive():

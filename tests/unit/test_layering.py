@@ -107,6 +107,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.fifo", "runtime"),
     ("interpreter.heartbeat", "base"),
     ("interpreter.channels", "base"),
+    ("interpreter.channel_reader", "base"),
     ("interpreter.release", "runtime"),
     ("interpreter.restore_cells", "storage"),
     ("interpreter.restarts", "runtime"),

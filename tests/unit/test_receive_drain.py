@@ -1,8 +1,9 @@
-"""The broker's reading of kernel messages (``interpreter/kernel.py``'s ``receiver``).
+"""The broker's reading of kernel messages (``interpreter/channel_reader.py``).
 
 A message already waiting on the socket is taken without pyzmq's asyncio machinery (a
 future, an events check and callbacks per message: a third of the broker's CPU per line
-of a print flood); only an empty socket is awaited. Real ZMQ sockets, messages
+of a print flood); only an empty socket is awaited, and a message whose wake-up was
+missed is handed to the waiting receive by ``recheck``. Real ZMQ sockets, messages
 signed by a jupyter_client ``Session`` as a kernel's are; the transport is inproc, so a
 message sent is on the broker's socket when ``send`` returns.
 """
@@ -20,7 +21,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
 
-from interpreter.kernel import receiver
+from interpreter.channel_reader import ChannelReader
 from interpreter.wire import BrokerSession
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -32,7 +33,7 @@ class Channel:
 
 
 class Client:
-    """What ``receiver`` uses of a kernel client: a session and an iopub channel."""
+    """What ``ChannelReader`` uses of a kernel client: a session and an iopub channel."""
 
     def __init__(self, socket: zmq.asyncio.Socket) -> None:
         self.session = BrokerSession(key=KEY)
@@ -91,7 +92,7 @@ def _text(msg: dict[str, Any]) -> str:
 
 
 async def test_waiting_messages_are_taken_without_an_awaited_receive(pair: Pair) -> None:
-    receive = receiver(pair.client, "iopub")
+    receive = ChannelReader(pair.client, "iopub").receive
     pair.send(50)
     texts: list[str] = []
     async with asyncio.timeout(10):
@@ -103,7 +104,7 @@ async def test_waiting_messages_are_taken_without_an_awaited_receive(pair: Pair)
 
 
 async def test_an_empty_socket_is_awaited_and_wakes_for_the_next_message(pair: Pair) -> None:
-    receive = receiver(pair.client, "iopub")
+    receive = ChannelReader(pair.client, "iopub").receive
     reading = asyncio.ensure_future(receive())
     await asyncio.sleep(0.05)
     assert not reading.done()
@@ -119,7 +120,7 @@ async def test_an_empty_socket_is_awaited_and_wakes_for_the_next_message(pair: P
 
 
 async def test_a_renewed_channel_is_read_from_then_on(pair: Pair) -> None:
-    receive = receiver(pair.client, "iopub")
+    receive = ChannelReader(pair.client, "iopub").receive
     pair.send(1)
     async with asyncio.timeout(10):
         assert _text(await receive()) == "0\n"
@@ -139,10 +140,35 @@ async def test_a_renewed_channel_is_read_from_then_on(pair: Pair) -> None:
 
 
 async def test_a_closed_socket_raises_instead_of_reading_freed_memory(pair: Pair) -> None:
-    receive = receiver(pair.client, "iopub")
+    receive = ChannelReader(pair.client, "iopub").receive
     pair.send(1)
     async with asyncio.timeout(10):
         await receive()  # the synchronous twin now exists
     pair.client.iopub_channel.socket.close(linger=0)
     with pytest.raises(zmq.ZMQError):
         await receive()
+
+
+async def test_a_message_whose_wake_up_was_missed_is_read_on_recheck(pair: Pair) -> None:
+    """The failure seen under load: a message is on the socket, pyzmq's receive waits, and
+    the descriptor's signal is gone. Here something else read the socket's events (which
+    takes the signal) right after the message came, as happened to execute_reply."""
+    reader = ChannelReader(pair.client, "iopub")
+    assert not reader.recheck()  # no receive waiting: nothing to do
+    reading = asyncio.ensure_future(reader.receive())
+    await asyncio.sleep(0.05)
+    assert not reader.recheck()  # a receive waits, the socket is empty
+    socket = pair.client.iopub_channel.socket
+    outside: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
+    pair.send(1)
+    assert outside.get(zmq.EVENTS) & zmq.POLLIN  # the signal is taken; the message stays
+    await asyncio.sleep(0.3)
+    assert not reading.done()  # pyzmq was not woken: the message would wait for the next
+    assert reader.recheck()
+    async with asyncio.timeout(10):
+        assert _text(await reading) == "0\n"
+    assert reader.rechecked == 1
+    # Reading goes on as usual, in order.
+    pair.send(2, start=1)
+    async with asyncio.timeout(10):
+        assert [_text(await reader.receive()) for _ in range(2)] == ["1\n", "2\n"]
