@@ -53,6 +53,8 @@ START_ATTEMPTS = 2
 KERNEL_INFO_TIMEOUT_S = 10
 #: Seconds a message-mode kernel gets to acknowledge an interrupt.
 INTERRUPT_ACK_TIMEOUT_S = 10.0
+#: Seconds of one poll of the control channel while a reply is awaited.
+CONTROL_POLL_S = 0.25
 
 #: The exit reason of a kernel that stopped answering its heartbeat but has not exited.
 UNRESPONSIVE = "kernel_unresponsive"
@@ -83,9 +85,11 @@ async def control_request(kc: Any, msg_type: str, within_s: float) -> dict[str, 
     task = asyncio.current_task()
     while (remaining := deadline - loop.time()) > 0:
         try:
-            reply: dict[str, Any] = await kc.get_control_msg(timeout=remaining)
+            # Polled a quarter second at a time: each poll looks at the socket afresh, so a
+            # wake-up pyzmq missed (interpreter/channel_reader.py) costs that, not the wait.
+            reply: dict[str, Any] = await kc.get_control_msg(timeout=min(remaining, CONTROL_POLL_S))
         except queue.Empty:
-            break
+            continue
         except asyncio.CancelledError:
             if task is not None and task.cancelling():
                 raise
