@@ -77,7 +77,10 @@ class ChannelReader:
         socket, waiting = self._waiting
         if waiting.done() or socket is not self._socket():
             return False
-        frames = self._take(socket)
+        try:
+            frames = self._take(socket)
+        except zmq.ZMQError:  # the context is ending: the waiting receive will say so
+            return False
         if frames is None:
             return False
         waiting.set_result(frames)
