@@ -161,13 +161,22 @@ def test_one_access_line_per_request_and_one_line_per_execution(
         client.delete(f"/v1/sessions/{sid}")
 
 
-@pytest.mark.parametrize("data_dir", ["data", "d" * 120], ids=["ipc", "tcp"])
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path (pytest's own can be too long for a unix socket)."""
+    path = Path(tempfile.mkdtemp(prefix="ij-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
-    tmp_path: Path, data_dir: str
+    tmp_path: Path, short_dir: Path, transport: str
 ) -> None:
     """Every line on stderr is a JSON object, the kernel's own lines too: with a data
     directory too long for a unix socket's path the local kernel runs over TCP and warns
     that its traffic is not encrypted; that warning is a record of the broker's log."""
+    data_dir = short_dir / "data" if transport == "ipc" else tmp_path / ("d" * 120)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("INTERP_")},
         "INTERP_LOG_FORMAT": "json",
@@ -176,7 +185,7 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
     stderr_path = tmp_path / "stderr.log"
     with open(stderr_path, "w") as stderr:
         proc = subprocess.Popen(
-            serve_argv("--backend", "local", "--data-dir", str(tmp_path / data_dir)),
+            serve_argv("--backend", "local", "--data-dir", str(data_dir)),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -237,7 +246,7 @@ def test_serve_with_json_logs_writes_one_object_per_line_without_the_key(
     assert execution["key_id"] == owner_of(KEY)
     assert execution["execution_id"].startswith("ex")
     kernel = [e for e in lines if e.get("event") == "kernel_output"]
-    if data_dir == "data":
+    if transport == "ipc":
         assert kernel == []  # a kernel over unix sockets has nothing to say
     else:
         assert [e["session_id"] for e in kernel] == [sid]
