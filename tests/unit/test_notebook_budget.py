@@ -156,15 +156,15 @@ def test_no_budget_keeps_every_value(tmp_path: Path) -> None:
         assert outputs[0]["data"]["text/html"] == html(n)
 
 
-def test_a_notebook_read_back_counts_against_the_budget(tmp_path: Path) -> None:
+def _saved(tmp_path: Path, code: str, outputs: list[Any], execution_id: str) -> NotebookRecorder:
+    """A notebook file holding one finished cell."""
     nb = NotebookRecorder.create(
         tmp_path / "nb.ipynb", session_id="s_test", kernel_name="python3", backend="local"
     )
-    outputs = [{"output_type": "display_data", "data": {"text/html": html(1)}, "metadata": {}}]
     nb.add_cell(
-        "x",
+        code,
         outputs,
-        execution_id="ex_1",
+        execution_id=execution_id,
         execution_count=1,
         status="ok",
         started_at=None,
@@ -173,6 +173,12 @@ def test_a_notebook_read_back_counts_against_the_budget(tmp_path: Path) -> None:
         reason=None,
     )
     nb.save()
+    return nb
+
+
+def test_a_notebook_read_back_counts_against_the_budget(tmp_path: Path) -> None:
+    outputs = [{"output_type": "display_data", "data": {"text/html": html(1)}, "metadata": {}}]
+    nb = _saved(tmp_path, "x", outputs, "ex_1")
     budget = NotebookBudget(BIG)
     budget.load(NotebookRecorder.load(nb.path).nb.cells)
     assert budget.total == BIG
@@ -189,21 +195,7 @@ def test_a_set_aside_cell_is_stored_verified_and_replayed_as_a_match(tmp_path: P
         display({"text/html": html(2)}),
     )
     # Stored as written: the digest interp audit verify recomputes from the file.
-    nb = NotebookRecorder.create(
-        tmp_path / "nb.ipynb", session_id="s_test", kernel_name="python3", backend="local"
-    )
-    nb.add_cell(
-        ex.code,
-        outputs,
-        execution_id=ex.id,
-        execution_count=1,
-        status="ok",
-        started_at=None,
-        duration_ms=1.0,
-        state_lost=False,
-        reason=None,
-    )
-    nb.save()
+    nb = _saved(tmp_path, ex.code, outputs, ex.id)
     [saved] = NotebookRecorder.load(nb.path).nb.cells
     assert cell_digest(saved.source, saved.outputs) == cell_digest(ex.code, outputs)
     # The kernel's bundle as far as the notebook has it, and what only artifacts hold.
