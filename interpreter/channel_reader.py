@@ -13,7 +13,9 @@ sessions of short cells on 2 cores (pyzmq 27.3), about one cell's ``execute_repl
 500 stayed unread until the kernel's next message, with a receive pending and the
 socket's events saying a message was there. :meth:`ChannelReader.recheck` looks at the
 socket itself and hands such a message to the receive that waits for it; a running cell's
-wait calls it whenever it wakes without news (``interpreter/waiting.py``).
+wait calls it whenever it wakes without news (``interpreter/waiting.py``), and each kernel
+calls it once a second whatever runs (``interpreter.kernel.RECHECK_S``: late output of an
+idle kernel).
 """
 
 from __future__ import annotations

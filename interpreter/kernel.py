@@ -55,6 +55,9 @@ KERNEL_INFO_TIMEOUT_S = 10
 INTERRUPT_ACK_TIMEOUT_S = 10.0
 #: Seconds of one poll of the control channel while a reply is awaited.
 CONTROL_POLL_S = 0.25
+#: Seconds between two looks for a message a channel holds unnoticed while no cell's wait
+#: looks (late output of a background thread on an idle session).
+RECHECK_S = 1.0
 
 #: The exit reason of a kernel that stopped answering its heartbeat but has not exited.
 UNRESPONSIVE = "kernel_unresponsive"
@@ -497,6 +500,7 @@ class Kernel:
                 self._read(self._channels["shell"].receive, "shell"), name=f"shell-{self.name}"
             ),
             asyncio.create_task(self._watch_iopub(kc), name=f"iopub-watch-{self.name}"),
+            asyncio.create_task(self._recheck_every(RECHECK_S), name=f"recheck-{self.name}"),
         ]
         if self.heartbeat_s > 0:
             self._heartbeat = Heartbeat(
@@ -564,7 +568,7 @@ class Kernel:
     def recheck(self) -> None:
         """Read a message a channel holds without its reader having been woken
         (:mod:`interpreter.channel_reader`): called by a cell's wait when it wakes with
-        nothing new."""
+        nothing new, and every :data:`RECHECK_S` whatever runs."""
         for reader in self._channels.values():
             if reader.recheck():
                 log.info(
@@ -573,6 +577,15 @@ class Kernel:
                     reader.channel,
                     reader.rechecked,
                 )
+
+    async def _recheck_every(self, interval_s: float) -> None:
+        """Recheck the channels every ``interval_s``: a message pyzmq was not woken for
+        otherwise waits for the kernel's next one, which an idle kernel may never send.
+        One look at each socket's queue; 200 idle sessions cost a few milliseconds a
+        second."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.recheck()
 
     async def _read(self, receive: Callable[[], Any], channel: str) -> None:
         while True:
