@@ -72,7 +72,8 @@ def with_nbclient(sources: list[str], cwd: Path) -> list[dict[str, Any]]:
         timeout=120,
         resources={"metadata": {"path": str(cwd)}},
     )
-    client.execute()
+    # Given a manager, nbclient leaves its kernel and client running unless told.
+    client.execute(cleanup_kc=True)
     cells: list[dict[str, Any]] = nbformat.from_dict(nb)["cells"]
     return [join_consecutive_streams(dict(c)) for c in cells]
 

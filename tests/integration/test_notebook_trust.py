@@ -85,6 +85,7 @@ def test_restart_and_recovery_are_visible_and_run_all_runs_each_cell_once(
     doc = nbformat.from_dict(nb)
     doc.cells = [c for c in doc.cells if "os._exit" not in "".join(c.source)]
     km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
-    NotebookClient(doc, km=km, timeout=60).execute()
+    # Given a manager, nbclient leaves its kernel and client running unless told.
+    NotebookClient(doc, km=km, timeout=60).execute(cleanup_kc=True)
     final = doc.cells[-1]
     assert final.outputs[0]["text"] == "runs 1\n"  # not 2: the recovered cell ran as nothing
