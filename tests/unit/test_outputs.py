@@ -22,6 +22,7 @@ from interpreter.outputs import (
     placement,
     stream_shares,
 )
+from interpreter.overwrite import OverwrittenText
 
 MESSAGES = Path(__file__).parent.parent / "messages"
 RECORDED = sorted(p.stem for p in MESSAGES.glob("*.json"))
@@ -321,3 +322,33 @@ def test_exit_restarts_and_says_state_was_lost() -> None:
     ex = Execution(id="ex_1", session_id="s", status="running")
     conclude(ex, rec, ending="done", reason=None, state_lost=False, interrupted=False, timeout_s=1)
     assert (ex.status, ex.reason, ex.state_lost, ex.error) == ("ok", "exit", True, None)
+
+
+def test_finishing_a_cell_does_not_read_its_text_through_the_redraw_rules_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker's work per cell (issue 10): each chunk's ``\\r`` and ``\\b`` are applied
+    once, as it comes. Finishing the cell joins the kept text; it used to read it through
+    the redraw rules three more times (stdout, stderr, the outputs' places), which doubled
+    the broker's CPU for a 10,000-line print."""
+    rec = ExecutionRecorder("m")
+    lines = "".join(f"line {i}\n" for i in range(10_000))
+    for name, text in (("stdout", lines), ("stderr", "careful\n")):
+        rec.feed_iopub({"header": {"msg_type": "stream"}, "content": {"name": name, "text": text}})
+        content = {"data": {"text/plain": name}, "metadata": {}}
+        rec.feed_iopub({"header": {"msg_type": "display_data"}, "content": content})
+    fed: list[int] = []
+    feed = OverwrittenText.feed
+
+    def counted(self: OverwrittenText, text: str) -> None:
+        fed.append(len(text))
+        feed(self, text)
+
+    monkeypatch.setattr(OverwrittenText, "feed", counted)
+    ex, _ = finish(capture(tmp_path, budget=1 << 20), rec)
+    assert ex.stdout == lines and ex.stderr == "careful\n"
+    assert [o.after.model_dump() if o.after else None for o in ex.outputs] == [
+        {"stdout": len(lines), "stderr": 0},
+        {"stdout": len(lines), "stderr": len("careful\n")},
+    ]
+    assert sum(fed) == 0

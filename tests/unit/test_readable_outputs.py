@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interpreter.artifacts import ArtifactStore
 from interpreter.client.charttext import chart_summary
@@ -128,6 +130,34 @@ def test_redraws_apply_across_interleaved_streams() -> None:
     rec = ExecutionRecorder("m")
     _streams(rec, [("stderr", "50%\r"), ("stdout", "x"), ("stderr", "99%")])
     assert rec.stream_text("stderr") == "99%"
+
+
+_PIECES = st.sampled_from(["ab", "xyz", "\n", "\r", "\r\n", "\x08", "q\n", "\rc"])
+_EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["stdout", "stderr"]), st.lists(_PIECES, max_size=4)),
+        st.just(("display", [])),
+    ),
+    max_size=12,
+)
+
+
+@given(_EVENTS)
+@settings(max_examples=300, deadline=None)
+def test_text_read_end_to_end_is_the_text_read_through_the_rewriting_path(
+    events: list[tuple[str, list[str]]],
+) -> None:
+    """Segments are joined end to end unless one rewrites the line another left open:
+    both ways give the same text and the same places for any mix of streams, redraws and
+    displays (the joined way is the common, cheap one)."""
+    rec = ExecutionRecorder("m")
+    for name, pieces in events:
+        if name == "display":
+            content = {"data": {"text/plain": "d"}, "metadata": {}}
+            rec.feed_iopub({"header": {"msg_type": "display_data"}, "content": content})
+        else:
+            _streams(rec, [(name, "".join(pieces))])
+    assert rec._merged() == rec._merged_rewriting()
 
 
 def test_a_tqdm_auto_bar_ends_as_its_final_text_without_a_warning(tmp_path: Path) -> None:
