@@ -19,7 +19,7 @@ from e2b_code_interpreter import Sandbox
 from tests.adversarial.conftest import KEY, Attack, Broker, RssSampler, rss_mb
 
 ADV_E2B = True
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 UPLOADS = 8
 SIZE = 40 << 20
 #: Above the baseline at the peak: the body pieces in flight, never the bodies.

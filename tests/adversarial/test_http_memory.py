@@ -24,7 +24,7 @@ import pytest
 from tests.adversarial.conftest import RssSampler, rss_mb
 from tests.conftest import KEY, OTHER_KEY, require_docker, spawn_serve, stop_serve
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 SESSIONS = 20
 UPLOAD_BYTES = 48 << 20
 FLOOD_SECONDS = 5

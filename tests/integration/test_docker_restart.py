@@ -21,7 +21,7 @@ from interpreter.backends.docker.engine import list_broker_containers, remove_co
 from interpreter.ids import broker_id_for
 from tests.conftest import KEY, REPO, require_docker, run, serve_argv, spawn_serve
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 Start = Callable[[], tuple[subprocess.Popen[str], str]]
 

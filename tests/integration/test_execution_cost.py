@@ -14,6 +14,8 @@ import json
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from tests.conftest import Server
 
 CELLS = 1000
@@ -25,6 +27,7 @@ def code_for(i: int) -> str:
     return PLOT.format(i=i) if i % 10 == 0 else f"x = {i} * 2\nx"
 
 
+@pytest.mark.slow
 def test_broker_work_per_execution_does_not_grow_with_the_session(local_server: Server) -> None:
     broker = local_server.thread.broker
     statements: Counter[str] = Counter()

@@ -42,6 +42,9 @@ NO_ENGINE = "unix:///nonexistent/docker.sock"
 SERVE_START_S = 600
 FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
 
+#: One test process runs them all (pytest-xdist): the README's service is one, on its port.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("readme")]
+
 
 @dataclass(frozen=True)
 class Block:
