@@ -42,8 +42,7 @@ NO_ENGINE = "unix:///nonexistent/docker.sock"
 SERVE_START_S = 600
 FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
 
-#: One test process runs them all (pytest-xdist): the README's service is one, on its port.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("readme")]
+pytestmark = pytest.mark.slow
 
 
 @dataclass(frozen=True)

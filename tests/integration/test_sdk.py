@@ -70,6 +70,7 @@ def test_state_survives_between_runs(session: Session) -> None:
 
 
 def test_user_error_is_data_and_raise_on_error_raises(session: Session) -> None:
+    session.run("kept = 40", raise_on_error=True)
     result = session.run("{}['missing']")
     assert result.status == "error" and result.error is not None
     assert result.error.ename == "KeyError"
@@ -78,7 +79,7 @@ def test_user_error_is_data_and_raise_on_error_raises(session: Session) -> None:
     with pytest.raises(ExecutionError) as info:
         session.run("raise ValueError('nope')", raise_on_error=True)
     assert info.value.ename == "ValueError" and info.value.evalue == "nope"
-    assert session.run("counter").text == "40"  # state from before the error is kept
+    assert session.run("kept").text == "40"  # state from before the error is kept
 
 
 def test_stream_delivers_output_before_the_end(session: Session) -> None:
@@ -172,12 +173,13 @@ def test_files_roundtrip(session: Session, tmp_path: Path) -> None:
 
 
 def test_notebook_records_the_cells(session: Session) -> None:
+    session.run("recorded = 'in the notebook'", raise_on_error=True)
     nb = session.notebook()
     assert nb["nbformat"] == 4
     sources = [
         "".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb["cells"]
     ]
-    assert "counter + 2" in sources
+    assert "recorded = 'in the notebook'" in sources
 
 
 def test_restart_recover_and_fork(client: Client) -> None:
