@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
+from .interrupts import interrupt_before_code
 from .packages import install_package_magics
 from .plotly_figure import configure_plotly
 from .widgets import FinalWidgetState
@@ -76,6 +77,8 @@ def setup(shell: InteractiveShell) -> None:
     FinalWidgetState.install(shell)
     # No pip in the image: %pip and !pip say that nothing can be installed (packages).
     install_package_magics(shell)
+    # An interrupt in IPython's callbacks before a cell's code ends the cell (interrupts).
+    interrupt_before_code(shell)
 
 
 def configure_matplotlib(shell: InteractiveShell) -> None:

@@ -32,6 +32,14 @@ ways an interrupt can leave such a call running, each seen here with ``perf`` an
    handler, no wakes are sent, so we never call that handler; if it took the wakeup fd
    over (asyncio's ``add_signal_handler`` does), no wakes are sent either, and only the
    first remedy holds.
+
+One more place lost an interrupt after the cell was announced (``execute_input``): the
+``pre_execute`` and ``pre_run_cell`` callbacks IPython runs before the cell's code. Its
+event manager catches ``KeyboardInterrupt`` from a callback, prints the traceback and goes
+on, so the code then ran to its end as if never interrupted (1 interrupt in 15 was lost so
+on a loaded machine). Here an interrupt in those callbacks ends the cell
+(:func:`interrupt_before_code`); IPython records it as the cell's error. Callbacks after
+the code (``post_execute``) keep IPython's handling: the code has run by then.
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ import signal
 import threading
 import time
 from types import FrameType
+from typing import Any
+
+from IPython.core.events import EventManager
+from IPython.core.interactiveshell import InteractiveShell
 
 #: The signal that breaks a blocking call off without doing anything else.
 WAKE_SIGNAL = signal.SIGURG
@@ -135,6 +147,37 @@ class InterruptWaker:
     @staticmethod
     def _ours() -> bool:
         return signal.getsignal(WAKE_SIGNAL) is _do_nothing
+
+
+#: The events IPython triggers after announcing a cell and before running its code.
+BEFORE_CODE = frozenset({"pre_execute", "pre_run_cell"})
+
+
+class _InterruptibleEvents(EventManager):
+    """IPython's event manager, except that ``KeyboardInterrupt`` in a callback of
+    :data:`BEFORE_CODE` propagates (IPython then ends the cell with it)."""
+
+    def trigger(self, event: str, *args: Any, **kwargs: Any) -> None:
+        if event not in BEFORE_CODE:
+            super().trigger(event, *args, **kwargs)
+            return
+        for callback in list(self.callbacks[event]):
+            try:
+                callback(*args, **kwargs)
+            except KeyboardInterrupt:
+                raise
+            except Exception:
+                # As IPython does: report the broken callback, run the cell all the same.
+                if self.print_on_error:
+                    print(f"Error in callback {callback} (for {event}):")
+                self.shell.showtraceback()
+
+
+def interrupt_before_code(shell: InteractiveShell) -> None:
+    """Let an interrupt that lands in the callbacks run before a cell's code end the cell
+    (see the module docs). Callbacks already registered stay registered."""
+    if type(shell.events) is EventManager:
+        shell.events.__class__ = _InterruptibleEvents
 
 
 def _unwatch_in_child(read_fd: int, write_fd: int) -> None:

@@ -16,7 +16,12 @@ import pytest
 from interpreter.client import AsyncClient, BadRequestError, DoneEvent, NotFoundError, StdoutEvent
 from interpreter.models import Execution
 from tests.conftest import Server, await_status, run
-from tests.integration.test_interrupts import GAP, INTO_THE_GAP, SIGINT_OPEN
+from tests.integration.test_interrupts import (
+    BEFORE_CODE_CALLBACK,
+    GAP,
+    INTO_THE_GAP,
+    SIGINT_OPEN,
+)
 
 
 def sse_events(resp: httpx.Response) -> list[tuple[float, str, Any]]:
@@ -476,6 +481,37 @@ def test_if_busy_reject_answers_at_once_with_the_running_execution(
     assert await_status(api, sid, running_id, {"interrupted"})["status"] == "interrupted"
     # Nothing was queued by the refused request.
     assert run(api, sid, "1 + 1", if_busy="reject")["outputs"][0]["data"]["text/plain"] == "2"
+
+
+def test_an_interrupt_landing_before_the_cells_code_ends_it_as_interrupted(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    """The broker interrupts once the kernel has announced the cell (execute_input). The
+    SIGINT can still land in IPython's callbacks before the code, which swallowed it: the
+    cell then ran to ``ok`` (1 in 15 under load). Held there by a callback, it ends
+    ``interrupted`` and its code never runs."""
+    sid = new_session()
+    run(api, sid, BEFORE_CODE_CALLBACK.format(event="pre_execute"))
+    run(api, sid, "armed.append(1)")
+    with api.stream(
+        "POST",
+        f"/v1/sessions/{sid}/execute",
+        json={"code": "print('the code ran', flush=True); time.sleep(600)"},
+    ) as resp:
+        eid = resp.headers["X-Execution-Id"]
+        deadline = time.monotonic() + 60
+        while (
+            "in the callback"
+            not in api.get(f"/v1/sessions/{sid}/executions/{eid}").json()["stdout"]
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        interrupted = api.post(f"/v1/sessions/{sid}/interrupt", params={"execution_id": eid})
+        assert interrupted.status_code == 200, interrupted.text
+    ended = await_status(api, sid, eid, {"interrupted", "ok", "error"})
+    assert ended["status"] == "interrupted", ended
+    assert ended["stdout"] == "in the callback\n", ended
+    assert run(api, sid, "6 * 7")["outputs"][0]["data"]["text/plain"] == "42"
 
 
 def test_a_requested_restart_ends_the_running_cell_once(

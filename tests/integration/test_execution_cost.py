@@ -5,18 +5,25 @@ One session on the local backend runs 1,000 cells through the HTTP API, a matplo
 every 10th. Over cells 1-50 and cells 951-1000 the test counts, at the message level, what
 the broker does per execution: SQLite statements and transactions (the store's trace
 callback) and bytes of notebook JSON serialised. Counts, not clocks: nothing here depends
-on the machine's speed or load.
+on the machine's speed or load. The broker is this test's own: the store's trace sees
+every statement of the broker, and one shared with other tests could be finishing their
+work (a pytest-xdist run once counted one INSERT and four SELECTs too many in the first
+window).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Server
+from tests.conftest import Server, start_server
 
 CELLS = 1000
 WINDOW = 50
@@ -25,6 +32,17 @@ PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [{i}, 1, 2])\nplt.s
 
 def code_for(i: int) -> str:
     return PLOT.format(i=i) if i % 10 == 0 else f"x = {i} * 2\nx"
+
+
+@pytest.fixture
+def local_server() -> Iterator[Server]:
+    """A local-backend broker that serves this test alone (a short data directory, as the
+    shared ones have: its kernels use unix sockets)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="interp-cost-"))
+    srv = start_server("local", data_dir)
+    yield srv
+    srv.thread.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -271,3 +271,57 @@ async def test_an_interrupt_between_cells_is_acknowledged_and_harmless(kernel: A
     for _ in range(5):
         assert await send_interrupt(kernel)
     assert await result_of(kernel, "y * 6") == "42"
+
+
+#: A callback IPython runs before the cell's code (``event``); once armed, it holds the
+#: next cell there (printing a marker first) as a slow callback would.
+BEFORE_CODE_CALLBACK = """
+import time
+armed = []
+def hold_before_code(*args):
+    if armed:
+        armed.clear()
+        print('in the callback', flush=True)
+        time.sleep(600)
+get_ipython().events.register({event!r}, hold_before_code)
+"""
+
+
+async def stream_text(kc: Any, msg_id: str) -> str:
+    msg = await until(kc, msg_id, "stream")
+    text: str = msg["content"]["text"]
+    return text
+
+
+@pytest.mark.parametrize("event", ["pre_execute", "pre_run_cell"])
+async def test_an_interrupt_in_a_callback_before_the_cells_code_ends_the_cell(
+    kernel: Any, event: str
+) -> None:
+    """IPython catches ``KeyboardInterrupt`` from event callbacks and goes on: the cell's
+    code then ran to its end as if never interrupted (1 in 15 under load, where the
+    broker's SIGINT came just after ``execute_input``). The interrupt ends the cell."""
+    await result_of(kernel, BEFORE_CODE_CALLBACK.format(event=event))
+    await result_of(kernel, "armed.append(1)")
+    cell = kernel.execute("print('the code ran', flush=True); time.sleep(600)", stop_on_error=False)
+    assert await stream_text(kernel, cell) == "in the callback\n"
+    assert await send_interrupt(kernel)
+    reply = await reply_to(kernel, cell)  # both sleeps last 600 s
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    status = await until(kernel, cell, "status")
+    assert status["content"]["execution_state"] == "idle"
+    # The code never ran, and the kernel goes on.
+    assert await result_of(kernel, "armed.append(1) or 'the code ran' not in _ih[-2]") == "True"
+
+
+async def test_a_callback_before_the_cells_code_that_fails_still_lets_the_code_run(
+    kernel: Any,
+) -> None:
+    """Other errors in those callbacks keep IPython's handling: reported, and the cell runs."""
+    await result_of(
+        kernel,
+        "def broken(*args):\n"
+        "    raise ValueError('broken callback')\n"
+        "get_ipython().events.register('pre_execute', broken)",
+    )
+    assert await result_of(kernel, "6 * 7") == "42"
+    await result_of(kernel, "get_ipython().events.unregister('pre_execute', broken)")
