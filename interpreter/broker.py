@@ -100,6 +100,9 @@ class SessionBroker:
         self._drained: asyncio.Future[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        #: Sessions out of ``live`` whose close is under way: their notebook file may still
+        #: lack cells its in-memory notebook holds (saves are paced) until the close flushes.
+        self._closing_sessions: dict[str, LiveSession] = {}
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
         #: The policy stage; without a policy file it allows everything.
         self.policy = PolicyGate(None)
@@ -406,7 +409,7 @@ class SessionBroker:
         if req.from_session:
             record = await self._record(owner, req.from_session)
             session_dir = self.settings.session_dir(record.id)
-            live = self.live.get(record.id)
+            live = self._with_notebook(owner, record.id)
             if live is not None:
                 await live.notebook.flush()
             nb = await asyncio.to_thread(_read_json, session_dir / NOTEBOOK_NAME)
@@ -524,11 +527,25 @@ class SessionBroker:
         # Recorded first: once the session leaves `live`, readers answer from the store.
         await self.writer.run(partial(self.store.close_session, session.id, reason))
         self.live.pop(session.id, None)
+        self._closing_sessions[session.id] = session
         self.metrics.sessions_closed.labels(reason).inc()
         task = asyncio.create_task(session.close(reason=reason), name=f"close-{session.id}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+        task.add_done_callback(lambda _: self._closed(session))
         await asyncio.shield(task)
+
+    def _closed(self, session: LiveSession) -> None:
+        if self._closing_sessions.get(session.id) is session:
+            del self._closing_sessions[session.id]
+
+    def _with_notebook(self, owner: str, session_id: str) -> LiveSession | None:
+        """The live or closing session whose in-memory notebook is the session's current
+        one (the file may lag behind it until the close has flushed it), if any."""
+        session = self.live.get(session_id) or self._closing_sessions.get(session_id)
+        if session is not None and session.owner == owner:
+            return session
+        return None
 
     # ---------------------------------------------------------------- execution
 
@@ -754,7 +771,7 @@ class SessionBroker:
         return Workspace.read_only(path, refusal(session_id, record.closed_reason or "stopped"))
 
     async def notebook_json(self, owner: str, session_id: str) -> str:
-        live = self._live(owner, session_id)
+        live = self._with_notebook(owner, session_id)
         if live is not None:
             return await live.notebook.to_json()
         await self._record(owner, session_id)
