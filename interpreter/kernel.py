@@ -457,9 +457,9 @@ class Kernel:
         assert self.km is not None
         if self._ctx is None:
             ctx = zmq.asyncio.Context()
-            # Hold few messages here: under a flood the rest wait in the kernel's send queue
-            # (its high-water mark is unlimited, so nothing is dropped), which the kernel's
-            # own memory limit bounds, instead of in the broker's memory (issue 12).
+            # Hold few messages here: under a flood the rest wait in the kernel, whose send
+            # queue then holds the printing code up rather than drop or pile up messages
+            # (interpreter_kernel.backpressure), not in the broker's memory (issue 12).
             ctx.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
             ctx.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             ctx.setsockopt(zmq.LINGER, 0)

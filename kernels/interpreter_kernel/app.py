@@ -3,7 +3,8 @@
 Run as ``python -m interpreter_kernel -f {connection_file}`` (both kernelspecs do). Compared
 with a stock ipykernel, the kernel:
 
-* never drops IOPub messages under a flood (send high-water mark 0, unlimited);
+* never drops IOPub messages under a flood, and never piles them up in its memory either:
+  output waits while the broker is behind (:mod:`interpreter_kernel.backpressure`);
 * runs no IPython profile startup files, config files or ``PYTHONSTARTUP`` that user code
   could have planted in the writable home or workspace: IPython gets a fresh, empty
   ``IPYTHONDIR`` of its own each start (:mod:`interpreter_kernel.ipythondir`), whatever
@@ -30,9 +31,10 @@ from typing import Any
 
 import zmq
 from ipykernel.kernelapp import IPKernelApp
-from traitlets import Type
+from traitlets import DottedObjectName, Type
 from traitlets.config import Config
 
+from .backpressure import restore_options, waiting_iopub_options
 from .configure import setup
 from .interrupts import block_sigint, install_wake
 from .ipythondir import private_ipython_dir
@@ -55,19 +57,26 @@ class InterpreterKernelApp(IPKernelApp):
         help="The kernel class; the default one refuses interactive input.",
     ).tag(config=True)
 
+    outstream_class = DottedObjectName(
+        "interpreter_kernel.backpressure.BoundedOutStream",
+        help="The class of sys.stdout and sys.stderr: ipykernel's, waiting while the broker "
+        "is behind.",
+    ).tag(config=True)
+
     def init_iopub(self, context: zmq.Context[Any]) -> None:
-        """Create the IOPub socket with no send high-water mark.
+        """Create the IOPub socket: it drops no message, and waits when its reader is behind.
 
         At the default mark (1000 messages) a PUB socket silently drops whatever a slow
         subscriber has not taken yet, which would lose output lines and even the final
-        ``status: idle``. The option goes on the context as a default because it must be in
-        place before ``bind``: libzmq copies a socket's options into its listener when it
-        binds, so setting it on the socket afterwards would not reach the broker's
-        connection. Sockets created before this point (shell, stdin, control) keep the
-        default.
+        ``status: idle``; with no mark at all the unread messages fill the kernel's memory
+        (:mod:`interpreter_kernel.backpressure`). Sockets created before this point (shell,
+        stdin, control) keep the default mark; those created after it have none.
         """
-        context.setsockopt(zmq.SNDHWM, 0)
-        super().init_iopub(context)  # type: ignore[no-untyped-call]
+        earlier = waiting_iopub_options(context)
+        try:
+            super().init_iopub(context)  # type: ignore[no-untyped-call]
+        finally:
+            restore_options(context, earlier)
 
     def init_signal(self) -> None:
         """ipykernel's SIGINT setup, and the handler of the signal that wakes the main

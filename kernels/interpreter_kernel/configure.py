@@ -18,6 +18,7 @@ from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
 from .interrupts import interrupt_before_code
+from .output_history import forget_outputs
 from .packages import install_package_magics
 from .plotly_figure import configure_plotly
 from .widgets import FinalWidgetState
@@ -57,8 +58,9 @@ def setup(shell: InteractiveShell) -> None:
     Tracebacks lose their ANSI colours, DataFrames/Series and matplotlib Figures gain the
     structured MIME types of :mod:`interpreter_kernel.mime`, the inline matplotlib backend
     renders PNGs at :data:`FIGURE_DPI` and closes figures after each cell, and pandas gets
-    :data:`PANDAS_OPTIONS` once it is imported, and where pip is missing ``%pip`` and
-    ``!pip`` say that nothing can be installed. Safe to call more than once.
+    :data:`PANDAS_OPTIONS` once it is imported, where pip is missing ``%pip`` and
+    ``!pip`` say that nothing can be installed, and IPython's history keeps no copy of the
+    cells' outputs. Safe to call more than once.
 
     Called from the kernel launcher once the shell exists, before any user code runs.
 
@@ -79,6 +81,8 @@ def setup(shell: InteractiveShell) -> None:
     install_package_magics(shell)
     # An interrupt in IPython's callbacks before a cell's code ends the cell (interrupts).
     interrupt_before_code(shell)
+    # IPython's history keeps no copy of each cell's output (output_history).
+    forget_outputs(shell)
 
 
 def configure_matplotlib(shell: InteractiveShell) -> None:

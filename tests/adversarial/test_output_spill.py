@@ -207,6 +207,28 @@ def test_a_timeout_mid_flood_ends_with_its_artifact_and_no_spill_file(
     assert run(api, sid, "print('next')")["stdout"] == "next\n"
 
 
+#: Kernel code printing the kernel's resident memory in MiB.
+KERNEL_RSS = (
+    "print(next(int(l.split()[1]) for l in open('/proc/self/status') "
+    "if l.startswith('VmRSS:')) // 1024)"
+)
+
+
+def test_what_a_session_printed_does_not_stay_in_its_kernels_memory(
+    session: tuple[httpx.Client, str],
+) -> None:
+    """A cell that printed 100 MB leaves its kernel no larger. IPython 9 kept every string
+    a cell wrote for the kernel's lifetime, so a session's kernel grew by all it had
+    printed, and an endless print loop had its container killed for memory in seconds."""
+    api, sid = session
+    assert run(api, sid, flood(50_000))["status"] == "ok"
+    before = int(run(api, sid, KERNEL_RSS)["stdout"])
+    result = run(api, sid, flood(1_000_000))
+    assert result["status"] == "ok" and result["truncated"]
+    after = int(run(api, sid, KERNEL_RSS)["stdout"])
+    assert after - before < 40, (before, after)
+
+
 def test_a_kernel_that_dies_mid_spill_ends_with_its_artifact_and_no_spill_file(
     spilling: Server, session: tuple[httpx.Client, str]
 ) -> None:

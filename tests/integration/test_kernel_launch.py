@@ -27,6 +27,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from interpreter.backends.base import BASE_KERNEL_ENV
+from interpreter.kernel import send_interrupt
 from interpreter_kernel.ipythondir import PREFIX, remove_stale
 from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
 from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
@@ -117,8 +118,11 @@ def plant_startup_files(home: Path, marker: Path) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def start_kernel(root: Path, extra_env: dict[str, str]) -> AsyncIterator[Kernel]:
-    """Start a kernel whose home and working directory is ``root / "home"``."""
+async def start_kernel(
+    root: Path, extra_env: dict[str, str], *, receive_queue: int = 0
+) -> AsyncIterator[Kernel]:
+    """Start a kernel whose home and working directory is ``root / "home"``; its client
+    holds ``receive_queue`` messages at most (0: no limit, as the broker's reader)."""
     home = root / "home"
     home.mkdir(parents=True, exist_ok=True)
     env = dict(BASE_KERNEL_ENV)
@@ -128,9 +132,8 @@ async def start_kernel(root: Path, extra_env: dict[str, str]) -> AsyncIterator[K
     specs = KernelSpecManager(kernel_dirs=[str(kernelspec_without_provisioner(root / "specs"))])
     manager = AsyncKernelManager(kernel_spec_manager=specs, kernel_name="python3")
     await manager.start_kernel(env=env, cwd=str(home))
-    # The broker reads IOPub with no receive high-water mark; so does this client.
     context = zmq.asyncio.Context()
-    context.setsockopt(zmq.RCVHWM, 0)
+    context.setsockopt(zmq.RCVHWM, receive_queue)
     client = manager.client(context=context)
     client.start_channels()
     try:
@@ -288,46 +291,134 @@ async def test_iopub_flood_arrives_complete_and_in_order(kernel: Kernel) -> None
     assert run.messages[-1]["content"]["execution_state"] == "idle"
 
 
-async def test_iopub_send_high_water_mark_is_unlimited(kernel: Kernel) -> None:
-    run = await kernel.run(
-        "import zmq\nprint(get_ipython().kernel.iopub_thread.socket.getsockopt(zmq.SNDHWM))"
+#: A flood that a reader which stops reading must hold up: 200 blocks of 1 MiB of stdout.
+FLOOD_BLOCKS = 200
+BLOCK_CHARS = 1 << 20
+
+
+def flood_code(how: str) -> str:
+    """Code printing :data:`FLOOD_BLOCKS` numbered blocks, noting in the file ``progress``
+    the block it is on (``done`` at the end). ``flushed``: each block is one write and a
+    flush; ``unflushed``: each is 1,024 ``print`` calls of 1 KiB and no flush at all."""
+    if how == "flushed":
+        write = f"    sys.stdout.write(f'{{i:06d}}' + '.' * {BLOCK_CHARS - 7} + '\\n')\n"
+        write += "    sys.stdout.flush()\n"
+    else:
+        write = "    for j in range(1024):\n"
+        write += "        print(f'{i:06d}{j:04d}' + '.' * 1012)\n"
+    return (
+        "import pathlib, sys\n"
+        "progress = pathlib.Path('progress')\n"
+        f"for i in range({FLOOD_BLOCKS}):\n"
+        "    progress.write_text(str(i))\n" + write + "progress.write_text('done')\n"
     )
-    assert run.stdout.strip() == "0"
 
 
-async def test_slow_reader_loses_nothing(kernel: Kernel) -> None:
-    """A subscriber that stops reading during a flood still gets every message.
+def read_progress(progress: Path) -> str:
+    return progress.read_text() if progress.exists() else ""
 
-    The client keeps the default receive high-water mark here and reads IOPub only after the
-    kernel has finished: everything then waits in the kernel's send queue. A stock ipykernel
-    (send mark 1000) drops part of it, usually including the final ``idle``.
+
+async def until_held(progress: Path) -> str:
+    """The flood's progress once it has stopped moving for 3 s (or reached its end)."""
+    last, still_since = "", time.monotonic()
+    async with asyncio.timeout(120):
+        while True:
+            now = await asyncio.to_thread(read_progress, progress)
+            if now == "done":
+                return now
+            if now != last:
+                last, still_since = now, time.monotonic()
+            elif now and time.monotonic() - still_since >= 3:
+                return now
+            await asyncio.sleep(0.1)
+
+
+def flood_line(how: str, n: int) -> str:
+    """Line ``n`` of :func:`flood_code`, without its newline."""
+    if how == "flushed":
+        return f"{n:06d}" + "." * (BLOCK_CHARS - 7)
+    return f"{n // 1024:06d}{n % 1024:04d}" + "." * 1012
+
+
+@pytest.mark.parametrize("how", ["flushed", "unflushed"])
+@pytest.mark.parametrize("then", ["read", "interrupt"])
+async def test_a_reader_that_stops_holds_the_flood_up_and_loses_nothing(
+    tmp_path: Path, how: str, then: str
+) -> None:
+    """A subscriber that stops reading holds a flood up in the kernel, which then neither
+    drops a message nor keeps what was not read in its memory; reading again lets the cell
+    go on, and an interrupt ends it while held.
+
+    Before the kernel waited for its reader, its send queue had no limit: here all 200 MiB
+    were queued in the kernel (``progress`` read ``done``), and in a container with a memory
+    limit the kernel was killed. With ipykernel's stock mark (1000 messages) part of the
+    output, often the final ``idle``, was dropped instead.
     """
-    context = zmq.asyncio.Context()
-    context.setsockopt(zmq.RCVHWM, 10)
-    client = kernel.manager.client(context=context)
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=30)
-        lines = 2000
-        msg_id = client.execute(
-            f"for i in range({lines}):\n    print(str(i).ljust(4000, '.'), flush=True)"
-        )
-        async with asyncio.timeout(60):
-            while (await client.get_shell_msg())["parent_header"].get("msg_id") != msg_id:
-                pass
-            received: list[str] = []
+    # The kernel's only subscriber holds 10 messages (a reader with no limit would take
+    # the whole flood into this process and hold nothing up).
+    async with start_kernel(tmp_path, {}, receive_queue=10) as kernel:
+        client = kernel.client
+        progress = kernel.home / "progress"
+        msg_id = client.execute(flood_code(how), stop_on_error=False)
+        held = await until_held(progress)
+        # Held well before its end: 16 messages wait in the kernel's queue, 10 in the
+        # client's, a few more in the socket buffers between them.
+        assert held != "done" and int(held) < FLOOD_BLOCKS // 2, held
+        if then == "interrupt":
+            assert await send_interrupt(client)
+        text: list[str] = []
+        async with asyncio.timeout(120):
             while True:
                 msg = await client.get_iopub_msg()
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 if msg["msg_type"] == "stream":
-                    received += [line.rstrip(".") for line in msg["content"]["text"].split()]
+                    assert msg["content"]["name"] == "stdout"
+                    text.append(msg["content"]["text"])
                 if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                     break
-        assert received == [str(i) for i in range(lines)]
-    finally:
-        client.stop_channels()
-        context.term()
+            reply = await client.get_shell_msg()
+            while reply["parent_header"].get("msg_id") != msg_id:
+                reply = await client.get_shell_msg()
+        *lines, tail = "".join(text).split("\n")
+        # In order, none missing, none cut.
+        assert lines == [flood_line(how, n) for n in range(len(lines))]
+        if then == "read":
+            assert reply["content"]["status"] == "ok"
+            assert (len(lines), tail) == (FLOOD_BLOCKS * (1 if how == "flushed" else 1024), "")
+            assert await asyncio.to_thread(read_progress, progress) == "done"
+        else:
+            assert reply["content"]["ename"] == "KeyboardInterrupt"
+            assert flood_line(how, len(lines)).startswith(tail)
+            assert await asyncio.to_thread(read_progress, progress) != "done"
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+async def test_the_kernel_keeps_no_copy_of_what_its_cells_printed(kernel: Kernel) -> None:
+    """100 MiB printed leave the kernel no larger: IPython 9's history kept every string a
+    cell wrote for the kernel's lifetime (``HistoryManager.outputs``), so the kernel grew by
+    all it had printed (measured: 50 MB before, 150 MB after this cell), and a loop that
+    printed without end had its container killed for memory however fast the output was read.
+    """
+    pid = kernel.manager.provisioner.pid
+    await kernel.run("import sys\nfor i in range(3):\n    sys.stdout.write('w' * (1 << 20))")
+    before = await asyncio.to_thread(rss_mb, pid)
+    run = await kernel.run(
+        "import sys\nfor i in range(100):\n    sys.stdout.write(str(i) + 'x' * (1 << 20))\n"
+        "    sys.stdout.flush()",
+        limit_s=120,
+    )
+    assert len(run.stdout) > 100 << 20
+    after = await asyncio.to_thread(rss_mb, pid)
+    assert after - before < 40, (before, after)
+    run = await kernel.run("print(len(get_ipython().history_manager.outputs))")
+    assert run.stdout == "0\n"
 
 
 async def test_safe_path_keeps_workspace_modules_importable_but_not_shadowing(
