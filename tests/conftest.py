@@ -98,6 +98,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("server") == "docker":
             item.add_marker(pytest.mark.docker)
+    # Files with a slow test go first, each kept whole (its module fixtures are set up
+    # once): under pytest-xdist a long test taken up last keeps one process busy after
+    # the others are done.
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 @dataclass
