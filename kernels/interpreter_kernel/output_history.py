@@ -2,14 +2,15 @@
 
 IPython 9 records the output of every cell in ``HistoryManager.outputs``, for
 ``%history -o``: each piece of text the code writes to stdout or stderr (the very strings
-it wrote), and each result's formatted data. Nothing ever removes them while the kernel
-runs, so a kernel's memory grew by everything its cells had printed: a cell that printed
-100 MiB left the kernel 100 MiB larger once it was done, and a loop printing without end
-had its container killed for memory within seconds, however fast the broker read the
-output. The broker keeps every output in the session's notebook; the kernel need not.
+it wrote), and each result's formatted data; and each failed cell's formatted traceback in
+``HistoryManager.exceptions``. Nothing ever removes them while the kernel runs, so a
+kernel's memory grew by everything its cells had printed: a cell that printed 100 MiB left
+the kernel 100 MiB larger once it was done, and a loop printing without end had its
+container killed for memory within seconds, however fast the broker read the output. The
+broker keeps every output in the session's notebook; the kernel need not.
 
-:func:`forget_outputs` gives the history manager a mapping that stores nothing; IPython
-writes into it as before, and ``%history -o`` shows the inputs without their outputs.
+:func:`forget_outputs` gives the history manager mappings that store nothing; IPython
+writes into them as before, and ``%history -o`` shows the inputs without their outputs.
 """
 
 from __future__ import annotations
@@ -19,22 +20,23 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 
 
-class ForgottenOutputs(dict[int, list[Any]]):
+class ForgottenOutputs(dict[int, Any]):
     """A mapping from cells to their outputs that keeps none: looking a cell up gives a
     fresh empty list each time, and nothing put in is stored."""
 
     def __missing__(self, key: int) -> list[Any]:
         return []
 
-    def __setitem__(self, key: int, value: list[Any]) -> None:
+    def __setitem__(self, key: int, value: Any) -> None:
         pass
 
-    def setdefault(self, key: int, default: list[Any] | None = None) -> list[Any]:
+    def setdefault(self, key: int, default: Any = None) -> Any:
         return [] if default is None else default
 
 
 def forget_outputs(shell: InteractiveShell) -> None:
-    """Stop ``shell``'s history manager keeping the outputs of its cells."""
+    """Stop ``shell``'s history manager keeping the outputs and tracebacks of its cells."""
     manager = getattr(shell, "history_manager", None)
-    if manager is not None and hasattr(manager, "outputs"):
-        manager.outputs = ForgottenOutputs()
+    for kept in ("outputs", "exceptions"):
+        if manager is not None and hasattr(manager, kept):
+            setattr(manager, kept, ForgottenOutputs())

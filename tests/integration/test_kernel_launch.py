@@ -417,8 +417,12 @@ async def test_the_kernel_keeps_no_copy_of_what_its_cells_printed(kernel: Kernel
     assert len(run.stdout) > 100 << 20
     after = await asyncio.to_thread(rss_mb, pid)
     assert after - before < 40, (before, after)
-    run = await kernel.run("print(len(get_ipython().history_manager.outputs))")
-    assert run.stdout == "0\n"
+    await kernel.run("1 / 0")
+    run = await kernel.run(
+        "history = get_ipython().history_manager\n"
+        "print(len(history.outputs), len(history.exceptions))"
+    )
+    assert run.stdout == "0 0\n"
 
 
 async def test_safe_path_keeps_workspace_modules_importable_but_not_shadowing(
