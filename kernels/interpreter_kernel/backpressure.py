@@ -17,9 +17,12 @@ So the output waits instead, in two places:
   so the code printing is held up while the socket is. A stock stream only ever appends to
   its buffer between the periodic flushes.
 
-A cell's code held up this way still takes an interrupt: the wait is an interruptible
-``threading.Event.wait`` in the main thread. Messages other than stream text (displays,
-status) never wait; they are few and each sized by the code that makes it.
+A display waits as well, from any thread: publishing one flushes the streams first, and
+that flush waits for the IOPub thread to get through what was queued before it. A cell's
+code held up this way still takes an interrupt: the wait is an interruptible
+``threading.Event.wait`` in the main thread. Messages sent by other paths (status, the
+comm messages of widgets) never wait; they are few, or each sized by the code that makes
+it.
 """
 
 from __future__ import annotations

@@ -393,6 +393,46 @@ async def test_a_reader_that_stops_holds_the_flood_up_and_loses_nothing(
             assert await asyncio.to_thread(read_progress, progress) != "done"
 
 
+DISPLAYS = 200
+DISPLAY_FLOOD = """
+import pathlib, threading
+from IPython.display import display
+progress = pathlib.Path('progress')
+def flood():
+    for i in range({count}):
+        progress.write_text(str(i))
+        display({{'text/plain': f'{{i:04d}}' + 'x' * 500_000}}, raw=True)
+    progress.write_text('done')
+{run}
+"""
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+async def test_a_reader_that_stops_holds_displays_up_too(tmp_path: Path, where: str) -> None:
+    """Displays wait for a reader that stops as text does (each display flushes the
+    streams first, and that flush waits for the IOPub thread), from the main thread and
+    from another one; none is lost."""
+    run = (
+        "flood()" if where == "main" else "t = threading.Thread(target=flood); t.start(); t.join()"
+    )
+    async with start_kernel(tmp_path, {}, receive_queue=10) as kernel:
+        client = kernel.client
+        msg_id = client.execute(DISPLAY_FLOOD.format(count=DISPLAYS, run=run))
+        held = await until_held(kernel.home / "progress")
+        assert held != "done" and int(held) < DISPLAYS // 2, held
+        shown: list[str] = []
+        async with asyncio.timeout(120):
+            while True:
+                msg = await client.get_iopub_msg()
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "display_data":
+                    shown.append(msg["content"]["data"]["text/plain"])
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+        assert shown == [f"{i:04d}" + "x" * 500_000 for i in range(DISPLAYS)]
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
