@@ -3,9 +3,9 @@
 The broker must never lose a line, so the IOPub socket may not drop messages at its
 high-water mark, as a stock PUB socket does. Queued without a limit, though, a cell that
 prints faster than the broker reads fills the kernel's memory with messages nobody has
-read yet: an endless ``print`` loop on a busy machine had its container killed for memory
-in about 3 seconds (reproduced 3 runs in 4 with the cores loaded), and the session lost its
-state for a loop that an interrupt would have ended.
+read yet: with a reader that had stopped, a 200 MiB flood was queued in the kernel whole
+(``tests/integration/test_kernel_launch.py``), and a container's memory limit ends that
+with the kernel killed and the session's state lost.
 
 So the output waits instead, in two places:
 
@@ -62,7 +62,8 @@ def restore_options(context: zmq.Context[Any], earlier: Mapping[int, Any]) -> No
     """Put back the context's default socket options saved by :func:`waiting_iopub_options`.
 
     Sockets the kernel creates later (the IOPub thread's per-thread wake-up pipes) keep no
-    send limit: a full wake-up pipe would block the control thread, and with it interrupts.
+    send limit, as they had before: a wake-up pipe that filled up would block whichever
+    thread hands the IOPub thread work, the control thread included.
     """
     context.sockopts.clear()
     context.sockopts.update(earlier)
