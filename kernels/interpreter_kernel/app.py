@@ -17,6 +17,8 @@ with a stock ipykernel, the kernel:
 * prints no console banner, keeps no on-disk input history;
 * sends any text user code writes, lone surrogates and invalid UTF-8 included (as U+FFFD),
   instead of losing the rest of the cell's output (:mod:`interpreter_kernel.textsafe`);
+* starts without ipykernel's debugger, which neither kernelspec offers
+  (:mod:`interpreter_kernel.nodebugger`);
 * calls :func:`interpreter_kernel.configure.setup` on its shell before any user code runs;
 * ends itself when no broker has looked after it for a while, if asked to
   (:mod:`interpreter_kernel.watchdog`).
@@ -39,6 +41,7 @@ from .configure import setup
 from .interrupts import block_sigint, install_wake
 from .ipythondir import private_ipython_dir
 from .kernel import InterpreterKernel
+from .nodebugger import debugger_hidden
 from .textsafe import install
 from .watchdog import start_from_environment
 
@@ -86,8 +89,10 @@ class InterpreterKernelApp(IPKernelApp):
 
     def init_kernel(self) -> None:
         """ipykernel's kernel, which then starts waking its main thread after a SIGINT
-        (:mod:`interpreter_kernel.interrupts`)."""
-        super().init_kernel()  # type: ignore[no-untyped-call]
+        (:mod:`interpreter_kernel.interrupts`); made without the debugger
+        (:mod:`interpreter_kernel.nodebugger`)."""
+        with debugger_hidden():
+            super().init_kernel()  # type: ignore[no-untyped-call]
         kernel = self.kernel
         if isinstance(kernel, InterpreterKernel):
             kernel.watch_interrupts()

@@ -284,6 +284,28 @@ async def test_planted_startup_files_never_run(kernel: Kernel) -> None:
     assert not Path(ipython_dir).is_relative_to(kernel.home)
 
 
+async def test_the_kernel_starts_without_the_debugger_no_kernelspec_offers(
+    kernel: Kernel,
+) -> None:
+    """ipykernel imports debugpy while it makes the kernel whenever it is installed (about
+    120 ms of each start and 8 MB of memory); neither kernelspec offers a debugger."""
+    for name in ("python3", "python3-docker"):
+        spec = json.loads((REPO / "kernels" / name / "kernel.json").read_text())
+        assert spec["metadata"]["debugger"] is False
+    info = await kernel.client.kernel_info(reply=True, timeout=30)
+    assert "debugger" not in info["content"]["supported_features"]
+    loaded = await kernel.run(
+        "import sys\n"
+        "print(sorted(m for m in sys.modules if m.partition('.')[0] in"
+        " ('debugpy', 'pydevd', '_pydevd_bundle', '_pydev_bundle')))"
+    )
+    assert loaded.stdout.strip() == "[]"
+    # Hidden only while the kernel was made: a cell can still import it.
+    imported = await kernel.run("import debugpy\nprint(debugpy.__name__)")
+    assert imported.reply["content"]["status"] == "ok", imported.messages
+    assert imported.stdout.strip() == "debugpy"
+
+
 async def test_iopub_flood_arrives_complete_and_in_order(kernel: Kernel) -> None:
     run = await kernel.run("for i in range(10_000):\n    print(i, flush=True)", limit_s=120)
     assert run.reply["content"]["status"] == "ok"
