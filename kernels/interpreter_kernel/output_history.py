@@ -2,12 +2,14 @@
 
 IPython 9 records the output of every cell in ``HistoryManager.outputs``, for
 ``%history -o``: each piece of text the code writes to stdout or stderr (the very strings
-it wrote), and each result's formatted data; and each failed cell's formatted traceback in
-``HistoryManager.exceptions``. Nothing ever removes them while the kernel runs, so a
-kernel's memory grew by everything its cells had printed: a cell that printed 100 MiB left
-the kernel 100 MiB larger once it was done, and a loop printing without end had its
-container killed for memory within seconds, however fast the broker read the output. The
-broker keeps every output in the session's notebook; the kernel need not.
+it wrote), and each result's formatted data. It keeps each result's text again in
+``HistoryManager.output_hist_reprs`` (not truncated: a long string's is as long) and each
+failed cell's formatted traceback in ``HistoryManager.exceptions``. Nothing ever removes
+them while the kernel runs, so a kernel's memory grew by everything its cells had printed:
+a cell that printed 100 MiB left the kernel 100 MiB larger once it was done, and a loop
+printing without end had its container killed for memory within seconds, however fast the
+broker read the output. The broker keeps every output in the session's notebook; the
+kernel need not.
 
 :func:`forget_outputs` gives the history manager mappings that store nothing; IPython
 writes into them as before, and ``%history -o`` shows the inputs without their outputs.
@@ -50,7 +52,7 @@ def forget_outputs(shell: InteractiveShell) -> None:
     """Stop ``shell``'s history manager keeping the outputs and tracebacks of its cells,
     and ``shell`` copying each write of a cell into it."""
     manager = getattr(shell, "history_manager", None)
-    for kept in ("outputs", "exceptions"):
+    for kept in ("outputs", "exceptions", "output_hist_reprs"):
         if manager is not None and hasattr(manager, kept):
             setattr(manager, kept, ForgottenOutputs())
     if hasattr(shell, "_tee"):

@@ -480,11 +480,12 @@ async def test_the_kernel_keeps_no_copy_of_what_its_cells_printed(kernel: Kernel
     after = await asyncio.to_thread(rss_mb, pid)
     assert after - before < 40, (before, after)
     await kernel.run("1 / 0")
+    await kernel.run("'a result, whose text IPython kept as well'")
     run = await kernel.run(
         "history = get_ipython().history_manager\n"
-        "print(len(history.outputs), len(history.exceptions))"
+        "print(len(history.outputs), len(history.exceptions), len(history.output_hist_reprs))"
     )
-    assert run.stdout == "0 0\n"
+    assert run.stdout == "0 0 0\n"
 
 
 async def test_safe_path_keeps_workspace_modules_importable_but_not_shadowing(
