@@ -40,6 +40,17 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran'); planted = True\n"
 
 
+async def until_idle(client: Any, msg_id: str) -> AsyncIterator[dict[str, Any]]:
+    """The IOPub messages of request ``msg_id`` as they come, its final ``idle`` last."""
+    while True:
+        msg = await client.get_iopub_msg()
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        yield msg
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return
+
+
 @dataclass
 class Run:
     """Everything one execute request produced."""
@@ -77,13 +88,7 @@ class Kernel:
         msg_id = self.client.execute(code, allow_stdin=False, stop_on_error=False)
         run = Run(reply={})
         async with asyncio.timeout(limit_s):
-            while True:
-                msg = await self.client.get_iopub_msg()
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                run.messages.append(msg)
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    break
+            run.messages = [msg async for msg in until_idle(self.client, msg_id)]
             while not run.reply:
                 reply = await self.client.get_shell_msg()
                 if reply["parent_header"].get("msg_id") == msg_id:
@@ -390,15 +395,10 @@ async def test_a_reader_that_stops_holds_the_flood_up_and_loses_nothing(
             assert await send_interrupt(client)
         text: list[str] = []
         async with asyncio.timeout(120):
-            while True:
-                msg = await client.get_iopub_msg()
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
+            async for msg in until_idle(client, msg_id):
                 if msg["msg_type"] == "stream":
                     assert msg["content"]["name"] == "stdout"
                     text.append(msg["content"]["text"])
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    break
             reply = await client.get_shell_msg()
             while reply["parent_header"].get("msg_id") != msg_id:
                 reply = await client.get_shell_msg()
@@ -444,14 +444,9 @@ async def test_a_reader_that_stops_holds_displays_up_too(tmp_path: Path, where: 
         assert held != "done" and int(held) < DISPLAYS // 2, held
         shown: list[str] = []
         async with asyncio.timeout(120):
-            while True:
-                msg = await client.get_iopub_msg()
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
+            async for msg in until_idle(client, msg_id):
                 if msg["msg_type"] == "display_data":
                     shown.append(msg["content"]["data"]["text/plain"])
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    break
         assert shown == [f"{i:04d}" + "x" * 500_000 for i in range(DISPLAYS)]
 
 
