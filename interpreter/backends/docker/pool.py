@@ -11,8 +11,8 @@ ends; it is never returned to the pool. Its labels cannot change after creation,
 pooled container keeps ``org.interp.session=pool-<slot>`` and ``org.interp.pool=<slot>``;
 the session it went to is recorded in that session's provisioner info. The kernel's
 ``INTERP_SESSION_ID`` is likewise ``pool-<slot>``. Its name can change: a claimed
-container is renamed from ``interp-pool-<slot>-<hex>`` to ``interp-<session>-<hex>`` half
-a second after the claim, so ``docker ps`` tells a session's kernel from a warm one.
+container is renamed from ``interp-pool-<slot>-<hex>`` to ``interp-<session>-<hex>`` just
+after the claim, so ``docker ps`` tells a session's kernel from a warm one.
 
 Layout: ``<root>/<slot>/ws`` (workspace) and ``<root>/<slot>/run`` (ipc directory), root
 ``<data_dir>/pool`` by default. Claims need the session's directories on the same
@@ -89,12 +89,11 @@ WARM_UP_CODE = "None"
 #: small machine that slowed the claimed session's first cells by a third (measured, issue
 #: 10). A claim that empties the pool refills at once.
 REFILL_PAUSE_S = 0.5
-#: After a claim, how long the kernel keeps the pool's CPU weight and name before it gets a
-#: session's. Raising the weight is an engine call that runs ``runc`` on the host: done at
-#: once, it took the CPU from the claimed session's own start and first cell (create 3 ms
-#: and the first ``1+1`` 5 ms slower on 2 cores, measured, issue 10); the rename is another
-#: engine call. Within this pause no refill starts either, so the low weight only matters
-#: against other sessions' kernels, and only for this long.
+#: After a claim, how long the kernel keeps the pool's CPU weight before it gets a session's.
+#: Raising it is an engine call that runs ``runc`` on the host: done at once, it took the CPU
+#: from the claimed session's own start and first cell (create 3 ms and the first ``1+1``
+#: 5 ms slower on 2 cores, measured, issue 10). Within this pause no refill starts either, so
+#: the low weight only matters against other sessions' kernels, and only for this long.
 PROMOTE_AFTER_S = 0.5
 #: How long a claim waits for a pooled kernel's heartbeat echo before asking the engine.
 HEARTBEAT_PROOF_S = 0.25
@@ -264,10 +263,19 @@ class ContainerPool:
                     )
                 return None
             self.claimed += 1
+            # Named after its session, so that `docker ps` does not show a session's kernel
+            # (one kept past the broker, say) as a warm container. A rename is an engine
+            # call of about 13 ms, over half a claim: it runs after the claim. Then the
+            # weight a session's container has, once the session's first moments are over
+            # (PROMOTE_AFTER_S; the claim never waits).
             name = container_name(options.session_id, secrets.token_hex(4))
-            task = asyncio.create_task(self._settle(kernel.container_id, name))
-            self._promotions.add(task)
-            task.add_done_callback(self._promotions.discard)
+            for step in (
+                self._rename(kernel.container_id, name),
+                self._promote(kernel.container_id),
+            ):
+                task = asyncio.create_task(step)
+                self._promotions.add(task)
+                task.add_done_callback(self._promotions.discard)
             return dataclasses.replace(
                 kernel, name=name, workspace=targets[0], runtime_dir=targets[1]
             )
@@ -280,20 +288,6 @@ class ContainerPool:
         await discard_container(kernel.container_id, kernel.runtime_dir)
         await asyncio.to_thread(_remove_slot, kernel.workspace.parent)
 
-    async def _settle(self, container_id: str, name: str) -> None:
-        """Make a claimed kernel a session's container once the session's first moments
-        are over (``promote_after_s``; at once when the pool closes, for the kernels that
-        outlive it): named after its session, so that ``docker ps`` does not show a
-        session's kernel (one kept past the broker, say) as a warm container, then given a
-        session's CPU weight. Both are engine calls (a rename about 13 ms, the weight a run
-        of ``runc``); made at the claim, they took the CPU from the session's handshake and
-        first cell. The claim never waits for them."""
-        if self.promote_after_s > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._promote_now.wait(), self.promote_after_s)
-        await self._rename(container_id, name)
-        await self._promote(container_id)
-
     async def _rename(self, container_id: str, name: str) -> None:
         try:
             await call_docker(
@@ -305,6 +299,9 @@ class ContainerPool:
             log.warning("claimed kernel %s keeps its pool name: %s", container_id, exc)
 
     async def _promote(self, container_id: str) -> None:
+        if self.promote_after_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._promote_now.wait(), self.promote_after_s)
         try:
             await call_docker(
                 "give a claimed kernel its CPU weight",
