@@ -41,6 +41,10 @@ T = TypeVar("T")
 DOCKER_TIMEOUT_S = 60.0
 #: Attempts at creating and starting a container when the engine answers 5xx.
 CREATE_ATTEMPTS = 3
+#: How long a removal waits for another call's removal of the same container to finish.
+REMOVAL_WAIT_S = 30.0
+#: How often it looks meanwhile, in seconds.
+REMOVAL_POLL_S = 0.05
 
 
 # ----------------------------------------------------------------------------- errors
@@ -323,6 +327,13 @@ def signal_container(client: docker.DockerClient, container_id: str, signum: int
 
 
 def remove(client: docker.DockerClient, container_id: str) -> None:
+    """Kill and remove a container, and return only once it is gone.
+
+    The engine answers 409 when another call is already removing the container (a second
+    removal, or one that met the engine's own). That call may still be under way, so this
+    one waits for the container to disappear, for at most :data:`REMOVAL_WAIT_S`; a
+    container still there after that raises the engine's answer.
+    """
     try:
         client.api.remove_container(container_id, force=True)
     except docker.errors.NotFound:
@@ -330,6 +341,20 @@ def remove(client: docker.DockerClient, container_id: str) -> None:
     except docker.errors.APIError as exc:
         if exc.status_code != 409:  # 409: removal already in progress
             raise
+        if not _gone_within(client, container_id, REMOVAL_WAIT_S):
+            raise
+
+
+def _gone_within(client: docker.DockerClient, container_id: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(REMOVAL_POLL_S)
 
 
 def logs_tail(client: docker.DockerClient, container_id: str) -> str:
