@@ -27,4 +27,8 @@ ensure_venv() {
             >/dev/null 2>&1 || true
         touch "$stamp"
     fi
+    # The kernel-side package is imported from this checkout (an editable install), by
+    # kernels that may not write bytecode: compiled here, and again whenever it changes
+    # (quick when nothing did). About 50 ms of CPU less per local kernel start.
+    "$VENV/bin/python" -m compileall -q "$ROOT/kernels/interpreter_kernel" >/dev/null 2>&1 || true
 }
