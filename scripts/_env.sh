@@ -19,8 +19,8 @@ ensure_venv() {
         # pip byte-compiles file by file: more than half of a 2-minute install. Compiled
         # here on every core instead (files that do not compile are skipped, as pip does).
         # Compiling is not optional: kernels run with PYTHONDONTWRITEBYTECODE, so a module
-        # left uncompiled is compiled again at every kernel's start (tried: the test suite
-        # took more than twice as long).
+        # left uncompiled is compiled again at every kernel's start (measured: a kernel's
+        # imports took 4.7-6.0 s of CPU uncompiled against 1.5-1.7 s compiled).
         "$VENV/bin/python" -m pip install -q --no-compile -e "$ROOT[$extras]" >&2
         "$VENV/bin/python" -m compileall -q -j 0 \
             "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
