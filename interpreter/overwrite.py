@@ -47,6 +47,9 @@ class OverwrittenText:
 
     def feed(self, text: str) -> None:
         """Apply one more chunk of the stream."""
+        if self._cursor == self._line_chars and "\r" not in text and "\x08" not in text:
+            self._append(text)
+            return
         for piece in _CONTROL.split(text):
             if not piece:
                 continue
@@ -74,6 +77,22 @@ class OverwrittenText:
                 self._line = [line]
                 self._line_chars = len(line)
                 self._cursor = end
+
+    def _append(self, text: str) -> None:
+        """Text with no ``\r`` or ``\b``, written at the end of the open line: its complete
+        lines are kept in one piece (most output is this, and a print of many lines would
+        otherwise cost a step per line)."""
+        end = text.rfind("\n") + 1
+        if end:
+            done = self._joined() + text[:end]
+            self._done.append(done)
+            self._done_chars += len(done)
+            self._line, self._line_chars = [], 0
+        rest = text[end:]
+        if rest:
+            self._line.append(rest)
+            self._line_chars += len(rest)
+        self._cursor = self._line_chars
 
     @property
     def text(self) -> str:

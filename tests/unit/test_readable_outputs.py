@@ -74,6 +74,42 @@ def test_carriage_returns_and_backspaces_apply_like_a_front_end(
     assert apply_overwrites("".join(chunks)) == shown
 
 
+def _terminal(text: str) -> str:
+    """What a front end shows, one character at a time: the rules on their own."""
+    lines: list[list[str]] = [[]]
+    cursor = 0
+    for char in text:
+        line = lines[-1]
+        if char == "\n":
+            lines.append([])
+            cursor = 0
+        elif char == "\r":
+            cursor = 0
+        elif char == "\x08":
+            if cursor > 0:
+                del line[cursor - 1]
+                cursor -= 1
+        elif cursor < len(line):
+            line[cursor] = char
+            cursor += 1
+        else:
+            line.append(char)
+            cursor += 1
+    return "\n".join("".join(line) for line in lines)
+
+
+@given(st.lists(st.text(alphabet="ab\n\r\x08", max_size=12), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_text_fed_in_any_chunks_shows_what_a_terminal_shows(chunks: list[str]) -> None:
+    """Chunks with and without control characters, in any order: the result is the
+    character-by-character rules' (plain chunks take a shorter path than the others)."""
+    text = OverwrittenText()
+    for fed in range(1, len(chunks) + 1):
+        text.feed(chunks[fed - 1])
+        expected = _terminal("".join(chunks[:fed]))
+        assert text.text == expected and len(text) == len(expected)
+
+
 def test_a_carriage_return_loop_keeps_only_its_last_frame(tmp_path: Path) -> None:
     rec = recorded("progress_cr")
     assert rec.stream_text("stdout") == "step 5/5\ndone\n"
