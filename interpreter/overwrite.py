@@ -79,7 +79,7 @@ class OverwrittenText:
                 self._cursor = end
 
     def _append(self, text: str) -> None:
-        """Text with no ``\r`` or ``\b``, written at the end of the open line: its complete
+        """Text with no ``\\r`` or ``\\b``, written at the end of the open line: its complete
         lines are kept in one piece (most output is this, and a print of many lines would
         otherwise cost a step per line)."""
         end = text.rfind("\n") + 1
