@@ -450,7 +450,20 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         # two (queued, then running; issue 10). A cell that waits is written as queued.
         await asyncio.sleep(0)
         if handle.running_write is not None:
-            await asyncio.wrap_future(handle.running_write)
+            try:
+                await asyncio.wrap_future(handle.running_write)
+            except Exception as exc:
+                if storage_floor.failure_reason(exc) != "storage_full":
+                    raise
+                # The cell was sent as the write was made, and the disk filled up
+                # meanwhile (with no free-space floor, the cell itself can fill it). It
+                # runs: its final record waits for space like any other, and its answer
+                # says that it is not on record, never a 500 for a cell that ran.
+                log.error(
+                    "session %s: the data disk is full; %s runs before it is on record",
+                    self.id,
+                    execution.id,
+                )
         else:
             await self.writer.run(partial(self._save_execution, handle), key=execution.id)
         return handle
