@@ -313,6 +313,15 @@ class StorageFull(InterpreterError):
         )
 
     @classmethod
+    def not_queued(cls, session_id: str) -> StorageFull:
+        return cls(
+            f"The service's data disk is full: the code sent to session '{session_id}' "
+            "could not be written down, so it was not queued and will not run. Retry once "
+            "space is freed.",
+            retry_after=60,
+        )
+
+    @classmethod
     def unrecorded(cls, session_id: str, waiting: int) -> StorageFull:
         return cls(
             f"The service's data disk is full: {waiting} finished execution(s) of session "

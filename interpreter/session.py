@@ -449,24 +449,38 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         # running as it sends it: that write puts it on record, one transaction instead of
         # two (queued, then running; issue 10). A cell that waits is written as queued.
         await asyncio.sleep(0)
-        if handle.running_write is not None:
-            try:
+        try:
+            if handle.running_write is not None:
                 await asyncio.wrap_future(handle.running_write)
-            except Exception as exc:
-                if storage_floor.failure_reason(exc) != "storage_full":
-                    raise
-                # The cell was sent as the write was made, and the disk filled up
-                # meanwhile (with no free-space floor, the cell itself can fill it). It
-                # runs: its final record waits for space like any other, and its answer
-                # says that it is not on record, never a 500 for a cell that ran.
-                log.error(
-                    "session %s: the data disk is full; %s runs before it is on record",
-                    self.id,
-                    execution.id,
-                )
-        else:
-            await self.writer.run(partial(self._save_execution, handle), key=execution.id)
+            else:
+                await self.writer.run(partial(self._save_execution, handle), key=execution.id)
+        except Exception as exc:
+            if storage_floor.failure_reason(exc) != "storage_full":
+                raise
+            if execution.status in ("queued", "pending_approval"):
+                # Not sent, and not on record: it never runs and its id is never handed
+                # out. The client is told to retry once space is freed (507).
+                self._withdraw(handle)
+                raise StorageFull.not_queued(self.id) from None
+            # Sent as the write was made, and the disk filled up meanwhile (with no
+            # free-space floor, the cell itself can fill it). It runs: its final record
+            # waits for space like any other, and its answer says that it is not on
+            # record, never a 500 for a cell that ran.
+            log.error(
+                "session %s: the data disk is full; %s runs before it is on record",
+                self.id,
+                execution.id,
+            )
         return handle
+
+    def _withdraw(self, handle: ExecutionHandle) -> None:
+        """End a queued cell that could not be put on record (the disk is full): never
+        run, never recorded, its approval (if any) withdrawn; the queue skips it."""
+        ex = handle.execution
+        if handle.approval is not None:
+            handle.approval.withdraw("storage_full")
+        ex.status, ex.reason = "cancelled", "storage_full"
+        handle.finish()
 
     @contextlib.asynccontextmanager
     async def rebuilding(self) -> AsyncIterator[None]:
@@ -670,6 +684,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         if self.status == "dead":
             await self._abandon(handle, "kernel_died", "restart_failed")
             return
+        if handle.finished.is_set():
+            return  # withdrawn meanwhile: its record could not be written (disk full)
         state_lost_before = self._state_lost_pending
         self._state_lost_pending = False
         self.status = "busy"

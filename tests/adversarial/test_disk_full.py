@@ -8,6 +8,7 @@ space is freed, and the session must run code again then.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -119,5 +120,74 @@ def test_a_record_that_does_not_fit_is_answered_kept_and_written_once_space_is_f
             cwd=REPO,
         )
         assert verify.returncode == 0, verify.stdout + verify.stderr
+    finally:
+        stop_broker(broker)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until its filesystem has not one byte left."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"x" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+def test_code_that_cannot_be_put_on_record_while_it_waits_is_refused_and_never_runs(
+    tiny_disk: Path,
+) -> None:
+    """A cell queued behind a running one is written down as queued before its id is
+    handed out; when that write meets a full disk the client gets 507 storage_full (not
+    a 500), and the cell never runs: nothing that is not on record runs."""
+    broker: Broker = start_broker(
+        "local", tiny_disk, "--min-free-mb", "0", "--default-disk-mb", "0"
+    )
+    try:
+        with broker.client(timeout=60) as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            execute = f"/v1/sessions/{sid}/execute"
+            # Holds the session until the test has sent the next cell and freed the disk.
+            holder = (
+                "import os, time\n"
+                "print('holding', flush=True)\n"
+                "for _ in range(1200):\n"
+                "    if os.path.exists('release'):\n"
+                "        break\n"
+                "    time.sleep(0.05)\n"
+                "print('done')\n"
+            )
+            # Larger than any room the store's log has left: its write needs new space.
+            waiting = "ran_while_unrecorded = True\n" + "#" * 300_000 + "\n"
+            filler = tiny_disk / "filler.bin"
+            with api.stream(
+                "POST", execute, json={"code": holder}, headers={"Accept": "text/event-stream"}
+            ) as resp:
+                lines = resp.iter_lines()
+                assert any("holding" in line for line in lines)
+                _fill(filler)
+                refused = api.post(execute, json={"code": waiting})
+                assert refused.status_code == 507, refused.text
+                error = refused.json()["error"]
+                assert error["type"] == "storage_full", error
+                assert "will not run" in error["message"], error
+                filler.unlink()
+                (tiny_disk / "sessions" / sid / "workspace" / "release").touch()
+                done = next(line for line in lines if line == "event: done")
+                assert done
+                told = json.loads(next(lines)[len("data: ") :])
+            assert (told["status"], told["stdout"]) == ("ok", "holding\ndone\n"), told
+            after = api.post(execute, json={"code": "print('ran_while_unrecorded' in dir())"})
+            assert (after.json()["status"], after.json()["stdout"]) == ("ok", "False\n")
+        assert broker.errors == []
+        stop_broker(broker)
+        with sqlite3.connect(tiny_disk / "state.db") as db:
+            rows = list(db.execute("SELECT status, code FROM executions ORDER BY seq"))
+        assert [status for status, _ in rows] == ["ok", "ok"]
+        assert waiting not in [code for _, code in rows]
     finally:
         stop_broker(broker)
