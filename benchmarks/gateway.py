@@ -8,8 +8,8 @@ JSON over a websocket). A round trip ends when both the ``execute_reply`` and th
 ``status: idle`` of the request have arrived, as for raw jupyter_client.
 
 The gateway runs with its defaults except two settings: its IOPub rate limit is off (by
-default it drops output above 1,000 messages/s, and the 10k-lines case checks that every
-line arrives), and, for the second variant only, ``TCP_NODELAY`` on the websocket (see
+default it drops output above 1,000 messages/s, and the 10k-lines case counts the lines
+that arrive), and, for the second variant only, ``TCP_NODELAY`` on the websocket (see
 :mod:`benchmarks.gateway_nodelay`).
 
 The gateway is an optional extra (``pip install -e '.[bench]'``). Without it,
@@ -136,7 +136,7 @@ def kernel_gateway(token: str, nodelay: bool = False, timeout: float = 60) -> It
             f"--KernelSpecManager.kernel_dirs={[str(kernels_dir())]!r}",
             "--KernelSpecManager.ensure_native_kernel=False",
             # By default the gateway drops IOPub output above 1,000 msgs/s (and 1 MB/s);
-            # the 10k-lines case checks that every line arrives, as for the others.
+            # the 10k-lines case counts the lines that arrive, as for the others.
             "--ZMQChannelsWebsocketConnection.limit_rate=False",
             *options,
         ],
@@ -280,8 +280,10 @@ class Channels:
 
 async def gateway_roundtrip(
     n: int, flood: bool = True, nodelay: bool = False
-) -> tuple[list[float], float | None]:
-    """``n`` timed ``1+1`` round trips (ms) and, if ``flood``, 10,000 flushed lines (s)."""
+) -> tuple[list[float], tuple[float, int] | None]:
+    """``n`` timed ``1+1`` round trips (ms) and, if ``flood``, 10,000 flushed lines: the
+    seconds they took and how many arrived (the gateway may lose some: its kernel's IOPub
+    socket drops messages past its high-water mark when the gateway reads too slowly)."""
     token = secrets.token_hex(16)
     headers = {"Authorization": f"token {token}"}
     with kernel_gateway(token, nodelay) as url:
@@ -308,22 +310,21 @@ async def gateway_roundtrip(
                         reply, _ = await channels.execute("1+1")
                         samples.append((time.perf_counter() - t0) * 1000)
                         assert reply["status"] == "ok", reply
-                    flood_s: float | None = None
+                    flooded: tuple[float, int] | None = None
                     if flood:
                         t0 = time.perf_counter()
                         _, lines = await channels.execute(FLOOD)
-                        flood_s = time.perf_counter() - t0
-                        assert lines == 10000, lines
+                        flooded = (time.perf_counter() - t0, lines)
                 finally:
                     conn.close()
             finally:
                 await api.delete(f"/api/kernels/{kernel_id}")
-    return samples, flood_s
+    return samples, flooded
 
 
 def measure(
     n: int, flood: bool = True, nodelay: bool = False
-) -> tuple[list[float], float | None] | None:
+) -> tuple[list[float], tuple[float, int] | None] | None:
     """The gateway's figures, or ``None`` (after saying why) when it is not installed."""
     if not installed():
         print(NOT_INSTALLED, flush=True)

@@ -212,12 +212,14 @@ def main() -> None:
                     p(fl["rtt"], 0.5) if fl.get("rtt") else None,
                 )
                 if gw[1] is not None:
+                    flood_s, received = gw[1]
                     t.add(
                         "10k lines, lines",
                         "Kernel Gateway nodelay",
-                        gw[1] * 1000,
+                        flood_s * 1000,
                         "ms",
                         fl.get("lines", (None,))[0],
+                        note=f"{received} lines",
                     )
         for b, pair in pairs.items():
             api = pair["api"]
