@@ -4,7 +4,8 @@ Run as ``python -m interpreter_kernel -f {connection_file}`` (both kernelspecs d
 with a stock ipykernel, the kernel:
 
 * never drops IOPub messages under a flood, and never piles them up in its memory either:
-  output waits while the broker is behind (:mod:`interpreter_kernel.backpressure`);
+  output, displays and comm messages wait while the broker is behind
+  (:mod:`interpreter_kernel.backpressure`);
 * runs no IPython profile startup files, config files or ``PYTHONSTARTUP`` that user code
   could have planted in the writable home or workspace: IPython gets a fresh, empty
   ``IPYTHONDIR`` of its own each start (:mod:`interpreter_kernel.ipythondir`), whatever
@@ -36,7 +37,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import DottedObjectName, Type
 from traitlets.config import Config
 
-from .backpressure import restore_options, waiting_iopub_options
+from .backpressure import bounded_iopub_thread, restore_options, waiting_iopub_options
 from .configure import setup
 from .interrupts import block_sigint, install_wake
 from .ipythondir import private_ipython_dir
@@ -77,7 +78,8 @@ class InterpreterKernelApp(IPKernelApp):
         """
         earlier = waiting_iopub_options(context)
         try:
-            super().init_iopub(context)  # type: ignore[no-untyped-call]
+            with bounded_iopub_thread():
+                super().init_iopub(context)  # type: ignore[no-untyped-call]
         finally:
             restore_options(context, earlier)
 

@@ -18,22 +18,28 @@ So the output waits instead, in two places:
   its buffer between the periodic flushes.
 
 A display waits as well, from any thread: publishing one flushes the streams first, and
-that flush waits for the IOPub thread to get through what was queued before it. A cell's
-code held up this way still takes an interrupt: the wait is an interruptible
-``threading.Event.wait`` in the main thread. Messages sent by other paths (status, the
-comm messages of widgets) never wait; they are few, or each sized by the code that makes
-it.
+that flush waits for the IOPub thread to get through what was queued before it. Every
+other message sent from user code (the comm messages of widgets, above all) waits once
+:data:`PENDING_MESSAGES` of them are queued for the IOPub thread
+(:class:`BoundedIOPubThread`): a loop that sets a slider's value 300,000 times used to
+queue them all, 166 MB of the kernel's memory, while the broker read them. A cell's code
+held up this way still takes an interrupt: the wait is an interruptible
+``threading.Event.wait`` in the main thread. ipykernel's own threads (IOPub, shell channel,
+control) never wait: the IOPub thread would wait for itself, and the others must answer
+while a cell is held.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from io import StringIO
 from typing import Any
 
+import ipykernel.kernelapp
 import zmq
-from ipykernel.iostream import OutStream
+from ipykernel.iostream import IOPubThread, OutStream
 from ipykernel.thread import CONTROL_THREAD_NAME, SHELL_CHANNEL_THREAD_NAME
 
 #: Unread messages the IOPub socket holds per subscriber before a send waits.
@@ -42,6 +48,10 @@ IOPUB_SEND_QUEUE_MESSAGES = 16
 FLUSH_AT_CHARS = 1 << 20
 #: ipykernel's own threads, whose flushes never wait for the IOPub thread.
 KERNEL_THREADS = frozenset({CONTROL_THREAD_NAME, SHELL_CHANNEL_THREAD_NAME})
+#: Messages queued for the IOPub thread before a sender in user code waits for it.
+PENDING_MESSAGES = 256
+#: How often a held sender checks that the IOPub thread still runs.
+ALIVE_CHECK_S = 1.0
 
 
 def waiting_iopub_options(context: zmq.Context[Any]) -> dict[int, Any]:
@@ -111,3 +121,41 @@ class BoundedOutStream(OutStream):
         buffers: dict[Any, StringIO] = super()._rotate_buffers()  # type: ignore[no-untyped-call]
         self._unsent_chars = 0
         return buffers
+
+
+class BoundedIOPubThread(IOPubThread):
+    """ipykernel's IOPub thread, whose queue of messages to send does not grow without
+    bound: a sender in user code waits once :data:`PENDING_MESSAGES` wait to be sent."""
+
+    def send_multipart(self, *args: Any, **kwargs: Any) -> None:
+        super().send_multipart(*args, **kwargs)  # type: ignore[no-untyped-call]
+        if len(self._events) >= PENDING_MESSAGES and self._may_wait():
+            self._drain()
+
+    def _may_wait(self) -> bool:
+        current = threading.current_thread()
+        return (
+            current is not self.thread
+            and current.name not in KERNEL_THREADS
+            and self.thread.is_alive()
+        )
+
+    def _drain(self) -> None:
+        """Wait until the IOPub thread has sent what was queued so far (it waits, in turn,
+        for the broker to read: the socket holds few messages)."""
+        sent = threading.Event()
+        self.schedule(sent.set)  # type: ignore[no-untyped-call]
+        while not sent.wait(ALIVE_CHECK_S):
+            if not self.thread.is_alive():
+                return
+
+
+@contextmanager
+def bounded_iopub_thread() -> Iterator[None]:
+    """Make the IOPub thread ipykernel creates in the block a :class:`BoundedIOPubThread`."""
+    stock = ipykernel.kernelapp.IOPubThread  # type: ignore[attr-defined]
+    ipykernel.kernelapp.IOPubThread = BoundedIOPubThread  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        ipykernel.kernelapp.IOPubThread = stock  # type: ignore[attr-defined]

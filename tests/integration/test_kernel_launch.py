@@ -450,6 +450,59 @@ async def test_a_reader_that_stops_holds_displays_up_too(tmp_path: Path, where: 
         assert shown == [f"{i:04d}" + "x" * 500_000 for i in range(DISPLAYS)]
 
 
+COMMS = 2_000
+COMM_FLOOD = """
+import pathlib, threading
+from comm import create_comm
+progress = pathlib.Path('progress')
+channel = create_comm(target_name='flood')
+def flood():
+    for i in range({count}):
+        if i % 20 == 0:
+            progress.write_text(str(i))
+        channel.send({{'n': i, 'pad': 'x' * 20_000}})
+    progress.write_text('done')
+{run}
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "then"), [("main", "read"), ("thread", "read"), ("main", "interrupt")]
+)
+async def test_a_reader_that_stops_holds_comm_messages_up_too(
+    tmp_path: Path, where: str, then: str
+) -> None:
+    """Comm messages (a widget's updates) wait for a reader that stops, as output does,
+    from the main thread and from another one; none is lost, and an interrupt ends the
+    cell while held. They used to be queued for the IOPub thread without a bound: here all
+    2,000 (40 MB) were queued (``progress`` read ``done`` while nothing was read), and a
+    loop setting a slider's value 300,000 times grew the kernel by 166 MB."""
+    run = (
+        "flood()" if where == "main" else "t = threading.Thread(target=flood); t.start(); t.join()"
+    )
+    async with start_kernel(tmp_path, {}, receive_queue=10) as kernel:
+        client = kernel.client
+        msg_id = client.execute(COMM_FLOOD.format(count=COMMS, run=run))
+        held = await until_held(kernel.home / "progress")
+        assert held != "done" and int(held) < COMMS // 2, held
+        if then == "interrupt":
+            assert await send_interrupt(client)
+        sent: list[int] = []
+        async with asyncio.timeout(120):
+            async for msg in until_idle(client, msg_id):
+                if msg["msg_type"] == "comm_msg":
+                    sent.append(msg["content"]["data"]["n"])
+            reply = await client.get_shell_msg()
+            while reply["parent_header"].get("msg_id") != msg_id:
+                reply = await client.get_shell_msg()
+        if then == "read":
+            assert reply["content"]["status"] == "ok"
+            assert sent == list(range(COMMS))
+        else:
+            assert reply["content"]["ename"] == "KeyboardInterrupt"
+            assert sent == list(range(len(sent))) and len(sent) < COMMS
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
