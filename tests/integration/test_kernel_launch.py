@@ -429,19 +429,30 @@ def flood():
 """
 
 
+@contextlib.asynccontextmanager
+async def held_flood(
+    root: Path, template: str, count: int, where: str
+) -> AsyncIterator[tuple[Kernel, str]]:
+    """A kernel whose only reader holds 10 messages, running ``template``'s ``flood()`` of
+    ``count`` items in the main thread or another one (``where``), once the flood is held
+    well before half of it: the kernel and the request's id."""
+    run = (
+        "flood()" if where == "main" else "t = threading.Thread(target=flood); t.start(); t.join()"
+    )
+    async with start_kernel(root, {}, receive_queue=10) as kernel:
+        msg_id = kernel.client.execute(template.format(count=count, run=run))
+        held = await until_held(kernel.home / "progress")
+        assert held != "done" and int(held) < count // 2, held
+        yield kernel, msg_id
+
+
 @pytest.mark.parametrize("where", ["main", "thread"])
 async def test_a_reader_that_stops_holds_displays_up_too(tmp_path: Path, where: str) -> None:
     """Displays wait for a reader that stops as text does (each display flushes the
     streams first, and that flush waits for the IOPub thread), from the main thread and
     from another one; none is lost."""
-    run = (
-        "flood()" if where == "main" else "t = threading.Thread(target=flood); t.start(); t.join()"
-    )
-    async with start_kernel(tmp_path, {}, receive_queue=10) as kernel:
+    async with held_flood(tmp_path, DISPLAY_FLOOD, DISPLAYS, where) as (kernel, msg_id):
         client = kernel.client
-        msg_id = client.execute(DISPLAY_FLOOD.format(count=DISPLAYS, run=run))
-        held = await until_held(kernel.home / "progress")
-        assert held != "done" and int(held) < DISPLAYS // 2, held
         shown: list[str] = []
         async with asyncio.timeout(120):
             async for msg in until_idle(client, msg_id):
@@ -477,14 +488,8 @@ async def test_a_reader_that_stops_holds_comm_messages_up_too(
     cell while held. They used to be queued for the IOPub thread without a bound: here all
     2,000 (40 MB) were queued (``progress`` read ``done`` while nothing was read), and a
     loop setting a slider's value 300,000 times grew the kernel by 166 MB."""
-    run = (
-        "flood()" if where == "main" else "t = threading.Thread(target=flood); t.start(); t.join()"
-    )
-    async with start_kernel(tmp_path, {}, receive_queue=10) as kernel:
+    async with held_flood(tmp_path, COMM_FLOOD, COMMS, where) as (kernel, msg_id):
         client = kernel.client
-        msg_id = client.execute(COMM_FLOOD.format(count=COMMS, run=run))
-        held = await until_held(kernel.home / "progress")
-        assert held != "done" and int(held) < COMMS // 2, held
         if then == "interrupt":
             assert await send_interrupt(client)
         sent: list[int] = []
