@@ -25,7 +25,7 @@ import asyncio
 import concurrent.futures
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from interpreter.errors import EventsExpired
 from interpreter.execution import ExecutionRecorder
@@ -87,6 +87,14 @@ Event = StreamText | OutputAdded | OutputCleared | ErrorRaised | ApprovalRequire
 Subscription = asyncio.Queue[Event | None]
 
 
+class Saved(NamedTuple):
+    """An execution as it was when a write of it was issued, and its notebook cell's digest:
+    a copy that the event loop does not change while the writer's thread saves it."""
+
+    execution: Execution
+    notebook_sha256: str | None
+
+
 @dataclass
 class ExecutionHandle:
     """One execution from submission to its final record.
@@ -110,6 +118,8 @@ class ExecutionHandle:
         approval: the approval it waits for before it may run (policy ``approve``).
         spill: where its stream text past the in-memory limit goes, while it runs.
         running_write: the store write of its running state, once the worker issued it.
+        to_save: the copy each waiting keyed write saves, by key (the copy issued last:
+            a write of the same key issued while one waits joins it).
         answer: what its clients are told when that differs from its record: set while
             the record waits for disk space (``LiveSession._record_final``).
     """
@@ -133,6 +143,7 @@ class ExecutionHandle:
     spill: StreamSpill | None = None
     #: The write of its running state, issued by the worker as it sends the code.
     running_write: concurrent.futures.Future[None] | None = None
+    to_save: dict[str, Saved] = field(default_factory=dict)
     answer: Execution | None = None
     _subscribers: list[Subscription] = field(default_factory=list)
     _log: deque[Event] | None = field(default_factory=deque)
@@ -142,6 +153,10 @@ class ExecutionHandle:
     _published: int = 0
     #: The ids up to this one were an earlier broker's (see :meth:`continue_ids`).
     _taken_over_at: int = 0
+
+    def saved(self) -> Saved:
+        """The execution as it is now, copied (the loop goes on changing the original)."""
+        return Saved(self.execution.model_copy(deep=True), self.notebook_sha256)
 
     @classmethod
     def finished_with(cls, execution: Execution) -> ExecutionHandle:

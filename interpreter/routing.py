@@ -12,7 +12,7 @@ digest) before anyone is told it is done.
 from __future__ import annotations
 
 import asyncio
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 from interpreter import logs, memory, storage_floor
@@ -51,7 +51,7 @@ class MessageRouting:
     def touch(self) -> None:
         raise NotImplementedError
 
-    def _save_execution(self, handle: ExecutionHandle, activity: Activity | None = None) -> None:
+    def _save_keyed(self, handle: ExecutionHandle, key: str) -> tuple[Callable[[], None], str]:
         raise NotImplementedError
 
     def _activity(self, status: SessionStatus) -> Activity:
@@ -140,7 +140,7 @@ class MessageRouting:
             outputs.append({"output_type": "stream", "name": "stderr", "text": LATE_LIMIT_NOTICE})
         handle.notebook_sha256 = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
         await self.notebook.replace_outputs(ex.id, outputs, audit_sha256=handle.notebook_sha256)
-        self.writer.later(partial(self._save_execution, handle), key=ex.id)
+        self.writer.later(*self._save_keyed(handle, f"{ex.id}/late"))
 
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution

@@ -45,7 +45,7 @@ from interpreter.errors import (
 )
 from interpreter.execution import RICH_LIMIT, ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
-from interpreter.handle import ApprovalRequired, ExecutionHandle
+from interpreter.handle import ApprovalRequired, ExecutionHandle, Saved
 from interpreter.ids import new_id
 from interpreter.kernel import Kernel, RestartBudget
 from interpreter.late import LateWrites
@@ -453,7 +453,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             if handle.running_write is not None:
                 await asyncio.wrap_future(handle.running_write)
             else:
-                await self.writer.run(partial(self._save_execution, handle), key=execution.id)
+                await self.writer.run(*self._save_keyed(handle, execution.id))
         except Exception as exc:
             if storage_floor.failure_reason(exc) != "storage_full":
                 raise
@@ -519,15 +519,41 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         """The session's activity as of now, with its status as given."""
         return Activity(status, self.execution_count, self.last_activity_at)
 
-    def _save_execution(self, handle: ExecutionHandle, activity: Activity | None = None) -> None:
-        """Write ``handle``'s execution as it is when this runs (on the writer's thread),
-        with the session's ``activity`` in the same transaction if given."""
+    def _save_now(
+        self, handle: ExecutionHandle, activity: Activity | None = None
+    ) -> Callable[[], None]:
+        """The write of ``handle``'s execution as it is now, for the writer's thread, with
+        the session's ``activity`` in the same transaction if given.
+
+        The execution is copied here, on the loop: the loop goes on changing it (output,
+        its end) while the write waits and runs, and a write that read it there could save
+        a state that never was (its status ended, its cell's digest not yet made: a chain
+        link of its own).
+        """
+        return partial(self._save_execution, handle, handle.saved(), activity)
+
+    def _save_keyed(self, handle: ExecutionHandle, key: str) -> tuple[Callable[[], None], str]:
+        """A write of ``handle``'s execution as it is now that joins a waiting write with
+        the same ``key`` (:class:`~interpreter.store.Writer`): the write that runs saves
+        the copy issued last. Returns the write and its key, for the writer."""
+        handle.to_save[key] = handle.saved()
+        return partial(self._save_waiting, handle, key), key
+
+    def _save_waiting(self, handle: ExecutionHandle, key: str) -> None:
+        saved = handle.to_save.pop(key, None)
+        if saved is not None:  # else one issued after it started saved its copy already
+            self._save_execution(handle, saved)
+
+    def _save_execution(
+        self, handle: ExecutionHandle, saved: Saved, activity: Activity | None = None
+    ) -> None:
+        """Write ``saved``, a copy of ``handle``'s execution, on the writer's thread."""
         if handle.seq == 0:
             handle.seq = self.store.next_seq(self.id)
         self.store.save_execution(
             handle.seq,
-            handle.execution,
-            notebook_sha256=handle.notebook_sha256,
+            saved.execution,
+            notebook_sha256=saved.notebook_sha256,
             activity=activity,
             timeout_s=handle.timeout_s or None,
         )
@@ -570,7 +596,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             # (Finals can be recorded from several tasks at once: a held execution cancelled
             # by an interrupt while the worker turns, so only a waiting one is listed.)
             try:
-                await self.writer.run(partial(self._save_execution, handle, activity))
+                await self.writer.run(self._save_now(handle, activity))
             except Exception as exc:
                 if storage_floor.failure_reason(exc) != "storage_full":
                     raise
@@ -598,7 +624,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         async with self._flushing:  # one writer of the waiting records at a time
             while self._unrecorded:
                 handle = self._unrecorded[0]
-                write = partial(self._save_execution, handle, self._activity(self.status))
+                write = self._save_now(handle, self._activity(self.status))
                 try:
                     await self.writer.run(write)
                 except Exception as exc:
@@ -693,7 +719,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         ex.generation = self.generation
         ex.started_at = utcnow()
         started = loop.time()
-        handle.running_write = self.writer.later(partial(self._save_execution, handle), key=ex.id)
+        handle.running_write = self.writer.later(*self._save_keyed(handle, ex.id))
         incarnation = self.kernel.restarts
         rec = self._record(handle, await self.kernel.execute(ex.code, ex.id))
         ending = await waiting.until_end(

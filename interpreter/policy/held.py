@@ -47,7 +47,7 @@ class PolicyStage:
     def _report(self, handle: ExecutionHandle) -> None:
         raise NotImplementedError
 
-    def _save_execution(self, handle: ExecutionHandle) -> None:
+    def _save_now(self, handle: ExecutionHandle) -> Callable[[], None]:
         raise NotImplementedError
 
     async def submit_checked(
@@ -131,7 +131,7 @@ class PolicyStage:
             extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
         )
         self._report(handle)
-        await self.writer.run(partial(self._save_execution, handle))
+        await self.writer.run(self._save_now(handle))
         handle.finish()
 
     @staticmethod

@@ -8,11 +8,13 @@ tampers with its own copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +309,49 @@ def test_bad_arguments_get_one_line(copy: Path, tmp_path: Path) -> None:
     code, out = cli(tmp_path / "missing")
     assert code == 1 and "no state.db" in out and "Traceback" not in out
     assert main(["audit", "verify", "--data-dir", str(copy), "--json"]) == 0
+
+
+
+def test_a_cell_that_ends_before_its_running_write_runs_is_one_link(tmp_path: Path) -> None:
+    """The write of a cell's running state waits behind another write (a busy writer) and
+    runs only once the cell has ended, before its notebook cell's digest is made: it saves
+    the cell as running, and the final write alone puts the end on record, as one link
+    with the digest. Saved as ended, it made a second link, the first without the digest
+    (the cost guard counted one INSERT and four SELECTs too many on a loaded machine)."""
+    data = tmp_path / "data"
+    srv = start_server("local", data, pool_size=0)
+    broker = srv.thread.broker
+    release = threading.Event()
+    try:
+        with srv.client() as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            assert run(api, sid, "1")["status"] == "ok"
+            live = broker.live[sid]
+            finish = live.capture.finish
+
+            async def finish_after_the_writer_caught_up(*args: Any, **kwargs: Any) -> Any:
+                # The cell has ended; its digest is made in here. The writer runs the
+                # running write now, then this goes on.
+                release.set()
+                await broker.writer.run(lambda: None)
+                return await finish(*args, **kwargs)
+
+            live.capture.finish = finish_after_the_writer_caught_up  # type: ignore[method-assign]
+            blocked = broker.writer.later(lambda: release.wait(60))
+            done = run(api, sid, "print(6 * 7)")
+            assert blocked.result(10) is True
+            assert (done["status"], done["stdout"]) == ("ok", "42\n"), done
+            with contextlib.closing(sqlite3.connect(data / "state.db")) as db:
+                rows = db.execute(
+                    "SELECT content_json FROM audit_links WHERE execution_id = ?", (done["id"],)
+                ).fetchall()
+            links = [json.loads(content) for (content,) in rows]
+            assert len(links) == 1, links
+            assert links[0]["status"] == "ok" and links[0]["notebook_sha256"], links
+    finally:
+        release.set()
+        srv.thread.stop()
+    report = verify(data).to_dict()
+    (session,) = report["sessions"]
+    assert (session["records"], session["links"], session["cells"]) == (2, 2, 2), session
+    assert report["ok"], report

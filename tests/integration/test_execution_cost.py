@@ -7,8 +7,14 @@ the broker does per execution: SQLite statements and transactions (the store's t
 callback) and bytes of notebook JSON serialised. Counts, not clocks: nothing here depends
 on the machine's speed or load. The broker is this test's own: the store's trace sees
 every statement of the broker, and one shared with other tests could be finishing their
-work (a pytest-xdist run once counted one INSERT and four SELECTs too many in the first
-window).
+work.
+
+Counts that changed with load were a bug, not noise: a loaded CI run once counted one
+INSERT and four SELECTs too many in the first window. The write of a cell's running state
+read the cell on the writer's thread when it ran, and when the writer was behind it found
+the cell ended: it saved the end without the notebook cell's digest, a chain link of its
+own (test_audit.py, ``test_a_cell_that_ends_before_its_running_write_runs_is_one_link``).
+Writes now save a copy taken as they are issued.
 """
 
 from __future__ import annotations
