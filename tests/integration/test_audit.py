@@ -311,7 +311,6 @@ def test_bad_arguments_get_one_line(copy: Path, tmp_path: Path) -> None:
     assert main(["audit", "verify", "--data-dir", str(copy), "--json"]) == 0
 
 
-
 def test_a_cell_that_ends_before_its_running_write_runs_is_one_link(tmp_path: Path) -> None:
     """The write of a cell's running state waits behind another write (a busy writer) and
     runs only once the cell has ended, before its notebook cell's digest is made: it saves
