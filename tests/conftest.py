@@ -9,6 +9,7 @@ CI) turns that skip into a failure; so it does for the tests that need disk quot
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -20,14 +21,33 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 import pytest
+from jupyter_client.manager import KernelManager
 
 from interpreter import quota
 from interpreter.server import ServerThread
 from interpreter.settings import Settings
+
+KM = TypeVar("KM", bound=KernelManager)
+
+#: Where tests' own kernels put their unix sockets (short: AF_UNIX paths stop at 107 bytes).
+_IPC_ROOT = Path(tempfile.mkdtemp(prefix="interp-ipc-"))
+atexit.register(shutil.rmtree, _IPC_ROOT, True)
+
+
+def over_ipc(km: KM) -> KM:
+    """Give a test's own kernel unix sockets instead of TCP ports, as the service's local
+    backend does. jupyter_client picks a TCP port by binding port 0 and closing it, and the
+    kernel binds it a moment later; a client connecting meanwhile can be handed that very
+    port as its own source port (a TCP self-connection), and the kernel then dies with
+    "Address already in use" (2 kernels in 750 started beside a CI run)."""
+    km.transport = "ipc"
+    km.ip = str(Path(tempfile.mkdtemp(dir=_IPC_ROOT)) / "k")
+    return km
+
 
 KEY = "test-key-alpha"
 OTHER_KEY = "test-key-bravo"

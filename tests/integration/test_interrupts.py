@@ -13,13 +13,16 @@ from jupyter_client.manager import AsyncKernelManager
 
 from interpreter.kernel import send_interrupt
 from interpreter.kernelspecs import kernel_spec_manager
+from tests.conftest import over_ipc
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 async def kernel() -> AsyncIterator[Any]:
-    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    km = over_ipc(
+        AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    )
     await km.start_kernel()
     kc = km.client()
     kc.start_channels()

@@ -31,6 +31,7 @@ from interpreter.kernel import send_interrupt
 from interpreter_kernel.ipythondir import PREFIX, remove_stale
 from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
 from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
+from tests.conftest import over_ipc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,7 +136,7 @@ async def start_kernel(
     env.update(extra_env)
 
     specs = KernelSpecManager(kernel_dirs=[str(kernelspec_without_provisioner(root / "specs"))])
-    manager = AsyncKernelManager(kernel_spec_manager=specs, kernel_name="python3")
+    manager = over_ipc(AsyncKernelManager(kernel_spec_manager=specs, kernel_name="python3"))
     await manager.start_kernel(env=env, cwd=str(home))
     context = zmq.asyncio.Context()
     context.setsockopt(zmq.RCVHWM, receive_queue)

@@ -28,7 +28,7 @@ from interpreter.cells import source_of
 from interpreter.client import Client
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.replay import compare_outputs, outputs_from_cell
-from tests.conftest import REPO, Server
+from tests.conftest import REPO, Server, over_ipc
 
 NOTEBOOKS = {
     "display_updated_later": [
@@ -64,7 +64,9 @@ NOTEBOOKS = {
 def with_nbclient(sources: list[str], cwd: Path) -> list[dict[str, Any]]:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
-    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    km = over_ipc(
+        AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    )
     client = NotebookClient(
         nb,
         km=km,

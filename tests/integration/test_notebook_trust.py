@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.notes import RERUN_HEADER
-from tests.conftest import run
+from tests.conftest import over_ipc, run
 
 TIMING_KEYS = {
     "iopub.status.busy",
@@ -84,7 +84,9 @@ def test_restart_and_recovery_are_visible_and_run_all_runs_each_cell_once(
     # Run All, as JupyterLab does it, without the cell that kills the kernel.
     doc = nbformat.from_dict(nb)
     doc.cells = [c for c in doc.cells if "os._exit" not in "".join(c.source)]
-    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    km = over_ipc(
+        AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    )
     # Given a manager, nbclient leaves its kernel and client running unless told.
     NotebookClient(doc, km=km, timeout=60).execute(cleanup_kc=True)
     final = doc.cells[-1]

@@ -12,11 +12,14 @@ from jupyter_client.manager import AsyncKernelManager
 
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.readiness import wait_ready
+from tests.conftest import over_ipc
 
 
 @pytest.fixture
 async def kernel() -> AsyncIterator[tuple[AsyncKernelManager, AsyncKernelClient]]:
-    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    km = over_ipc(
+        AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    )
     await km.start_kernel()
     kc = km.client()
     kc.start_channels()
