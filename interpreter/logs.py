@@ -89,7 +89,10 @@ def announce(fmt: Literal["text", "json"], message: str, event: str, **fields: A
     and ``fields``) in the json format, so a shipper reading stdout too gets only JSON.
 
     Written at once, not through the writer thread: a supervisor waiting for
-    "listening on" must see it before the first request is served.
+    "listening on" must see it before the first request is served. Written whole, in one
+    write: ``print`` writes the line and its newline apart, and with stdout unbuffered
+    (``PYTHONUNBUFFERED``) a log line the writer thread sent to stderr, when both go to
+    one pipe, could land between them (a test read the port as ``454972026-11-27``).
     """
     if fmt == "json":
         present = {k: v for k, v in fields.items() if v is not None}
@@ -104,7 +107,8 @@ def announce(fmt: Literal["text", "json"], message: str, event: str, **fields: A
             extra={"event": event, **present},
         )
         message = JsonFormatter().format(record)
-    print(message, flush=True)
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
 
 
 def formatter(fmt: Literal["text", "json"]) -> logging.Formatter:

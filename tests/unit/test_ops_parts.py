@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import Literal
 
 import pytest
 
@@ -150,3 +151,30 @@ def test_the_lines_of_serve_itself_are_json_records_in_the_json_format(
         "Stopped.",
     )
     assert record["backend"] == "local" and "url" not in record
+
+
+class _Writes:
+    """A stdout that keeps each write apart."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_line_of_serve_itself_is_one_write(
+    fmt: Literal["text", "json"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With stdout unbuffered (PYTHONUNBUFFERED) and stderr on the same pipe, a line
+    # written in two writes (print: the text, then its newline) took a log line between
+    # them: a supervisor read "listening on http://127.0.0.1:454972026-11-27".
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    logs.announce(fmt, "interp (local backend) listening on http://h:1", "listening", url="u")
+    assert len(out.writes) == 1 and out.writes[0].endswith("}\n" if fmt == "json" else "h:1\n")
