@@ -22,13 +22,17 @@ with a stock ipykernel, the kernel:
   (:mod:`interpreter_kernel.nodebugger`);
 * calls :func:`interpreter_kernel.configure.setup` on its shell before any user code runs;
 * ends itself when no broker has looked after it for a while, if asked to
-  (:mod:`interpreter_kernel.watchdog`).
+  (:mod:`interpreter_kernel.watchdog`);
+* writes the stacks of all its threads to its stderr (the kernel log) on ``SIGUSR1``
+  (:data:`STACKS_SIGNAL`), for a kernel that hangs where nothing else would say why.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -45,6 +49,9 @@ from .kernel import InterpreterKernel
 from .nodebugger import debugger_hidden
 from .textsafe import install
 from .watchdog import start_from_environment
+
+#: The signal that has the kernel write its threads' stacks to stderr (faulthandler).
+STACKS_SIGNAL = signal.SIGUSR1
 
 #: Longest wait for the control thread to finish at shutdown (its flush takes milliseconds).
 CONTROL_JOIN_TIMEOUT_S = 5.0
@@ -181,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     # Before any thread starts: the kernel's threads then all block SIGINT, and the main
     # thread alone takes an interrupt (interpreter_kernel.interrupts).
     block_sigint()
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)
     private_ipython_dir()
     _stdin_from_devnull()
     start_from_environment()

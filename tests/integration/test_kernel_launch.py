@@ -12,12 +12,13 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import pytest_asyncio
@@ -28,6 +29,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from interpreter.backends.base import BASE_KERNEL_ENV
 from interpreter.kernel import send_interrupt
+from interpreter_kernel.app import STACKS_SIGNAL
 from interpreter_kernel.ipythondir import PREFIX, remove_stale
 from interpreter_kernel.kernel import INPUT_NOT_SUPPORTED
 from interpreter_kernel.mime import CHART_MIME, DATAFRAME_MIME
@@ -125,10 +127,11 @@ def plant_startup_files(home: Path, marker: Path) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def start_kernel(
-    root: Path, extra_env: dict[str, str], *, receive_queue: int = 0
+    root: Path, extra_env: dict[str, str], *, receive_queue: int = 0, stderr: IO[str] | None = None
 ) -> AsyncIterator[Kernel]:
     """Start a kernel whose home and working directory is ``root / "home"``; its client
-    holds ``receive_queue`` messages at most (0: no limit, as the broker's reader)."""
+    holds ``receive_queue`` messages at most (0: no limit, as the broker's reader). Its
+    stderr goes to ``stderr`` if given (else the test's own, which pytest captures)."""
     home = root / "home"
     home.mkdir(parents=True, exist_ok=True)
     env = dict(BASE_KERNEL_ENV)
@@ -137,7 +140,8 @@ async def start_kernel(
 
     specs = KernelSpecManager(kernel_dirs=[str(kernelspec_without_provisioner(root / "specs"))])
     manager = over_ipc(AsyncKernelManager(kernel_spec_manager=specs, kernel_name="python3"))
-    await manager.start_kernel(env=env, cwd=str(home))
+    launch: dict[str, Any] = {} if stderr is None else {"stderr": stderr}
+    await manager.start_kernel(env=env, cwd=str(home), **launch)
     context = zmq.asyncio.Context()
     context.setsockopt(zmq.RCVHWM, receive_queue)
     client = manager.client(context=context)
@@ -584,9 +588,23 @@ async def shut_down_gracefully(kernel: Kernel) -> int:
     kernel.manager.shutdown_wait_time = 5.0  # jupyter_client's default, as clients use it
     await kernel.manager.interrupt_kernel()
     await kernel.manager.request_shutdown()
-    await kernel.manager.finish_shutdown()
+    stacks = asyncio.create_task(stacks_if_alive(process, after_s=2.0))
+    try:
+        await kernel.manager.finish_shutdown()
+    finally:
+        stacks.cancel()
     code: int = await asyncio.to_thread(process.wait, 20)
     return code
+
+
+async def stacks_if_alive(process: subprocess.Popen[bytes], after_s: float) -> None:
+    """Have a kernel that has not ended ``after_s`` after its shutdown request (the client
+    sends SIGTERM at 2.5 s) write its threads' stacks to its stderr: a failure's captured
+    output then shows where it waited. Changes nothing else."""
+    await asyncio.sleep(after_s)
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, STACKS_SIGNAL)
 
 
 async def test_graceful_shutdowns_end_the_kernel_by_itself(tmp_path: Path) -> None:
@@ -602,6 +620,24 @@ async def test_graceful_shutdowns_end_the_kernel_by_itself(tmp_path: Path) -> No
             await k.run("print('ready')")
         codes = await asyncio.gather(*(shut_down_gracefully(k) for k in kernels))
     assert codes == [0] * 5
+
+
+async def test_a_kernel_asked_for_its_stacks_writes_them_and_runs_on(tmp_path: Path) -> None:
+    """SIGUSR1 has the kernel write every thread's stack to its stderr (the kernel log),
+    for a kernel that hangs; it goes on running (the signal's default would end it)."""
+    log = tmp_path / "kernel.log"
+    with log.open("w") as stderr:
+        async with start_kernel(tmp_path, {}, stderr=stderr) as kernel:
+            pid = (await ipython_dir_and_pid(kernel))[1]
+            os.kill(pid, STACKS_SIGNAL)
+            deadline = time.monotonic() + 30
+            while "interpreter_kernel/app.py" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()
+                await asyncio.sleep(0.05)
+            assert (await kernel.run("print(6 * 7)")).stdout == "42\n"
+    text = log.read_text()
+    assert text.count("Thread 0x") >= 3, text  # the main thread and ipykernel's
+    assert "interpreter_kernel/app.py" in text, text
 
 
 async def test_private_ipython_dir_removed_on_shutdown_and_sigterm(tmp_path: Path) -> None:
