@@ -356,26 +356,49 @@ def cmd_html(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------ replay
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    """``interp replay NOTEBOOK``: re-run it in a fresh session and compare outputs."""
+def _read_notebook(path: str, files: str | None) -> dict[str, Any] | None:
+    """The nbformat v4 notebook in ``path``, checked before any service is asked (and
+    ``files``, a directory to upload, if given); None once a line has said what is wrong."""
     from interpreter.cells import notebook_problem
-    from interpreter.replay import print_cell, print_summary, replay_notebook
 
     try:
-        nb = json.loads(Path(args.notebook).read_text(encoding="utf-8"))
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        print(f"interp: cannot read notebook {args.notebook}: {exc}", file=sys.stderr)
-        return EXIT_SERVICE
-    # Checked here, before an embedded service starts (replay_notebook checks as well).
+        print(f"interp: cannot read notebook {path}: {exc}", file=sys.stderr)
+        return None
     problem = notebook_problem(nb)
     if problem is not None:
-        print(
-            f"interp: {args.notebook} is not a valid nbformat v4 notebook: {problem}",
-            file=sys.stderr,
-        )
-        return EXIT_SERVICE
-    if args.files and not Path(args.files).is_dir():
-        print(f"interp: --files {args.files}: not a directory", file=sys.stderr)
+        print(f"interp: {path} is not a valid nbformat v4 notebook: {problem}", file=sys.stderr)
+        return None
+    if files and not Path(files).is_dir():
+        print(f"interp: --files {files}: not a directory", file=sys.stderr)
+        return None
+    result: dict[str, Any] = nb
+    return result
+
+
+def _prepare_inputs(
+    client: Client, session: Session, args: argparse.Namespace, progress: Progress
+) -> None:
+    """Put the notebook's input files into ``session``'s workspace: ``--from-session``'s
+    files, then ``--files``' (which win)."""
+    from interpreter.replay.inputs import copy_workspace, upload_directory
+
+    if args.from_session:
+        copied = copy_workspace(client, args.from_session, session)
+        progress(f"copied {len(copied)} files from session {args.from_session}")
+    if args.files:
+        written = upload_directory(session, Path(args.files))
+        progress(f"uploaded {len(written)} files from {args.files}")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``interp replay NOTEBOOK``: re-run it in a fresh session and compare outputs."""
+    from interpreter.replay import print_cell, print_summary, replay_notebook
+
+    # Checked here, before an embedded service starts (replay_notebook checks as well).
+    nb = _read_notebook(args.notebook, args.files)
+    if nb is None:
         return EXIT_SERVICE
     progress = Progress(args.quiet or args.json)
     url = _explicit_url(args)
@@ -410,17 +433,10 @@ def _replay_against(
     print_cell: Any,
     print_summary: Any,
 ) -> int:
-    from interpreter.replay.inputs import copy_workspace, upload_directory
-
     with Client(url, api_key=api_key, timeout=60) as client:
 
         def prepare(session: Session) -> None:
-            if args.from_session:
-                copied = copy_workspace(client, args.from_session, session)
-                progress(f"copied {len(copied)} files from session {args.from_session}")
-            if args.files:
-                written = upload_directory(session, Path(args.files))
-                progress(f"uploaded {len(written)} files from {args.files}")
+            _prepare_inputs(client, session, args, progress)
 
         progress(f"replaying {args.notebook} against {url}...")
         report = replay_notebook(
@@ -437,6 +453,61 @@ def _replay_against(
     else:
         print_summary(report)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    """``interp rebuild NOTEBOOK``: bring a notebook's state back in a session (a new one,
+    kept, unless ``--session``) by re-running its good cells; the session is left running
+    for more work. Exit 1 if a re-run cell did not end as recorded."""
+    nb = _read_notebook(args.notebook, args.files)
+    if nb is None:
+        return EXIT_SERVICE
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    progress = Progress(args.quiet or args.json)
+    with _client(args) as client:
+        session: Session | None = None
+        created = False
+        done = False
+        try:
+            if args.session:
+                session = client.get_session(args.session)
+            else:
+                progress("starting a session...")
+                session = client.create_session()
+                created = True
+                progress(f"session {session.id} ready")
+            _prepare_inputs(client, session, args, progress)
+            progress(f"re-running the cells of {args.notebook}...")
+            info = session.rebuild(nb)
+            done = True
+        except ClientError as exc:
+            return _service_error(exc)
+        except (KeyboardInterrupt, Terminated) as stop:
+            if session is not None and not created:
+                # The session is not this command's to end, and the service's rebuild runs
+                # on in it (an interrupt would only move it to its next cell): say so.
+                print(
+                    f"interp: stopped waiting; the service goes on re-running the notebook's "
+                    f"cells in session {session.id}",
+                    file=sys.stderr,
+                )
+            return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
+        finally:
+            # A new session that did not rebuild is of no use to anyone: not left behind.
+            if session is not None and created and not done:
+                try:
+                    session.close()
+                except ClientError as exc:
+                    print(f"interp: could not delete session: {exc}", file=sys.stderr)
+    report = info.rebuild
+    if args.json:
+        print(info.model_dump_json(indent=2))
+    else:
+        summary = report.summary() if report is not None else "no cells ran."
+        print(f"Rebuilt from {args.notebook}: {summary}")
+        print(f"session: {info.id}")
+    return EXIT_FAILED if report is not None and report.failed else EXIT_OK
 
 
 # ------------------------------------------------------------------------- tools / mcp
@@ -564,6 +635,33 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
         help="Largest mean pixel difference (0..1) for images to match.",
     )
     replay.set_defaults(func=_quiet_http_log(cmd_replay), embed=embed)
+
+    rebuild = subparsers.add_parser(
+        "rebuild",
+        parents=[parent],
+        help="Bring back a notebook's state in a session, to go on working in it.",
+        description="Re-run the notebook's successful code cells, in order, in a new session "
+        "(kept afterwards) or in --session's, on top of its state, and print the session "
+        "id. Cells recorded as failed are skipped. Exit status 1 if a re-run cell did not "
+        "end as recorded (the session is kept: see the report), 2 if the notebook or the "
+        "service refused.",
+    )
+    rebuild.add_argument("notebook", help="The .ipynb file.")
+    rebuild.add_argument("--session", help="Rebuild in this existing session instead.")
+    rebuild.add_argument("--json", action="store_true", help="Print the session as JSON.")
+    rebuild.add_argument(
+        "--files",
+        metavar="DIR",
+        help="Upload every file under DIR into the workspace first (same relative "
+        "paths), for notebooks that read input files.",
+    )
+    rebuild.add_argument(
+        "--from-session",
+        metavar="ID",
+        help="Copy the workspace files of session ID into the workspace first; with "
+        "--files, DIR's files win.",
+    )
+    rebuild.set_defaults(func=_quiet_http_log(cmd_rebuild))
 
     tools = subparsers.add_parser(
         "tools",

@@ -87,6 +87,12 @@ _ANNOTATIONS: dict[str, types.ToolAnnotations] = {
     "restart": types.ToolAnnotations(
         title="Restart the kernel", read_only_hint=False, destructive_hint=True
     ),
+    "rebuild_from_notebook": types.ToolAnnotations(
+        title="Rebuild state from a notebook",
+        read_only_hint=False,
+        destructive_hint=True,
+        idempotent_hint=False,
+    ),
     "get_notebook": types.ToolAnnotations(title="Get the notebook", read_only_hint=True),
 }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interpreter.client import (
+    BadRequestError,
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
@@ -267,6 +268,31 @@ class _ToolLogic:
         return ToolResult([TextPart("\n".join(lines))])
 
     # -- notebook ---------------------------------------------------------------------------
+
+    def _tool_rebuild_from_notebook(self, path: str, session_id: str | None = None) -> _Steps:
+        sid = yield from self._session(session_id)
+        data: bytes = yield proto.download(sid, path)
+        try:
+            nb = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return error_result(
+                f"{path} is not a notebook: it is not JSON ({exc}). Give the path of an "
+                ".ipynb file in the workspace."
+            )
+        if not isinstance(nb, dict):
+            return error_result(
+                f"{path} is not a notebook: its JSON is not an object. Give the path of an "
+                ".ipynb file in the workspace."
+            )
+        try:
+            info: SessionInfo = yield proto.rebuild(sid, nb)
+        except BadRequestError as exc:
+            # The service names the body's field ("notebook is not ..."); the model knows
+            # the file.
+            return error_result(f"{path}: {exc.message}".replace(f"{path}: notebook ", f"{path} "))
+        report = info.rebuild
+        summary = report.summary() if report is not None else "no cells ran."
+        return ToolResult([TextPart(f"Session {sid} rebuilt from {path}: {summary}")])
 
     def _tool_get_notebook(self, format: str = "text", session_id: str | None = None) -> _Steps:
         sid = yield from self._session(session_id)

@@ -1,4 +1,4 @@
-"""The nine tools as a model reads them: names, descriptions and JSON schemas, rendered
+"""The ten tools as a model reads them: names, descriptions and JSON schemas, rendered
 for OpenAI or Anthropic function calling."""
 
 from __future__ import annotations
@@ -251,6 +251,27 @@ TOOLS: tuple[ToolSpec, ...] = (
         },
     ),
     ToolSpec(
+        "rebuild_from_notebook",
+        "Bring back the state of an earlier analysis: re-run the successful code cells of a "
+        "Jupyter notebook (.ipynb) that is in the session workspace, in order, on top of the "
+        "current state, so its variables, imports and loaded data exist again. Put the "
+        "notebook and the files it reads in the workspace first (upload_file). Cells that "
+        "failed when recorded are skipped; the result says how many ran and which did not "
+        "end as recorded. Nothing else may run in the session meanwhile.",
+        {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The notebook's path in the workspace, e.g. 'analysis.ipynb'.",
+                },
+                "session_id": _SESSION_ID,
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
         "get_notebook",
         "Get the session's history as a notebook: every cell that ran, in order, with its "
         "status and outputs. 'text' (default) is a readable transcript for reviewing what "
@@ -285,7 +306,7 @@ def tool_definitions(
     Args:
         format: ``openai`` (Chat Completions ``tools`` entries) or ``anthropic`` (Messages
             API ``tools`` entries).
-        names: Only these tools (default: all nine).
+        names: Only these tools (default: all ten).
         packages: The kernel's package list (``client.info().packages``); ``run_code``'s
             description then names the main ones with their versions.
 

@@ -162,6 +162,61 @@ def test_replay_command(local_server: Server, tmp_path: Path) -> None:
     assert "recorded '7', replayed '6'" in data["cells"][1]["differences"][0]
 
 
+def test_rebuild_command_brings_a_notebooks_state_back_in_a_kept_session(
+    local_server: Server, tmp_path: Path
+) -> None:
+    """``interp rebuild`` as a person picks up an analysis: the notebook and the directory
+    of the files it reads give a new session (kept, its id printed) with the names back;
+    a cell that now ends otherwise than recorded is exit 1 with the session kept; a file
+    that is no notebook is one line and exit 2, with no session left behind."""
+    inputs = tmp_path / "inputs"
+    (inputs / "data").mkdir(parents=True)
+    (inputs / "data" / "n.txt").write_text("7")
+    with Client(local_server.url, api_key=local_server.api_key) as client:
+        with client.create_session() as session:
+            session.upload("data/n.txt", b"7")
+            session.run("n = int(open('data/n.txt').read())")
+            session.run("squares = [i * i for i in range(n)]")
+            nb = session.notebook()
+        path = tmp_path / "analysis.ipynb"
+        path.write_text(json.dumps(nb))
+
+        result = interp(local_server, "rebuild", str(path), "--files", str(inputs))
+        assert result.returncode == 0, result.stdout + result.stderr
+        summary, kept = result.stdout.splitlines()
+        assert summary == (
+            f"Rebuilt from {path}: 2 of 2 cells re-ran (cells are numbered by their index "
+            "in the source notebook); none failed."
+        )
+        assert kept.startswith("session: s_")
+        assert "uploaded 1 files from" in result.stderr
+        rebuilt = client.get_session(kept.removeprefix("session: "))
+        try:
+            assert rebuilt.run("sum(squares)").text == "91"
+            # Again in the same session, on top of its state, as JSON; a file now gone
+            # makes the first cell fail where it had succeeded: exit 1, the session kept.
+            rebuilt.delete_file("data/n.txt")
+            again = interp(local_server, "rebuild", str(path), "--session", rebuilt.id, "--json")
+            assert again.returncode == 1, again.stdout + again.stderr
+            report = json.loads(again.stdout)["rebuild"]
+            assert report["failed"] == [0] and report["cells_ran"] == 2
+            assert client.get_session(rebuilt.id).info.status == "idle"
+        finally:
+            rebuilt.close()
+
+        before = {s.id for s in client.list_sessions()}
+        (tmp_path / "not.ipynb").write_text('{"cells": []}')
+        refused = interp(local_server, "rebuild", str(tmp_path / "not.ipynb"))
+        assert refused.returncode == 2 and refused.stdout == ""
+        (line,) = refused.stderr.splitlines()
+        assert line.startswith(f"interp: {tmp_path / 'not.ipynb'} is not a valid nbformat v4")
+        no_dir = interp(local_server, "rebuild", str(path), "--files", str(tmp_path / "none"))
+        assert no_dir.returncode == 2 and "not a directory" in no_dir.stderr
+        unknown = interp(local_server, "rebuild", str(path), "--session", "s_unknown")
+        assert unknown.returncode == 2 and "s_unknown" in unknown.stderr, unknown.stderr
+        assert {s.id for s in client.list_sessions()} == before
+
+
 #: Files that are not nbformat v4 notebooks, and the reason each is refused.
 NOT_NOTEBOOKS = [
     ('{"not": "a notebook"}', 'it has no "nbformat" version: not a Jupyter notebook'),
@@ -263,7 +318,7 @@ def test_tools_command(fmt: str, key: str) -> None:
     result = interp(None, "tools", "--format", fmt)
     assert result.returncode == 0
     tools = json.loads(result.stdout)
-    assert len(tools) == 9 and all(key in t for t in tools)
+    assert len(tools) == 10 and all(key in t for t in tools)
     [run_code] = [
         t for t in tools if t.get("name", t.get("function", {}).get("name")) == "run_code"
     ]

@@ -138,6 +138,73 @@ def test_mcp_over_stdio(local_server: Server) -> None:
     assert list(made.values()) == ["closed"]
 
 
+def test_mcp_rebuilds_a_session_from_a_notebook_in_its_workspace(local_server: Server) -> None:
+    """The path an agent takes to pick up an earlier analysis: the notebook of one session
+    (get_notebook as ipynb) and the file it read go into a new session's workspace, and
+    rebuild_from_notebook brings its names back there. Files that are no notebook are
+    error results that say why, in the file's name."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "interpreter", "mcp"],
+        env=_env(local_server),
+        cwd=str(REPO),
+    )
+    before = _session_ids(local_server)
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with MCPClient(params) as client:
+                await client.call_tool("upload_file", {"path": "in/n.txt", "content": "22"})
+                for code in (
+                    "n = int(open('in/n.txt').read())",
+                    "undefined_name + 1",
+                    "base = n * 10",
+                ):
+                    await client.call_tool("run_code", {"code": code})
+                ipynb = _texts(await client.call_tool("get_notebook", {"format": "ipynb"}))
+
+                created = await client.call_tool("create_session", {})
+                sid = created.content[0].text.split()[2].rstrip(";")  # type: ignore[union-attr]
+                await client.call_tool("upload_file", {"path": "in/n.txt", "content": "22"})
+                await client.call_tool("upload_file", {"path": "earlier.ipynb", "content": ipynb})
+                rebuilt = await client.call_tool("rebuild_from_notebook", {"path": "earlier.ipynb"})
+                assert not rebuilt.is_error, _texts(rebuilt)
+                assert _texts(rebuilt) == (
+                    f"Session {sid} rebuilt from earlier.ipynb: 3 of 3 cells re-ran (cells "
+                    "are numbered by their index in the source notebook); cell 1 raised the "
+                    "error recorded for it again, as expected: what ran before the error is "
+                    "restored; none failed."
+                )
+                used = await client.call_tool("run_code", {"code": "base + n"})
+                assert not used.is_error and "242" in _texts(used), _texts(used)
+
+                await client.call_tool("upload_file", {"path": "t.csv", "content": "a\n1\n"})
+                not_json = await client.call_tool("rebuild_from_notebook", {"path": "t.csv"})
+                assert not_json.is_error
+                assert _texts(not_json).startswith("Error: t.csv is not a notebook: it is not JSON")
+                a_number = await client.call_tool("rebuild_from_notebook", {"path": "in/n.txt"})
+                assert a_number.is_error
+                assert _texts(a_number).startswith(
+                    "Error: in/n.txt is not a notebook: its JSON is not an object"
+                )
+                await client.call_tool("upload_file", {"path": "v.ipynb", "content": '{"a": 1}'})
+                not_v4 = await client.call_tool("rebuild_from_notebook", {"path": "v.ipynb"})
+                assert not_v4.is_error
+                assert _texts(not_v4).startswith(
+                    'Error: v.ipynb is not a valid nbformat v4 notebook: it has no "nbformat" '
+                    "version"
+                ), _texts(not_v4)
+                missing = await client.call_tool("rebuild_from_notebook", {"path": "no.ipynb"})
+                assert missing.is_error and "no.ipynb" in _texts(missing), _texts(missing)
+                # None of the refused ones ran anything: the state is as rebuilt.
+                again = await client.call_tool("run_code", {"code": "base"})
+                assert "220" in _texts(again)
+
+    anyio.run(main)
+    made = {sid: status for sid, status in _session_ids(local_server).items() if sid not in before}
+    assert list(made.values()) == ["closed", "closed"]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -268,7 +268,7 @@ def run(executor: ToolExecutor, name: str, **args: Any) -> ToolResult:
 # -------------------------------------------------------------------------- definitions
 
 
-def test_nine_tools_with_valid_schemas_and_real_descriptions() -> None:
+def test_ten_tools_with_valid_schemas_and_real_descriptions() -> None:
     assert set(TOOL_NAMES) == {
         "run_code",
         "create_session",
@@ -278,6 +278,7 @@ def test_nine_tools_with_valid_schemas_and_real_descriptions() -> None:
         "read_artifact",
         "list_files",
         "restart",
+        "rebuild_from_notebook",
         "get_notebook",
     }
     for spec in TOOLS:
