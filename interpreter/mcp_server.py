@@ -66,7 +66,8 @@ INSTRUCTIONS = (
     "it again. Tables come back with a summary of shape and dtypes; plots as images. "
     "Put input files in the workspace with upload_file; read results with read_file. "
     "When output is too long it is cut and the result names the artifact that holds the "
-    "whole text: read it in parts with read_artifact."
+    "whole text: read it in parts with read_artifact. To pick up an earlier analysis, "
+    "upload its notebook (.ipynb) and the files it reads, then call rebuild_from_notebook."
 )
 
 # Hints for hosts deciding whether to ask the user before a call.
