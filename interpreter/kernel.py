@@ -38,7 +38,7 @@ from interpreter.heartbeat import Heartbeat, hb_url
 from interpreter.kernel_manager import KernelManager
 from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.models import KernelInfo
-from interpreter.readiness import wait_ready
+from interpreter.readiness import wait_ready, wait_subscribed
 from interpreter.wire import BrokerSession
 
 log = logging.getLogger(__name__)
@@ -476,9 +476,14 @@ class Kernel:
         # interpreter/heartbeat.py) and no stdin channel (requests never allow stdin).
         # ``kc.is_alive()`` asks the manager, the client's parent, not the heartbeat.
         kc.start_channels(hb=False, stdin=False)
+        # A kernel a pool readied has answered kernel_info already (its reply came with
+        # the claim): the new client waits only for its IOPub subscription to take.
+        readied = None if busy_ok else getattr(self.km.provisioner, "ready_reply", None)
         try:
             if busy_ok:
                 reply = await _control_kernel_info(kc, KERNEL_INFO_TIMEOUT_S)
+            elif readied is not None and await wait_subscribed(kc):
+                reply = readied
             else:
                 reply = await wait_ready(kc, self.start_timeout_s)
         except Exception:

@@ -17,6 +17,13 @@ its whole wait (0.5 s) about one time in three. Instead a new ``kernel_info`` go
 Stray messages of the handshake (the replies and statuses of the requests sent after the
 first) are left in the queues; the session's reader ignores messages whose parent is not
 one of its executions.
+
+A kernel a pool has readied needs less (:func:`wait_subscribed`): the pool's own handshake
+proved that it answers on shell, and gave its ``kernel_info`` reply, so a new client of it
+only has to know that its IOPub subscription has reached the kernel. ipykernel (7 and
+later) publishes an ``iopub_welcome`` as soon as a new subscription reaches its XPUB
+socket (JEP 65); that one message, which the kernel's IOPub thread sends without the
+kernel's main thread, is the proof. No request goes out on shell at all.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ from typing import Any
 SHELL_WAIT_S = 1.0
 #: How long to wait for an IOPub status of the requests sent before sending another.
 IOPUB_RESEND_S = 0.05
+#: How long a new client of a readied kernel waits for its ``iopub_welcome`` before it
+#: falls back to :func:`wait_ready`. The welcome comes within a millisecond or two; it
+#: does not come at all if another client with the same subscription is still connected
+#: (an XPUB socket passes on only a subscription it does not have yet).
+WELCOME_WAIT_S = 0.25
 
 
 async def wait_ready(
@@ -58,6 +70,24 @@ async def wait_ready(
             raise RuntimeError("Kernel died before replying to kernel_info")
         if loop.time() > deadline:
             raise RuntimeError(f"Kernel didn't respond in {timeout_s:.0f} seconds")
+
+
+async def wait_subscribed(kc: Any, wait_s: float | None = None) -> bool:
+    """Whether the kernel's ``iopub_welcome`` for ``kc``'s subscription arrived on IOPub
+    within ``wait_s`` (default :data:`WELCOME_WAIT_S`); other messages before it are
+    dropped, as the handshake drops them."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + (WELCOME_WAIT_S if wait_s is None else wait_s)
+    while (left := end - loop.time()) > 0:
+        try:
+            msg: dict[str, Any] = await kc.get_iopub_msg(timeout=left)
+        except queue.Empty:
+            return False
+        except Exception:  # a bad signature or bad JSON: not the welcome (H-34)
+            continue
+        if (msg.get("header") or {}).get("msg_type") == "iopub_welcome":
+            return True
+    return False
 
 
 async def _answer(get: Any, parents: Container[str], wait_s: float) -> dict[str, Any] | None:

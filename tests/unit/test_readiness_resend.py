@@ -134,3 +134,41 @@ async def test_the_given_liveness_check_ends_the_wait_for_a_dead_kernel() -> Non
     # One unanswered attempt, then the check: not the 600 s the timeout allows.
     assert asked == [False] and len(kc.sent) == 1
     assert kc.waited_for_nothing <= readiness.SHELL_WAIT_S
+
+
+class Welcoming:
+    """A client of a kernel a pool readied: IOPub holds ``messages`` (the kernel's
+    ``iopub_welcome`` among them, or not); it has no shell at all, so a request would fail."""
+
+    def __init__(self, *messages: dict[str, Any] | Exception) -> None:
+        self.messages = list(messages)
+        self.waited_for_nothing = 0.0
+
+    async def get_iopub_msg(self, timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - its API
+        if not self.messages:
+            self.waited_for_nothing += timeout
+            await asyncio.sleep(0)
+            raise queue.Empty
+        item = self.messages.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+async def test_a_readied_kernels_new_client_waits_only_for_its_welcome() -> None:
+    """What came before the welcome (a bad message, a stray status of the pool's warm-up)
+    is passed over; nothing is asked of the kernel."""
+    welcome = _msg("iopub_welcome", None, {"subscription": ""})
+    stray = _msg("status", "warm-up", {"execution_state": "idle"})
+    kc = Welcoming(ValueError("bad signature"), stray, welcome)
+    assert await readiness.wait_subscribed(kc)
+    assert kc.messages == [] and kc.waited_for_nothing == 0
+
+
+async def test_without_a_welcome_the_wait_gives_up_at_its_bound() -> None:
+    """An XPUB socket passes on only a subscription it does not hold yet: with another
+    client of the same subscription still connected, no welcome comes. The caller then
+    falls back to the whole handshake."""
+    kc = Welcoming(_msg("status", "warm-up", {"execution_state": "idle"}))
+    assert not await readiness.wait_subscribed(kc, wait_s=0.05)
+    assert kc.waited_for_nothing == pytest.approx(0.05, abs=0.01)

@@ -137,6 +137,9 @@ class KernelContainer:
         runtime_dir: host directory mounted at ``/run/interp`` (sockets, connection file).
         host_process: liveness shortcut, if the broker can see the container's init.
         pool_slot: the warm-pool slot the container was started for, if any.
+        ready_reply: the kernel's ``kernel_info`` reply, once a pool has readied it: a
+            session that claims it takes its language from there and skips its own
+            request (``interpreter.readiness.wait_subscribed``).
     """
 
     container_id: str
@@ -146,6 +149,7 @@ class KernelContainer:
     runtime_dir: Path
     host_process: HostProcess | None = None
     pool_slot: str | None = None
+    ready_reply: dict[str, Any] | None = None
 
 
 class KernelPool(Protocol):

@@ -423,7 +423,7 @@ class ContainerPool:
         # whether the kernel still runs is asked of the pool's own check instead.
         client.start_channels(hb=False, stdin=False, control=False)
         try:
-            await wait_ready(
+            kernel.ready_reply = await wait_ready(
                 client, self.start_timeout_s, alive=partial(self._still_running, kernel)
             )
             await _warm_up(client, self.start_timeout_s)

@@ -94,6 +94,12 @@ class DockerProvisioner(KernelProvisionerBase):
         return self._kernel
 
     @property
+    def ready_reply(self) -> dict[str, Any] | None:
+        """The ``kernel_info`` reply of the kernel, if a pool readied it (a claimed one);
+        None for a kernel started for this session."""
+        return self._kernel.ready_reply if self._kernel is not None else None
+
+    @property
     def options(self) -> LaunchOptions | None:
         """The launch options of the current session, once ``pre_launch`` has run."""
         return self._options
