@@ -128,9 +128,17 @@ def test_a_session_from_the_warm_pool_keeps_its_variables_across_restarts(
             sid = api.post("/v1/sessions").json()["id"]
             run(api, sid, "x = 'still here'")
         db = sqlite3.connect(data_dir / "state.db")
-        (info,) = db.execute("SELECT provisioner_json FROM sessions WHERE id = ?", (sid,))
+        ((info, status, generation, kernel),) = db.execute(
+            "SELECT provisioner_json, status, generation, kernel_json FROM sessions WHERE id = ?",
+            (sid,),
+        )
         db.close()
-        claimed = [c for c in list_broker_containers(broker_id_for(data_dir)) if c.id in info[0]]
+        # A claimed kernel's record is written during the session's handshake, from the
+        # pool's kernel_info reply: as it stands once the start is done.
+        assert (status, generation) == ("idle", 1)
+        described = json.loads(kernel)
+        assert described["language"] == "python" and described["version"].startswith("3.")
+        claimed = [c for c in list_broker_containers(broker_id_for(data_dir)) if c.id in info]
         assert [c.pool_slot is not None for c in claimed] == [True], "not a pooled kernel"
         for _ in range(2):  # SIGKILL, then SIGTERM: each restart reattaches and sweeps
             proc = procs[-1]
