@@ -453,14 +453,6 @@ class Kernel:
         self.backend.configure(km, self.options)
         return km
 
-    def readied_reply(self) -> dict[str, Any] | None:
-        """The ``kernel_info`` reply of the kernel last launched, if a pool readied it (a
-        claimed kernel): known as soon as it is launched, before the session's handshake."""
-        if self.km is None:
-            return None
-        reply: dict[str, Any] | None = getattr(self.km.provisioner, "ready_reply", None)
-        return reply
-
     async def _connect(self, *, busy_ok: bool = False) -> None:
         assert self.km is not None
         if self._ctx is None:
@@ -486,7 +478,7 @@ class Kernel:
         kc.start_channels(hb=False, stdin=False)
         # A kernel a pool readied has answered kernel_info already (its reply came with
         # the claim): the new client waits only for its IOPub subscription to take.
-        readied = None if busy_ok else self.readied_reply()
+        readied = None if busy_ok else getattr(self.km.provisioner, "ready_reply", None)
         try:
             if busy_ok:
                 reply = await _control_kernel_info(kc, KERNEL_INFO_TIMEOUT_S)
@@ -497,7 +489,12 @@ class Kernel:
         except Exception:
             stop_channels(kc)
             raise
-        self.language_info, self.info = described_by(reply)
+        content = reply.get("content", {})
+        lang = content.get("language_info") or {}
+        self.language_info = dict(lang)
+        self.info = KernelInfo(
+            language=str(lang.get("name", "python")), version=str(lang.get("version", ""))
+        )
         self.kc = kc
         self._channels = {name: ChannelReader(kc, name) for name in ("iopub", "shell")}
         self._readers = [
@@ -645,14 +642,6 @@ class Kernel:
             reason,
             tail or "(none)",
         )
-
-
-def described_by(reply: dict[str, Any]) -> tuple[dict[str, Any], KernelInfo]:
-    """The ``language_info`` of a ``kernel_info`` reply, and the kernel it describes."""
-    lang = dict(reply.get("content", {}).get("language_info") or {})
-    return lang, KernelInfo(
-        language=str(lang.get("name", "python")), version=str(lang.get("version", ""))
-    )
 
 
 def _start_failed(exc: Exception) -> KernelStartFailed:

@@ -47,13 +47,12 @@ from interpreter.execution import RICH_LIMIT, ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle, Saved
 from interpreter.ids import new_id
-from interpreter.kernel import Kernel, RestartBudget, described_by
+from interpreter.kernel import Kernel, RestartBudget
 from interpreter.late import LateWrites
 from interpreter.metrics import Metrics
 from interpreter.models import (
     Execution,
     ExecutionStatus,
-    KernelInfo,
     PolicyResult,
     SessionStatus,
 )
@@ -198,50 +197,27 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         session is handed out, without the start waiting for the disk after the kernel
         (issue 10). Not before the kernel is launched: its syncs would run in the session
         directory while a warm-pool claim renames the workspace into it.
-
-        A kernel claimed from a warm pool is described by the pool's handshake, so its
-        record (how to find it again, R-07) is written during the session's own handshake
-        too, as it will stand once the start is done; a kernel launched again after that
-        (a failed first attempt) is recorded afresh.
         """
         first_write: list[asyncio.Task[bool]] = []
-        #: Records written while a handshake ran: (the manager they describe, the write).
-        early: list[tuple[object, asyncio.Task[None]]] = []
 
-        def save_first() -> None:
+        def launched() -> None:
             if not first_write:
                 save = self.notebook.save()
                 first_write.append(asyncio.create_task(save, name=f"first-save-{self.id}"))
-
-        def launched() -> None:
-            save_first()
-            readied = self.kernel.readied_reply()
-            if readied is not None:
-                persist = self._persist_kernel(
-                    "idle", self.generation + 1, described_by(readied)[1]
-                )
-                task = asyncio.create_task(persist, name=f"persist-kernel-{self.id}")
-                early.append((self.kernel.km, task))
 
         try:
             await self.kernel.start(launched)
         except KernelStartFailed:
             self.status = "dead"
-            save_first()  # the record of a session whose kernel never came up
+            launched()  # the record of a session whose kernel never came up
             await first_write[0]
-            for _, task in early:
-                with contextlib.suppress(Exception):  # the session is closed as failed next
-                    await task
             raise
-        save_first()
+        launched()
         await first_write[0]
         self._kernel_ready()  # its language info goes to disk with the first cell's save
         self.generation += 1
         self.touch()  # idle time counts from when the session became usable
-        for _, task in early:
-            await task
-        if not early or early[-1][0] is not self.kernel.km:
-            await self._persist_kernel()
+        await self._persist_kernel()
 
     async def attach(
         self,
@@ -295,24 +271,17 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             self._worker = asyncio.create_task(self._work(), name=f"worker-{self.id}")
         self.status = "idle"
 
-    async def _persist_kernel(
-        self,
-        status: SessionStatus | None = None,
-        generation: int | None = None,
-        info: KernelInfo | None = None,
-    ) -> None:
-        """Record the kernel: the session's status and generation and the kernel's info as
-        they are now, unless given (as they will be once a start under way is done)."""
+    async def _persist_kernel(self) -> None:
         connection, provisioner = await self.kernel.record()
         await self.writer.run(
             partial(
                 self.store.save_kernel,
                 self.id,
-                status=self.status if status is None else status,
-                kernel=self.kernel.info if info is None else info,
+                status=self.status,
+                kernel=self.kernel.info,
                 connection=connection,
                 provisioner=provisioner,
-                generation=self.generation if generation is None else generation,
+                generation=self.generation,
             )
         )
 
