@@ -164,6 +164,18 @@ def stream_to_terminal(
     return EXIT_FAILED  # pragma: no cover - stream() always ends with DoneEvent or raises
 
 
+def _session_for(
+    client: Client, session_id: str | None, progress: Progress
+) -> tuple[Session, bool]:
+    """The session ``session_id`` names, or a new one; and whether it is new."""
+    if session_id:
+        return client.get_session(session_id), False
+    progress("starting a session...")
+    session = client.create_session()
+    progress(f"session {session.id} ready")
+    return session, True
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``interp run FILE.py`` / ``interp run -c CODE``."""
     if args.code is not None:
@@ -191,13 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         session: Session | None = None
         created = False
         try:
-            if args.session:
-                session = client.get_session(args.session)
-            else:
-                progress("starting a session...")
-                session = client.create_session()
-                created = True
-                progress(f"session {session.id} ready")
+            session, created = _session_for(client, args.session, progress)
             try:
                 status = stream_to_terminal(
                     session,
@@ -470,13 +476,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         created = False
         done = False
         try:
-            if args.session:
-                session = client.get_session(args.session)
-            else:
-                progress("starting a session...")
-                session = client.create_session()
-                created = True
-                progress(f"session {session.id} ready")
+            session, created = _session_for(client, args.session, progress)
             _prepare_inputs(client, session, args, progress)
             progress(f"re-running the cells of {args.notebook}...")
             info = session.rebuild(nb)

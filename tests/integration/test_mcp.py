@@ -119,12 +119,7 @@ def _session_ids(server: Server) -> dict[str, str]:
 
 
 def test_mcp_over_stdio(local_server: Server) -> None:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "interpreter", "mcp"],
-        env=_env(local_server),
-        cwd=str(REPO),
-    )
+    params = _stdio(local_server)
     before = _session_ids(local_server)
 
     async def main() -> None:
@@ -143,12 +138,7 @@ def test_mcp_rebuilds_a_session_from_a_notebook_in_its_workspace(local_server: S
     (get_notebook as ipynb) and the file it read go into a new session's workspace, and
     rebuild_from_notebook brings its names back there. Files that are no notebook are
     error results that say why, in the file's name."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "interpreter", "mcp"],
-        env=_env(local_server),
-        cwd=str(REPO),
-    )
+    params = _stdio(local_server)
     before = _session_ids(local_server)
 
     async def main() -> None:
