@@ -554,6 +554,23 @@ def _quiet_http_log(
 Embed = Callable[[], AbstractContextManager[tuple[str, str | None]]]
 
 
+def _add_input_options(parser: argparse.ArgumentParser, workspace: str) -> None:
+    """``--files`` and ``--from-session``: the input files a notebook reads, put into
+    ``workspace`` first (:func:`_prepare_inputs`)."""
+    parser.add_argument(
+        "--files",
+        metavar="DIR",
+        help=f"Upload every file under DIR into {workspace} first (same relative paths), "
+        "for notebooks that read input files.",
+    )
+    parser.add_argument(
+        "--from-session",
+        metavar="ID",
+        help=f"Copy the workspace files of session ID (e.g. the one that recorded the "
+        f"notebook) into {workspace} first; with --files, DIR's files win.",
+    )
+
+
 def add_commands(subparsers: Any, embed: Embed) -> None:
     """Register the client commands on the ``interp`` parser's subparsers.
 
@@ -616,18 +633,7 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
         help="Stop at the first cell that does not match.",
     )
     replay.add_argument("--json", action="store_true", help="Print the report as JSON.")
-    replay.add_argument(
-        "--files",
-        metavar="DIR",
-        help="Upload every file under DIR into the replay's workspace first (same "
-        "relative paths), for notebooks that read input files.",
-    )
-    replay.add_argument(
-        "--from-session",
-        metavar="ID",
-        help="Copy the workspace files of session ID (e.g. the one that recorded the "
-        "notebook) into the replay's workspace first; with --files, DIR's files win.",
-    )
+    _add_input_options(replay, "the replay's workspace")
     replay.add_argument(
         "--image-tolerance",
         type=float,
@@ -649,18 +655,7 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     rebuild.add_argument("notebook", help="The .ipynb file.")
     rebuild.add_argument("--session", help="Rebuild in this existing session instead.")
     rebuild.add_argument("--json", action="store_true", help="Print the session as JSON.")
-    rebuild.add_argument(
-        "--files",
-        metavar="DIR",
-        help="Upload every file under DIR into the workspace first (same relative "
-        "paths), for notebooks that read input files.",
-    )
-    rebuild.add_argument(
-        "--from-session",
-        metavar="ID",
-        help="Copy the workspace files of session ID into the workspace first; with "
-        "--files, DIR's files win.",
-    )
+    _add_input_options(rebuild, "the workspace")
     rebuild.set_defaults(func=_quiet_http_log(cmd_rebuild))
 
     tools = subparsers.add_parser(
