@@ -38,9 +38,10 @@ SHELL_WAIT_S = 1.0
 #: How long to wait for an IOPub status of the requests sent before sending another.
 IOPUB_RESEND_S = 0.05
 #: How long a new client of a readied kernel waits for its ``iopub_welcome`` before it
-#: falls back to :func:`wait_ready`. The welcome comes within a millisecond or two; it
-#: does not come at all if another client with the same subscription is still connected
-#: (an XPUB socket passes on only a subscription it does not have yet).
+#: falls back to :func:`wait_ready`. The welcome comes within a few milliseconds (2.5-2.8
+#: ms p50 on a warm create, measured); it does not come at all if another client with the
+#: same subscription is still connected (an XPUB socket passes on only a subscription it
+#: does not have yet).
 WELCOME_WAIT_S = 0.25
 
 
