@@ -89,10 +89,18 @@ Subscription = asyncio.Queue[Event | None]
 
 class Saved(NamedTuple):
     """An execution as it was when a write of it was issued, and its notebook cell's digest:
-    a copy that the event loop does not change while the writer's thread saves it."""
+    a snapshot that the event loop does not change while the writer's thread saves it. It
+    is kept as the execution's JSON, which the store saves anyway: dumping it takes a tenth
+    of the loop's time that a deep copy of the model did (2.6 against 23 us for a ``1+1``,
+    two per execution)."""
 
-    execution: Execution
+    execution_json: str
     notebook_sha256: str | None
+
+    @property
+    def execution(self) -> Execution:
+        """The execution as it was (parsed anew on each call)."""
+        return Execution.model_validate_json(self.execution_json)
 
 
 @dataclass
@@ -155,8 +163,8 @@ class ExecutionHandle:
     _taken_over_at: int = 0
 
     def saved(self) -> Saved:
-        """The execution as it is now, copied (the loop goes on changing the original)."""
-        return Saved(self.execution.model_copy(deep=True), self.notebook_sha256)
+        """The execution as it is now, as a snapshot (the loop goes on changing it)."""
+        return Saved(self.execution.model_dump_json(), self.notebook_sha256)
 
     @classmethod
     def finished_with(cls, execution: Execution) -> ExecutionHandle:
