@@ -161,7 +161,10 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         app = make_app(broker, settings)
         # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's
         # own cap only has to cover them and the window in which rejected bodies drain.
-        cap = max(settings.max_upload_bytes, settings.max_body_bytes) + DRAIN_LIMIT + 1024
+        largest = max(
+            settings.max_upload_bytes, settings.max_body_bytes, settings.max_notebook_body_bytes
+        )
+        cap = largest + DRAIN_LIMIT + 1024
         http = GatedHTTPServer(app, **connection_options(settings, cap))
     except BaseException:
         lock.release()

@@ -161,6 +161,13 @@ class Settings(BaseSettings):
 
     # Sizes.
     max_body_bytes: int = Field(1 << 20, ge=1024, description="JSON request body limit.")
+    max_notebook_body_bytes: int = Field(
+        64 << 20,
+        ge=1024,
+        description="JSON body limit of the requests that carry a notebook (a creation "
+        "from_notebook, a rebuild): a notebook this service wrote holds up to "
+        "max_notebook_bytes of output.",
+    )
     max_upload_bytes: int = Field(100 << 20, ge=1, description="File upload limit.")
     max_output_bytes: int = Field(
         100_000, ge=1000, description="Inline stdout+stderr per execution before head/tail cut."

@@ -16,11 +16,11 @@ import re
 from typing import IO, Any, TypeVar
 
 import tornado.web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
-from interpreter.api import access
+from interpreter.api import access, json_body
 from interpreter.api.connections import mark_authenticated
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
@@ -35,7 +35,7 @@ from interpreter.errors import (
 )
 from interpreter.idempotency import HEADER as IDEMPOTENCY_HEADER
 from interpreter.idempotency import check_key
-from interpreter.settings import Settings
+from interpreter.settings import ENV_PREFIX, Settings
 
 #: What an execution id the service hands out looks like (as in the route table).
 EXECUTION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
@@ -44,7 +44,6 @@ DOWNLOAD_CHUNK = 256 << 10
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
-MAX_JSON_DEPTH = 64
 #: Bodies up to this size are read and discarded before an early error is answered.
 DRAIN_LIMIT = 64 << 20
 
@@ -58,57 +57,6 @@ def ascii_number(text: str, *, cap: int = 10**18) -> int | None:
         return None
     digits = text.lstrip("0") or "0"
     return cap if len(digits) > len(str(cap)) else min(int(digits), cap)
-
-
-def _json_depth_ok(raw: bytes) -> bool:
-    """Cheap nesting check before parsing (deep nesting exhausts parsers' recursion)."""
-    depth = 0
-    in_string = escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return False
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return True
-
-
-class DuplicateKey(ValueError):
-    """A JSON object names one key twice (which one would win is up to the parser)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise DuplicateKey(key)
-        obj[key] = value
-    return obj
-
-
-def describe_validation(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "body"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field; remove it"
-        parts.append(f"{loc}: {msg}")
-    return "Invalid request: " + "; ".join(parts)
 
 
 @tornado.web.stream_request_body
@@ -142,6 +90,11 @@ class BaseHandler(tornado.web.RequestHandler):
     @property
     def body_limit(self) -> int:
         return int(getattr(self.conf, self.body_limit_attr))
+
+    @property
+    def body_limit_setting(self) -> str:
+        """The environment variable that sets :attr:`body_limit` (named in a 413)."""
+        return ENV_PREFIX + self.body_limit_attr.upper()
 
     @property
     def request_id(self) -> str:
@@ -232,7 +185,7 @@ class BaseHandler(tornado.web.RequestHandler):
                 self._too_large = True
                 raise PayloadTooLarge(
                     f"Request body is {self.request.headers['Content-Length'][:40]} bytes; "
-                    f"the limit here is {self.body_limit}."
+                    f"the limit here is {self.body_limit} ({self.body_limit_setting})."
                 )
         except InterpreterError as exc:
             self._reject_after_body(exc)
@@ -296,8 +249,8 @@ class BaseHandler(tornado.web.RequestHandler):
         self._chunks.clear()
         if exc is None:
             exc = PayloadTooLarge(
-                f"Request body exceeds the limit of {self.body_limit} bytes; refused as it "
-                "arrived (nothing of it was kept)."
+                f"Request body exceeds the limit of {self.body_limit} bytes "
+                f"({self.body_limit_setting}); refused as it arrived (nothing of it was kept)."
             )
         if self._rejected is None:
             self._rejected = exc
@@ -322,27 +275,15 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def parse(self, model: type[M], *, optional: bool = False) -> M:
         """Validate the JSON body against ``model`` (422 on anything wrong)."""
+        return json_body.decode(self.raw_body(), model, optional=optional)
+
+    async def parse_large(self, model: type[M], *, optional: bool = False) -> M:
+        """:meth:`parse` for a route whose body can be large (a notebook): a body over
+        ``json_body.OFF_LOOP_BYTES`` is checked and parsed in a worker thread."""
         raw = self.raw_body()
-        if not raw.strip():
-            if optional:
-                return model()
-            raise ValidationFailed("A JSON body is required.")
-        if not _json_depth_ok(raw):
-            raise ValidationFailed(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
-        try:
-            parsed = json.loads(raw, object_pairs_hook=_unique_keys)
-        except DuplicateKey as exc:
-            raise ValidationFailed(
-                f"Duplicate key '{exc.key[:100]}' in a JSON object; give each key once."
-            ) from None
-        except (ValueError, RecursionError) as exc:
-            raise ValidationFailed(f"Malformed JSON: {str(exc)[:200]}") from exc
-        if not isinstance(parsed, dict):
-            raise ValidationFailed("The JSON body must be an object.")
-        try:
-            return model.model_validate(parsed)
-        except ValidationError as exc:
-            raise ValidationFailed(describe_validation(exc)) from exc
+        if len(raw) <= json_body.OFF_LOOP_BYTES:
+            return json_body.decode(raw, model, optional=optional)
+        return await asyncio.to_thread(json_body.decode, raw, model, optional=optional)
 
     # -- responses --------------------------------------------------------------------
 

@@ -48,8 +48,10 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 class SessionsHandler(BaseHandler):
+    body_limit_attr = "max_notebook_body_bytes"  # a creation can carry from_notebook
+
     async def post(self) -> None:
-        req = self.parse(CreateSessionRequest, optional=True)
+        req = await self.parse_large(CreateSessionRequest, optional=True)
         key = self.idempotency_key()
         if key is None:
             session = await self.broker.create(self.owner, req)
@@ -206,8 +208,10 @@ class RebuildHandler(BaseHandler):
     """Re-runs a notebook's good cells in the session; answers the Session with its
     ``rebuild`` report once they ran (semantics: ``SessionBroker.rebuild``)."""
 
+    body_limit_attr = "max_notebook_body_bytes"
+
     async def post(self, session_id: str) -> None:
-        req = self.parse(RebuildRequest)
+        req = await self.parse_large(RebuildRequest)
         self.send_json(
             await self.broker.rebuild(
                 self.owner, session_id, req.notebook, generation=self.generation()

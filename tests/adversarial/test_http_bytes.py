@@ -45,13 +45,14 @@ def test_duplicate_json_keys_are_422_and_nothing_runs(server: Server, shared_ses
 
 
 def _chunked_post(server: Server, total: int, *, end: bool) -> tuple[bytes, int]:
-    """POST /v1/sessions with a chunked body of ``total`` bytes (ended or not, stopping
-    early once an answer arrives); returns the answer and the bytes sent."""
+    """POST a cell with a chunked body of ``total`` bytes (ended or not, stopping early
+    once an answer arrives); returns the answer and the bytes sent. The route's limit is
+    the JSON bodies' (``max_body_bytes``), checked before its session is looked up."""
     parts = urlsplit(server.url)
     sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
     try:
         sock.sendall(
-            b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\n"
+            b"POST /v1/sessions/s_none/execute HTTP/1.1\r\nHost: x\r\n"
             + f"Authorization: Bearer {KEY}\r\n".encode()
             + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
         )

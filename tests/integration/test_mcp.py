@@ -458,7 +458,7 @@ def test_http_bearer_token(mcp_http: str) -> None:
 
 #: run_code arguments the service refuses, and a piece of the message it gives.
 REFUSED_RUNS: list[tuple[dict[str, Any], str]] = [
-    ({"code": "x" * (2 << 20)}, "the limit here is 1048576. (payload_too_large)"),
+    ({"code": "x" * (2 << 20)}, "1048576 (INTERP_MAX_BODY_BYTES). (payload_too_large)"),
     ({"code": "print('a\x00b')"}, "must not contain NUL characters (validation_error)"),
     ({"code": "1", "timeout_s": 1e9}, "less than or equal to 86400 (validation_error)"),
     ({"code": "1", "timeout_s": 1e308}, "less than or equal to 86400 (validation_error)"),

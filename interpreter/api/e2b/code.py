@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tornado.iostream import StreamClosedError
 
-from interpreter.api.base import describe_validation
 from interpreter.api.e2b import envs, results
 from interpreter.api.e2b.base import E2BHandler
+from interpreter.api.json_body import describe_validation
 from interpreter.errors import BadRequest, ValidationFailed
 from interpreter.handle import Done, ErrorRaised, Event, ExecutionHandle, OutputAdded, StreamText
 from interpreter.models import ErrorInfo, ExecuteRequest

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from interpreter.api.base import describe_validation
+from interpreter.api.json_body import describe_validation
 from interpreter.errors import ValidationFailed
 from interpreter.models import CreateSessionRequest
 
