@@ -10,6 +10,7 @@ CI) turns that skip into a failure; so it does for the tests that need disk quot
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -172,6 +173,19 @@ def start_server(backend: str, data_dir: Path, **overrides: Any) -> Server:
     )
 
 
+@contextlib.contextmanager
+def own_server(prefix: str, **overrides: Any) -> Iterator[Server]:
+    """A local broker of its own with these settings, in a fresh data directory that is
+    removed after it stops (for a test module's fixture)."""
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    srv = start_server("local", data_dir, **overrides)
+    try:
+        yield srv
+    finally:
+        srv.thread.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", params=["local", "docker"])
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """A broker per backend, shared by the whole test session."""
@@ -194,11 +208,8 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def local_server() -> Iterator[Server]:
     """A local-backend broker, for tests of the surface above the backend (SDK, CLI)."""
-    data_dir = Path(tempfile.mkdtemp(prefix="interp-local-only-"))
-    srv = start_server("local", data_dir)
-    yield srv
-    srv.thread.stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    with own_server("interp-local-only-") as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import KEY, OTHER_KEY, require_docker, spawn_serve, start_server, stop_serve
+from tests.conftest import KEY, OTHER_KEY, own_server, require_docker, spawn_serve, stop_serve
 
 pytestmark = pytest.mark.timeout(400)
 STALLED = 1100
@@ -144,18 +144,14 @@ def test_1100_stalled_connections_leave_healthz_and_a_canary_answering(
 
 @pytest.fixture(scope="module")
 def tight_broker() -> Iterator[Any]:
-    data_dir = Path(tempfile.mkdtemp(prefix="interp-tight-"))
-    srv = start_server(
-        "local",
-        data_dir,
+    with own_server(
+        "interp-tight-",
         header_timeout_s=1.0,
         body_timeout_s=3.0,
         max_concurrent_uploads=2,
         max_upload_bytes=8 << 20,
-    )
-    yield srv
-    srv.thread.stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    ) as srv:
+        yield srv
 
 
 def _connect(url: str) -> socket.socket:

@@ -7,9 +7,7 @@ to ``max_notebook_body_bytes``; past that, the 413 names the setting.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +15,7 @@ import pytest
 
 from interpreter.client import BadRequestError, Client
 from interpreter.errors import PayloadTooLarge
-from tests.conftest import Server, run, start_server
+from tests.conftest import Server, own_server, run
 
 #: The other JSON bodies' limit here (the default), and the notebooks'.
 BODY_LIMIT = 1 << 20
@@ -42,16 +40,13 @@ def _notebook(printed: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def limited() -> Iterator[Server]:
-    data_dir = Path(tempfile.mkdtemp(prefix="interp-nb-bodies-"))
-    srv = start_server(
-        "local",
-        data_dir,
+    with own_server(
+        "interp-nb-bodies-",
         max_body_bytes=BODY_LIMIT,
         max_notebook_body_bytes=NOTEBOOK_LIMIT,
         pool_size=0,
-    )
-    yield srv
-    srv.thread.stop()
+    ) as srv:
+        yield srv
 
 
 def _answer(api: httpx.Client, sid: str) -> str:
