@@ -298,6 +298,12 @@ class TooManyUploads(InterpreterError):
     code, status = "too_many_uploads", 503
 
 
+class LargeBodiesBusy(InterpreterError):
+    """The broker already holds its budget of large (notebook) request bodies."""
+
+    code, status = "too_many_large_bodies", 503
+
+
 class StorageFull(InterpreterError):
     """The data directory's disk is below its free-space floor: no new work is taken."""
 

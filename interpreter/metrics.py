@@ -44,20 +44,28 @@ class _GaugesCollector(Collector):
         queued: Callable[[], int],
         warm_kernels: Callable[[], int],
         uploads: Callable[[], int],
+        large_bodies: Callable[[], int],
     ) -> None:
         self._counts = session_counts
         self._queued = queued
         self._warm = warm_kernels
         self._uploads = uploads
-        self._values: tuple[dict[str, int], int, int, int] = ({}, 0, 0, 0)
+        self._large = large_bodies
+        self._values: tuple[dict[str, int], int, int, int, int] = ({}, 0, 0, 0, 0)
 
     def read(self) -> None:
         """Read the broker's state now, on its event loop: a scrape renders in a worker
         thread, which must not walk the loop's live dicts."""
-        self._values = (dict(self._counts()), self._queued(), self._warm(), self._uploads())
+        self._values = (
+            dict(self._counts()),
+            self._queued(),
+            self._warm(),
+            self._uploads(),
+            self._large(),
+        )
 
     def collect(self) -> Iterable[Metric]:
-        counts, queued, warm, uploads = self._values
+        counts, queued, warm, uploads, large = self._values
         family = GaugeMetricFamily(
             "interp_sessions", "Live sessions of the broker, by status.", labels=["status"]
         )
@@ -78,6 +86,12 @@ class _GaugesCollector(Collector):
             "interp_uploads_receiving",
             "File uploads whose body is being received (capped by max_concurrent_uploads).",
             value=uploads,
+        )
+        yield GaugeMetricFamily(
+            "interp_large_body_bytes",
+            "Bytes of request bodies over max_body_bytes (notebooks) held now (capped by "
+            "max_large_bodies_bytes).",
+            value=large,
         )
 
 
@@ -103,6 +117,8 @@ class Metrics:
     ) -> None:
         #: Uploads being received now (the API counts them against its cap).
         self.uploads_receiving = 0
+        #: Bytes of large (notebook) request bodies held now (the API's budget of them).
+        self.large_body_bytes = 0
         self.registry = CollectorRegistry(auto_describe=True)
         self.executions = Counter(
             "interp_executions",
@@ -150,7 +166,11 @@ class Metrics:
             registry=self.registry,
         )
         self._gauges = _GaugesCollector(
-            session_counts, queued, warm_kernels, lambda: self.uploads_receiving
+            session_counts,
+            queued,
+            warm_kernels,
+            lambda: self.uploads_receiving,
+            lambda: self.large_body_bytes,
         )
         self.registry.register(self._gauges)
         if process:

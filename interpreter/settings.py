@@ -28,6 +28,8 @@ DEFAULT_WITHIN_MAX: tuple[tuple[str, str], ...] = (
     ("default_cpus", "max_cpus"),
     ("default_pids", "max_pids"),
     ("default_disk_mb", "max_disk_mb"),
+    # One notebook body must fit in what all of them may hold at once.
+    ("max_notebook_body_bytes", "max_large_bodies_bytes"),
 )
 #: The error type of a default above its maximum (its context names both settings).
 DEFAULT_ABOVE_MAX = "default_above_max"
@@ -167,6 +169,13 @@ class Settings(BaseSettings):
         description="JSON body limit of the requests that carry a notebook (a creation "
         "from_notebook, a rebuild): a notebook this service wrote holds up to "
         "max_notebook_bytes of output.",
+    )
+    max_large_bodies_bytes: int = Field(
+        128 << 20,
+        ge=1024,
+        description="Bytes of request bodies over max_body_bytes (notebooks) the broker holds "
+        "at once, across requests, until each request is answered; past it 503 with "
+        "Retry-After. A notebook's JSON takes up to ten times its size once parsed.",
     )
     max_upload_bytes: int = Field(100 << 20, ge=1, description="File upload limit.")
     max_output_bytes: int = Field(

@@ -28,6 +28,7 @@ from interpreter.errors import (
     Conflict,
     Forbidden,
     InterpreterError,
+    LargeBodiesBusy,
     NotFound,
     PayloadTooLarge,
     Unauthorized,
@@ -187,6 +188,8 @@ class BaseHandler(tornado.web.RequestHandler):
                     f"Request body is {self.request.headers['Content-Length'][:40]} bytes; "
                     f"the limit here is {self.body_limit} ({self.body_limit_setting})."
                 )
+            if length is not None and not self._hold_large(length):
+                raise self._large_bodies_busy()
         except InterpreterError as exc:
             self._reject_after_body(exc)
 
@@ -235,8 +238,56 @@ class BaseHandler(tornado.web.RequestHandler):
         if self._received > self.body_limit:
             self.refuse_oversized_body()
             return None
+        if not self._hold_large(self._received):
+            self.refuse_oversized_body(self._large_bodies_busy())
+            return None
         self._chunks.append(chunk)
         return None
+
+    # -- the budget of large bodies ----------------------------------------------------
+
+    #: Bytes of this request's body counted against ``max_large_bodies_bytes``.
+    _held_large = 0
+    #: Whether the handler took the body (:meth:`raw_body`): it is held until the answer.
+    _body_taken = False
+
+    def _hold_large(self, size: int) -> bool:
+        """Count a body of ``size`` bytes (so far, or announced) against the broker's budget
+        of large bodies, if it is larger than ``max_body_bytes``: False when it does not
+        fit. Ordinary bodies are never counted; only a notebook's route takes larger ones.
+        """
+        more = size - self._held_large
+        if size <= self.conf.max_body_bytes or more <= 0:
+            return True
+        metrics = self.broker.metrics
+        if metrics.large_body_bytes + more > self.conf.max_large_bodies_bytes:
+            return False
+        metrics.large_body_bytes += more
+        self._held_large += more
+        return True
+
+    def _release_large(self) -> None:
+        if self._held_large:
+            self.broker.metrics.large_body_bytes -= self._held_large
+            self._held_large = 0
+
+    def _large_bodies_busy(self) -> LargeBodiesBusy:
+        budget = self.conf.max_large_bodies_bytes
+        return LargeBodiesBusy(
+            f"The service already holds {self.broker.metrics.large_body_bytes} of the "
+            f"{budget} bytes it takes in large request bodies at once "
+            f"({ENV_PREFIX}MAX_LARGE_BODIES_BYTES); retry shortly.",
+            retry_after=2,
+        )
+
+    def on_finish(self) -> None:
+        self._release_large()
+
+    def on_connection_close(self) -> None:
+        # A body the handler took stays in memory until it answers (on_finish).
+        if not self._body_taken:
+            self._release_large()
+        super().on_connection_close()
 
     def refuse_oversized_body(self, exc: InterpreterError | None = None) -> None:
         """Refuse a body (chunked or not) that passed the limit: nothing more of it is kept.
@@ -247,6 +298,7 @@ class BaseHandler(tornado.web.RequestHandler):
         """
         self._too_large = True
         self._chunks.clear()
+        self._release_large()
         if exc is None:
             exc = PayloadTooLarge(
                 f"Request body exceeds the limit of {self.body_limit} bytes "
@@ -271,6 +323,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def raw_body(self) -> bytes:
         if self._too_large:
             raise PayloadTooLarge(f"Request body exceeds the limit of {self.body_limit} bytes.")
+        self._body_taken = True
         return b"".join(self._chunks)
 
     def parse(self, model: type[M], *, optional: bool = False) -> M:
@@ -283,6 +336,7 @@ class BaseHandler(tornado.web.RequestHandler):
         raw = self.raw_body()
         if len(raw) <= json_body.OFF_LOOP_BYTES:
             return json_body.decode(raw, model, optional=optional)
+        self._chunks.clear()  # the joined copy is all that is left of it, until parsed
         return await asyncio.to_thread(json_body.decode, raw, model, optional=optional)
 
     # -- responses --------------------------------------------------------------------

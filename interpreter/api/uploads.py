@@ -129,6 +129,7 @@ class UploadReceiver(BaseHandler, Generic[R]):
 
     def on_finish(self) -> None:
         self._drop_upload()
+        super().on_finish()
 
     def on_connection_close(self) -> None:
         self._drop_upload()

@@ -154,6 +154,7 @@ class ExecuteHandler(E2BHandler):
 
     def on_connection_close(self) -> None:
         """The client went away: interrupt its run (E2B's behaviour; /v1 keeps running)."""
+        super().on_connection_close()
         self._interrupt()
 
     def _interrupt(self) -> None:
