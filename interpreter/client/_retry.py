@@ -5,7 +5,9 @@ twice cannot happen:
 
 - ``429`` (queue or session limit full) and failures to connect: the service never saw or
   refused the request, so any call is retried;
-- ``502``, ``503``, ``504``, a dropped connection, a broken answer or a timeout: only calls
+- ``503`` of a kind the service answers before it acts (all its uploads or large bodies
+  are taken: ``too_many_uploads``, ``too_many_large_bodies``): any call is retried too;
+- other ``502``, ``503``, ``504``, a dropped connection, a broken answer or a timeout: only calls
   that are safe to repeat: ``GET``, ``PUT``, ``DELETE``, and ``POST`` calls that carry an
   ``Idempotency-Key`` (``execute`` and session creation always do: the service then hands
   a repeat the first request's result, and the code never runs twice).
@@ -17,6 +19,7 @@ not waited for: the error is raised at once, with ``retry_after`` set.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +44,9 @@ MAX_RETRY_AFTER_S = 60.0
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Answers after which the service surely did nothing, so even an unsafe call is retried.
 REFUSED_STATUSES = frozenset({429})
+#: Error types of a 503 that the service gives before acting on the request (its bodies
+#: of that kind are all taken), so even an unsafe call is retried.
+REFUSED_TYPES = frozenset({"too_many_uploads", "too_many_large_bodies"})
 #: Methods whose repetition has the effect of a single request (RFC 9110, 9.2.2).
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 #: Failures before the request left this process: nothing reached the service.
@@ -132,7 +138,9 @@ class Attempts:
     def after_response(self, resp: httpx.Response) -> float:
         """For an error answer whose body was read."""
         status = resp.status_code
-        safe = status in REFUSED_STATUSES or (self._repeatable and status in RETRY_STATUSES)
+        safe = status in REFUSED_STATUSES or (
+            status in RETRY_STATUSES and (self._repeatable or _error_type(resp) in REFUSED_TYPES)
+        )
         retry_after = parse_retry_after(resp.headers.get("retry-after"))
         if (
             not safe
@@ -146,3 +154,12 @@ class Attempts:
         retry = self.count - 1
         self.count += 1
         return retry_after if retry_after is not None else self.policy.backoff(retry)
+
+
+def _error_type(resp: httpx.Response) -> str | None:
+    """The ``error.type`` of an error answer of the service (None if it is not one)."""
+    try:
+        kind = json.loads(resp.content)["error"]["type"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return kind if isinstance(kind, str) else None

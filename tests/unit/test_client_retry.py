@@ -186,6 +186,19 @@ def test_429_is_retried_even_where_a_repeat_is_unsafe(server: ScriptedServer) ->
     assert [s.path for s in server.seen] == ["/v1/sessions/s1/interrupt"] * 2
 
 
+@pytest.mark.parametrize("kind", ["too_many_large_bodies", "too_many_uploads"])
+def test_a_503_given_before_acting_is_retried_even_where_a_repeat_is_unsafe(
+    server: ScriptedServer, kind: str
+) -> None:
+    # A rebuild is an unkeyed POST; these 503s come before the service reads the body.
+    server.script = [error(503, kind, **{"Retry-After": "0"})]
+    with Client(server.url, retry_backoff=FAST) as client:
+        session_of(client).rebuild(
+            {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
+        )
+    assert [s.path for s in server.seen] == ["/v1/sessions/s1/rebuild"] * 2
+
+
 @pytest.mark.parametrize("status", [502, 503, 504])
 def test_gateway_errors_are_retried_for_safe_calls_only(
     server: ScriptedServer, status: int
