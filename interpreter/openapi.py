@@ -249,6 +249,18 @@ def openapi_document() -> dict[str, Any]:
             ],
             "get": {
                 "summary": "Download a workspace file",
+                "description": "A single byte range (Range: bytes=A-B, bytes=A- or bytes=-N) "
+                "is answered with 206 and Content-Range, a range past the end with 416; "
+                "max_download_bytes then applies to the range. A file has no validator: "
+                "with If-Range the whole file is sent.",
+                "parameters": [
+                    {
+                        "name": "Range",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    }
+                ],
                 "responses": {
                     "200": {
                         "description": "File bytes",
@@ -258,8 +270,9 @@ def openapi_document() -> dict[str, Any]:
                             }
                         },
                     },
+                    "206": {"description": "The requested byte range"},
                     # 413: over max_download_bytes, or sparse (mostly holes).
-                    **_errors(400, 401, 404, 413),
+                    **_errors(400, 401, 404, 413, 416),
                 },
             },
             "put": {

@@ -329,7 +329,8 @@ class Workspace:
         if max_bytes is not None and st.st_size > max_bytes:
             os.close(fd)
             raise PayloadTooLarge(
-                f"'{path}' is {st.st_size} bytes; downloads are limited to {max_bytes} bytes."
+                f"'{path}' is {st.st_size} bytes; downloads are limited to {max_bytes} bytes "
+                "(INTERP_MAX_DOWNLOAD_BYTES): ask for a part with a Range header."
             )
         allocated = st.st_blocks * 512
         if st.st_size - allocated > SPARSE_SLACK:

@@ -22,6 +22,7 @@ from tornado.iostream import StreamClosedError
 
 from interpreter.api import access, json_body
 from interpreter.api.connections import mark_authenticated
+from interpreter.api.ranges import byte_range
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
@@ -31,6 +32,7 @@ from interpreter.errors import (
     LargeBodiesBusy,
     NotFound,
     PayloadTooLarge,
+    RangeNotSatisfiable,
     Unauthorized,
     ValidationFailed,
 )
@@ -409,6 +411,47 @@ class BaseHandler(tornado.web.RequestHandler):
             if isinstance(connection, HTTP1Connection):
                 connection.close()  # finish() below then ends the request without sending
         self.finish()
+
+    async def send_file_range(
+        self,
+        fh: IO[bytes],
+        size: int,
+        mime: str | None,
+        range_header: str | None,
+        *,
+        what: str,
+        limit: int | None = None,
+    ) -> None:
+        """Send an open file whole, or the one byte range ``range_header`` asks for (206
+        with ``Content-Range``; 416 for a range past its end); closes it. ``limit``: the
+        most bytes one answer sends (413 past it, with how to ask for a part)."""
+        try:
+            wanted = byte_range(range_header, size, what)
+            sent = size if wanted is None else wanted[1] - wanted[0] + 1
+            if limit is not None and sent > limit:
+                raise PayloadTooLarge(
+                    f"The {what} is {size} bytes; one download sends at most {limit} "
+                    "(INTERP_MAX_DOWNLOAD_BYTES): ask for a part with a Range header."
+                    if wanted is None
+                    else f"The range asks for {sent} bytes; one download sends at most "
+                    f"{limit} (INTERP_MAX_DOWNLOAD_BYTES)."
+                )
+        except RangeNotSatisfiable as exc:
+            fh.close()
+            # Answered here: the error path would drop the Content-Range header.
+            self.error_type = exc.code
+            self.set_header("Content-Range", f"bytes */{size}")
+            self.send_json({"error": {"type": exc.code, "message": exc.message}}, exc.status)
+            return
+        except InterpreterError:
+            fh.close()
+            raise
+        if wanted is not None:
+            first, last = wanted
+            await asyncio.to_thread(fh.seek, first)
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {first}-{last}/{size}")
+        await self.send_file(fh, sent, mime)
 
     def send_json(self, data: BaseModel | dict[str, Any], status: int = 200) -> None:
         self.set_status(status)

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import re
 import unicodedata
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -25,9 +24,8 @@ from interpreter.api.base import BaseHandler
 from interpreter.api.events import resume_after, send_events
 from interpreter.api.info import service_info
 from interpreter.api.packages import PackagesHandler
-from interpreter.api.ranges import byte_range
 from interpreter.api.uploads import UploadReceiver
-from interpreter.errors import InterpreterError, RangeNotSatisfiable, ValidationFailed
+from interpreter.errors import InterpreterError, ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
@@ -232,10 +230,20 @@ class FileHandler(UploadReceiver[Upload]):
         return await asyncio.to_thread(Upload, workspace, self.path_kwargs["path"], self.body_limit)
 
     async def get(self, session_id: str, path: str) -> None:
+        """The file's bytes, or the one byte range a ``Range`` header asks for (206): a
+        part of a file over ``max_download_bytes`` can be read. A workspace file has no
+        validator, so a request with ``If-Range`` gets the whole file."""
         workspace = await self.broker.workspace(self.owner, session_id)
-        fh, size = await asyncio.to_thread(workspace.open_read, path, self.conf.max_download_bytes)
+        headers = self.request.headers
+        range_header = None if "If-Range" in headers else headers.get("Range")
+        limit = self.conf.max_download_bytes
+        # With a range, the limit applies to the part asked for (checked once it is known).
+        fh, size = await asyncio.to_thread(
+            workspace.open_read, path, None if range_header else limit
+        )
         self.set_header("Content-Disposition", _attachment(path.rsplit("/", 1)[-1]))
-        await self.send_file(fh, size)
+        self.set_header("Accept-Ranges", "bytes")
+        await self.send_file_range(fh, size, None, range_header, what="file", limit=limit)
 
     async def put(self, session_id: str, path: str) -> None:
         storage_floor.check(self.conf.data_dir, self.conf.min_free_mb)
@@ -279,25 +287,8 @@ class ArtifactHandler(BaseHandler):
         if_range = self.request.headers.get("If-Range")
         if if_range is not None and if_range.strip() != _etag(artifact_id):
             range_header = None  # the client's copy is another artifact: send it whole
-        try:
-            wanted = byte_range(range_header, size)
-        except RangeNotSatisfiable as exc:
-            # Answered here: the error path would drop the Content-Range header.
-            self.error_type = exc.code
-            self.set_header("Content-Range", f"bytes */{size}")
-            self.send_json({"error": {"type": exc.code, "message": exc.message}}, exc.status)
-            return
-        if wanted is None:
-            # In pieces, never whole in memory (a full-text artifact can be gigabytes).
-            fh = await asyncio.to_thread(path.open, "rb")
-            await self.send_file(fh, size, mime)
-            return
-        first, last = wanted
-        data = await asyncio.to_thread(_read_part, path, first, last - first + 1)
-        self.set_status(206)
-        self.set_header("Content-Range", f"bytes {first}-{last}/{size}")
-        self.set_header("Content-Length", str(len(data)))
-        self.finish(data)
+        fh = await asyncio.to_thread(path.open, "rb")
+        await self.send_file_range(fh, size, mime, range_header, what="artifact")
 
     def _not_modified(self) -> bool:
         """Answer 304 if ``If-None-Match`` names this artifact's ETag (or is ``*``)."""
@@ -315,12 +306,6 @@ class ArtifactHandler(BaseHandler):
         self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
         self.set_header("Content-Disposition", _attachment(artifact_id + _extension(mime)))
         self.set_header("Cache-Control", "private, max-age=31536000, immutable")
-
-
-def _read_part(path: Path, offset: int, length: int) -> bytes:
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        return fh.read(length)
 
 
 class HealthHandler(BaseHandler):

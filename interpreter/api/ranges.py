@@ -17,9 +17,9 @@ _SINGLE = re.compile(r"[ \t]*bytes[ \t]*=[ \t]*([0-9]*)[ \t]*-[ \t]*([0-9]*)[ \t
 _HUGE = 10**18
 
 
-def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+def byte_range(header: str | None, size: int, what: str = "artifact") -> tuple[int, int] | None:
     """The inclusive ``(first, last)`` byte positions ``header`` asks for in a body of
-    ``size`` bytes, or None for the whole body.
+    ``size`` bytes (``what``: named in the error), or None for the whole body.
 
     Raises:
         RangeNotSatisfiable: the range lies wholly past the end (or asks for zero bytes).
@@ -35,14 +35,14 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not first_text:  # the last N bytes
         suffix = _position(last_text)
         if suffix == 0 or size == 0:
-            raise _unsatisfiable(header, size)
+            raise _unsatisfiable(header, size, what)
         return max(size - suffix, 0), size - 1
     first = _position(first_text)
     last = _position(last_text) if last_text else None
     if last is not None and last < first:
         return None  # not a valid range: ignored
     if first >= size:
-        raise _unsatisfiable(header, size)
+        raise _unsatisfiable(header, size, what)
     return first, size - 1 if last is None else min(last, size - 1)
 
 
@@ -51,8 +51,8 @@ def _position(digits: str) -> int:
     return _HUGE if len(significant) > 18 else int(significant)
 
 
-def _unsatisfiable(header: str, size: int) -> RangeNotSatisfiable:
+def _unsatisfiable(header: str, size: int, what: str) -> RangeNotSatisfiable:
     shown = header.strip()
     if len(shown) > 100:
         shown = shown[:100] + "..."
-    return RangeNotSatisfiable(f"Range {shown!r} is outside the artifact, which has {size} bytes.")
+    return RangeNotSatisfiable(f"Range {shown!r} is outside the {what}, which has {size} bytes.")

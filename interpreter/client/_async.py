@@ -473,14 +473,26 @@ class AsyncSession:
         await self.client._call(proto.upload(self.id, target, payload))
         return target
 
-    async def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
-        """Read a workspace file; also write it to ``dest`` when given.
+    async def download(
+        self,
+        path: str,
+        dest: str | os.PathLike[str] | None = None,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> bytes:
+        """Read a workspace file, or ``length`` bytes of it from byte ``offset`` (to its end
+        when None); also write what was read to ``dest`` when given.
 
         ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
         ``..`` components is refused by the service (:class:`BadRequestError`,
-        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`. A file
+        over the service's download limit is read in parts.
         """
-        data = await self.client._call(proto.download(self.id, path))
+        if offset or length is not None:
+            data = (await self.client._call(proto.download_range(self.id, path, offset, length)))[0]
+        else:
+            data = await self.client._call(proto.download(self.id, path))
         if dest is not None:
             await anyio.to_thread.run_sync(Path(dest).write_bytes, data)
         return data

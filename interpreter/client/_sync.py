@@ -523,14 +523,26 @@ class Session:
         self.client._call(proto.upload(self.id, target, local.read_bytes()))
         return target
 
-    def download(self, path: str, dest: str | os.PathLike[str] | None = None) -> bytes:
-        """Read a workspace file; also write it to ``dest`` when given.
+    def download(
+        self,
+        path: str,
+        dest: str | os.PathLike[str] | None = None,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> bytes:
+        """Read a workspace file, or ``length`` bytes of it from byte ``offset`` (to its end
+        when None); also write what was read to ``dest`` when given.
 
         ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
         ``..`` components is refused by the service (:class:`BadRequestError`,
-        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`. A file
+        over the service's download limit is read in parts.
         """
-        data = self.client._call(proto.download(self.id, path))
+        if offset or length is not None:
+            data = (self.client._call(proto.download_range(self.id, path, offset, length)))[0]
+        else:
+            data = self.client._call(proto.download(self.id, path))
         if dest is not None:
             Path(dest).write_bytes(data)
         return data

@@ -518,11 +518,22 @@ def artifact_range(url: str, offset: int = 0, length: int | None = None) -> Call
     """``length`` bytes (all the rest when None) of an artifact from byte ``offset``, by an
     HTTP ``Range`` request, with the artifact's whole size; a server that sends the whole
     body is sliced here. ``url`` is the artifact's path, as for :func:`artifact`."""
+    return _ranged(_checked_artifact_path(url), offset, length)
+
+
+def download_range(
+    session_id: str, path: str, offset: int = 0, length: int | None = None
+) -> Call[tuple[bytes, int]]:
+    """:func:`download` of ``length`` bytes (all the rest when None) from byte ``offset``,
+    with the file's whole size: a large file is read in part."""
+    return _ranged(file_url(session_id, path), offset, length)
+
+
+def _ranged(path: str, offset: int, length: int | None) -> Call[tuple[bytes, int]]:
     if offset < 0 or (length is not None and length < 1):
         raise InvalidArgumentError(
             f"offset must be >= 0 and length >= 1 (got offset={offset}, length={length})"
         )
-    path = _checked_artifact_path(url)
     last = "" if length is None else str(offset + length - 1)
 
     def parse(resp: httpx.Response) -> tuple[bytes, int]:

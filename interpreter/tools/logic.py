@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interpreter.client import (
+    APIError,
     BadRequestError,
     ConflictError,
     InvalidArgumentError,
@@ -200,27 +201,56 @@ class _ToolLogic:
         self, path: str, max_chars: int = 20_000, session_id: str | None = None
     ) -> _Steps:
         sid = yield from self._session(session_id)
-        data: bytes = yield proto.download(sid, path)
         mime = mimetypes.guess_type(path)[0] or ""
-        if mime in MODEL_IMAGE_MIMES:
-            return ToolResult(
-                [TextPart(f"{path}: {mime}, {len(data)} bytes"), ImagePart(mime, data)]
-            )
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            if not _looks_like_text(data):
+        image = mime in MODEL_IMAGE_MIMES
+        # Only what can be shown is read: a file of gigabytes costs two small reads.
+        head_chars = max_chars * 2 // 3
+        first = FILE_IMAGE_BYTES if image else max(4 * max_chars, TEXT_SAMPLE_BYTES)
+        data, total = yield from _file_part(sid, path, 0, first)
+        if total == 0:
+            return ToolResult([TextPart(f"{path} is empty.")])
+        if image:
+            if total > len(data):
                 return ToolResult(
                     [
                         TextPart(
-                            f"{path} is a binary file of {len(data)} bytes; "
-                            "inspect it with run_code."
+                            f"{path}: {mime}, {total} bytes: too large to show (at most "
+                            f"{FILE_IMAGE_BYTES} bytes); make a smaller copy with run_code."
                         )
                     ]
                 )
-            label, text = _not_utf8_text(data, exc.start)
-            return ToolResult([TextPart(f"{path}: {label}\n" + clip(text, max_chars))])
-        return ToolResult([TextPart(clip(text, max_chars) if text else f"{path} is empty.")])
+            return ToolResult([TextPart(f"{path}: {mime}, {total} bytes"), ImagePart(mime, data)])
+        if total == len(data):
+            return _text_file(path, data, max_chars)
+        if not _looks_like_text(data):
+            return _binary(path, total)
+        # Longer than can be shown: its head and its tail, as clip() shows a long text.
+        tail_chars = max_chars - head_chars
+        tail, _ = yield from _file_part(sid, path, max(total - 4 * tail_chars, len(data)), None)
+        head_text, _, head_used = artifact_text(data, at_start=True)
+        tail_text = artifact_text(tail, at_start=False)[0]
+        head_text = head_text[:head_chars]
+        tail_text = tail_text[-tail_chars:] if tail_chars else ""
+        cut = (
+            total
+            - len(head_text.encode("utf-8", "surrogatepass"))
+            - len(tail_text.encode("utf-8", "surrogatepass"))
+        )
+        label = ""
+        bad = _first_invalid(data[:head_used])
+        if bad is not None:
+            label = (
+                f"not valid UTF-8 (the first invalid byte is at offset {bad}); shown as UTF-8 "
+                "with each invalid byte replaced by \ufffd.\n"
+            )
+        return ToolResult(
+            [
+                TextPart(
+                    f"{path}: {total} bytes, shown in part.\n{label}{head_text}\n"
+                    f"[... {cut} bytes omitted: read the rest with run_code ...]\n{tail_text}"
+                )
+            ]
+        )
 
     def _tool_read_artifact(
         self,
@@ -271,7 +301,13 @@ class _ToolLogic:
 
     def _tool_rebuild_from_notebook(self, path: str, session_id: str | None = None) -> _Steps:
         sid = yield from self._session(session_id)
-        data: bytes = yield proto.download(sid, path)
+        data, total = yield from _file_part(sid, path, 0, NOTEBOOK_READ_BYTES)
+        if total > len(data):
+            return error_result(
+                f"{path} is {total} bytes; rebuild_from_notebook reads a notebook of at most "
+                f"{NOTEBOOK_READ_BYTES} bytes. Write a copy without its outputs with run_code "
+                "(nbformat) and rebuild from that."
+            )
         try:
             nb = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -301,6 +337,14 @@ class _ToolLogic:
             return ToolResult([TextPart(json.dumps(_without_images(nb), indent=1))])
         return ToolResult([TextPart(clip(notebook_transcript(nb), self.max_chars * 2))])
 
+
+#: The largest workspace image read_file shows (what model APIs take per image is of this order).
+FILE_IMAGE_BYTES = 20 << 20
+#: Bytes read_file reads at least, to tell text from binary data.
+TEXT_SAMPLE_BYTES = 64 << 10
+#: The largest notebook rebuild_from_notebook reads (the service's own limit applies after:
+#: max_notebook_body_bytes, 64 MiB by default).
+NOTEBOOK_READ_BYTES = 64 << 20
 
 #: Leading bytes of the image formats a model can be shown.
 _IMAGE_MAGIC = (
@@ -390,6 +434,48 @@ def artifact_header(url: str, offset: int, end: int, total: int) -> str:
     if total < 0 or end < total:
         return head + f"; continue with offset={end}]"
     return head + "; the end]"
+
+
+def _file_part(
+    sid: str, path: str, offset: int, length: int | None
+) -> Generator[Any, Any, tuple[bytes, int]]:
+    """``length`` bytes of a workspace file from ``offset`` (the rest when None), and its
+    size; an empty file is ``(b"", 0)`` (a range of it is answered 416)."""
+    try:
+        part: tuple[bytes, int] = yield proto.download_range(sid, path, offset, length)
+    except APIError as exc:
+        if exc.status != 416 or offset:
+            raise
+        return b"", 0
+    return part
+
+
+def _first_invalid(data: bytes) -> int | None:
+    """The offset of the first byte of ``data`` that is not valid UTF-8, if any."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return None
+
+
+def _text_file(path: str, data: bytes, max_chars: int) -> ToolResult:
+    """A whole text file as read_file shows it: clipped in the middle, its encoding named
+    when it is not UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not _looks_like_text(data):
+            return _binary(path, len(data))
+        label, text = _not_utf8_text(data, exc.start)
+        return ToolResult([TextPart(f"{path}: {label}\n" + clip(text, max_chars))])
+    return ToolResult([TextPart(clip(text, max_chars))])
+
+
+def _binary(path: str, size: int) -> ToolResult:
+    return ToolResult(
+        [TextPart(f"{path} is a binary file of {size} bytes; inspect it with run_code.")]
+    )
 
 
 def _fail(message: str) -> _Steps:
