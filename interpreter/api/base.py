@@ -248,6 +248,9 @@ class BaseHandler(tornado.web.RequestHandler):
 
     # -- the budget of large bodies ----------------------------------------------------
 
+    #: Whether this route's bodies are held in memory, and so count against the budget of
+    #: large bodies (not so for uploads, which stream to disk).
+    holds_body = True
     #: Bytes of this request's body counted against ``max_large_bodies_bytes``.
     _held_large = 0
     #: Whether the handler took the body (:meth:`raw_body`): it is held until the answer.
@@ -259,7 +262,7 @@ class BaseHandler(tornado.web.RequestHandler):
         fit. Ordinary bodies are never counted; only a notebook's route takes larger ones.
         """
         more = size - self._held_large
-        if size <= self.conf.max_body_bytes or more <= 0:
+        if not self.holds_body or size <= self.conf.max_body_bytes or more <= 0:
             return True
         metrics = self.broker.metrics
         if metrics.large_body_bytes + more > self.conf.max_large_bodies_bytes:

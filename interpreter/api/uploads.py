@@ -42,6 +42,12 @@ class UploadReceiver(BaseHandler, Generic[R]):
     """A handler whose body (of :attr:`upload_method`) is streamed to disk as it arrives."""
 
     body_limit_attr = "max_upload_bytes"
+
+    @property
+    def holds_body(self) -> bool:  # type: ignore[override]
+        """Only an upload streams to disk; another method's body is held like any other."""
+        return self.request.method != self.upload_method
+
     upload_method = "PUT"
     _upload: R | None = None
     _decoder: GzipDecoder | None = None

@@ -117,6 +117,7 @@ def budgeted() -> Iterator[Server]:
         max_body_bytes=BODY_LIMIT,
         max_notebook_body_bytes=NOTEBOOK_LIMIT,
         max_large_bodies_bytes=BUDGET,
+        max_upload_bytes=4 << 20,
         pool_size=0,
     ) as srv:
         yield srv
@@ -173,8 +174,10 @@ def test_large_bodies_share_a_budget_and_each_gives_its_share_back(budgeted: Ser
                 for i in range(0, 2_000_000, 65536)
             )
             _assert_busy(api.post(f"/v1/sessions/{sid}/rebuild", content=chunked))
-            # ...while ordinary bodies are not counted.
+            # ...while ordinary bodies are not counted, nor uploads (they go to disk).
             assert run(api, sid, "40 + 2")["outputs"][0]["data"]["text/plain"] == "42"
+            upload = api.put(f"/v1/sessions/{sid}/files/big.bin", content=b"u" * (3 << 20))
+            assert upload.status_code == 201, upload.text
             # The first body, completed, is answered, and gives its share back.
             first.sendall(big[len(big) // 2 :])
             first.settimeout(120)
