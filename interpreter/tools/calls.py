@@ -80,7 +80,9 @@ def validate_arguments(spec: ToolSpec, args: dict[str, Any]) -> None:
         if not isinstance(value, kinds) or (
             schema["type"] != "boolean" and isinstance(value, bool)
         ):
-            raise ToolCallError(f"{spec.name}: {key!r} must be a {schema['type']}")
+            kind = schema["type"]
+            article = "an" if str(kind)[:1] in "aeiou" else "a"
+            raise ToolCallError(f"{spec.name}: {key!r} must be {article} {kind}")
         if "enum" in schema and value not in schema["enum"]:
             raise ToolCallError(f"{spec.name}: {key!r} must be one of {schema['enum']}")
         if "exclusiveMinimum" in schema and not value > schema["exclusiveMinimum"]:

@@ -193,6 +193,8 @@ class _ToolLogic:
                 return error_result(f"content is not valid base64: {exc}")
         else:
             data = content.encode("utf-8")
+        if path.startswith("/"):
+            return _absolute(path)
         sid = yield from self._session(session_id)
         yield proto.upload(sid, path, data)
         return ToolResult([TextPart(f"Wrote {len(data)} bytes to {path}.")])
@@ -200,6 +202,8 @@ class _ToolLogic:
     def _tool_read_file(
         self, path: str, max_chars: int = 20_000, session_id: str | None = None
     ) -> _Steps:
+        if path.startswith("/"):
+            return _absolute(path)
         sid = yield from self._session(session_id)
         mime = mimetypes.guess_type(path)[0] or ""
         image = mime in MODEL_IMAGE_MIMES
@@ -300,6 +304,8 @@ class _ToolLogic:
     # -- notebook ---------------------------------------------------------------------------
 
     def _tool_rebuild_from_notebook(self, path: str, session_id: str | None = None) -> _Steps:
+        if path.startswith("/"):
+            return _absolute(path)
         sid = yield from self._session(session_id)
         data, total = yield from _file_part(sid, path, 0, NOTEBOOK_READ_BYTES)
         if total > len(data):
@@ -448,6 +454,15 @@ def _file_part(
             raise
         return b"", 0
     return part
+
+
+def _absolute(path: str) -> ToolResult:
+    """The answer to a file tool given an absolute path: workspace paths are relative."""
+    return error_result(
+        f"{path[:200]!r} is an absolute path; give the path relative to the session's "
+        "workspace, the kernel's working directory (os.getcwd() in run_code), such as "
+        "'data.csv' or 'out/report.txt'."
+    )
 
 
 def _first_invalid(data: bytes) -> int | None:

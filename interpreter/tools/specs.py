@@ -144,7 +144,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             "properties": {
                 "path": {
                     "type": "string",
-                    "description": "Path inside the workspace, e.g. 'data/input.csv'.",
+                    "description": "Path relative to the workspace, e.g. 'data/input.csv'.",
                 },
                 "content": {"type": "string", "description": "The file content."},
                 "encoding": {
@@ -169,7 +169,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         {
             "type": "object",
             "properties": {
-                "path": {"type": "string", "description": "Path inside the workspace."},
+                "path": {
+                    "type": "string",
+                    "description": "Path relative to the workspace, e.g. 'out/report.csv'.",
+                },
                 "max_chars": {
                     "type": "integer",
                     "minimum": 100,
@@ -263,7 +266,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "properties": {
                 "path": {
                     "type": "string",
-                    "description": "The notebook's path in the workspace, e.g. 'analysis.ipynb'.",
+                    "description": "The notebook's path relative to the workspace, e.g. "
+                    "'analysis.ipynb'.",
                 },
                 "session_id": _SESSION_ID,
             },

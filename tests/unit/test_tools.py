@@ -31,6 +31,7 @@ from interpreter.tools import (
     tool_definitions,
     validate_arguments,
 )
+from interpreter.tools.specs import TOOLS_BY_NAME
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC).isoformat()
 REBUILD = {
@@ -338,6 +339,8 @@ def test_parse_tool_call_rejects_garbage() -> None:
 def test_validate_arguments() -> None:
     spec = TOOLS[0]
     validate_arguments(spec, {"code": "x", "timeout_s": 5})
+    with pytest.raises(ToolCallError, match="'max_chars' must be an integer"):
+        validate_arguments(TOOLS_BY_NAME["read_file"], {"path": "a", "max_chars": "9"})
     for bad, msg in [
         ({}, "missing required"),
         ({"code": 1}, "must be a string"),
@@ -447,6 +450,17 @@ def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
     listing = run(executor, "list_files").text
     assert "d.csv" in listing and "4 bytes" in listing
     assert run(executor, "read_file", path="zzz").is_error
+    # Workspace paths are relative: an absolute one is refused, not read from elsewhere.
+    sent = len(service.log)
+    for name, args in [
+        ("upload_file", {"path": "/tmp/x.csv", "content": "a"}),
+        ("read_file", {"path": "/home/user/d.csv"}),
+        ("rebuild_from_notebook", {"path": "/nb.ipynb"}),
+    ]:
+        refused = run(executor, name, **args)
+        assert refused.is_error and "is an absolute path" in refused.text, refused.text
+        assert "os.getcwd()" in refused.text
+    assert len(service.log) == sent  # nothing was sent
 
 
 def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService) -> None:
