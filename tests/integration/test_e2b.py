@@ -34,6 +34,7 @@ from e2b import (
     SandboxNotRunningException,
     SandboxQuery,
     SandboxState,
+    TimeoutException,
 )
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import AsyncSandbox, Sandbox
@@ -219,6 +220,23 @@ def test_files_write_read_and_stay_in_the_workspace(sbx: Sandbox) -> None:
         sbx.files.write("/home/user/../../etc/x", "x")
 
 
+def test_relative_paths_are_taken_from_home_and_cleaned_as_envd_does(sbx: Sandbox) -> None:
+    # Before, only absolute paths were cleaned: "./x", "a//b", "a/../b", "." and "~" were
+    # refused or not found, where E2B takes them from the home directory.
+    sbx.files.write("./rel/dot.txt", "d")
+    sbx.files.write("rel//double.txt", "2")
+    assert sbx.files.read("rel/../rel/dot.txt") == "d"
+    assert sbx.files.read("~/rel/double.txt") == "2"
+    assert sbx.files.exists("./rel/dot.txt")
+    assert "rel" in [e.name for e in sbx.files.list(".")]
+    assert "rel" in [e.name for e in sbx.files.list("~")]
+    assert sbx.run_code("open('rel/double.txt').read()").text == "2"
+    with pytest.raises(InvalidArgumentException, match="outside /home/user"):
+        sbx.files.write("../escaped.txt", "x")
+    with pytest.raises(InvalidArgumentException, match="outside /home/user"):
+        sbx.files.read("rel/../../etc/passwd")
+
+
 def test_files_of_every_upload_form_arrive_whole(sbx: Sandbox, tmp_path: Path) -> None:
     # Several files in one multipart body, each part named by its path.
     infos = sbx.files.write_files(
@@ -399,7 +417,8 @@ def test_keys_separate_sandboxes(e2b: E2BServer, sbx: Sandbox) -> None:
         assert other.get(f"/sandboxes/{sbx.sandbox_id}").status_code == 404
         assert other.delete(f"/sandboxes/{sbx.sandbox_id}").status_code == 404
         run = other.post("/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": sbx.sandbox_id})
-        assert run.status_code == 404
+        # As E2B's proxy answers for a sandbox it cannot reach: never a "not found" 404.
+        assert run.status_code == 502 and "was not found" in run.json()["message"]
     anonymous = httpx.post(
         f"{e2b.e2b_url}/execute", json={"code": "1"}, headers={"E2b-Sandbox-Id": sbx.sandbox_id}
     )
@@ -552,6 +571,37 @@ def test_connect_and_list_reach_the_keys_running_sandboxes(e2b: E2BServer) -> No
         Sandbox.connect(sandbox.sandbox_id, api_key=KEY, **opts)
     listed = Sandbox.list(api_key=KEY, **opts).next_items()
     assert sandbox.sandbox_id not in [s.sandbox_id for s in listed]
+
+
+def test_every_call_for_a_gone_sandbox_says_it_is_not_running(e2b: E2BServer) -> None:
+    # Before, a sandbox whose session had ended (idle timeout, or closed through /v1)
+    # still read and listed files, answered exists() with False and started a new code
+    # context; a killed one answered 404, which the SDK raised as FileNotFound.
+    killed, ended = e2b.sandbox(), e2b.sandbox()
+    for sandbox in (killed, ended):
+        sandbox.files.write("kept.txt", "k")
+    killed.kill()
+    with e2b.v1() as v1:
+        assert v1.delete(f"/v1/sessions/{ended.sandbox_id}").status_code == 204
+        live_before = len(v1.get("/v1/sessions").json()["sessions"])
+    for sandbox in (killed, ended):
+        assert not sandbox.is_running()
+        files = sandbox.files
+        for method, args in (
+            (files.read, ("kept.txt",)),
+            (files.write, ("new.txt", "n")),
+            (files.exists, ("kept.txt",)),
+            (files.list, (".",)),
+        ):
+            with pytest.raises(SandboxNotRunningException, match="was not found"):
+                method(*args)
+        # run_code: E2B's Code Interpreter SDK raises a 502 as a timeout of the sandbox.
+        with pytest.raises(TimeoutException, match="was not found"):
+            sandbox.run_code("1")
+        with pytest.raises(TimeoutException, match="was not found"):
+            sandbox.create_code_context()
+    with e2b.v1() as v1:
+        assert len(v1.get("/v1/sessions").json()["sessions"]) == live_before  # none started
 
 
 def test_designed_5xx_answers_are_not_logged_as_errors(

@@ -18,13 +18,30 @@ from typing import Any
 import tornado.web
 
 from interpreter.api.base import BaseHandler, _matching
-from interpreter.api.e2b.sandboxes import E2BSandbox, Sandboxes
+from interpreter.api.e2b.sandboxes import E2BSandbox, Sandboxes, SandboxNotFound
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import InterpreterError, NotFound, Unauthorized
 from interpreter.settings import Settings
 
 SANDBOX_HEADER = "E2b-Sandbox-Id"
 TOKEN_HEADERS = ("X-Access-Token", "E2B-Traffic-Access-Token")
+
+
+class SandboxNotRunning(InterpreterError):
+    """A data-plane call for a sandbox that is not running (killed, timed out, unknown, or
+    another key's): 502 with "was not found", as E2B's proxy answers, which the SDK raises
+    as ``SandboxNotRunningException`` for files and ``TimeoutException`` for ``run_code``;
+    never a 404, which the SDK would read as a missing file or context."""
+
+    code, status = "sandbox_not_running", 502
+    designed = True
+
+    @classmethod
+    def named(cls, sandbox_id: str) -> SandboxNotRunning:
+        return cls(
+            f"Sandbox '{sandbox_id[:100]}' was not found: it was killed or timed out, or it "
+            "belongs to another API key. Create a new sandbox."
+        )
 
 
 class E2BHandler(BaseHandler):
@@ -63,8 +80,17 @@ class E2BHandler(BaseHandler):
         )
 
     async def sandbox(self) -> E2BSandbox:
-        """The sandbox this data-plane request is for (debug clients: the key's default)."""
-        return await self.sandboxes.resolve(self.owner, self.request.headers.get(SANDBOX_HEADER))
+        """The running sandbox this data-plane request is for (debug clients: the key's
+        default); :class:`SandboxNotRunning` for one that is gone or not this key's."""
+        sandbox_id = self.request.headers.get(SANDBOX_HEADER)
+        try:
+            sandbox = await self.sandboxes.resolve(self.owner, sandbox_id)
+        except SandboxNotFound as exc:
+            raise SandboxNotRunning.named(sandbox_id or "") from exc
+        if not self.sandboxes.running(sandbox):
+            # Its session ended (idle timeout, lifetime): gone, though still registered.
+            raise SandboxNotRunning.named(sandbox.id)
+        return sandbox
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

@@ -15,8 +15,8 @@ from typing import Any
 
 import tornado.web
 
-from interpreter.api.e2b.base import SANDBOX_HEADER, E2BHandler
-from interpreter.api.e2b.sandboxes import E2BSandbox, SandboxNotFound
+from interpreter.api.e2b.base import E2BHandler, SandboxNotRunning
+from interpreter.api.e2b.sandboxes import E2BSandbox
 from interpreter.errors import InterpreterError, UnsupportedEncoding, ValidationFailed
 
 #: Connect's error codes by our statuses (the SDK maps them to its exceptions:
@@ -59,6 +59,7 @@ class SandboxGone(InterpreterError):
     E2B's proxy), never ``not_found``, which ``files.exists`` would read as False."""
 
     code, status = "sandbox_not_running", 503
+    designed = True
 
 
 def connect_code(exc: InterpreterError) -> str:
@@ -71,13 +72,8 @@ class ConnectHandler(E2BHandler):
     async def sandbox(self) -> E2BSandbox:
         try:
             return await super().sandbox()
-        except SandboxNotFound as exc:
-            self.designed_error = True
-            sandbox_id = self.request.headers.get(SANDBOX_HEADER, "")[:100]
-            raise SandboxGone(
-                f"Sandbox '{sandbox_id}' was not found: it was killed or timed out, or it "
-                "belongs to another API key."
-            ) from exc
+        except SandboxNotRunning as exc:
+            raise SandboxGone(exc.message) from exc
 
     def message(self) -> dict[str, Any]:
         """The request message of a unary JSON call (``{}`` for an empty body)."""

@@ -1,11 +1,12 @@
 """envd's file routes, on the session's workspace: ``GET``/``POST /files`` and ``/health``.
 
-E2B paths are absolute in the sandbox (``/home/user/data.csv``) or relative to the user's
-home. Here the home is the session's workspace, the kernel's working directory: both forms
-map into it, and any other absolute path is refused (400), as ``/v1`` refuses paths that
-leave the workspace. Uploads are ``application/octet-stream`` (one file, ``?path=``) or
-``multipart/form-data`` (each file part's file name is its path, or ``?path=`` for one
-file), optionally gzip-encoded; either way the body streams to disk as it arrives.
+E2B paths are absolute in the sandbox (``/home/user/data.csv``), relative to the user's
+home, or start with ``~``. Here the home is the session's workspace, the kernel's working
+directory: each form maps into it once cleaned as envd cleans it, and a path outside it is
+refused (400), as ``/v1`` refuses paths that leave the workspace. Uploads are
+``application/octet-stream`` (one file, ``?path=``) or ``multipart/form-data`` (each file
+part's file name is its path, or ``?path=`` for one file), optionally gzip-encoded; either
+way the body streams to disk as it arrives.
 """
 
 from __future__ import annotations
@@ -27,22 +28,29 @@ HOME = "/home/user"
 
 def workspace_path(path: str, *, home: bool = False) -> str:
     """The workspace-relative path of an E2B path (400 outside the home directory).
-    ``home``: the home directory itself is allowed too (as ``""``)."""
+    ``home``: the home directory itself is allowed too (as ``""``).
+
+    As envd does, ``~`` is the home directory, a relative path is taken from it, and the
+    path is cleaned (``.``, ``..`` and repeated slashes resolved) before it is checked.
+    """
     if not path or "\x00" in path:
         raise BadRequest("path must be a non-empty file path without NUL bytes.")
-    if path.startswith("~/"):
-        path = path[2:]
-    if path.startswith("/"):
-        normal = posixpath.normpath(path)
-        if normal != HOME and not normal.startswith(HOME + "/"):
-            raise PathNotAllowed(
-                f"Path {path[:200]!r} is outside {HOME}: only the sandbox's home (the "
-                "session's workspace) is reachable."
-            )
-        path = normal[len(HOME) :].lstrip("/")
-    if not path and not home:
+    given = path
+    if path == "~" or path.startswith("~/"):
+        path = HOME + path[1:]
+    elif not path.startswith("/"):
+        path = f"{HOME}/{path}"
+    # One leading slash: normpath keeps two, as POSIX lets "//" mean something else.
+    normal = posixpath.normpath("/" + path.lstrip("/"))
+    if normal != HOME and not normal.startswith(HOME + "/"):
+        raise PathNotAllowed(
+            f"Path {given[:200]!r} is outside {HOME}: only the sandbox's home (the "
+            "session's workspace) is reachable."
+        )
+    relative = normal[len(HOME) :].lstrip("/")
+    if not relative and not home:
         raise BadRequest(f"path names the home directory {HOME}, not a file.")
-    return path
+    return relative
 
 
 class FilesHandler(E2BHandler, UploadReceiver[Receiving]):
