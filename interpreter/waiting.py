@@ -117,23 +117,55 @@ async def until_end(
 async def after_timeout(
     handle: ExecutionHandle, rec: ExecutionRecorder, kernel: Kernel, grace_s: float
 ) -> bool:
-    """Interrupt a cell past its deadline and wait: whether the kernel answered the cell
-    within ``grace_s`` (its state is kept); if not, it must be restarted. A kernel
-    replaced meanwhile (a requested restart) ends the wait: it will never answer."""
+    """Interrupt a cell past its deadline and wait: whether the kernel is done with the
+    cell within ``grace_s`` (its state is kept); if not, it must be restarted.
+
+    Done is the cell's reply; or its idle without one; or the kernel's answer to a shell
+    request sent after the cell. A SIGINT that lands in ipykernel's own handling of the
+    request, once the cell's code has run (a cell ending just as its deadline passes),
+    ends the request with no reply, and, landing later still, with no idle: the kernel
+    then goes on as before, with its state, and answers the next request. A kernel
+    replaced meanwhile (a requested restart) ends the wait: it will never answer.
+    """
     loop = asyncio.get_running_loop()
     grace_end = loop.time() + grace_s
     incarnation = kernel.restarts
     with contextlib.suppress(Exception):
         await kernel.interrupt(ack_within=grace_s)
     grace_end = max(grace_end, loop.time() + 0.1)
-    while rec.reply is None and loop.time() < grace_end and kernel.restarts == incarnation:
-        await changed(handle, 0.1, kernel)
-    if rec.reply is None:
+    probe = asyncio.ensure_future(kernel.settle())
+    probe.add_done_callback(_retrieved)
+    try:
+        while (
+            rec.reply is None
+            and not rec.idle
+            and not _answered(probe)
+            and loop.time() < grace_end
+            and kernel.restarts == incarnation
+        ):
+            await changed(handle, 0.1, kernel)
+        done = rec.reply is not None or rec.idle or _answered(probe)
+    finally:
+        probe.cancel()  # its reply, if it comes later, is let go (Kernel.settle)
+    if not done:
         return False
+    # The KeyboardInterrupt's traceback, the reply and the idle get a moment to arrive.
     end = loop.time() + AFTER_REPLY_S
-    while not rec.idle and loop.time() < end:
+    while (rec.reply is None or not rec.idle) and loop.time() < end:
         await changed(handle, 0.1, kernel)
     return True
+
+
+def _retrieved(probe: asyncio.Future[None]) -> None:
+    """Take a failed probe's exception (a kernel with no channels): it only means "not
+    answered", never an unretrieved error in the log."""
+    if not probe.cancelled():
+        probe.exception()
+
+
+def _answered(probe: asyncio.Future[None]) -> bool:
+    """Whether the kernel answered the shell request of ``probe`` (not failed to send it)."""
+    return probe.done() and not probe.cancelled() and probe.exception() is None
 
 
 async def until_started(handle: ExecutionHandle, limit_s: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -108,6 +109,52 @@ def _msg(msg_type: str, content: dict[str, object], parent: str = "m1") -> dict[
         "parent_header": {"msg_id": parent},
         "content": content,
     }
+
+
+def _never_started_kernel() -> Any:
+    """A kernel that was never started: it cannot be interrupted nor asked anything."""
+    from interpreter.backends.base import LaunchOptions
+    from interpreter.backends.local import LocalBackend
+    from interpreter.kernel import Kernel, RestartBudget
+
+    async def ignore(channel: str, msg: dict[str, object]) -> None:
+        return None
+
+    where = Path(tempfile.mkdtemp())
+    return Kernel(
+        name="s_test",
+        backend=LocalBackend(None),
+        options=LaunchOptions("s_test", "o", where, where / "ws", where / "run"),
+        start_timeout_s=1,
+        budget=RestartBudget(1, 1),
+        on_message=ignore,
+    )
+
+
+async def _after_timeout(messages: list[tuple[str, dict[str, object]]], grace_s: float) -> bool:
+    from interpreter.execution import ExecutionRecorder
+    from interpreter.waiting import after_timeout
+
+    rec = ExecutionRecorder("m1")
+    for msg_type, content in messages:
+        rec.feed_iopub(_msg(msg_type, content))
+    handle = ExecutionHandle(execution=EXECUTION.model_copy(), seq=1, timeout_s=5)
+    return await after_timeout(handle, rec, _never_started_kernel(), grace_s)
+
+
+async def test_a_timed_out_cell_whose_idle_came_without_a_reply_keeps_its_state() -> None:
+    # The timeout's SIGINT landed in ipykernel's handling of the request, after the cell's
+    # code: no reply comes, the idle does, and the kernel goes on with its state. Before,
+    # only a reply counted, and the kernel was restarted (3 of 20 cells ending at their
+    # 2 s deadline lost the session's state).
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await _after_timeout(STARTED + IDLE, grace_s=30)
+    assert loop.time() - started < 5  # not the grace: the idle says the kernel is done
+
+
+async def test_a_timed_out_cell_with_no_answer_at_all_needs_a_restart() -> None:
+    assert not await _after_timeout(STARTED, grace_s=0.3)
 
 
 async def _ending(
