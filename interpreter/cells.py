@@ -15,7 +15,11 @@ error again is expected. A code cell is *not* re-run when:
   before it stopped;
 * it is a session's re-run of one of its *own* earlier cells (a ``restart(recover=True)``
   replays them into the same notebook): the original cells already cover it. Cells that a
-  fork or rebuild replayed from *another* source are that session's state and count.
+  fork or rebuild replayed from *another* source are that session's state and count;
+* for a rebuild, which restores the state as the notebook ends (not for ``interp
+  replay``, which runs what the session ran): it comes before the last place where the
+  state was cleared on purpose, a restart on request or a cell that called ``exit()``
+  (:func:`state_start`).
 
 How a cell ended is our ``metadata.interp.status``, unless the cell was changed since we
 recorded it (its source and outputs no longer match its ``audit_sha256``, e.g. a reviewer
@@ -32,8 +36,23 @@ from typing import Any, Literal
 from interpreter.audit import cell_digest
 
 #: Why a cell is not re-run: ``never_ran`` (denied or cancelled), ``recorded_failure``
-#: (stopped before it finished: timeout, interrupted, kernel_died, unknown).
-SkipReason = Literal["empty", "never_ran", "recorded_failure", "own_rerun"]
+#: (stopped before it finished: timeout, interrupted, kernel_died, unknown), ``state_lost``
+#: (a rebuild of the current state only: the state was cleared after it on purpose).
+SkipReason = Literal["empty", "never_ran", "recorded_failure", "own_rerun", "state_lost"]
+
+#: ``metadata.interp.event`` of a session notebook's notes (markdown cells): a restart
+#: (the kernel's state was lost there), a recovery (the session's own cells re-run after a
+#: requested restart: the state is back) and a rebuild from another source (its cells add
+#: to the state).
+RESTART_EVENT = "restart"
+RECOVERY_EVENT = "recovery"
+REBUILD_EVENT = "rebuild"
+#: Restarts that clear the state on purpose: one on request, one after the code's exit().
+_CLEARING = frozenset({"requested", "exit"})
+#: How the notes of notebooks written before notes carried an event read.
+_RESTART_TEXT = "**Kernel restarted**"
+_CLEARING_TEXTS = ("**Kernel restarted** on request", "because the code called exit()")
+_RECOVERY_TEXT = "**Recovery**"
 
 #: Recorded statuses of cells that are re-run: they ran to their end (an error included).
 RERUN_STATUSES = frozenset({"ok", "error"})
@@ -180,10 +199,13 @@ def _json_kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def plan(nb: dict[str, Any]) -> list[CellPlan]:
+def plan(nb: dict[str, Any], *, current_state: bool = False) -> list[CellPlan]:
     """Every code cell of ``nb`` (a notebook :func:`notebook_problem` accepts), in order,
-    with whether it is re-run (module docstring)."""
+    with whether it is re-run (module docstring). With ``current_state`` (a rebuild: the
+    kernel's state as the notebook ends), cells before :func:`state_start` are not re-run
+    (``state_lost``): a restart on request or an ``exit()`` after them cleared their state."""
     own = own_source(nb)
+    start = state_start(nb) if current_state else 0
     plans = []
     for index, cell in enumerate(nb.get("cells") or []):
         if cell.get("cell_type") != "code":
@@ -197,6 +219,8 @@ def plan(nb: dict[str, Any]) -> list[CellPlan]:
             skip = "empty"
         elif status in NEVER_RAN_STATUSES:
             skip = "never_ran"
+        elif index < start:
+            skip = "state_lost"
         elif status not in RERUN_STATUSES:
             skip = "recorded_failure"
         execution_id = _interp_meta(cell).get("execution_id")
@@ -213,6 +237,60 @@ def plan(nb: dict[str, Any]) -> list[CellPlan]:
             )
         )
     return plans
+
+
+def note_event(event: str, reasons: list[str] | None = None) -> dict[str, Any]:
+    """The ``metadata.interp`` of a note: its event, and a restart's reasons."""
+    return {"event": event, "reasons": list(reasons)} if reasons else {"event": event}
+
+
+def state_start(nb: dict[str, Any]) -> int:
+    """The index of the first cell of ``nb`` whose effects are in the kernel's state as the
+    notebook ends: just after the last place where the state was cleared on purpose. That
+    is a requested restart (its note), unless a recovery follows it (its re-runs bring
+    the state back), or a cell that called ``exit()``. A restart the kernel did not ask
+    for (after a timeout, or its death) is no such place: rebuilding that state is what a
+    recovery is for. A recovery's re-runs of the session's own cells are left out: they
+    repeat cells above. A notebook from elsewhere (no metadata of ours) has none: 0.
+    """
+    own = own_source(nb)
+    start = 0
+    cleared_at: int | None = None
+    for index, cell in enumerate(nb.get("cells") or []):
+        meta = _interp_meta(cell)
+        kind = cell.get("cell_type")
+        if kind == "markdown":
+            event = _event_of(meta, source_of(cell), own)
+            if event == RESTART_EVENT:
+                cleared_at = index + 1
+            elif event == RECOVERY_EVENT:
+                cleared_at = None
+            continue
+        if kind != "code" or (own is not None and meta.get("replay_source") == own):
+            continue
+        if cleared_at is not None:
+            start, cleared_at = cleared_at, None
+        if meta.get("reason") == "exit" and meta.get("state_lost") is True:
+            start = index + 1
+    return start if cleared_at is None else cleared_at
+
+
+def _event_of(meta: dict[str, Any], text: str, own: str | None) -> str | None:
+    """The event of a note that clears or brings back the state, or None: a restart on
+    request or after ``exit()``, or a recovery. Notes in a session notebook written before
+    notes carried their event are read by their text."""
+    event = meta.get("event")
+    if event == RESTART_EVENT:
+        reasons = meta.get("reasons")
+        cleared = isinstance(reasons, list) and bool(_CLEARING & set(map(str, reasons)))
+        return RESTART_EVENT if cleared else None
+    if event is not None:
+        return event if event == RECOVERY_EVENT else None
+    if own is None:
+        return None
+    if text.startswith(_RESTART_TEXT) and any(t in text for t in _CLEARING_TEXTS):
+        return RESTART_EVENT
+    return RECOVERY_EVENT if text.startswith(_RECOVERY_TEXT) else None
 
 
 def _interp_meta(node: dict[str, Any]) -> dict[str, Any]:

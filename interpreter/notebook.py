@@ -285,9 +285,15 @@ class NotebookRecorder:
             return commented_rerun(code)
         return code
 
-    def add_markdown(self, text: str) -> int:
-        """Append a markdown cell (a note between cells); returns its index."""
-        self.nb.cells.append(v4.new_markdown_cell(source=text))  # type: ignore[no-untyped-call]
+    def add_markdown(self, text: str, event: dict[str, Any] | None = None) -> int:
+        """Append a markdown cell (a note between cells); returns its index. ``event``
+        (:func:`interpreter.cells.note_event`) is its ``metadata.interp``: what a later
+        rebuild reads to know where the kernel's state was cleared
+        (:func:`interpreter.cells.state_start`)."""
+        cell = v4.new_markdown_cell(source=text)  # type: ignore[no-untyped-call]
+        if event is not None:
+            cell.metadata["interp"] = dict(event)
+        self.nb.cells.append(cell)
         return len(self.nb.cells) - 1
 
     def cell_changed(self, cell: Any) -> None:
@@ -487,10 +493,10 @@ class LiveNotebook:
                     return [json.loads(json.dumps(o)) for o in cell.get("outputs", [])]
         return None
 
-    async def add_markdown(self, text: str) -> None:
-        """Append a markdown note (a restart, a recovery); saved soon."""
+    async def add_markdown(self, text: str, event: dict[str, Any] | None = None) -> None:
+        """Append a markdown note (a restart, a recovery) with its ``event``; saved soon."""
         async with self._lock:
-            self.recorder.add_markdown(text)
+            self.recorder.add_markdown(text, event)
         self.request_save()
 
     async def replace_outputs(

@@ -92,6 +92,7 @@ def rebuild_note(source: str, own: bool, cells: list[CellPlan]) -> str:
     errors = [c.index for c in cells if c.rerun and c.status == "error"]
     stopped = [c for c in cells if c.skip == "recorded_failure"]
     others = sum(1 for c in cells if c.skip in ("never_ran", "own_rerun"))
+    lost = [c.index for c in cells if c.skip == "state_lost"]
     which = f"{len(rerun)} {_cell_list(rerun)}" if rerun else "no cells"
     parts = []
     if errors:
@@ -104,6 +105,11 @@ def rebuild_note(source: str, own: bool, cells: list[CellPlan]) -> str:
         parts.append(
             f"not re-run: {'cell' if len(stopped) == 1 else 'cells'} {listed}, stopped "
             "before the end; names defined there may be missing"
+        )
+    if lost:
+        parts.append(
+            f"not re-run: {_cell_list(lost)}, whose state a later restart on request or "
+            "exit() cleared"
         )
     if others:
         parts.append(

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from interpreter.cells import CellPlan, notebook_problem, plan
+from interpreter.cells import (
+    REBUILD_EVENT,
+    RECOVERY_EVENT,
+    CellPlan,
+    note_event,
+    notebook_problem,
+    plan,
+)
 from interpreter.errors import ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.models import Execution, RebuildCell, RebuildReport
@@ -66,13 +73,15 @@ async def replay_into(
     """
     if submit is None:
         submit = session.submit
-    cells = [c for c in plan(nb) if c.skip != "empty"]
+    cells = [c for c in plan(nb, current_state=True) if c.skip != "empty"]
     sources = [c for c in cells if c.rerun]
     report = RebuildReport(
         source=source, cells_total=len(cells), cells_skipped=len(cells) - len(sources)
     )
     own = source == f"session:{session.id}"
-    await session.notebook.add_markdown(rebuild_note(source, own, cells))
+    await session.notebook.add_markdown(
+        rebuild_note(source, own, cells), note_event(RECOVERY_EVENT if own else REBUILD_EVENT)
+    )
     for cell in sources:
         handle = await submit(
             cell.source, timeout_s, extra_meta={"replay_of": cell.index, "replay_source": source}
@@ -87,9 +96,10 @@ async def replay_into(
 def report_rerun(report: RebuildReport, cell: CellPlan, execution: Execution) -> None:
     """Add a re-run ``cell``'s outcome to ``report``: a cell that raised the error it was
     recorded with (same exception name) did what it did then (``errors_again``); one that
-    ended otherwise than recorded failed, unless it now succeeds."""
+    ended otherwise than recorded failed, unless it now succeeds. A re-run that called
+    ``exit()`` failed: it threw away the state the cells before it had built."""
     status = execution.status
-    if status == "ok":
+    if status == "ok" and execution.reason != "exit":
         return
     ename = execution.error.ename if execution.error is not None else None
     again = status == "error" and cell.status == "error" and ename == cell.ename

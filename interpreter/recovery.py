@@ -36,6 +36,7 @@ from interpreter import restore_cells
 from interpreter.artifacts import remove_temporaries
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
+from interpreter.cells import RESTART_EVENT, note_event
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
@@ -216,7 +217,9 @@ class Recovery:
             self._closed(record.id, "start_failed")
             return
         self.factory.metrics.restarts.labels(REVIVED).inc()
-        await session.notebook.add_markdown(restart_note(REVIVED, session.generation))
+        await session.notebook.add_markdown(
+            restart_note(REVIVED, session.generation), note_event(RESTART_EVENT, [REVIVED])
+        )
         log.warning(
             "session %s: its kernel did not survive the broker restart; started a fresh one "
             "(generation %d, state lost)",

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from interpreter import waiting
+from interpreter.cells import RESTART_EVENT, note_event
 from interpreter.errors import KernelStartFailed, SessionClosed, session_failed_message
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ExecutionHandle
@@ -64,6 +65,8 @@ class KernelLifecycle:
     _restart_requested: bool
     _restart_turn: asyncio.Lock
     _note: str | None
+    #: Why the kernel was restarted, for each restart :attr:`_note` tells of.
+    _note_restarts: list[str]
     _recovery: asyncio.Task[None] | None
     _state_lost_pending: bool
 
@@ -109,6 +112,7 @@ class KernelLifecycle:
                 self._state_lost_pending = True  # the next cell runs on an empty kernel
             note = restart_note(reason, self.generation)
             self._note = note if self._note is None else f"{self._note}\n\n{note}"
+            self._note_restarts.append(reason)
             self.touch()
             await self._persist_kernel()
         finally:
@@ -136,8 +140,11 @@ class KernelLifecycle:
         """Put the pending note (a restart) in the notebook: after the cell it happened in,
         or at once when no cell ran."""
         note, self._note = self._note, None
+        reasons, self._note_restarts = self._note_restarts, []
         if note is not None:
-            await self.notebook.add_markdown(note)
+            await self.notebook.add_markdown(
+                note, note_event(RESTART_EVENT, reasons) if reasons else None
+            )
 
     async def _fail(self, reason: str) -> None:
         """Give up on the kernel: the session is dead and the broker will close it."""

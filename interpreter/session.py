@@ -166,6 +166,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self.late = LateWrites(self._write_late)
         #: A note for the notebook (a restart), written after the cell it happened in.
         self._note: str | None = None
+        self._note_restarts: list[str] = []
         self._worker: asyncio.Task[None] | None = None
         self.executions = ExecutionQueue(settings.queue_size)
         self._state_lost_pending = False

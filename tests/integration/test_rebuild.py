@@ -335,3 +335,62 @@ def test_rebuild_refuses_a_busy_session_and_cells_sent_meanwhile_wait_for_all_of
     assert (report["cells_ran"], report["failed"]) == (2, [1])
     assert api.get(f"/v1/sessions/{sid}").json()["rebuild"] == report
     assert _value(api, sid, "step") == "12"
+
+
+def _defined(api: httpx.Client, sid: str, *names: str) -> list[bool]:
+    shown = _value(api, sid, f"[n in globals() for n in {list(names)!r}]")
+    return [part.strip() == "True" for part in shown.strip("[]").split(",")]
+
+
+def test_recover_and_fork_bring_back_the_state_since_the_last_restart_on_request(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    # Before, both replayed every cell since the session began: a name the user had
+    # cleared with a plain restart came back.
+    sid = new_session()
+    run(api, sid, "secret = 'cleared'")
+    assert api.post(f"/v1/sessions/{sid}/restart", json={}).status_code == 200
+    run(api, sid, "kept = 2")
+    resp = api.post(f"/v1/sessions/{sid}/restart", json={"recover": True})
+    assert resp.status_code == 200, resp.text
+    report = resp.json()["rebuild"]
+    assert (report["cells_ran"], report["failed"]) == (1, []), report
+    assert _defined(api, sid, "secret", "kept") == [False, True]
+    fork = new_session(from_session=sid)
+    assert _defined(api, fork, "secret", "kept") == [False, True]
+    notebook = api.get(f"/v1/sessions/{sid}/notebook").json()
+    note = next(c for c in notebook["cells"] if c["source"].startswith("**Recovery**"))
+    assert "not re-run: cell 0, whose state a later restart on request" in note["source"]
+    assert note["metadata"]["interp"] == {"event": "recovery"}
+    # A kernel that died is not a state cleared on purpose: recovering it is the point.
+    run(api, sid, "import os; os._exit(1)")
+    assert api.post(f"/v1/sessions/{sid}/restart", json={"recover": True}).status_code == 200
+    assert _defined(api, sid, "secret", "kept") == [False, True]
+
+
+def test_a_cell_that_called_exit_is_never_re_run(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    # Before, each recovery re-ran exit(): the kernel restarted once more (two generations
+    # per recovery, counted against the restart limit until the session was closed), the
+    # report said nothing failed, and the cells before exit() were lost again anyway.
+    sid = new_session()
+    run(api, sid, "before = 1")
+    assert run(api, sid, "exit()")["reason"] == "exit"
+    run(api, sid, "after = 2")
+    generation = api.get(f"/v1/sessions/{sid}").json()["generation"]
+    for _ in range(6):  # past the restart limit of 5 had the restarts counted
+        resp = api.post(f"/v1/sessions/{sid}/restart", json={"recover": True})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["rebuild"]["failed"] == []
+        generation += 1
+        assert resp.json()["generation"] == generation
+    assert _defined(api, sid, "before", "after") == [False, True]
+    assert _defined(api, new_session(from_session=sid), "before", "after") == [False, True]
+    # A notebook from elsewhere does not say that its cell called exit(): the re-run does,
+    # and the report names it as failed.
+    foreign = _notebook("before = 1", "exit()", "after = 2")
+    resp = api.post("/v1/sessions", json={"from_notebook": foreign})
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["rebuild"]["failed"] == [1]
+    api.delete(f"/v1/sessions/{resp.json()['id']}")

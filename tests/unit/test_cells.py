@@ -162,3 +162,70 @@ V4 = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
 )
 def test_notebook_problem_says_in_one_line_what_is_wrong(nb: Any, problem: str | None) -> None:
     assert notebook_problem(nb) == problem
+
+
+def note(text: str, **interp: Any) -> dict[str, Any]:
+    return {
+        "cell_type": "markdown",
+        "source": text,
+        "metadata": {"interp": interp} if interp else {},
+    }
+
+
+RESTART_ON_REQUEST = note("**Kernel restarted** on request", event="restart", reasons=["requested"])
+RESTART_AFTER_DEATH = note("**Kernel restarted** after it died", event="restart", reasons=["died"])
+RECOVERY = note("**Recovery**: ...", event="recovery")
+OWN = "session:s_me"
+
+
+@pytest.mark.parametrize(
+    ("cells", "rerun"),
+    [
+        # A restart on request clears what came before it...
+        ([code("a = 1"), RESTART_ON_REQUEST, code("b = 2")], ["b = 2"]),
+        ([code("a = 1"), RESTART_ON_REQUEST], []),
+        # ...unless a recovery brought it back (its re-runs repeat the cells above).
+        (
+            [
+                code("a = 1"),
+                RESTART_ON_REQUEST,
+                RECOVERY,
+                code("a = 1", replay_of=0, replay_source=OWN),
+                code("b = 2"),
+            ],
+            ["a = 1", "b = 2"],
+        ),
+        # A death is not a clearing on purpose: a recovery rebuilds that state.
+        (
+            [
+                code("a = 1"),
+                code("boom", status="kernel_died", state_lost=True),
+                RESTART_AFTER_DEATH,
+            ],
+            ["a = 1"],
+        ),
+        # exit() clears the state: neither it nor what came before is re-run.
+        (
+            [
+                code("a = 1"),
+                code("exit()", status="ok", reason="exit", state_lost=True),
+                code("b = 2", status="ok", state_lost=True),
+            ],
+            ["b = 2"],
+        ),
+        # A session notebook written before notes carried their event: read by the text.
+        ([code("a = 1"), note("**Kernel restarted** on request (generation 2)"), code("b")], ["b"]),
+    ],
+)
+def test_a_rebuild_of_the_current_state_starts_after_the_last_clearing(
+    cells: list[dict[str, Any]], rerun: list[str]
+) -> None:
+    nb = {"metadata": {"interp": {"session_id": "s_me"}}, "cells": cells}
+    assert [c.source for c in plan(nb, current_state=True) if c.rerun] == rerun
+    # A replay (interp replay) runs what the session ran, clearings included.
+    assert len([c for c in plan(nb) if c.rerun]) >= len(rerun)
+
+
+def test_a_notebook_from_elsewhere_has_no_clearing() -> None:
+    nb = {"cells": [code("a = 1"), note("**Kernel restarted** on request"), code("b = 2")]}
+    assert [c.source for c in plan(nb, current_state=True) if c.rerun] == ["a = 1", "b = 2"]
