@@ -25,7 +25,7 @@ from interpreter.api.events import resume_after, send_events
 from interpreter.api.info import service_info
 from interpreter.api.packages import PackagesHandler
 from interpreter.api.uploads import UploadReceiver
-from interpreter.errors import InterpreterError, ValidationFailed
+from interpreter.errors import InterpreterError, UnsupportedEncoding, ValidationFailed
 from interpreter.handle import ExecutionHandle
 from interpreter.mime import EXTENSIONS
 from interpreter.models import (
@@ -226,6 +226,13 @@ class FilesHandler(BaseHandler):
 
 class FileHandler(UploadReceiver[Upload]):
     async def open_upload(self) -> Upload:
+        content_type = self.request.headers.get("Content-Type", "")
+        if content_type.lower().lstrip().startswith("multipart/"):
+            # Stored as it came, the file would be the form's envelope, not its part.
+            raise UnsupportedEncoding(
+                "A PUT body is the file's bytes, sent as they are (application/octet-stream): "
+                f"a {content_type.split(';')[0].strip()[:60]} body is not unpacked here."
+            )
         workspace = await self.broker.workspace(self.owner, self.path_kwargs["session_id"])
         return await asyncio.to_thread(Upload, workspace, self.path_kwargs["path"], self.body_limit)
 

@@ -453,9 +453,9 @@ class AsyncSession:
     async def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
         """Write a file into the session's workspace (text is stored as UTF-8).
 
-        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
-        ``..`` components is refused by the service (:class:`BadRequestError`,
-        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        ``path`` is relative to the workspace: a path with ``.`` or ``..`` components is
+        refused by the service (:class:`BadRequestError`, ``path_not_allowed``), an empty
+        or absolute one raises :class:`InvalidArgumentError`.
         """
         if isinstance(data, str):
             payload = data.encode("utf-8")
@@ -484,9 +484,9 @@ class AsyncSession:
         """Read a workspace file, or ``length`` bytes of it from byte ``offset`` (to its end
         when None); also write what was read to ``dest`` when given.
 
-        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
-        ``..`` components is refused by the service (:class:`BadRequestError`,
-        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`. A file
+        ``path`` is relative to the workspace: a path with ``.`` or ``..`` components is
+        refused by the service (:class:`BadRequestError`, ``path_not_allowed``), an empty
+        or absolute one raises :class:`InvalidArgumentError`. A file
         over the service's download limit is read in parts.
         """
         if offset or length is not None:
@@ -506,7 +506,7 @@ class AsyncSession:
         return await self.list_files(path)
 
     async def delete_file(self, path: str) -> None:
-        """Delete one workspace file."""
+        """Delete a workspace file, or a directory with everything in it."""
         await self.client._call(proto.delete_file(self.id, path))
 
     # -- records ------------------------------------------------------------------------

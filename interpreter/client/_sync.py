@@ -500,9 +500,9 @@ class Session:
     def upload(self, path: str, data: bytes | str | IO[bytes]) -> None:
         """Write a file into the session's workspace (text is stored as UTF-8).
 
-        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
-        ``..`` components is refused by the service (:class:`BadRequestError`,
-        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`.
+        ``path`` is relative to the workspace: a path with ``.`` or ``..`` components is
+        refused by the service (:class:`BadRequestError`, ``path_not_allowed``), an empty
+        or absolute one raises :class:`InvalidArgumentError`.
 
         Example:
             >>> session.upload("data/sales.csv", open("sales.csv", "rb"))  # doctest: +SKIP
@@ -534,9 +534,9 @@ class Session:
         """Read a workspace file, or ``length`` bytes of it from byte ``offset`` (to its end
         when None); also write what was read to ``dest`` when given.
 
-        ``path`` is inside the workspace (a leading ``/`` is dropped): a path with ``.`` or
-        ``..`` components is refused by the service (:class:`BadRequestError`,
-        ``path_not_allowed``), an empty one raises :class:`InvalidArgumentError`. A file
+        ``path`` is relative to the workspace: a path with ``.`` or ``..`` components is
+        refused by the service (:class:`BadRequestError`, ``path_not_allowed``), an empty
+        or absolute one raises :class:`InvalidArgumentError`. A file
         over the service's download limit is read in parts.
         """
         if offset or length is not None:
@@ -561,7 +561,7 @@ class Session:
         return self.list_files(path)
 
     def delete_file(self, path: str) -> None:
-        """Delete one workspace file."""
+        """Delete a workspace file, or a directory with everything in it."""
         self.client._call(proto.delete_file(self.id, path))
 
     # -- records ------------------------------------------------------------------------

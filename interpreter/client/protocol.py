@@ -134,9 +134,17 @@ def file_url(session_id: str, path: str) -> str:
     """Path of one workspace file; slashes separate directories, the rest is encoded.
 
     ``.`` and ``..`` segments are kept (encoded), so the service refuses a path that
-    leaves the workspace; an empty path raises :class:`InvalidArgumentError`.
+    leaves the workspace; an empty or absolute path raises :class:`InvalidArgumentError`
+    (an upload to ``/tmp/x.csv`` would land in the workspace's ``tmp/``, where the kernel
+    does not look for it).
     """
-    clean = path.lstrip("/")
+    if path.startswith("/"):
+        raise InvalidArgumentError(
+            f"{path[:200]!r} is an absolute path: give the path relative to the session's "
+            "workspace, the kernel's working directory, such as 'data.csv' or "
+            "'out/report.txt'"
+        )
+    clean = path
     if not clean:
         raise InvalidArgumentError(
             f"a file path is required (got {path!r}): give a path inside the session's "

@@ -104,3 +104,19 @@ def test_gzip_uploads_are_stored_decompressed_and_bounded(
     for name in ("bomb.bin", "cut.bin", "br.bin"):
         assert api.get(f"{files}/{name}").status_code == 404
     assert api.delete(f"{files}/packed.csv").status_code == 204
+
+
+def test_a_multipart_put_is_refused_not_stored_as_its_envelope(
+    api: httpx.Client, shared_session: str
+) -> None:
+    # Before, the form's boundaries and headers became the file: pandas then failed on it.
+    resp = api.put(
+        f"/v1/sessions/{shared_session}/files/form.csv",
+        files={"file": ("form.csv", b"a,b\n1,2\n", "text/csv")},
+    )
+    assert resp.status_code == 415, resp.text
+    assert "sent as they are" in resp.json()["error"]["message"]
+    names = [e["name"] for e in api.get(f"/v1/sessions/{shared_session}/files").json()["entries"]]
+    assert "form.csv" not in names
+    raw = api.put(f"/v1/sessions/{shared_session}/files/form.csv", content=b"a,b\n1,2\n")
+    assert raw.status_code == 201, raw.text

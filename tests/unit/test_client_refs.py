@@ -170,7 +170,6 @@ def test_async_session_refuses_a_foreign_artifact_url_before_any_request() -> No
     ("path", "raw"),
     [
         ("data.csv", "data.csv"),
-        ("/data.csv", "data.csv"),
         ("a dir/x?y#z.txt", "a%20dir/x%3Fy%23z.txt"),
         ("../../other/files/secret.txt", "%2E%2E/%2E%2E/other/files/secret.txt"),
         ("a/./b", "a/%2E/b"),
@@ -193,6 +192,17 @@ def test_dot_segments_of_file_paths_are_encoded_not_resolved(path: str, raw: str
         assert call.url == url
 
 
+@pytest.mark.parametrize("path", ["/data.csv", "/tmp/sales.csv", "", "//x"])
+def test_an_absolute_or_empty_file_path_is_refused_before_sending(path: str) -> None:
+    # Before, a leading "/" was dropped: an upload to /tmp/sales.csv landed in the
+    # workspace's tmp/, where pd.read_csv('/tmp/sales.csv') does not look.
+    for make in (proto.download, proto.delete_file):
+        with pytest.raises(InvalidArgumentError, match=r"absolute path|path is required"):
+            make(SID, path)
+    with pytest.raises(InvalidArgumentError, match=r"absolute path|path is required"):
+        proto.upload(SID, path, b"")
+
+
 def test_dot_segments_are_encoded_in_every_session_path() -> None:
     assert proto.session_url("..") == "/v1/sessions/%2E%2E"
     assert proto.get_execution(SID, "..").url == f"/v1/sessions/{SID}/executions/%2E%2E"
@@ -209,7 +219,7 @@ def test_list_files_puts_the_path_in_the_query() -> None:
 @pytest.mark.parametrize("path", ["", "/", "///"])
 def test_an_empty_file_path_is_refused(path: str) -> None:
     for make in (proto.download, proto.delete_file):
-        with pytest.raises(InvalidArgumentError, match="a file path is required"):
+        with pytest.raises(InvalidArgumentError, match=r"a file path is required|absolute"):
             make(SID, path)
     with pytest.raises(InvalidArgumentError, match=r"such as 'data\.csv'"):
         proto.upload(SID, path, b"x")
