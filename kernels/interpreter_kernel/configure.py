@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
-from .interrupts import interrupt_before_code
+from .interrupts import InterruptWaker, interrupt_before_code, interrupt_shell_commands
 from .output_history import forget_outputs
 from .packages import install_package_magics
 from .plotly_figure import configure_plotly
@@ -79,8 +79,12 @@ def setup(shell: InteractiveShell) -> None:
     FinalWidgetState.install(shell)
     # No pip in the image: %pip and !pip say that nothing can be installed (packages).
     install_package_magics(shell)
-    # An interrupt in IPython's callbacks before a cell's code ends the cell (interrupts).
+    # An interrupt in IPython's callbacks before a cell's code ends the cell (interrupts),
+    # and so does one while a shell command runs.
     interrupt_before_code(shell)
+    waker = getattr(getattr(shell, "kernel", None), "_waker", None)
+    if isinstance(waker, InterruptWaker):
+        interrupt_shell_commands(shell, lambda: waker.sigints)
     # IPython's history keeps no copy of each cell's output (output_history).
     forget_outputs(shell)
 

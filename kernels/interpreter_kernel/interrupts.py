@@ -40,6 +40,10 @@ on, so the code then ran to its end as if never interrupted (1 interrupt in 15 w
 on a loaded machine). Here an interrupt in those callbacks ends the cell
 (:func:`interrupt_before_code`); IPython records it as the cell's error. Callbacks after
 the code (``post_execute``) keep IPython's handling: the code has run by then.
+
+A shell command (``!sleep 30``) took an interrupt too: IPython stops the command, prints
+``^C`` and runs the rest of the cell, which the broker then reported interrupted. Here
+the cell ends there (:func:`interrupt_shell_commands`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -97,6 +102,8 @@ class InterruptWaker:
     def __init__(self, wake_after_s: tuple[float, ...] = WAKE_AFTER_S) -> None:
         self._wake_after_s = wake_after_s
         self._running: object | None = None
+        #: SIGINTs the process received so far (:func:`interrupt_shell_commands`).
+        self.sigints = 0
 
     def started(self) -> object:
         """Record that the main thread started a request; returns its token."""
@@ -132,6 +139,7 @@ class InterruptWaker:
     def on_signals(self, numbers: bytes) -> None:
         """Handle signal numbers CPython reported: after a SIGINT, wake the main thread
         while the request that was running then still runs (this blocks meanwhile)."""
+        self.sigints += numbers.count(signal.SIGINT)
         token = self._running
         if signal.SIGINT not in numbers or token is None or not self._ours():
             return
@@ -178,6 +186,36 @@ def interrupt_before_code(shell: InteractiveShell) -> None:
     (see the module docs). Callbacks already registered stay registered."""
     if type(shell.events) is EventManager:
         shell.events.__class__ = _InterruptibleEvents
+
+
+#: The shell's methods that run a shell command (``!cmd``, ``x = !cmd``, ``%sx``): IPython
+#: catches the KeyboardInterrupt of an interrupt while the command runs, prints ``^C``
+#: and goes on with the rest of the cell.
+SHELL_COMMANDS = ("system", "getoutput")
+
+
+def interrupt_shell_commands(shell: InteractiveShell, sigints: Callable[[], int]) -> None:
+    """Let an interrupt that lands while a shell command runs end the cell: once the
+    command is stopped (IPython stops it), ``KeyboardInterrupt`` is raised as for any
+    other line, where the rest of the cell used to run. ``sigints`` counts the SIGINTs
+    received (:attr:`InterruptWaker.sigints`)."""
+    for name in SHELL_COMMANDS:
+        run = getattr(shell, name, None)
+        if run is None or getattr(run, "_ends_on_interrupt", False):
+            continue
+        setattr(shell, name, _ending_on_interrupt(run, sigints))
+
+
+def _ending_on_interrupt(run: Callable[..., Any], sigints: Callable[[], int]) -> Any:
+    def command(*args: Any, **kwargs: Any) -> Any:
+        before = sigints()
+        result = run(*args, **kwargs)
+        if sigints() != before:
+            raise KeyboardInterrupt
+        return result
+
+    command._ends_on_interrupt = True  # type: ignore[attr-defined]
+    return command
 
 
 def _unwatch_in_child(read_fd: int, write_fd: int) -> None:

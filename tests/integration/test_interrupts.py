@@ -328,3 +328,24 @@ async def test_a_callback_before_the_cells_code_that_fails_still_lets_the_code_r
     )
     assert await result_of(kernel, "6 * 7") == "42"
     await result_of(kernel, "get_ipython().events.unregister('pre_execute', broken)")
+
+
+async def test_an_interrupt_while_a_shell_command_runs_ends_the_cell(kernel: Any) -> None:
+    # IPython stops the command, prints ^C and used to run the rest of the cell, which
+    # the broker then reported interrupted.
+    for code in (
+        "!echo started; sleep 30\nafter = 1",
+        "out = !echo started >&2; sleep 30\nafter = 1",
+    ):
+        cell = kernel.execute(code, stop_on_error=False)
+        if code.startswith("!"):
+            await until(kernel, cell, "stream")  # the command runs
+        else:
+            await until(kernel, cell, "execute_input")
+            await asyncio.sleep(1.0)
+        assert await send_interrupt(kernel)
+        reply = await reply_to(kernel, cell)
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+        assert await result_of(kernel, "'after' in globals()") == "False"
+    # A command that is not interrupted is as before.
+    assert await result_of(kernel, "x = !echo fine\nx") == "['fine']"
