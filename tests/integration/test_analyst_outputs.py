@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,17 @@ def analyst(server: Server, shared_session: str) -> str:
             pytest.fail(f"the analyst tests must run here but cannot: {why}")
         pytest.skip(why)
     return shared_session
+
+
+def test_a_closed_sessions_package_list_is_still_served(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    # Before, it was empty once the session closed, though its notebook kept it.
+    sid = new_session()
+    live = api.get(f"/v1/sessions/{sid}/packages").json()["packages"]
+    assert "ipykernel" in {n.lower() for n in live}
+    assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    assert api.get(f"/v1/sessions/{sid}/packages").json()["packages"] == live
 
 
 def test_the_package_list_is_served_and_recorded(
