@@ -100,7 +100,7 @@ class ToolExecutor(_ExecutorBase[Client]):
         except StopIteration as stop:
             result: ToolResult = stop.value
         except APIError as exc:
-            result = error_result(exc.message + f" ({exc.code})")
+            result = error_result(api_error_text(exc))
         except (ToolCallError, InvalidArgumentError) as exc:
             result = error_result(str(exc))
         result.call_id = parsed.id
@@ -118,6 +118,13 @@ class ToolExecutor(_ExecutorBase[Client]):
                 continue
         self._logic.created.clear()
         self._logic.session_id = None
+
+
+def api_error_text(exc: APIError) -> str:
+    """The service's error as a tool says it: its message, in the tools' words where the
+    message names an HTTP route (a model lists its sessions with ``list_sessions``)."""
+    message = exc.message.replace("with GET /v1/sessions", "with the list_sessions tool")
+    return f"{message} ({exc.code})"
 
 
 class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
@@ -142,7 +149,7 @@ class AsyncToolExecutor(_ExecutorBase[AsyncClient]):
         except StopIteration as stop:
             result: ToolResult = stop.value
         except APIError as exc:
-            result = error_result(exc.message + f" ({exc.code})")
+            result = error_result(api_error_text(exc))
         except (ToolCallError, InvalidArgumentError) as exc:
             result = error_result(str(exc))
         result.call_id = parsed.id

@@ -545,3 +545,18 @@ def test_render_helpers() -> None:
     )
     assert "time limit" in lost[0] and "all variables" in lost[0]
     assert notebook_transcript({"cells": []}).startswith("The notebook is empty")
+
+
+def test_a_service_error_names_the_tool_where_it_names_a_route() -> None:
+    from interpreter.client import NotFoundError
+    from interpreter.tools.executors import api_error_text
+
+    exc = NotFoundError(
+        "No session 's_x' (or it belongs to another key). List yours with GET /v1/sessions.",
+        status=404,
+        code="session_not_found",
+    )
+    assert api_error_text(exc) == (
+        "No session 's_x' (or it belongs to another key). List yours with the list_sessions "
+        "tool. (session_not_found)"
+    )
