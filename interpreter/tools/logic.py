@@ -90,7 +90,13 @@ class _ToolLogic:
     # -- sessions ---------------------------------------------------------------------
 
     def _check_own(self, session_id: str | None) -> None:
-        """With ``own_sessions_only``, a session id must be one this executor created."""
+        """A session id must look like one the service gives (else no request is sent);
+        with ``own_sessions_only``, it must be one this executor created."""
+        if session_id and not _SESSION_ID.fullmatch(session_id):
+            raise ToolCallError(
+                f"{session_id[:100]!r} is not a session id: give one as create_session or "
+                "list_sessions names it (letters, digits, '_' and '-'), or omit session_id"
+            )
         if self.own_sessions_only and session_id and session_id not in self.created:
             raise ToolCallError(
                 f"unknown session {session_id!r}: use a session created in this connection"
@@ -344,6 +350,8 @@ class _ToolLogic:
         return ToolResult([TextPart(clip(notebook_transcript(nb), self.max_chars * 2))])
 
 
+#: What a session id the service gives looks like (its route pattern).
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 #: The largest workspace image read_file shows (what model APIs take per image is of this order).
 FILE_IMAGE_BYTES = 20 << 20
 #: Bytes read_file reads at least, to tell text from binary data.

@@ -560,3 +560,12 @@ def test_a_service_error_names_the_tool_where_it_names_a_route() -> None:
         "No session 's_x' (or it belongs to another key). List yours with the list_sessions "
         "tool. (session_not_found)"
     )
+
+
+def test_a_session_id_that_is_none_is_refused_before_sending(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    for bad in ("../../v1/sessions", "s 1", "x" * 101):
+        refused = run(executor, "run_code", code="1", session_id=bad)
+        assert refused.is_error and "is not a session id" in refused.text, refused.text
+    assert service.log == []
