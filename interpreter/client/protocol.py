@@ -138,13 +138,13 @@ def file_url(session_id: str, path: str) -> str:
     (an upload to ``/tmp/x.csv`` would land in the workspace's ``tmp/``, where the kernel
     does not look for it).
     """
-    if path.startswith("/"):
+    if path.startswith("/") and path.strip("/"):
         raise InvalidArgumentError(
             f"{path[:200]!r} is an absolute path: give the path relative to the session's "
             "workspace, the kernel's working directory, such as 'data.csv' or "
             "'out/report.txt'"
         )
-    clean = path
+    clean = path.lstrip("/")
     if not clean:
         raise InvalidArgumentError(
             f"a file path is required (got {path!r}): give a path inside the session's "

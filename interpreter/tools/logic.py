@@ -199,7 +199,7 @@ class _ToolLogic:
                 return error_result(f"content is not valid base64: {exc}")
         else:
             data = content.encode("utf-8")
-        if path.startswith("/"):
+        if path.startswith("/") and path.strip("/"):
             return _absolute(path)
         sid = yield from self._session(session_id)
         yield proto.upload(sid, path, data)
@@ -208,7 +208,7 @@ class _ToolLogic:
     def _tool_read_file(
         self, path: str, max_chars: int = 20_000, session_id: str | None = None
     ) -> _Steps:
-        if path.startswith("/"):
+        if path.startswith("/") and path.strip("/"):
             return _absolute(path)
         sid = yield from self._session(session_id)
         mime = mimetypes.guess_type(path)[0] or ""
@@ -310,7 +310,7 @@ class _ToolLogic:
     # -- notebook ---------------------------------------------------------------------------
 
     def _tool_rebuild_from_notebook(self, path: str, session_id: str | None = None) -> _Steps:
-        if path.startswith("/"):
+        if path.startswith("/") and path.strip("/"):
             return _absolute(path)
         sid = yield from self._session(session_id)
         data, total = yield from _file_part(sid, path, 0, NOTEBOOK_READ_BYTES)
