@@ -222,5 +222,40 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except BrokenPipeError:
+        # The reader went away (`interp sessions | head`): stop quietly, as shell tools do.
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A local file the command reads or writes (-o, --images, ...).
+        print(f"interp: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if not _refused_by_the_sdk(exc):
+            raise
+        # Refused before anything was sent (an API key that cannot be one, ...).
+        print(f"interp: {exc}", file=sys.stderr)
+        return 2
     return int(result or 0)
+
+
+def _refused_by_the_sdk(exc: Exception) -> bool:
+    """Whether ``exc`` is one of the SDK's errors (looked up only if the SDK was loaded:
+    ``interp serve`` does not load it, and could not have raised one)."""
+    errors = sys.modules.get("interpreter.client._errors")
+    return errors is not None and isinstance(exc, errors.ClientError)
+
+
+#: What a shell reports for a command ended by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's final flush raises nothing more."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

@@ -188,6 +188,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"interp: cannot read {args.file}: {exc}", file=sys.stderr)
             return EXIT_SERVICE
+        except UnicodeDecodeError as exc:
+            print(
+                f"interp: cannot read {args.file}: it is not UTF-8 text (byte {exc.start}); "
+                "save it as UTF-8, as Python source is",
+                file=sys.stderr,
+            )
+            return EXIT_SERVICE
     else:
         print("interp run: give a FILE or -c CODE", file=sys.stderr)
         return EXIT_SERVICE
@@ -408,6 +415,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_SERVICE
     progress = Progress(args.quiet or args.json)
     url = _explicit_url(args)
+    # Ctrl-C and SIGTERM end the replay as they end `interp run`: its session (which the
+    # replay made) is deleted on the way out, the code it ran stopped with it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if url is None:
             progress("starting an embedded service...")
@@ -427,6 +438,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
     except ClientError as exc:
         return _service_error(exc)
+    except (KeyboardInterrupt, Terminated) as stop:
+        print("interp: replay stopped; its session was deleted", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
 
 
 def _replay_against(

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from interpreter._version import __version__
+from interpreter.client._errors import InvalidArgumentError
 from interpreter.client._retry import (
     DEFAULT_BACKOFF_S,
     DEFAULT_MAX_RETRIES,
@@ -28,6 +29,12 @@ def client_settings(
     """Resolve the base URL and the default headers; arguments win over the environment."""
     url = (base_url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+    if key and not (key.isascii() and key.isprintable()):
+        where = "api_key" if api_key is not None else f"${API_KEY_ENV}"
+        raise InvalidArgumentError(
+            f"{where} is not an API key the service can have: keys are printable ASCII "
+            "(check for a typographic quote or a line break pasted with it)"
+        )
     all_headers = {"User-Agent": f"interp-sdk/{__version__}"}
     if key:
         all_headers["Authorization"] = f"Bearer {key}"

@@ -395,8 +395,19 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
+#: What an ``Idempotency-Key`` may be: 1 to 255 visible ASCII characters (as the service
+#: checks; an HTTP header cannot carry a line break or non-ASCII text at all).
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
 def _idempotency(key: str | None) -> dict[str, str]:
-    """The caller's key, or a fresh one: a retry of the call can then never act twice."""
+    """The caller's key, or a fresh one: a retry of the call can then never act twice.
+    A key the service would refuse raises :class:`InvalidArgumentError` before sending."""
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidArgumentError(
+            f"idempotency_key must be 1 to 255 visible ASCII characters (a UUID is a good "
+            f"choice); got {key[:60]!r}"
+        )
     return {IDEMPOTENCY_HEADER: key if key is not None else new_idempotency_key()}
 
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -414,3 +415,82 @@ def test_serve_on_a_busy_port_or_a_file_as_data_dir_is_one_line_and_exit_2(
         f"interp: error: cannot serve the API on 127.0.0.1:{port}: Address already in use; "
         "stop what listens there, or choose another port."
     )
+
+
+def test_local_mistakes_are_one_line_never_a_traceback(
+    local_server: Server, kept_session: Session, tmp_path: Path
+) -> None:
+    # Before, each of these ended in a Python traceback.
+    nowhere = tmp_path / "missing-dir" / "x.ipynb"
+    written = interp(local_server, "notebook", kept_session.id, "-o", str(nowhere))
+    assert written.returncode == 2 and "Traceback" not in written.stderr, written.stderr
+    assert f"interp: {nowhere}: No such file or directory" in written.stderr
+    into_dir = interp(local_server, "html", kept_session.id, "-o", str(tmp_path))
+    assert into_dir.returncode == 2 and "Traceback" not in into_dir.stderr, into_dir.stderr
+    latin1 = tmp_path / "latin1.py"
+    latin1.write_bytes("print('é')\n".encode("latin-1"))
+    code = interp(local_server, "run", str(latin1))
+    assert code.returncode == 2 and "Traceback" not in code.stderr, code.stderr
+    assert "is not UTF-8 text" in code.stderr
+    for key in ("clé", "key\u2019"):  # a typographic quote pasted with the key
+        typo = interp(local_server, "sessions", env_extra={"INTERP_API_KEY": key})
+        assert typo.returncode == 2 and "Traceback" not in typo.stderr, typo.stderr
+        assert "$INTERP_API_KEY is not an API key" in typo.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(local_server: Server) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    # `interp tools | true`: the reader is gone before the first line is written.
+    shell = f"{sys.executable} -m interpreter tools | true"
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", shell],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode in (0, 141), done.stderr
+
+
+def test_sigterm_ends_a_replay_and_deletes_its_session(
+    local_server: Server, tmp_path: Path
+) -> None:
+    # Before, SIGTERM killed `interp replay` at once: its session went on running the cell.
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "c0",
+                "metadata": {},
+                "execution_count": 1,
+                "outputs": [],
+                "source": "import time\ntime.sleep(60)",
+            }
+        ],
+    }
+    path = tmp_path / "slow.ipynb"
+    path.write_text(json.dumps(nb))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    with local_server.client() as api:
+        before = {s["id"] for s in api.get("/v1/sessions").json()["sessions"]}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "interpreter", "replay", str(path)],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        busy: list[str] = []
+        for _ in range(600):  # until the replay's cell runs (at most 60 s)
+            sessions = api.get("/v1/sessions").json()["sessions"]
+            busy = [s["id"] for s in sessions if s["id"] not in before and s["status"] == "busy"]
+            if busy:
+                break
+            time.sleep(0.1)
+        assert busy, "the replay's session never ran its cell"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        assert "Traceback" not in err and "its session was deleted" in err
+        info = api.get(f"/v1/sessions/{busy[0]}").json()
+        assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info

@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import KEY, REPO, Server, serve_argv, start_server
@@ -95,6 +97,12 @@ def test_approvals_list_approve_and_watch(held_server: Server) -> None:
         first = watch.stdout.readline()  # the live view shows it as it arrives
         assert "pending" in first and f"session={sid}" in first
         approval_id = first.split()[0]
+        # While it stays pending, the watch asks about once a second: the service answers
+        # at once while any approval is pending, and the watch used to ask again at once
+        # (about 870 requests a second).
+        before = _approval_lists(client)
+        time.sleep(2)
+        assert _approval_lists(client) - before <= 4
         listed = interp(held_server, "approvals", env_extra=operator)
         assert listed.returncode == 0 and approval_id in listed.stdout
         approved = interp(
@@ -108,6 +116,23 @@ def test_approvals_list_approve_and_watch(held_server: Server) -> None:
         assert result.json()["status"] == "error"  # it ran: the file is missing
         twice = interp(held_server, "approvals", "deny", approval_id, env_extra=operator)
         assert twice.returncode == 2 and "already decided" in twice.stderr
+
+
+#: The approvals list's route label in the metrics (its route template).
+APPROVALS_ROUTE = "/v1/approvals"
+
+
+def _approval_lists(client: httpx.Client) -> float:
+    """How many ``GET /v1/approvals`` the service has answered (its request counter)."""
+    counted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in client.get("/metrics").text.splitlines()
+        if line.startswith("interp_http_requests_total{")
+        and f'route="{APPROVALS_ROUTE}"' in line
+        and 'method="GET"' in line
+    ]
+    assert counted, "no request counter for the approvals list"
+    return sum(counted)
 
 
 def test_the_e2b_surface_reports_a_denial_as_the_runs_error(held_server: Server) -> None:

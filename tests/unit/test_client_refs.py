@@ -252,3 +252,23 @@ def test_a_lone_surrogate_in_code_reaches_the_service() -> None:
         with pytest.raises(ClientError, match="code: bad"), client._stream(call):
             pass
     assert seen == [{"code": "x='\ud800'"}] * 2
+
+
+@pytest.mark.parametrize("key", [" ", "a\nb", "é", "x" * 256, ""])
+def test_an_idempotency_key_the_service_would_refuse_is_refused_before_sending(key: str) -> None:
+    # Before, " " and "a\nb" were reported as a connection failure ("Illegal header
+    # value") and "é" escaped as a UnicodeEncodeError.
+    with pytest.raises(InvalidArgumentError, match="1 to 255 visible ASCII"):
+        proto.execute(SID, "1", idempotency_key=key)
+    assert proto.execute(SID, "1", idempotency_key="run-1").headers == {"Idempotency-Key": "run-1"}
+
+
+@pytest.mark.parametrize("key", ["clé", "key\u2019", "a\nb"])
+def test_an_api_key_that_cannot_be_one_is_refused_at_once(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InvalidArgumentError, match="api_key is not an API key"):
+        Client(BASE, api_key=key)
+    monkeypatch.setenv("INTERP_API_KEY", key)
+    with pytest.raises(InvalidArgumentError, match=r"\$INTERP_API_KEY is not an API key"):
+        Client(BASE)
