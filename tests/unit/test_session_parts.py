@@ -165,7 +165,6 @@ async def _ending(
     no_reply_grace_s: float = 0.1,
 ) -> str:
     from interpreter.execution import ExecutionRecorder
-    from interpreter.kernel import Kernel
     from interpreter.waiting import until_end
 
     rec = ExecutionRecorder("m1")
@@ -175,23 +174,8 @@ async def _ending(
         rec.feed_reply(_msg("execute_reply", {"status": "ok", "execution_count": 1}))
     handle = ExecutionHandle(execution=EXECUTION.model_copy(), seq=1, timeout_s=5)
     handle.interrupt_requested = interrupted
-    from interpreter.backends.base import LaunchOptions
-    from interpreter.backends.local import LocalBackend
-    from interpreter.kernel import RestartBudget
-
-    async def ignore(channel: str, msg: dict[str, object]) -> None:
-        return None
-
     # A kernel that was never started: these endings come before anyone asks if it lives.
-    where = Path(tempfile.mkdtemp())
-    kernel = Kernel(
-        name="s_test",
-        backend=LocalBackend(None),
-        options=LaunchOptions("s_test", "o", where, where / "ws", where / "run"),
-        start_timeout_s=1,
-        budget=RestartBudget(1, 1),
-        on_message=ignore,
-    )
+    kernel = _never_started_kernel()
     loop = asyncio.get_running_loop()
     ending = await until_end(
         handle,
