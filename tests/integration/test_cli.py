@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,28 @@ from interpreter.datadir_lock import DataDirLock
 from tests.conftest import REPO, Server
 
 
+def cli_env(server: Server | None) -> dict[str, str]:
+    """The environment of an ``interp`` process: ours without INTERP_* settings, pointed
+    at ``server`` when given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    if server is not None:
+        env.update({"INTERP_URL": server.url, "INTERP_API_KEY": server.api_key})
+    return env
+
+
+def one_cell_notebook(source: str, outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A v4.5 notebook of one recorded code cell."""
+    cell = {
+        "cell_type": "code",
+        "id": "c0",
+        "execution_count": 1,
+        "metadata": {},
+        "source": source,
+        "outputs": outputs or [],
+    }
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}
+
+
 def interp(
     server: Server | None,
     *args: str,
@@ -27,9 +50,7 @@ def interp(
     timeout: float = 120,
     env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
-    if server is not None:
-        env.update({"INTERP_URL": server.url, "INTERP_API_KEY": server.api_key})
+    env = cli_env(server)
     env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "interpreter", *args],
@@ -258,20 +279,8 @@ def test_replay_refuses_what_is_not_a_v4_notebook_in_one_line(
 
 
 def test_replay_with_an_embedded_service(tmp_path: Path) -> None:
-    nb = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "cell_type": "code",
-                "execution_count": 1,
-                "metadata": {},
-                "source": "print(2 + 2)",
-                "outputs": [{"output_type": "stream", "name": "stdout", "text": "4\n"}],
-            }
-        ],
-    }
+    stdout = {"output_type": "stream", "name": "stdout", "text": "4\n"}
+    nb = one_cell_notebook("print(2 + 2)", [stdout])
     path = tmp_path / "tiny.ipynb"
     path.write_text(json.dumps(nb))
     result = interp(
@@ -341,8 +350,7 @@ def test_format_table() -> None:
 
 
 def test_ctrl_c_interrupts_the_code_and_exits_130(local_server: Server) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
-    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    env = cli_env(local_server)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -371,8 +379,7 @@ def test_sigterm_interrupts_the_code_deletes_the_session_and_exits_143(
 ) -> None:
     """SIGTERM (kill, a supervisor, a timeout) left the session and its running code
     alive; it now does what Ctrl-C does."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
-    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    env = cli_env(local_server)
     proc = subprocess.Popen(
         [sys.executable, "-m", "interpreter", "run", "-c",
          "print('go', flush=True)\nimport time\ntime.sleep(60)"],
@@ -439,8 +446,7 @@ def test_local_mistakes_are_one_line_never_a_traceback(
 
 
 def test_a_reader_that_goes_away_ends_the_output_quietly(local_server: Server) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
-    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    env = cli_env(local_server)
     # `interp tools | true`: the reader is gone before the first line is written.
     shell = f"{sys.executable} -m interpreter tools | true"
     done = subprocess.run(
@@ -455,25 +461,10 @@ def test_sigterm_ends_a_replay_and_deletes_its_session(
     local_server: Server, tmp_path: Path
 ) -> None:
     # Before, SIGTERM killed `interp replay` at once: its session went on running the cell.
-    nb = {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {},
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": "c0",
-                "metadata": {},
-                "execution_count": 1,
-                "outputs": [],
-                "source": "import time\ntime.sleep(60)",
-            }
-        ],
-    }
+    nb = one_cell_notebook("import time\ntime.sleep(60)")
     path = tmp_path / "slow.ipynb"
     path.write_text(json.dumps(nb))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
-    env.update({"INTERP_URL": local_server.url, "INTERP_API_KEY": local_server.api_key})
+    env = cli_env(local_server)
     with local_server.client() as api:
         before = {s["id"] for s in api.get("/v1/sessions").json()["sessions"]}
         proc = subprocess.Popen(
