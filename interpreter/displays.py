@@ -76,9 +76,12 @@ class EarlierDisplays:
             outputs = list(handle.execution.outputs)
             for index in indexes:
                 output = await self.capture.output(rec, index)
+                at = positions.get(index)
+                if at is not None and at < len(outputs):
+                    # Updated in place: it stays where it came among the printed text.
+                    output = output.model_copy(update={"after": outputs[at].after})
+                    outputs[at] = output
                 handle.api_outputs[index] = output
-                if index in positions and positions[index] < len(outputs):
-                    outputs[positions[index]] = output
             handle.execution.outputs = outputs
             changed.append((handle, self.capture.notebook_form(handle.execution, rec)))
         return changed

@@ -141,6 +141,29 @@ async def test_a_later_cell_updates_an_earlier_display(tmp_path: Path) -> None:
     assert await displays.apply(update("c1", "x"), first) == []
 
 
+async def test_an_updated_display_keeps_its_place_among_the_prints(tmp_path: Path) -> None:
+    capture = OutputCapture(ArtifactStore(tmp_path, "s"), inline_bytes=64_000, output_bytes=10**5)
+    displays = EarlierDisplays(capture)
+    first = await finished(
+        capture,
+        "c1",
+        msg("stream", "c1", {"name": "stdout", "text": "before\n"}),
+        display("c1", "Hello"),
+        msg("stream", "c1", {"name": "stdout", "text": "after\n"}),
+    )
+    displays.remember(first)
+    (shown,) = first.execution.outputs
+    assert shown.after is not None and shown.after.stdout == len("before\n")
+    running = ExecutionHandle(Execution(id="ex_c2", session_id="s", status="running"), 2, 9)
+    await displays.apply(update("c2", "world"), running)
+    (updated,) = first.execution.outputs
+    assert updated.data["text/plain"] == "world"
+    assert updated.after == shown.after
+    assert first.recorder is not None
+    (index,) = first.recorder.rich_indexes()
+    assert first.api_outputs[index].after == shown.after
+
+
 def test_display_id_of_reads_only_display_messages() -> None:
     assert display_id_of(update("p", "x", "abc")) == "abc"
     assert display_id_of(display("p", "x", None)) is None
