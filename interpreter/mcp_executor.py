@@ -89,8 +89,10 @@ class _Progress:
 class StreamingToolExecutor(AsyncToolExecutor):
     """The tool executor of one MCP connection: ``run_code`` streams (see the module)."""
 
-    def __init__(self, client: AsyncClient, *, own_sessions_only: bool = False) -> None:
-        super().__init__(client, own_sessions_only=own_sessions_only)
+    def __init__(
+        self, client: AsyncClient, *, own_sessions_only: bool = False, keeps_current: bool = True
+    ) -> None:
+        super().__init__(client, own_sessions_only=own_sessions_only, keeps_current=keeps_current)
         self._handles: dict[str, AsyncSession] = {}
 
     async def _handle(self, session_id: str) -> AsyncSession:

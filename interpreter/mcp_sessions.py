@@ -150,7 +150,7 @@ class StatelessRequests:
         refused = self.refusal(call)
         if refused is not None:
             return refused
-        executor = StreamingToolExecutor(self.client)
+        executor = StreamingToolExecutor(self.client, keeps_current=False)
         kept = False
         try:
             result = await executor.execute(call)

@@ -30,6 +30,7 @@ class _ExecutorBase(Generic[C]):
         max_chars: int = 20_000,
         max_images: int = 4,
         own_sessions_only: bool = False,
+        keeps_current: bool = True,
     ) -> None:
         self.client: C = client
         self._logic = _ToolLogic(
@@ -37,6 +38,7 @@ class _ExecutorBase(Generic[C]):
             max_images=max_images,
             own_sessions_only=own_sessions_only,
             base_url=client.base_url,
+            keeps_current=keeps_current,
         )
         self._logic.session_id = session_id
 

@@ -66,12 +66,21 @@ class _ToolLogic:
     """What each tool does, written once as a sequence of API calls."""
 
     def __init__(
-        self, *, max_chars: int, max_images: int, own_sessions_only: bool, base_url: str
+        self,
+        *,
+        max_chars: int,
+        max_images: int,
+        own_sessions_only: bool,
+        base_url: str,
+        keeps_current: bool = True,
     ) -> None:
         self.base_url = base_url
         self.max_chars = max_chars
         self.max_images = max_images
         self.own_sessions_only = own_sessions_only
+        #: False when each call stands alone (stateless MCP): no later call uses a
+        #: current session, so results do not promise one.
+        self.keeps_current = keeps_current
         self.session_id: str | None = None
         self.created: list[str] = []
 
@@ -120,7 +129,9 @@ class _ToolLogic:
         info: SessionInfo = yield proto.create_session(from_session=from_session)
         self.session_id = info.id
         self.created.append(info.id)
-        text = f"Created session {info.id}; it is now the current session."
+        text = f"Created session {info.id}" + (
+            "; it is now the current session." if self.keeps_current else "."
+        )
         if info.rebuild is not None:
             text += f" Rebuilt from {info.rebuild.source}: " + info.rebuild.summary()
         return ToolResult([TextPart(text)])

@@ -590,6 +590,8 @@ def test_a_stateless_call_names_the_session_it_started(local_server: Server, mcp
                 assert not read.is_error and "'a\\n1\\n'" in _texts(read), _texts(read)
                 made = await client.call_tool("create_session", {})
                 assert made.structured_content == {"session_id": _created_session(made)}
+                # No later request has a current session, and the answer does not say so.
+                assert "current session" not in _texts(made), _texts(made)
 
                 for name in ("read_file", "list_files", "get_notebook", "restart"):
                     arguments = {"path": "data.csv"} if name == "read_file" else {}

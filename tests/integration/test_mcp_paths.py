@@ -23,7 +23,7 @@ def _texts(result: types.CallToolResult) -> str:
 
 def _created(result: types.CallToolResult) -> str:
     """The session id in create_session's answer ("Created session <id>; ...")."""
-    return _texts(result).split()[2].rstrip(";")
+    return _texts(result).split()[2].rstrip(";.")
 
 
 def test_mcp_read_artifact_sends_nothing_elsewhere_and_paths_stay_in_their_session(
