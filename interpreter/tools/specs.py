@@ -60,7 +60,8 @@ _SESSION_ID = {
     "type": "string",
     "description": (
         "Session to use. Omit it to use the current session (created automatically on "
-        "first use, or the last one made by create_session)."
+        "first use, or the last one made by create_session); an empty string counts as "
+        "omitted."
     ),
 }
 
