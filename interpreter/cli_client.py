@@ -42,6 +42,7 @@ from interpreter.client import (
 )
 from interpreter.client.render import readable_text, strip_ansi
 from interpreter.mime import is_image
+from interpreter.models import Approval
 from interpreter.policy.explain import policy_text
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -123,6 +124,16 @@ def _print_output(event: OutputEvent, images_dir: Path | None, session: Session)
     sys.stdout.flush()
 
 
+def say_held(approval: Approval, what: str = "") -> None:
+    """Say on stderr that code waits for an operator's decision (else nothing shows)."""
+    print(
+        f"interp: {what}held for approval {approval.id} "
+        f"({approval.message or approval.rule}); waiting for an operator",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def stream_to_terminal(
     session: Session, code: str, *, timeout_s: float | None, images_dir: Path | None
 ) -> int:
@@ -140,12 +151,7 @@ def stream_to_terminal(
             tb = "\n".join(event.error.traceback) or f"{event.error.ename}: {event.error.evalue}"
             sys.stderr.write(strip_ansi(tb).rstrip("\n") + "\n")
         elif isinstance(event, ApprovalRequiredEvent):
-            print(
-                f"interp: held for approval {event.approval.id} "
-                f"({event.approval.message or event.approval.rule}); waiting for an operator",
-                file=sys.stderr,
-                flush=True,
-            )
+            say_held(event.approval)
         elif isinstance(event, DoneEvent):
             execution = event.execution
             if execution.status not in ("ok", "error"):
@@ -467,6 +473,7 @@ def _replay_against(
             on_cell=None if args.json else print_cell,
             name=str(args.notebook),
             prepare=prepare,
+            on_held=lambda cell, approval: say_held(approval, f"cell {cell.index} "),
         )
     if args.json:
         print(report.model_dump_json(indent=2))

@@ -25,8 +25,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from interpreter.cells import CellPlan, notebook_problem, plan
-from interpreter.client import Client, Session
-from interpreter.models import Execution
+from interpreter.client import ApprovalRequiredEvent, Client, DoneEvent, Session
+from interpreter.models import Approval, Execution
 from interpreter.replay.compare import compare_outputs, outputs_from_cell, outputs_from_execution
 
 CellStatus = Literal["match", "mismatch", "recorded_failure", "skipped"]
@@ -94,6 +94,7 @@ def replay_notebook(
     on_cell: Callable[[CellReport], None] | None = None,
     name: str = "notebook",
     prepare: Callable[[Session], object] | None = None,
+    on_held: Callable[[CellReport, Approval], None] | None = None,
 ) -> ReplayReport:
     """Run a notebook's code cells in a fresh session and compare outputs cell by cell.
 
@@ -107,6 +108,8 @@ def replay_notebook(
         name: How the report names the notebook.
         prepare: Called with the fresh session before the first cell runs, e.g. to put
             the notebook's input files in its workspace (:mod:`interpreter.replay.inputs`).
+        on_held: Called when the service's policy holds a cell's code for an operator's
+            approval (the replay waits for the decision): the cell, and its approval.
 
     Returns:
         The report; ``report.ok`` is True when no replayed cell mismatched.
@@ -143,6 +146,7 @@ def replay_notebook(
                 image_tolerance,
                 timeout_s,
                 ids,
+                on_held,
             )
             if cell_report.recorded_ms is not None and cell_report.status != "skipped":
                 recorded_total += cell_report.recorded_ms
@@ -200,6 +204,7 @@ def _replay_cell(
     image_tolerance: float,
     timeout_s: float | None,
     ids: tuple[str, ...],
+    on_held: Callable[[CellReport, Approval], None] | None = None,
 ) -> tuple[CellReport, Execution | None]:
     source = cell_plan.source
     base = CellReport(
@@ -225,8 +230,26 @@ def _replay_cell(
             "note": f"recorded as {base.recorded_status}; not re-run",
         }
         return base.model_copy(update=update), None
-    execution = session.run(source, timeout_s=timeout_s).execution
+    if on_held is None:
+        execution = session.run(source, timeout_s=timeout_s).execution
+    else:
+        execution = _watched_run(session, source, timeout_s, lambda a: on_held(base, a))
     return _compared(base, cell, execution, session, image_tolerance, ids), execution
+
+
+def _watched_run(
+    session: Session,
+    source: str,
+    timeout_s: float | None,
+    on_held: Callable[[Approval], None],
+) -> Execution:
+    """Run ``source`` as a stream, to hear when it is held for approval."""
+    for event in session.stream(source, timeout_s=timeout_s):
+        if isinstance(event, ApprovalRequiredEvent):
+            on_held(event.approval)
+        elif isinstance(event, DoneEvent):
+            return event.execution
+    raise AssertionError("a stream ends with its done event")  # pragma: no cover
 
 
 def _compared(

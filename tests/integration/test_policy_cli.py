@@ -3,6 +3,7 @@ lists, decides and watches held executions with an operator key (local backend).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import KEY, REPO, Server, serve_argv, start_server
-from tests.integration.test_cli import interp
+from tests.integration.test_cli import cli_env, interp, one_cell_notebook
 
 OPERATOR = "test-operator-key-2"
 POLICY = """\
@@ -240,6 +241,37 @@ def test_sigterm_on_interp_run_ends_its_pending_approval_and_session(held_server
         approval = operator.get(f"/v1/approvals/{approval_id}").json()
         assert approval["status"] == "withdrawn", approval
         assert approval["outcome"]["decided_by"] == "service", approval
+
+
+def test_interp_replay_says_when_a_cell_waits_for_approval(
+    held_server: Server, tmp_path: Path
+) -> None:
+    """`interp replay` waited on a held cell without a word; it now says which cell and
+    which approval, as `interp run` does, and goes on once an operator decides."""
+    code = "import os\nif os.path.exists('x'):\n    os.remove('x')\nprint('checked')"
+    stream = {"output_type": "stream", "name": "stdout", "text": "checked\n"}
+    notebook = tmp_path / "held.ipynb"
+    notebook.write_text(json.dumps(one_cell_notebook(code, [stream])))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpreter", "replay", str(notebook)],
+        env=cli_env(held_server), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "held for approval" in line:
+            break
+    assert lines and lines[-1].startswith("interp: cell 0 held for approval "), lines
+    assert "deleting files needs a person's approval" in lines[-1]
+    approval_id = lines[-1].split("held for approval ")[1].split()[0]
+    with held_server.client(OPERATOR) as operator:
+        decided = operator.post(f"/v1/approvals/{approval_id}/approve", json={})
+        assert decided.status_code == 200, decided.text
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, "".join(lines) + err
+    assert "ALL MATCH" in out, out
 
 
 def test_approvals_use_the_operator_key_and_their_help_says_which(held_server: Server) -> None:
