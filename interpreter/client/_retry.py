@@ -15,11 +15,15 @@ twice cannot happen:
 The wait is the service's ``Retry-After`` (seconds or an HTTP date) when it gave one, else
 exponential backoff with jitter. A ``Retry-After`` longer than :data:`MAX_RETRY_AFTER_S` is
 not waited for: the error is raised at once, with ``retry_after`` set.
+
+Each wait is logged at INFO on the ``interpreter.client`` logger (the call, why, how long),
+so a program that shows INFO logs, as the ``interp`` CLI does, says why it pauses.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +38,8 @@ from interpreter.client.protocol import (
     error_from_response,
     parse_retry_after,
 )
+
+log = logging.getLogger("interpreter.client")
 
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_BACKOFF_S = 0.5
@@ -133,7 +139,7 @@ class Attempts:
         safe = isinstance(exc, _NOT_SENT) or (self._repeatable and isinstance(exc, _MAYBE_SENT))
         if not safe or self.count > self.policy.max_retries:
             raise connection_failed(self.base_url, exc, self.count) from exc
-        return self._next(None)
+        return self._next(None, type(exc).__name__)
 
     def after_response(self, resp: httpx.Response) -> float:
         """For an error answer whose body was read."""
@@ -148,12 +154,23 @@ class Attempts:
             or (retry_after is not None and retry_after > self.policy.max_retry_after_s)
         ):
             raise error_from_response(resp)
-        return self._next(retry_after)
+        kind = _error_type(resp)
+        return self._next(retry_after, f"{status} {kind}" if kind else str(status))
 
-    def _next(self, retry_after: float | None) -> float:
+    def _next(self, retry_after: float | None, why: str) -> float:
         retry = self.count - 1
         self.count += 1
-        return retry_after if retry_after is not None else self.policy.backoff(retry)
+        delay = retry_after if retry_after is not None else self.policy.backoff(retry)
+        log.info(
+            "%s %s: %s; retrying in %.1f s (retry %d of %d)",
+            self.call.method,
+            self.call.url,
+            why,
+            delay,
+            retry + 1,
+            self.policy.max_retries,
+        )
+        return delay
 
 
 def _error_type(resp: httpx.Response) -> str | None:

@@ -249,6 +249,25 @@ def test_other_errors_are_not_retried(server: ScriptedServer) -> None:
 # ------------------------------------------------------------------------- connection
 
 
+def test_each_wait_is_logged_with_the_call_and_why(
+    server: ScriptedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The CLI shows INFO logs: a command paused by a rate limit says why it waits.
+    server.script = [error(429, "rate_limited", **{"Retry-After": "0"})]
+    with caplog.at_level("INFO", "interpreter.client"), Client(server.url) as client:
+        session_of(client).interrupt()
+    (record,) = [r for r in caplog.records if r.name == "interpreter.client"]
+    assert record.getMessage() == (
+        "POST /v1/sessions/s1/interrupt: 429 rate_limited; retrying in 0.0 s (retry 1 of 2)"
+    )
+    caplog.clear()
+    client = Client(f"http://127.0.0.1:{free_port()}", retry_backoff=FAST)
+    with caplog.at_level("INFO", "interpreter.client"), client, pytest.raises(ConnectionFailed):
+        client.create_session()
+    messages = [r.getMessage() for r in caplog.records if r.name == "interpreter.client"]
+    assert len(messages) == 2 and all(": ConnectError; retrying in" in m for m in messages)
+
+
 def test_connection_refused_is_retried_then_raises_a_clear_error() -> None:
     transport = CountingTransport()
     url = f"http://127.0.0.1:{free_port()}"
