@@ -33,8 +33,10 @@ class OperatorHandler(BaseHandler):
         token = self.bearer_token()
         key = _matching(token, operators) if operators else None
         if key is not None:
-            self.key_id = self.operator_name = self.broker.policy.key_name(key)
-            self.operator_owner = owner_of(key)
+            # Logs name every key alike (its owner id); records name an operator as the
+            # policy does.
+            self.operator_name = self.broker.policy.key_name(key)
+            self.key_id = self.operator_owner = owner_of(key)
             return
         if _matching(token, self.conf.api_keys) is not None or not self.conf.api_keys:
             raise Forbidden(

@@ -4,6 +4,7 @@ lists, decides and watches held executions with an operator key (local backend).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from interpreter.broker import owner_of
 from tests.conftest import KEY, REPO, Server, serve_argv, start_server
 from tests.integration.test_cli import cli_env, interp, one_cell_notebook
 
@@ -272,6 +274,21 @@ def test_interp_replay_says_when_a_cell_waits_for_approval(
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, "".join(lines) + err
     assert "ALL MATCH" in out, out
+
+
+def test_an_operator_request_is_logged_with_the_key_id_every_route_uses(
+    held_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The access log named an operator by its policy name on approval routes and by its
+    owner id on all others; one key now has one ``key_id`` in the logs."""
+    caplog.set_level(logging.INFO, "interpreter.access")
+    with held_server.client(OPERATOR) as operator:
+        rid = operator.get("/v1/approvals").headers["X-Request-Id"]
+    deadline = time.monotonic() + 20
+    while not (lines := [r for r in caplog.records if getattr(r, "request_id", None) == rid]):
+        assert time.monotonic() < deadline, "no access line"
+        time.sleep(0.02)
+    assert [r.key_id for r in lines] == [owner_of(OPERATOR)]  # type: ignore[attr-defined]
 
 
 def test_approvals_use_the_operator_key_and_their_help_says_which(held_server: Server) -> None:
