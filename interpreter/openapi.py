@@ -420,12 +420,23 @@ def _policy_paths() -> dict[str, Any]:
                         "name": "wait_s",
                         "in": "query",
                         "required": False,
-                        "description": "When none match, wait up to this long for a change.",
+                        "description": (
+                            "Wait up to this long: with If-None-Match, for the list to "
+                            "differ from that ETag's; without, for one to match."
+                        ),
                         "schema": {"type": "number", "minimum": 0, "maximum": 60},
+                    },
+                    {
+                        "name": "If-None-Match",
+                        "in": "header",
+                        "required": False,
+                        "description": "The ETag of the list the client has.",
+                        "schema": {"type": "string"},
                     },
                 ],
                 "responses": {
                     "200": _json(models.ApprovalList, "Approvals"),
+                    "304": {"description": "The list is still the one of If-None-Match."},
                     **_errors(401, 403, 422),
                 },
             }

@@ -9,10 +9,14 @@ hash prefix), never the key itself.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+
 from interpreter.api.base import BaseHandler, _matching
 from interpreter.broker import owner_of
 from interpreter.errors import Forbidden, Unauthorized, ValidationFailed
 from interpreter.models import ApprovalList, DecideRequest
+from interpreter.policy.approvals import PendingApproval
 
 #: Longest ``?wait_s=`` of the list: the live view's long poll.
 MAX_WAIT_S = 60.0
@@ -54,11 +58,20 @@ class ApprovalsHandler(OperatorHandler):
             raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}.")
         wait = self._wait_s()
         book = self.broker.policy.approvals
-        found = book.list(status)
-        if not found and wait > 0:
-            await book.wait_change(wait)
+        # With ``If-None-Match`` (the ETag of a list the client has), ``wait_s`` waits
+        # until the list differs from it (else 304 at the end); without, until one exists.
+        seen = self.request.headers.get("If-None-Match")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
             found = book.list(status)
-        self.send_json(ApprovalList(approvals=[a.model() for a in found]))
+            body = _listed(found)
+            unchanged = _etag(body) == seen if seen is not None else not found
+            if not unchanged or (remaining := deadline - loop.time()) <= 0:
+                break
+            await book.wait_change(remaining)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(body)  # tornado answers 304 to a matching If-None-Match
 
     def _wait_s(self) -> float:
         raw = self.get_query_argument("wait_s", None)
@@ -71,6 +84,15 @@ class ApprovalsHandler(OperatorHandler):
         if not 0 <= value <= MAX_WAIT_S:
             raise ValidationFailed(f"wait_s must be a number of seconds from 0 to {MAX_WAIT_S:g}.")
         return value
+
+
+def _listed(found: list[PendingApproval]) -> bytes:
+    return ApprovalList(approvals=[a.model() for a in found]).model_dump_json().encode()
+
+
+def _etag(body: bytes) -> str:
+    """The ETag tornado gives ``body`` (:meth:`tornado.web.RequestHandler.compute_etag`)."""
+    return f'"{hashlib.sha1(body).hexdigest()}"'
 
 
 class ApprovalHandler(OperatorHandler):

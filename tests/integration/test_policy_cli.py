@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -274,6 +275,57 @@ def test_interp_replay_says_when_a_cell_waits_for_approval(
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, "".join(lines) + err
     assert "ALL MATCH" in out, out
+
+
+def test_the_approvals_list_waits_until_it_differs_from_the_clients_etag(
+    held_server: Server,
+) -> None:
+    """``?wait_s=`` answered at once while any approval was pending, so a live view asked
+    again and again; with ``If-None-Match`` it waits until the list changes (else 304)."""
+    with ExitStack() as stack:
+        operator = stack.enter_context(held_server.client(OPERATOR))
+        agent = stack.enter_context(held_server.client(KEY))
+
+        def hold() -> tuple[str, httpx.Response]:
+            """A new session whose code waits for approval, and its execute request."""
+            sid = agent.post("/v1/sessions", json={}).json()["id"]
+            stack.callback(agent.delete, f"/v1/sessions/{sid}")
+            code = {"code": "import os\nos.remove('x')"}
+            request = agent.stream("POST", f"/v1/sessions/{sid}/execute", json=code)
+            return sid, stack.enter_context(request)
+
+        # One approval already pending: the list is not empty when the client asks.
+        hold()
+        first = operator.get("/v1/approvals")
+        assert first.json()["approvals"]
+        etag = first.headers["ETag"]
+        unchanged = operator.get(
+            "/v1/approvals", params={"wait_s": 0.2}, headers={"If-None-Match": etag}
+        )
+        assert (unchanged.status_code, unchanged.headers["ETag"]) == (304, etag)
+
+        answers: list[httpx.Response] = []
+        asked = threading.Event()
+
+        def long_poll() -> None:
+            asked.set()
+            answers.append(
+                operator.get(
+                    "/v1/approvals", params={"wait_s": 30}, headers={"If-None-Match": etag}
+                )
+            )
+
+        poller = threading.Thread(target=long_poll)
+        poller.start()
+        asked.wait()
+        sid, held = hold()
+        poller.join(60)
+        (changed,) = answers
+        assert changed.status_code == 200 and changed.headers["ETag"] != etag
+        mine = [a for a in changed.json()["approvals"] if a["session_id"] == sid]
+        assert [a["execution_id"] for a in mine] == [held.headers["X-Execution-Id"]]
+        for approval in first.json()["approvals"] + mine:
+            operator.post(f"/v1/approvals/{approval['id']}/deny", json={})
 
 
 def test_an_operator_request_is_logged_with_the_key_id_every_route_uses(
