@@ -96,6 +96,7 @@ class Saved(NamedTuple):
 
     execution_json: str
     notebook_sha256: str | None
+    cell_layout: str | None = None
 
     @property
     def execution(self) -> Execution:
@@ -147,6 +148,8 @@ class ExecutionHandle:
     resumed: bool = False
     #: Digest of its notebook cell, once written (the audit chain covers it).
     notebook_sha256: str | None = None
+    #: The order of its notebook cell's outputs, once written (``restore_cells``).
+    cell_layout: str | None = None
     approval: PendingApproval | None = None
     spill: StreamSpill | None = None
     #: The write of its running state, issued by the worker as it sends the code.
@@ -164,7 +167,7 @@ class ExecutionHandle:
 
     def saved(self) -> Saved:
         """The execution as it is now, as a snapshot (the loop goes on changing it)."""
-        return Saved(self.execution.model_dump_json(), self.notebook_sha256)
+        return Saved(self.execution.model_dump_json(), self.notebook_sha256, self.cell_layout)
 
     @classmethod
     def finished_with(cls, execution: Execution) -> ExecutionHandle:

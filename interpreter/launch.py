@@ -248,13 +248,17 @@ class SessionFactory:
         # Cells the file had not caught up with when the earlier broker stopped.
         executions = await asyncio.to_thread(self.store.executions_of, record.id)
         digests = await asyncio.to_thread(self.store.cell_digests, record.id)
-        restored = restore_cells.restore(
+        layouts = await asyncio.to_thread(self.store.cell_layouts, record.id)
+        # Off the loop: it reads the artifacts of the cells it writes back.
+        restored = await asyncio.to_thread(
+            restore_cells.restore,
             recorder,
             executions,
             options.session_dir / "artifacts",
             digests,
             inline_bytes=self.settings.inline_rich_bytes,
             notebook_bytes=self.settings.max_notebook_bytes,
+            layouts=layouts,
         )
         if restored:
             log.warning("session %s: %d cells written back from the store", record.id, restored)

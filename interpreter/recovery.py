@@ -296,14 +296,14 @@ def _close_files(
         )
         return
     executions = store.executions_of(session_id)
-    digests = store.cell_digests(session_id)
     restored = restore_cells.restore(
         recorder,
         executions,
         session_dir / "artifacts",
-        digests,
+        store.cell_digests(session_id),
         inline_bytes=inline_bytes,
         notebook_bytes=notebook_bytes,
+        layouts=store.cell_layouts(session_id),
     )
     for _, ex in in_flight:
         kept = _cell_of(recorder, ex.id)

@@ -5,7 +5,8 @@ broker killed right after a cell can leave the file a cell or two behind SQLite,
 has every finished execution before its client is answered. When a restarted broker
 loads a session's notebook (to reattach it, or to close it), it appends those cells from
 the store: code, streams, rich outputs (images read back from their artifacts) and the
-error, marked ``restored_from: "store"``. Past the session's output budget
+error, marked ``restored_from: "store"``, in the order the earlier broker wrote them: the
+store keeps that order (:func:`layout_of`) beside each execution. Past the session's output budget
 (:mod:`interpreter.notebook_budget`) large values are written back set aside, as the
 earlier broker wrote them: the restored cell then gives the digest the chain recorded.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
-from interpreter.models import TERMINAL_STATUSES, Execution
+from interpreter.models import TERMINAL_STATUSES, Execution, Output
 from interpreter.notebook import NotebookRecorder
 from interpreter.notebook_budget import NotebookBudget, SetAside, set_aside_form, value_size
 from interpreter.notes import commented_rerun
@@ -55,6 +56,7 @@ def restore(
     *,
     inline_bytes: int = 0,
     notebook_bytes: int = 0,
+    layouts: dict[str, str] | None = None,
 ) -> int:
     """Append a cell for each execution of :func:`missing`; returns how many.
 
@@ -63,14 +65,15 @@ def restore(
     commented form, the cell is written back so, and verifies. With ``notebook_bytes``
     (``max_notebook_bytes``) and ``inline_bytes`` (``inline_rich_bytes``), values past
     the notebook's budget are set aside as the broker sets them aside; a cell whose
-    recorded digest is that of its whole outputs is written back whole.
+    recorded digest is that of its whole outputs is written back whole. ``layouts``
+    (:meth:`~interpreter.store.Store.cell_layouts`) give the order of each cell's outputs.
     """
     added = missing(recorder, executions)
     budget = NotebookBudget(notebook_bytes if inline_bytes else 0)
     if budget.limit and added:
         budget.load(recorder.nb.cells)
     for ex in added:
-        outputs = outputs_of(ex, artifacts)
+        outputs = outputs_of(ex, artifacts, layouts.get(ex.id) if layouts else None)
         recorded = digests.get(ex.id) if digests else None
         if budget.limit:
             kept = within_budget(outputs, ex, inline_bytes, budget)
@@ -102,36 +105,110 @@ def restore(
     return len(added)
 
 
-def outputs_of(ex: Execution, artifacts: Path) -> list[dict[str, Any]]:
+def layout_of(outputs: list[dict[str, Any]]) -> str:
+    """The order of a cell's notebook outputs, as the store keeps it: ``"o"`` for each
+    rich output (the execution's next one), ``"e"`` for the error, and ``[name, length]``
+    for each stream output (its text's length in characters)."""
+    items: list[Any] = []
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind == "stream":
+            items.append([out.get("name"), len(out.get("text", ""))])
+        else:
+            items.append("e" if kind == "error" else "o")
+    return json.dumps(items, separators=(",", ":"))
+
+
+def _stream_parts(ex: Execution, layout: str | None) -> list[Any] | None:
+    """``layout`` if it fits ``ex``: its outputs, error and stream texts (not cut, nor
+    rewritten by ``\\r``) are what the layout counts; else None."""
+    if layout is None:
+        return None
+    try:
+        items = json.loads(layout)
+    except ValueError:
+        return None
+    if not isinstance(items, list):
+        return None
+    lengths = {"stdout": 0, "stderr": 0}
+    rich = errors = 0
+    for item in items:
+        if item == "o":
+            rich += 1
+        elif item == "e":
+            errors += 1
+        elif (
+            isinstance(item, list)
+            and len(item) == 2
+            and item[0] in lengths
+            and isinstance(item[1], int)
+            and item[1] >= 0
+        ):
+            lengths[item[0]] += item[1]
+        else:
+            return None
+    fits = (
+        rich == len(ex.outputs)
+        and errors == (ex.error is not None)
+        and lengths == {"stdout": len(ex.stdout), "stderr": len(ex.stderr)}
+    )
+    return items if fits else None
+
+
+def outputs_of(ex: Execution, artifacts: Path, layout: str | None = None) -> list[dict[str, Any]]:
     """An execution's outputs in notebook form, as well as the record allows (streams are
-    kept whole only up to what the record holds)."""
+    kept whole only up to what the record holds): in ``layout``'s order when it fits the
+    record (:func:`layout_of`), else streams first, then rich outputs, then the error."""
+    rich = [_rich_output(ex, out, artifacts) for out in ex.outputs]
+    error = _error_output(ex)
+    items = _stream_parts(ex, layout)
+    if items is None:
+        streams = [
+            {"output_type": "stream", "name": name, "text": getattr(ex, name)}
+            for name in ("stdout", "stderr")
+            if getattr(ex, name)
+        ]
+        return streams + rich + ([error] if error is not None else [])
     outputs: list[dict[str, Any]] = []
-    for name in ("stdout", "stderr"):
-        text = getattr(ex, name)
-        if text:
+    taken = {"stdout": 0, "stderr": 0}
+    next_rich = iter(rich)
+    for item in items:
+        if item == "o":
+            outputs.append(next(next_rich))
+        elif item == "e" and error is not None:
+            outputs.append(error)
+        elif isinstance(item, list):
+            name, length = item
+            start = taken[name]
+            taken[name] = start + length
+            text = getattr(ex, name)[start : start + length]
             outputs.append({"output_type": "stream", "name": name, "text": text})
-    for out in ex.outputs:
-        data = dict(out.data)
-        for ref in out.artifacts:
-            if ref.mime in data:
-                continue
-            value = _artifact_value(artifacts / ref.id, ref.mime)
-            if value is not None:
-                data[ref.mime] = value
-        item: dict[str, Any] = {"output_type": out.type, "data": data, "metadata": out.metadata}
-        if out.type == "execute_result":
-            item["execution_count"] = ex.execution_count
-        outputs.append(item)
-    if ex.error is not None:
-        outputs.append(
-            {
-                "output_type": "error",
-                "ename": ex.error.ename,
-                "evalue": ex.error.evalue,
-                "traceback": list(ex.error.traceback),
-            }
-        )
     return outputs
+
+
+def _rich_output(ex: Execution, out: Output, artifacts: Path) -> dict[str, Any]:
+    data = dict(out.data)
+    for ref in out.artifacts:
+        if ref.mime in data:
+            continue
+        value = _artifact_value(artifacts / ref.id, ref.mime)
+        if value is not None:
+            data[ref.mime] = value
+    item: dict[str, Any] = {"output_type": out.type, "data": data, "metadata": out.metadata}
+    if out.type == "execute_result":
+        item["execution_count"] = ex.execution_count
+    return item
+
+
+def _error_output(ex: Execution) -> dict[str, Any] | None:
+    if ex.error is None:
+        return None
+    return {
+        "output_type": "error",
+        "ename": ex.error.ename,
+        "evalue": ex.error.evalue,
+        "traceback": list(ex.error.traceback),
+    }
 
 
 def within_budget(

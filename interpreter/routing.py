@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from interpreter import logs, memory, storage_floor
+from interpreter import logs, memory, restore_cells, storage_floor
 from interpreter.displays import EarlierDisplays
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
@@ -139,6 +139,7 @@ class MessageRouting:
         if rec.streams.dropped_late:
             outputs.append({"output_type": "stream", "name": "stderr", "text": LATE_LIMIT_NOTICE})
         handle.notebook_sha256 = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
+        handle.cell_layout = restore_cells.layout_of(outputs)
         await self.notebook.replace_outputs(ex.id, outputs, audit_sha256=handle.notebook_sha256)
         self.writer.later(*self._save_keyed(handle, f"{ex.id}/late"))
 
@@ -147,6 +148,7 @@ class MessageRouting:
         nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs, spill=handle.spill)
         handle.spill = None  # discarded by finish (and by _abandon if finish was cut short)
         handle.notebook_sha256 = self.notebook.cell_digest(ex.code, nb_outputs, handle.extra_meta)
+        handle.cell_layout = restore_cells.layout_of(nb_outputs)
         self.touch()
         # The cell is in the in-memory notebook (which the API serves) before anyone is
         # told the execution is done; the file follows in the background.

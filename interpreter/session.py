@@ -557,6 +557,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             notebook_sha256=saved.notebook_sha256,
             activity=activity,
             timeout_s=handle.timeout_s or None,
+            cell_layout=saved.cell_layout,
         )
 
     async def _work(self) -> None:

@@ -94,6 +94,8 @@ _ADDED_COLUMNS = {
         "notebook_sha256": "TEXT",
         # The execution's timeout_s: a restarted broker bounds a cell it reattaches by it.
         "timeout_s": "REAL",
+        # The order of its notebook cell's outputs (``restore_cells.layout_of``).
+        "cell_layout": "TEXT",
     },
 }
 
@@ -342,12 +344,14 @@ class Store:
         notebook_sha256: str | None = None,
         activity: Activity | None = None,
         timeout_s: float | None = None,
+        cell_layout: str | None = None,
     ) -> None:
         """Insert or update an execution; a final one is chained (see ``audit.py``).
 
         ``notebook_sha256`` is the digest of its notebook cell, if it has one; ``activity``,
         if given, is its session's activity, saved in the same transaction; ``timeout_s``,
-        if given, the timeout it runs under (:meth:`timeout_of`).
+        if given, the timeout it runs under (:meth:`timeout_of`); ``cell_layout``, if
+        given, the order of its notebook cell's outputs (:meth:`cell_layouts`).
         """
         data = execution.model_dump_json()
         started = execution.started_at.isoformat() if execution.started_at else None
@@ -357,14 +361,15 @@ class Store:
             db.execute(
                 "INSERT INTO executions (id, session_id, seq, status, code, created_at,"
                 " started_at, duration_ms, data_json, notebook_sha256, prev_hash, hash,"
-                " timeout_s)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " timeout_s, cell_layout)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET status = excluded.status,"
                 " started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
                 " data_json = excluded.data_json, notebook_sha256 = excluded.notebook_sha256,"
                 " prev_hash = coalesce(excluded.prev_hash, prev_hash),"
                 " hash = coalesce(excluded.hash, hash),"
-                " timeout_s = coalesce(excluded.timeout_s, timeout_s)",
+                " timeout_s = coalesce(excluded.timeout_s, timeout_s),"
+                " cell_layout = coalesce(excluded.cell_layout, cell_layout)",
                 (
                     execution.id,
                     execution.session_id,
@@ -378,6 +383,7 @@ class Store:
                     notebook_sha256,
                     *(link or (None, None)),
                     timeout_s,
+                    cell_layout,
                 ),
             )
             if activity is not None:
@@ -399,6 +405,18 @@ class Store:
             rows = self._db.execute(
                 "SELECT id, notebook_sha256 FROM executions"
                 " WHERE session_id = ? AND notebook_sha256 IS NOT NULL",
+                (session_id,),
+            ).fetchall()
+        return {row[0]: row[1] for row in rows}
+
+    def cell_layouts(self, session_id: str) -> dict[str, str]:
+        """The order of each execution's notebook outputs as its broker wrote them (see
+        :func:`interpreter.restore_cells.layout_of`), by execution id; executions without
+        one (no cell, or written by an older broker) are left out."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, cell_layout FROM executions"
+                " WHERE session_id = ? AND cell_layout IS NOT NULL",
                 (session_id,),
             ).fetchall()
         return {row[0]: row[1] for row in rows}

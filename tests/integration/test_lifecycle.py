@@ -104,13 +104,23 @@ def test_cells_the_file_lacked_after_a_sigkill_are_restored_and_verify(
     serve_proc: Any, data_dir: Path
 ) -> None:
     """A broker killed before its notebook file caught up: the next broker writes the
-    missing cells back from the store, and the audit chain still verifies them."""
+    missing cells back from the store, in the order of their outputs (it wrote streams,
+    then displays, then the error, so the chain called the cell tampered with), and the
+    audit chain still verifies them."""
     proc, url = serve_proc()
     headers = {"Authorization": f"Bearer {KEY}"}
+    mixed = (
+        "import sys\nprint('a')\ndisplay('shown')\nprint('b')\n"
+        "print('warn', file=sys.stderr)\ndisplay('again')\nraise ValueError('x')"
+    )
     with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
         sid = api.post("/v1/sessions").json()["id"]
         first = run(api, sid, "1+1")["id"]
-        second = run(api, sid, "print('hi')")["id"]
+        second = run(api, sid, mixed)["id"]
+        written = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"][-1]["outputs"]
+    assert [o["output_type"] for o in written] == [
+        "stream", "display_data", "stream", "stream", "display_data", "error"
+    ]  # fmt: skip
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # As if the kill came before the file's paced save: the file has no cell yet.
@@ -127,6 +137,7 @@ def test_cells_the_file_lacked_after_a_sigkill_are_restored_and_verify(
         (first, "store"),
         (second, "store"),
     ]
+    assert cells[-1]["outputs"] == written
     audit = subprocess.run(
         [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
         capture_output=True,

@@ -12,7 +12,7 @@ import nbformat
 from interpreter.audit import cell_digest
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 from interpreter.notebook import NotebookRecorder
-from interpreter.restore_cells import missing, restore
+from interpreter.restore_cells import layout_of, missing, outputs_of, restore
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 
@@ -154,3 +154,33 @@ def test_a_recoverys_rerun_is_written_back_commented_when_its_digest_says_so(
     assert written["ex_2"].metadata["interp"]["audit_sha256"] == digests["ex_2"]
     assert written["ex_3"].source == "y = 2"
     assert written["ex_3"].metadata["interp"]["audit_sha256"] == digests["ex_3"]
+
+
+def test_outputs_come_back_in_the_order_written_when_the_layout_fits(tmp_path: Path) -> None:
+    ex = Execution(
+        id="ex_9",
+        session_id="s_1",
+        status="error",
+        stdout="a\nb\n",
+        stderr="w\n",
+        outputs=[Output(type="display_data", data={"text/plain": "'shown'"})],
+        error=ErrorInfo(ename="ValueError", evalue="x"),
+    )
+    written = [
+        {"output_type": "stream", "name": "stdout", "text": "a\n"},
+        {"output_type": "error", "ename": "ValueError", "evalue": "x", "traceback": []},
+        {"output_type": "display_data", "data": {"text/plain": "'shown'"}, "metadata": {}},
+        {"output_type": "stream", "name": "stderr", "text": "w\n"},
+        {"output_type": "stream", "name": "stdout", "text": "b\n"},
+    ]
+    assert outputs_of(ex, tmp_path, layout_of(written)) == written
+    # A layout that does not fit the record (its text was cut, rewritten by \r, or it is
+    # not one) leaves the old order: streams, rich outputs, the error.
+    fallback = ["stream", "stream", "display_data", "error"]
+    cut = ex.model_copy(update={"stdout": "a\n"})
+    for layout in (layout_of(written[:3]), "not json", '[["stdout", -1]]', None):
+        kinds = [o["output_type"] for o in outputs_of(ex, tmp_path, layout)]
+        assert kinds == fallback, layout
+    assert [o["output_type"] for o in outputs_of(cut, tmp_path, layout_of(written))] == [
+        "stream", "stream", "display_data", "error"
+    ]  # fmt: skip
