@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -97,6 +98,7 @@ class Saved(NamedTuple):
     execution_json: str
     notebook_sha256: str | None
     cell_layout: str | None = None
+    cell_meta: str | None = None
 
     @property
     def execution(self) -> Execution:
@@ -167,7 +169,8 @@ class ExecutionHandle:
 
     def saved(self) -> Saved:
         """The execution as it is now, as a snapshot (the loop goes on changing it)."""
-        return Saved(self.execution.model_dump_json(), self.notebook_sha256, self.cell_layout)
+        meta = json.dumps(self.extra_meta) if self.extra_meta else None
+        return Saved(self.execution.model_dump_json(), self.notebook_sha256, self.cell_layout, meta)
 
     @classmethod
     def finished_with(cls, execution: Execution) -> ExecutionHandle:

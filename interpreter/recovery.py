@@ -325,7 +325,8 @@ def _close_files(
                 duration_ms=ex.duration_ms,
                 state_lost=True,
                 reason=ex.reason,
-                extra={"note": CLOSED_NOTE},
+                # A rebuild's or recovery's re-run stays marked (and commented) as one.
+                extra={**store.cell_meta_of(ex.id), "note": CLOSED_NOTE},
             )
         recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
     if restored or in_flight:

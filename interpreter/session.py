@@ -239,11 +239,13 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         await asyncio.to_thread(remove_temporaries, self.capture.artifacts.root)
         for seq, execution in in_flight or []:
             timeout_s = await asyncio.to_thread(self.store.timeout_of, execution.id)
+            meta = await asyncio.to_thread(self.store.cell_meta_of, execution.id)
             handle = ExecutionHandle(
                 execution, seq, timeout_s or self.settings.max_timeout_s, resumed=True
             )
             handle.continue_ids(_ids_spent(execution))
-            handle.extra_meta["note"] = RESUMED_NOTE
+            # A rebuild's or recovery's re-run stays marked as one.
+            handle.extra_meta.update(meta, note=RESUMED_NOTE)
             self.executions.put(handle)
         self._kernel_ready()
         if in_flight:
@@ -558,6 +560,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             activity=activity,
             timeout_s=handle.timeout_s or None,
             cell_layout=saved.cell_layout,
+            cell_meta=saved.cell_meta,
         )
 
     async def _work(self) -> None:

@@ -96,6 +96,8 @@ _ADDED_COLUMNS = {
         "timeout_s": "REAL",
         # The order of its notebook cell's outputs (``restore_cells.layout_of``).
         "cell_layout": "TEXT",
+        # Its notebook cell's extra metadata (a rebuild's or recovery's re-run says so).
+        "cell_meta": "TEXT",
     },
 }
 
@@ -345,13 +347,15 @@ class Store:
         activity: Activity | None = None,
         timeout_s: float | None = None,
         cell_layout: str | None = None,
+        cell_meta: str | None = None,
     ) -> None:
         """Insert or update an execution; a final one is chained (see ``audit.py``).
 
         ``notebook_sha256`` is the digest of its notebook cell, if it has one; ``activity``,
         if given, is its session's activity, saved in the same transaction; ``timeout_s``,
         if given, the timeout it runs under (:meth:`timeout_of`); ``cell_layout``, if
-        given, the order of its notebook cell's outputs (:meth:`cell_layouts`).
+        given, the order of its notebook cell's outputs (:meth:`cell_layouts`);
+        ``cell_meta``, if given, its cell's extra metadata as JSON (:meth:`cell_meta_of`).
         """
         data = execution.model_dump_json()
         started = execution.started_at.isoformat() if execution.started_at else None
@@ -361,15 +365,16 @@ class Store:
             db.execute(
                 "INSERT INTO executions (id, session_id, seq, status, code, created_at,"
                 " started_at, duration_ms, data_json, notebook_sha256, prev_hash, hash,"
-                " timeout_s, cell_layout)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " timeout_s, cell_layout, cell_meta)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(id) DO UPDATE SET status = excluded.status,"
                 " started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
                 " data_json = excluded.data_json, notebook_sha256 = excluded.notebook_sha256,"
                 " prev_hash = coalesce(excluded.prev_hash, prev_hash),"
                 " hash = coalesce(excluded.hash, hash),"
                 " timeout_s = coalesce(excluded.timeout_s, timeout_s),"
-                " cell_layout = coalesce(excluded.cell_layout, cell_layout)",
+                " cell_layout = coalesce(excluded.cell_layout, cell_layout),"
+                " cell_meta = coalesce(excluded.cell_meta, cell_meta)",
                 (
                     execution.id,
                     execution.session_id,
@@ -384,6 +389,7 @@ class Store:
                     *(link or (None, None)),
                     timeout_s,
                     cell_layout,
+                    cell_meta,
                 ),
             )
             if activity is not None:
@@ -420,6 +426,21 @@ class Store:
                 (session_id,),
             ).fetchall()
         return {row[0]: row[1] for row in rows}
+
+    def cell_meta_of(self, execution_id: str) -> dict[str, Any]:
+        """The extra notebook metadata an execution's cell was to have (a rebuild's or
+        recovery's re-run: ``replay_of``, ``replay_source``); empty if none was recorded."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT cell_meta FROM executions WHERE id = ?", (execution_id,)
+            ).fetchone()
+        if row is None or not row[0]:
+            return {}
+        try:
+            meta = json.loads(row[0])
+        except ValueError:
+            return {}
+        return meta if isinstance(meta, dict) else {}
 
     def get_execution(self, session_id: str, execution_id: str) -> Execution | None:
         with self._lock:

@@ -147,6 +147,48 @@ def test_cells_the_file_lacked_after_a_sigkill_are_restored_and_verify(
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def test_a_recoverys_rerun_cut_by_a_sigkill_stays_marked_as_a_rerun(
+    serve_proc: Any, data_dir: Path
+) -> None:
+    """The re-run a recovery had in flight when its broker was killed came back as a plain
+    cell, uncommented and without ``replay_of``: as if the agent had sent it again (and
+    JupyterLab's Run All would run it twice)."""
+    proc, url = serve_proc()
+    headers = {"Authorization": f"Bearer {KEY}"}
+    code = (
+        "import os, time\nif os.path.exists('hold'):\n"
+        "    open('started', 'w').close()\n    time.sleep(120)\nran = True"
+    )
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        first = run(api, sid, code)
+        assert first["status"] == "ok"
+        assert api.put(f"/v1/sessions/{sid}/files/hold", content=b"").status_code < 300
+
+        def recover() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # its broker is killed under it
+                api.post(f"/v1/sessions/{sid}/restart", json={"recover": True})
+
+        recovery = threading.Thread(target=recover)
+        recovery.start()
+        # The re-run of the cell is running: the broker dies now.
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}/files/started").status_code == 200, 60)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        recovery.join(60)
+    _, url2 = serve_proc()
+    with httpx.Client(base_url=url2, headers=headers, timeout=60) as api:
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "closed")
+        cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+    code_cells = [c for c in cells if c["cell_type"] == "code"]
+    original, rerun = code_cells
+    assert original["metadata"]["interp"]["execution_id"] == first["id"]
+    meta = rerun["metadata"]["interp"]
+    assert meta["status"] == "unknown" and meta["replay_source"] == f"session:{sid}"
+    assert meta["replay_of"] == 0
+    assert "".join(rerun["source"]).startswith("# Re-run by the recovery")
+
+
 def test_sigkill_mid_execution_gives_unknown_never_rerun(serve_proc: Any, data_dir: Path) -> None:
     proc, url = serve_proc()
     headers = {"Authorization": f"Bearer {KEY}"}
