@@ -80,6 +80,12 @@ class ExecutionNotFound(NotFound):
     code = "execution_not_found"
 
 
+class EventIdAhead(BadRequest):
+    """A resume gave an event id the execution has not reached: no stream gave it."""
+
+    code = "event_id_ahead"
+
+
 class EventsExpired(NotFound):
     """A resume asked for events no longer kept (the log of a flood is bounded)."""
 

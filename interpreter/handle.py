@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from interpreter.errors import EventsExpired
+from interpreter.errors import EventIdAhead, EventsExpired
 from interpreter.execution import ExecutionRecorder
 from interpreter.models import Approval, ErrorInfo, Execution, Output
 from interpreter.policy.approvals import PendingApproval
@@ -191,6 +191,10 @@ class ExecutionHandle:
         """A queue of this execution's events from now on; ``None`` after :class:`Done`."""
         return self.watch()[1]
 
+    def first_kept_event(self) -> int:
+        """The id of the oldest event still kept for watchers (a flood's log is bounded)."""
+        return self._log_first
+
     def watch(self, after: int | None = None) -> tuple[int, Subscription]:
         """A queue of this execution's events after event id ``after`` (from now on when
         None), then live; ``None`` after :class:`Done`. Returns the id of the first event
@@ -205,6 +209,13 @@ class ExecutionHandle:
             return max(self._published, 1), queue
         assert log is not None
         last = self._published
+        if after is not None and after > last and not self.finished.is_set():
+            # Numbered from `last + 1`, its next events would repeat the ids it gave.
+            raise EventIdAhead(
+                f"Event id {after} is past the last event of execution "
+                f"'{self.execution.id}' ({last}): resume after an id its stream gave, or "
+                "give none for all of its events."
+            )
         if after is not None:
             after = max(after, self._taken_over_at)
         start = last + 1 if after is None else min(max(after, 0) + 1, last + 1)

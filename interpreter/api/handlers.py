@@ -126,11 +126,15 @@ class ExecuteHandler(BaseHandler):
             with contextlib.suppress(StreamClosedError):
                 self.finish(handle.told.model_dump_json())
             return
-        # A replay watches the first run from now on (or after the Last-Event-ID it gives);
-        # its final `done` event is complete. The own stream was subscribed before the
-        # execution was queued, so its first event is event 1.
+        # A replay is the first request's stream again: from its first event still kept
+        # (or after the Last-Event-ID it gives), so a retry of a request whose answer was
+        # lost loses none of its events; its final `done` event is complete. The own
+        # stream was subscribed before the execution was queued: its first event is 1.
         if replayed:
-            first_id, queue = handle.watch(resume_after(self))
+            after = resume_after(self)
+            first_id, queue = handle.watch(
+                handle.first_kept_event() - 1 if after is None else after
+            )
         else:
             assert handle.stream is not None
             first_id, queue = 1, handle.stream

@@ -13,6 +13,7 @@ needs is reached, so nothing depends on timing.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -265,3 +266,34 @@ def test_a_repeated_execute_resumes_after_its_last_event_id(
         again = api.post(url, json=body, headers={**headers, "Last-Event-ID": "2"})
         assert again.headers["idempotent-replayed"] == "true"
         assert _events(again.text) == first[2:]  # the same run, after event 2
+
+
+def test_a_repeat_of_a_running_stream_gets_its_events_from_the_first(
+    local_server: Server, direct: Session
+) -> None:
+    """A retry whose first request's answer was lost (a proxy's 502, a reset before the
+    headers) got the run's events from the moment it came: the SDK's retried stream
+    started mid-output. It gets them from the first now, and an event id the run has not
+    reached is refused instead of being given again to other events."""
+    direct.run("import os\nif os.path.exists('go'): os.remove('go')")
+    body = {"code": "print('one', flush=True)\nprint('two', flush=True)\n" + GATE + "'end'"}
+    headers = {"Accept": "text/event-stream", "Idempotency-Key": "repeat-from-the-first"}
+    url = f"/v1/sessions/{direct.id}/execute"
+    with local_server.client() as api:
+        with api.stream("POST", url, json=body, headers=headers) as first:
+            seen = ""
+            lines = first.iter_lines()
+            while "two" not in seen:
+                seen += next(lines)
+            ex_id = first.headers["x-execution-id"]
+        # The first request is gone, the run waits at its gate: the retry comes.
+        ahead = api.get(f"/v1/sessions/{direct.id}/executions/{ex_id}/events?after=999")
+        assert ahead.status_code == 400 and ahead.json()["error"]["type"] == "event_id_ahead"
+        with api.stream("POST", url, json=body, headers=headers) as again:
+            assert again.headers["idempotent-replayed"] == "true"
+            direct.upload("go", "")
+            frames = _events(again.read().decode())
+    stdout = "".join(json.loads(f["data"])["text"] for f in frames if f.get("event") == "stdout")
+    assert stdout == "one\ntwo\n"
+    assert [int(f["id"]) for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[-1]["event"] == "done"
