@@ -2,7 +2,7 @@
 
 Mechanism (issue 12, docs/security.md H-55): each session with a quota gets an image file
 ``<session-dir>/workspace.img`` of ``disk_mb`` MiB, formatted ext4 and loop-mounted on the
-host at ``<session-dir>/workspace`` (``nosuid,nodev``). The kernel (bind mount in a
+host at ``<session-dir>/workspace`` (``nosuid,nodev,discard``). The kernel (bind mount in a
 container, or working directory of a local kernel) and the broker's files API see the same
 filesystem, so the filesystem itself refuses a write past its size with ``ENOSPC``: no
 polling, no race, and it covers every way of writing (the kernel, uploads, forks).
@@ -47,7 +47,10 @@ log = logging.getLogger(__name__)
 IMAGE_NAME = "workspace.img"
 #: Smallest quota that still holds an ext4 filesystem with room for files.
 MIN_DISK_MB = 8
-_MOUNT_OPTIONS = "loop,nosuid,nodev"
+#: ``discard``: space freed in the workspace (a deleted file) is freed in the sparse image
+#: too, so that the host gets it back (without it, a session that wrote and deleted a few
+#: GiB kept them on the data disk, which could keep the service at 507 storage_full).
+_MOUNT_OPTIONS = "loop,nosuid,nodev,discard"
 #: Where an image is mounted when it is not mounted as the workspace: to merge its files
 #: into a workspace directory that has some, or to fill a new image.
 SIDE_MOUNT = ".workspace-image"
