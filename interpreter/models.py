@@ -98,11 +98,20 @@ class _Request(BaseModel):
 # ---------------------------------------------------------------------------- requests
 
 
+#: Fewest cores a session may have: under 0.01 the engine refuses the container, and
+#: under about 0.05 a kernel takes longer than a minute to start.
+MIN_CPUS = 0.05
+
+
 class Limits(_Request):
     """Per-session resource limits; each is capped by the server's maxima."""
 
     memory_mb: int | None = Field(None, ge=64, description="Memory (and memory+swap) in MiB.")
-    cpus: float | None = Field(None, gt=0, description="CPU quota in cores.")
+    cpus: float | None = Field(
+        None,
+        ge=MIN_CPUS,
+        description=f"CPU quota in cores (at least {MIN_CPUS}: a kernel needs CPU to start).",
+    )
     pids: int | None = Field(None, ge=16, description="Processes and threads at most.")
     disk_mb: int | None = Field(
         None, ge=8, description="Workspace disk quota in MiB (its own filesystem; ENOSPC past it)."

@@ -10,6 +10,8 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from interpreter.models import MIN_CPUS
+
 BackendName = Literal["local", "docker", "auto"]
 LogFormat = Literal["text", "json"]
 ENV_PREFIX = "INTERP_"
@@ -250,13 +252,13 @@ class Settings(BaseSettings):
         1024, ge=64, description="Per-session memory by default (at most max_memory_mb)."
     )
     default_cpus: float = Field(
-        1.0, gt=0, description="Per-session CPUs by default (at most max_cpus)."
+        1.0, ge=MIN_CPUS, description="Per-session CPUs by default (at most max_cpus)."
     )
     default_pids: int = Field(
         256, ge=16, description="Per-session pids limit by default (at most max_pids)."
     )
     max_memory_mb: int = Field(4096, ge=64, description="Largest memory_mb a session may ask.")
-    max_cpus: float = Field(2.0, gt=0, description="Largest cpus a session may ask.")
+    max_cpus: float = Field(2.0, ge=MIN_CPUS, description="Largest cpus a session may ask.")
     max_pids: int = Field(1024, ge=16, description="Largest pids a session may ask.")
     tmp_size_mb: int = Field(256, ge=16, description="Size of the container's /tmp tmpfs.")
     default_disk_mb: int = Field(

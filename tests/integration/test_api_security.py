@@ -112,6 +112,8 @@ def test_oversize_body_unknown_session_and_bad_create(
     for body in (
         {"limits": {"memory_mb": 10**9}},
         {"limits": {"cpus": 64}},
+        # Under 0.01 the engine refused the container: a 503 with its raw message.
+        {"limits": {"cpus": 0.0001}},
         {"env": {"PATH": "/tmp"}},
         {"nope": 1},
         {"limits": {"pids": "many"}},

@@ -99,7 +99,7 @@ def test_bad_values_are_one_line_naming_the_source(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("INTERP_PORT")
     with pytest.raises(SettingsError, match=r"^--backend='podman' .*one of 'local', 'docker'"):
         load({"backend": "podman"})
-    assert accepts("max_cpus") == "a number > 0"
+    assert accepts("max_cpus") == "a number >= 0.05"
     assert accepts("docker_runtime") == "text, or unset for none"
     assert accepts("e2b_port") == "an integer >= 0 and <= 65535, or unset for none"
 
