@@ -144,6 +144,12 @@ def notebook_problem(nb: object) -> str | None:
     import nbformat
     from nbformat.corpus.words import generate_corpus_id as random_cell_id
 
+    language = notebook_language(nb)
+    if language is not None and language.lower() != "python":
+        return (
+            f"it is a notebook of the {language!r} language (its metadata says so); "
+            "this service runs Python"
+        )
     cells = nb.get("cells")
     if not isinstance(cells, list):
         return 'its "cells" is not a list'
@@ -173,6 +179,20 @@ def notebook_problem(nb: object) -> str | None:
             problem = _code_problem(source_of(cell))
             if problem is not None:
                 return f"code cell {index}'s source {problem}, which code cannot hold"
+    return None
+
+
+def notebook_language(nb: dict[str, Any]) -> str | None:
+    """The programming language a notebook says its cells are in (its kernelspec's, else
+    its ``language_info``'s), or None when it does not say."""
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    for key, field in (("kernelspec", "language"), ("language_info", "name")):
+        part = meta.get(key)
+        value = part.get(field) if isinstance(part, dict) else None
+        if isinstance(value, str) and value.strip():
+            return value.strip()
     return None
 
 

@@ -641,8 +641,10 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
         help="Re-run a notebook in a fresh session and check its outputs match.",
         description="Run the notebook's code cells in a fresh session, in order, and report "
         "per cell whether the outputs match the recorded ones (addresses, times "
-        "and ids masked; images compared perceptually). Cells recorded as "
-        "failed (error, timeout, kernel_died) are reported as such and not re-run. "
+        "and ids masked; images compared perceptually). A cell that raised an error "
+        "is re-run (the same error again is a match); cells recorded as stopped "
+        "(timeout, interrupted, kernel_died) are reported as such and not re-run, and "
+        "cells never executed are skipped. "
         "Exit status 0 only if every re-run cell matches. Without "
         "--server/--url/$INTERP_URL an embedded service is started.",
     )

@@ -5,7 +5,8 @@ Which cells run again is the rule of :mod:`interpreter.cells`: what the recorded
 ran is re-run, a cell that raised an error included (raising the same error again is a
 match); a cell that was stopped (timeout, interrupted, kernel_died, unknown) is not re-run
 but reported as a recorded failure, and does not make the replay fail; a cell that never
-ran (denied, cancelled) is skipped; cells that an in-place recovery re-ran are skipped,
+ran (denied, cancelled, or with no execution count and no outputs: added or cleared by
+hand) is skipped; cells that an in-place recovery re-ran are skipped,
 since their originals are in the notebook too; the re-run cells at the top of a fork's
 notebook are run, as they build the state it inherited.
 
@@ -224,6 +225,10 @@ def _replay_cell(
     if cell_plan.skip == "never_ran":
         note = f"recorded as {base.recorded_status}: it never ran"
         return base.model_copy(update={"note": note}), None
+    if cell_plan.skip is None and _never_executed(cell):
+        # Nothing to compare with, and the recorded run had none of its effects.
+        note = "never executed when recorded (no execution count, no outputs)"
+        return base.model_copy(update={"note": note}), None
     if cell_plan.skip == "recorded_failure":
         update = {
             "status": "recorded_failure",
@@ -235,6 +240,15 @@ def _replay_cell(
     else:
         execution = _watched_run(session, source, timeout_s, lambda a: on_held(base, a))
     return _compared(base, cell, execution, session, image_tolerance, ids), execution
+
+
+def _never_executed(cell: dict[str, Any]) -> bool:
+    """A code cell as a notebook holds one it never ran: added, or cleared, by hand."""
+    return (
+        cell.get("execution_count") is None
+        and not cell.get("outputs")
+        and "status" not in ((cell.get("metadata") or {}).get("interp") or {})
+    )
 
 
 def _watched_run(

@@ -250,6 +250,12 @@ NOT_NOTEBOOKS = [
     ("[1, 2]", "it is a JSON array, not an object"),
     ('{"cells": "x"}', 'it has no "nbformat" version'),
     ('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": "x"}', '"cells" is not a list'),
+    # An R notebook was replayed as Python, its first cell a NameError.
+    (
+        '{"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {"kernelspec":'
+        ' {"name": "ir", "display_name": "R", "language": "R"}}}',
+        "it is a notebook of the 'R' language (its metadata says so)",
+    ),
 ]
 
 
@@ -276,6 +282,21 @@ def test_replay_refuses_what_is_not_a_v4_notebook_in_one_line(
             resp = api.post("/v1/sessions", json={"from_notebook": json.loads(text)})
         assert resp.status_code == 422, resp.text
         assert reason in resp.json()["error"]["message"]
+
+
+def test_replay_skips_a_cell_the_notebook_never_executed(
+    local_server: Server, tmp_path: Path
+) -> None:
+    """A cell added (or cleared) by hand has nothing to compare with: it was a mismatch
+    ("0 rich outputs recorded, 1 replayed"), exit 1."""
+    nb = one_cell_notebook("'added by hand'")
+    nb["cells"][0]["execution_count"] = None
+    path = tmp_path / "unexecuted.ipynb"
+    path.write_text(json.dumps(nb))
+    result = interp(local_server, "replay", str(path), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (cell,) = json.loads(result.stdout)["cells"]
+    assert cell["status"] == "skipped" and "never executed" in cell["note"]
 
 
 def test_replay_with_an_embedded_service(tmp_path: Path) -> None:

@@ -158,6 +158,27 @@ V4 = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
             {**V4, "cells": [{**code(["x = '", "\ud800'"]), "execution_count": None}]},
             "code cell 0's source contains a lone surrogate, which code cannot hold",
         ),
+        # Another language's notebook: replayed as Python, it raised NameErrors.
+        (
+            {**V4, "metadata": {"kernelspec": {"name": "ir", "language": "R"}}},
+            "it is a notebook of the 'R' language (its metadata says so); this service runs Python",
+        ),
+        (
+            {**V4, "metadata": {"language_info": {"name": "julia"}}},
+            (
+                "it is a notebook of the 'julia' language (its metadata says so); "
+                "this service runs Python"
+            ),
+        ),
+        (
+            {
+                **V4,
+                "metadata": {
+                    "kernelspec": {"name": "python3", "display_name": "P", "language": "Python"}
+                },
+            },
+            None,
+        ),
     ],
 )
 def test_notebook_problem_says_in_one_line_what_is_wrong(nb: Any, problem: str | None) -> None:
