@@ -206,6 +206,7 @@ class ExecutionRecorder:
         self.rich_dropped = 0
         #: Kernel messages dropped for their size (the output link was cut and renewed).
         self.messages_dropped = 0
+        self._unreadable_told = False
         self.reply: dict[str, Any] | None = None
         self.idle = False
         self.busy_seen = False
@@ -314,6 +315,16 @@ class ExecutionRecorder:
             return events
         if msg_type == DROPPED_MSG_TYPE:
             self.messages_dropped += 1
+            unreadable = content.get("unreadable")
+            if unreadable is not None:
+                if self._unreadable_told:
+                    return []  # said once per cell: a flood of them is one notice
+                self._unreadable_told = True
+                text = (
+                    f"\n[output dropped: the kernel sent a message the broker could not read "
+                    f"({unreadable}, e.g. a value nested too deeply); that output is missing]\n"
+                )
+                return self._stream({"name": "stderr", "text": text})
             limit = content.get("limit")
             if content.get("reconnected"):
                 text = (

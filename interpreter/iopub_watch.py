@@ -108,6 +108,17 @@ def renew_channel(kc: Any) -> None:
     kc.iopub_channel.start()
 
 
+def unreadable_notice(parent_msg_id: str, exc: Exception) -> dict[str, Any]:
+    """The message that tells the execution of ``parent_msg_id`` that the kernel sent a
+    message the broker could not read (``exc``: nested too deeply, bad JSON, ...)."""
+    return {
+        "header": {"msg_type": DROPPED_MSG_TYPE, "msg_id": secrets.token_hex(8)},
+        "parent_header": {"msg_id": parent_msg_id},
+        "metadata": {},
+        "content": {"unreadable": type(exc).__name__},
+    }
+
+
 def dropped_notice(parent_msg_id: str, limit: int, *, reconnected: bool = False) -> dict[str, Any]:
     """The message that tells the execution of ``parent_msg_id`` output was dropped: a
     message over ``limit``, or (``reconnected``) whatever was published while the link was

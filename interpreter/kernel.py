@@ -600,6 +600,11 @@ class Kernel:
                 raise
             except Exception as exc:  # bad signature, bad JSON: hostile input (H-34)
                 self._note_bad_message(exc)
+                if channel == "iopub" and self._last_execute is not None:
+                    # Likely the running cell's output: its result says some is missing.
+                    notice = iopub_watch.unreadable_notice(self._last_execute, exc)
+                    with contextlib.suppress(Exception):
+                        await self.on_message(channel, notice)
                 continue
             parent_id = msg["parent_header"].get("msg_id")  # an object (interpreter/wire.py)
             probe = self._probes.get(parent_id) if isinstance(parent_id, str) else None

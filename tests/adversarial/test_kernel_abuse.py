@@ -191,3 +191,21 @@ def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None
     assert "real" in result["stdout"]
     assert result["status"] in ("ok", "error")
     assert attack.text(sid, "'link ok'") == "'link ok'"
+
+
+def test_a_message_nested_too_deeply_to_read_is_said_dropped(adv: Broker, attack: Attack) -> None:
+    """A display nested a few thousand levels deep could not be read (RecursionError):
+    it vanished without a word, `truncated: false`. Now the cell says output is missing,
+    once, however many such messages come."""
+    sid = attack.session()
+    code = (
+        "import sys\nsys.setrecursionlimit(100_000)\nv = []\n"
+        "for _ in range(5000):\n    v = [v]\n"
+        "for _ in range(3):\n    display({'application/json': v}, raw=True)\n"
+        "print('after')"
+    )
+    result = attack.run(sid, code)
+    assert result["status"] == "ok" and result["truncated"] is True, result
+    assert result["stdout"] == "after\n"
+    assert result["stderr"].count("could not read (RecursionError") == 1, result["stderr"]
+    assert attack.text(sid, "6 * 7") == "42"
