@@ -265,8 +265,8 @@ class ExecutionRecorder:
         if started is not None:
             self._keep_time("shell.execute_reply.started", started)
         self.reply = content
-        count = content.get("execution_count")
-        if isinstance(count, int) and not isinstance(count, bool):
+        count = _count(content.get("execution_count"))
+        if count is not None:
             self.execution_count = count
         if content.get("status") == "error" and self.error is None:
             # An error reply without an iopub error message (e.g. lost in a flood).
@@ -291,8 +291,8 @@ class ExecutionRecorder:
             return []
         if msg_type == "execute_input":
             self._time(msg, "iopub.execute_input")
-            count = content.get("execution_count")
-            if isinstance(count, int) and not isinstance(count, bool):
+            count = _count(content.get("execution_count"))
+            if count is not None:
                 self.execution_count = count
             return []
         if msg_type == "stream":
@@ -468,9 +468,8 @@ class ExecutionRecorder:
         data, metadata = bundle
         output: dict[str, Any] = {"output_type": msg_type, "data": data, "metadata": metadata}
         if msg_type == "execute_result":
-            count = content.get("execution_count")
-            valid = isinstance(count, int) and not isinstance(count, bool)
-            output["execution_count"] = count if valid else self.execution_count
+            count = _count(content.get("execution_count"))
+            output["execution_count"] = self.execution_count if count is None else count
         display_id = self._display_id(content)
         if display_id:
             output["_display_id"] = display_id
@@ -646,6 +645,18 @@ class ExecutionRecorder:
             "evalue": error.evalue,
             "traceback": error.traceback,
         }
+
+
+#: Largest execution count taken from the kernel (SQLite's integers are 64-bit).
+_MAX_COUNT = 2**53
+
+
+def _count(value: Any) -> int | None:
+    """An execution count as nbformat allows one (a whole number >= 0), else None: the
+    kernel's messages are untrusted, and one such count made the notebook invalid."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT:
+        return value
+    return None
 
 
 def _as_text(value: Any) -> str:

@@ -209,3 +209,26 @@ def test_a_message_nested_too_deeply_to_read_is_said_dropped(adv: Broker, attack
     assert result["stdout"] == "after\n"
     assert result["stderr"].count("could not read (RecursionError") == 1, result["stderr"]
     assert attack.text(sid, "6 * 7") == "42"
+
+
+def test_a_forged_negative_execution_count_leaves_the_notebook_valid(
+    adv: Broker, attack: Attack
+) -> None:
+    """An execute_result the kernel sent with execution_count -5: the notebook the API
+    served failed nbformat's validation until its save on disk repaired it."""
+    sid = attack.session()
+    attack.run(sid, "setup = 1")
+    code = (
+        "k = get_ipython().kernel\n"
+        "k.session.send(k.iopub_socket, 'execute_result', {'execution_count': -5, "
+        "'data': {'text/plain': 'forged'}, 'metadata': []}, parent=k.get_parent())\n"
+        "print('x')"
+    )
+    result = attack.run(sid, code)
+    (forged,) = result["outputs"]
+    assert forged["data"]["text/plain"] == "forged"
+    served = attack.api.get(f"/v1/sessions/{sid}/notebook")
+    nb = nbformat.reads(served.text, as_version=4)
+    nbformat.validate(nb)
+    outputs = nb.cells[-1].outputs
+    assert [o.get("execution_count") for o in outputs if "execution_count" in o] == [2]
