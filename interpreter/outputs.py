@@ -59,6 +59,8 @@ MIN_STREAM_SHARE = 1000
 LATE_OUTPUT_CELLS = 8
 #: Statuses whose error the broker, not the kernel, reports; the notebook shows it too.
 BROKER_ERRORS = frozenset({"timeout", "kernel_died"})
+#: Reasons of a cell the session's close interrupted: its error (the broker's) shows too.
+CLOSED_REASONS = frozenset({"session_closed", "broker_shutdown"})
 #: Executions with more text than fits inline that are finished at once (per event loop).
 BIG_FINISHES = 2
 _big_finishes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -167,6 +169,20 @@ def conclude(
             )
     else:
         ex.status = "error"
+
+
+def closed_while_running(ex: Execution, rec: ExecutionRecorder, reason: str) -> None:
+    """Set the broker's error of a cell the session's close interrupted (``reason``:
+    ``session_closed`` or ``broker_shutdown``), which the notebook shows as its last
+    output: without it, the cell read as one that had finished."""
+    why = (
+        "The service shut down"
+        if reason == "broker_shutdown"
+        else "The session was closed (deleted, or past its lifetime)"
+    )
+    ex.error = _broker_error(
+        rec, "SessionClosed", f"{why} while this cell ran: it was interrupted, unfinished."
+    )
 
 
 def _broker_error(rec: ExecutionRecorder, ename: str, evalue: str) -> ErrorInfo:
@@ -341,7 +357,10 @@ class OutputCapture:
         self._within_budget(ex, rec)
         nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
         rec.compact(self.output_bytes)
-        if ex.status in BROKER_ERRORS and ex.error is not None:
+        broker_error = ex.status in BROKER_ERRORS or (
+            ex.status == "interrupted" and ex.reason in CLOSED_REASONS
+        )
+        if broker_error and ex.error is not None:
             nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]
             nb_outputs.append(
                 {

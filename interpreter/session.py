@@ -59,7 +59,7 @@ from interpreter.models import (
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import LiveNotebook
 from interpreter.notes import broker_restart_note
-from interpreter.outputs import OutputCapture, conclude
+from interpreter.outputs import OutputCapture, closed_while_running, conclude
 from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
 from interpreter.release import release_disk
@@ -680,6 +680,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await self._abandon(handle, status, reason)  # never reached the kernel
             return
         ex.status, ex.reason = status, reason
+        if status == "interrupted":
+            closed_while_running(ex, rec, reason)
         ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
         if rec.execution_count is not None:
             ex.execution_count = rec.execution_count

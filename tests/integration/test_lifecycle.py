@@ -369,7 +369,10 @@ def test_a_real_sigterm_drains_with_503_and_records_what_happened(
     nb = nbformat.read(data_dir / "sessions" / long_sid / "notebook.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.metadata["interp"].get("execution_id") == ids["long"])
     assert cell.metadata["interp"]["status"] == "interrupted"
-    assert "".join(o["text"] for o in cell.outputs) == "long\n"
+    *printed, said = cell.outputs
+    assert "".join(o["text"] for o in printed) == "long\n"
+    assert (said.output_type, said.ename) == ("error", "SessionClosed")
+    assert said.evalue.startswith("The service shut down while this cell ran")
 
 
 def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path) -> None:

@@ -172,6 +172,11 @@ async def test_a_full_queue_is_refused_and_closing_fails_what_waits(parts: Parts
     assert (
         running.execution.status == "interrupted" and running.execution.reason == "session_closed"
     )
+    # Its notebook cell says so (it read as a cell that had finished).
+    error = running.execution.error
+    assert error is not None and error.ename == "SessionClosed"
+    last = session.notebook.recorder.nb.cells[-1].outputs[-1]
+    assert (last.output_type, last.ename) == ("error", "SessionClosed")
     assert [h.execution.status for h in queued] == ["cancelled", "cancelled"]
     with pytest.raises(SessionClosed):
         await session.submit("1", 60)
