@@ -206,6 +206,9 @@ class ExecutionRecorder:
         self.rich_dropped = 0
         #: Kernel messages dropped for their size (the output link was cut and renewed).
         self.messages_dropped = 0
+        #: Per stream, the URL of the artifact with its whole text, once stored: a text
+        #: cut for the notebook says where the rest is.
+        self.stream_urls: dict[str, str] = {}
         self._unreadable_told = False
         self.reply: dict[str, Any] | None = None
         self.idle = False
@@ -250,7 +253,8 @@ class ExecutionRecorder:
         kept a while for late output, which must not hold megabytes per cell."""
         for item in self.items:
             if isinstance(item, _Stream) and len(item.text) > limit:
-                item.text = OverwrittenText(cut_middle(item.text.text, limit))
+                url = self.stream_urls.get(item.name)
+                item.text = OverwrittenText(cut_middle(item.text.text, limit, url))
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -617,7 +621,7 @@ class ExecutionRecorder:
             if isinstance(item, _Stream):
                 text = item.text.text
                 if stream_limit is not None and len(text) > stream_limit:
-                    text = cut_middle(text, stream_limit)
+                    text = cut_middle(text, stream_limit, self.stream_urls.get(item.name))
                 outputs.append({"output_type": "stream", "name": item.name, "text": text})
             elif item.get("_kernel_error"):
                 if self.error is not None:
@@ -687,20 +691,26 @@ def _cut_error(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {omitted}{_CUT_TAIL_MARK}\n{text[-half:]}"
 
 
-def cut_around(head: str, tail: str, total: int, limit: int) -> str:
+def cut_around(head: str, tail: str, total: int, limit: int, artifact: str | None = None) -> str:
     """Like :func:`cut_middle` for a text of ``total`` characters that is not whole in
     memory: it starts with ``head`` and ends with ``tail``."""
     half = max(limit // 2, 1)
     head, tail = head[:half], tail[-half:]
     omitted = max(total - len(head) - len(tail), 0)
-    return f"{head}\n[... {omitted} characters omitted; full text in the artifact ...]\n{tail}"
+    return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
 
 
-def cut_middle(text: str, limit: int) -> str:
-    """Keep the head and tail of ``text`` within about ``limit`` characters, with a notice."""
+def cut_middle(text: str, limit: int, artifact: str | None = None) -> str:
+    """Keep the head and tail of ``text`` within about ``limit`` characters, with a notice
+    naming ``artifact`` (the URL of the whole text) when given."""
     if len(text) <= limit:
         return text
     half = max(limit // 2, 1)
     omitted = len(text) - 2 * half
     head, tail = text[:half], text[-half:]
-    return f"{head}\n[... {omitted} characters omitted; full text in the artifact ...]\n{tail}"
+    return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
+
+
+def _omitted(count: int, artifact: str | None) -> str:
+    where = "the artifact ..." if artifact is None else f"the artifact {artifact}"
+    return f"[... {count} characters omitted; full text in {where}]"

@@ -473,6 +473,7 @@ class OutputCapture:
                     ref = await asyncio.to_thread(self._put_text, text, None)
                 ex.artifacts.append(ref)
                 stored[name] = (len(text) + more, ref)
+                rec.stream_urls[name] = ref.url
             given = spilled.given if spilled is not None else {}
             tails = spilled.tails if spilled is not None else {}
             total_out = len(stdout) + given.get("stdout", 0)
@@ -480,14 +481,15 @@ class OutputCapture:
             share_out, share_err = stream_shares(total_out, total_err, self.output_bytes)
             # A stream that went past the in-memory limit ends inline with what the cell
             # printed last (the spill's tail), not with the end of the in-memory part.
+            url_out, url_err = rec.stream_urls.get("stdout"), rec.stream_urls.get("stderr")
             if "stdout" in tails:
-                stdout = cut_around(stdout, tails["stdout"], total_out, share_out)
+                stdout = cut_around(stdout, tails["stdout"], total_out, share_out, url_out)
             else:
-                stdout = cut_middle(stdout, share_out)
+                stdout = cut_middle(stdout, share_out, url_out)
             if "stderr" in tails:
-                stderr = cut_around(stderr, tails["stderr"], total_err, share_err)
+                stderr = cut_around(stderr, tails["stderr"], total_err, share_err, url_err)
             else:
-                stderr = cut_middle(stderr, share_err)
+                stderr = cut_middle(stderr, share_err, url_err)
             if rec.overflowing:
                 rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
                 stderr += rec.streams.notice

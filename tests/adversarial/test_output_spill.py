@@ -159,7 +159,7 @@ def test_output_past_the_memory_limit_reaches_the_artifact_whole(
     assert result["stdout"].endswith(line(count - 1))
     omitted = int(result["stdout"].split("[... ", 1)[1].split(" characters omitted")[0])
     assert omitted == count * LINE - len(result["stdout"].split("\n[... ")[0]) - len(
-        result["stdout"].split("full text in the artifact ...]\n", 1)[1]
+        result["stdout"].split(f"full text in the artifact {ref['url']}]\n", 1)[1]
     )
     assert result["stderr"].endswith(
         "[output limit reached: the text past the broker's in-memory limit was kept on disk; "

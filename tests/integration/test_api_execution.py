@@ -100,9 +100,16 @@ def test_output_is_bounded_with_full_text_artifact(api: httpx.Client, shared_ses
     assert len(result["stdout"]) < 110_000
     assert "characters omitted" in result["stdout"]
     assert result["stdout"].startswith("x" * 99)
-    full = api.get(result["artifacts"][0]["url"])
+    url = result["artifacts"][0]["url"]
+    full = api.get(url)
     assert full.status_code == 200
     assert full.text == "x" * 99 + "\n" + "y" * 300_000 + "\n"
+    # The cut says where the rest is, in the result and in the notebook (it said only
+    # "the artifact ...", and a notebook carries no list of artifacts).
+    assert f"characters omitted; full text in the artifact {url}]" in result["stdout"]
+    cell = api.get(f"/v1/sessions/{shared_session}/notebook").json()["cells"][-1]
+    (printed,) = [o for o in cell["outputs"] if o.get("name") == "stdout"]
+    assert f"characters omitted; full text in the artifact {url}]" in "".join(printed["text"])
 
 
 def test_clear_output_and_display_updates_keep_final_state(
