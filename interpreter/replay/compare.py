@@ -100,7 +100,11 @@ _MASKS: list[tuple[re.Pattern[str], str]] = [
     # tempfile's names: "tmp" and 8 characters of its alphabet.
     (re.compile(r"\btmp[a-z0-9_]{8}\b"), "tmp<random>"),
     (re.compile(r"\b(artifacts?[ /:=]+)[0-9a-fA-F]{16,}\b"), r"\1<artifact>"),
+    # pandas' Styler names its table's CSS ids after a random uuid: T_<5 hex>_row0_col1.
+    (re.compile(r"\bT_[0-9a-f]{5}(?=_|\b)"), "T_<styler>"),
 ]
+#: ipywidgets' view of a widget names its model by a random id.
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
@@ -448,6 +452,9 @@ def compare_value(
     if mime == SVG_MIME:
         a_svg, b_svg = normalize_svg(bundle_text(recorded)), normalize_svg(bundle_text(replayed))
         return None if a_svg == b_svg else f"{mime} differs: {first_difference(a_svg, b_svg)}"
+    if mime == WIDGET_VIEW_MIME and isinstance(recorded, dict) and isinstance(replayed, dict):
+        recorded = {k: v for k, v in recorded.items() if k != "model_id"}
+        replayed = {k: v for k, v in replayed.items() if k != "model_id"}
     if mime.endswith("json") and not isinstance(recorded, str | list):
         return compare_json(mime, recorded, replayed, extra_ids, **ran)
     if isinstance(recorded, str | list) and isinstance(replayed, str | list):
