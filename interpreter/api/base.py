@@ -23,6 +23,7 @@ from tornado.iostream import StreamClosedError
 from interpreter.api import access, json_body
 from interpreter.api.connections import mark_authenticated
 from interpreter.api.ranges import byte_range
+from interpreter.body_encoding import IDENTITY
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import (
     BadRequest,
@@ -34,6 +35,7 @@ from interpreter.errors import (
     PayloadTooLarge,
     RangeNotSatisfiable,
     Unauthorized,
+    UnsupportedEncoding,
     ValidationFailed,
 )
 from interpreter.idempotency import HEADER as IDEMPOTENCY_HEADER
@@ -331,14 +333,25 @@ class BaseHandler(tornado.web.RequestHandler):
         self._body_taken = True
         return b"".join(self._chunks)
 
+    def json_raw(self) -> bytes:
+        """The body of a JSON route, sent as it is: 415 for a ``Content-Encoding`` (a gzip
+        body was read as JSON and refused as malformed; another encoding was ignored)."""
+        encoding = (self.request.headers.get("Content-Encoding") or "").strip().lower()
+        if encoding not in IDENTITY:
+            raise UnsupportedEncoding(
+                f"Content-Encoding {encoding[:50]!r} is not accepted on this route; send the "
+                "JSON body as it is (only file uploads may be gzip-compressed)."
+            )
+        return self.raw_body()
+
     def parse(self, model: type[M], *, optional: bool = False) -> M:
         """Validate the JSON body against ``model`` (422 on anything wrong)."""
-        return json_body.decode(self.raw_body(), model, optional=optional)
+        return json_body.decode(self.json_raw(), model, optional=optional)
 
     async def parse_large(self, model: type[M], *, optional: bool = False) -> M:
         """:meth:`parse` for a route whose body can be large (a notebook): a body over
         ``json_body.OFF_LOOP_BYTES`` is checked and parsed in a worker thread."""
-        raw = self.raw_body()
+        raw = self.json_raw()
         if len(raw) <= json_body.OFF_LOOP_BYTES:
             return json_body.decode(raw, model, optional=optional)
         self._chunks.clear()  # the joined copy is all that is left of it, until parsed

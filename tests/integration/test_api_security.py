@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable
 
 import httpx
@@ -120,6 +121,15 @@ def test_oversize_body_unknown_session_and_bad_create(
     ):
         resp = api.post("/v1/sessions", json=body)
         assert resp.status_code == 422, (body, resp.text)
+    # A compressed JSON body: gzip was refused as malformed JSON, other encodings ignored.
+    for encoding, content in (("gzip", gzip.compress(b'{"code": "1"}')), ("br", b'{"code": "1"}')):
+        resp = api.post(
+            f"/v1/sessions/{shared_session}/execute",
+            content=content,
+            headers={"Content-Type": "application/json", "Content-Encoding": encoding},
+        )
+        assert resp.status_code == 415, resp.text
+        assert resp.json()["error"]["type"] == "unsupported_encoding"
     assert api.get("/v1/nothing-here").status_code == 404
     assert api.patch("/v1/sessions").status_code == 405
     # The service and the session are fine afterwards.
