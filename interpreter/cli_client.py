@@ -358,12 +358,23 @@ def cmd_html(args: argparse.Namespace) -> int:
     except ImportError:
         print("interp html needs nbconvert: pip install 'interp[html]'", file=sys.stderr)
         return EXIT_SERVICE
-    try:
-        with _client(args) as client:
-            progress(f"fetching the notebook of {args.session}...")
-            nb = client.get_session(args.session).notebook()
-    except ClientError as exc:
-        return _service_error(exc)
+    if Path(args.session).is_file():
+        # A notebook file (exported earlier, or from JupyterLab): no service needed.
+        try:
+            nb = json.loads(Path(args.session).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"interp: cannot read notebook {args.session}: {exc}", file=sys.stderr)
+            return EXIT_SERVICE
+        if not isinstance(nb, dict) or nb.get("nbformat") != 4:
+            print(f"interp: {args.session} is not an nbformat v4 notebook", file=sys.stderr)
+            return EXIT_SERVICE
+    else:
+        try:
+            with _client(args) as client:
+                progress(f"fetching the notebook of {args.session}...")
+                nb = client.get_session(args.session).notebook()
+        except ClientError as exc:
+            return _service_error(exc)
     progress(f"rendering {len(nb.get('cells', []))} cells to HTML...")
     html = notebook_to_html(nb)
     _write_text(args.output, html)
@@ -629,9 +640,13 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     notebook.set_defaults(func=_quiet_http_log(cmd_notebook))
 
     html = subparsers.add_parser(
-        "html", parents=[parent], help="Render a session's notebook as HTML with its plots."
+        "html",
+        parents=[parent],
+        help="Render a session's notebook (or an .ipynb file) as HTML with its plots.",
     )
-    html.add_argument("session", help="Session id.")
+    html.add_argument(
+        "session", help="Session id, or the path of a notebook file (rendered without a service)."
+    )
     html.add_argument("-o", "--output", help="Output file (default: stdout).")
     html.set_defaults(func=_quiet_http_log(cmd_html))
 

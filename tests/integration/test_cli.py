@@ -159,6 +159,16 @@ def test_notebook_and_html_export(
     text = page.read_text()
     assert "<html" in text and "data:image/png;base64," in text
     assert "rendering" in html.stderr
+    # The exported file renders without a service (it was a 404 naming the path as a
+    # session id).
+    offline = interp(None, "html", str(out), "-o", str(tmp_path / "file.html"))
+    assert offline.returncode == 0, offline.stderr
+    assert "data:image/png;base64," in (tmp_path / "file.html").read_text()
+    not_one = tmp_path / "not.ipynb"
+    not_one.write_text("[1]")
+    refused = interp(None, "html", str(not_one))
+    assert refused.returncode == 2
+    assert refused.stderr == f"interp: {not_one} is not an nbformat v4 notebook\n"
 
 
 def test_replay_command(local_server: Server, tmp_path: Path) -> None:
