@@ -193,6 +193,7 @@ def _broker_error(rec: ExecutionRecorder, ename: str, evalue: str) -> ErrorInfo:
 #: Why text given to the spill was dropped, for the notice.
 _DROPPED_BECAUSE: dict[StopReason | None, str] = {
     "limit": "past max_output_spill_bytes, the text kept on disk per execution",
+    "session_limit": "past max_session_spill_bytes, the text kept on disk per session",
     "disk_full": "the data disk is full",
     "disk_error": "the data disk refused the write",
     "floor": "the data disk is below its free-space floor, min_free_mb",

@@ -47,6 +47,8 @@ class MessageRouting:
     metrics: Metrics
     #: Finished cells changed since they were written (late output, display updates).
     late: LateWrites
+    #: Stream text this session's cells spilled to disk (``max_session_spill_bytes``).
+    spilled_bytes: int
 
     def touch(self) -> None:
         raise NotImplementedError
@@ -145,7 +147,10 @@ class MessageRouting:
 
     async def _finalize(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
         ex = handle.execution
-        nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs, spill=handle.spill)
+        spill = handle.spill
+        if spill is not None:
+            self.spilled_bytes += spill.accepted  # counted whatever becomes of them
+        nb_outputs = await self.capture.finish(ex, rec, handle.api_outputs, spill=spill)
         handle.spill = None  # discarded by finish (and by _abandon if finish was cut short)
         handle.notebook_sha256 = self.notebook.cell_digest(ex.code, nb_outputs, handle.extra_meta)
         handle.cell_layout = restore_cells.layout_of(nb_outputs)

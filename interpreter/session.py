@@ -163,6 +163,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         # What a notebook read back (a restarted broker's) already holds counts.
         self.capture.budget.load(notebook.recorder.nb.cells)
         self.displays = EarlierDisplays(self.capture)
+        # Counted from this broker's start: what earlier brokers spilled is not.
+        self.spilled_bytes = 0
         self.late = LateWrites(self._write_late)
         #: A note for the notebook (a restart), written after the cell it happened in.
         self._note: str | None = None
@@ -785,11 +787,16 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         settings = self.settings
         spill = None
         if settings.max_output_spill_bytes > 0:
+            # What the session may still put on the data disk bounds the cell's share.
+            left = max(settings.max_session_spill_bytes - self.spilled_bytes, 0)
             spill = StreamSpill(
                 self.capture.artifacts.root,
-                limit=settings.max_output_spill_bytes,
+                limit=min(settings.max_output_spill_bytes, left),
                 min_free_mb=settings.min_free_mb,
                 tail_chars=settings.max_output_bytes,
+                limit_reason="limit"
+                if left >= settings.max_output_spill_bytes
+                else "session_limit",
             )
         rec = ExecutionRecorder(
             msg_id,

@@ -196,6 +196,13 @@ class Settings(BaseSettings):
         "for its full-text artifact; past it text is dropped with a notice. 0: no spill "
         "(text past max_output_hard_bytes is dropped).",
     )
+    max_session_spill_bytes: int = Field(
+        4 << 30,
+        ge=0,
+        description="Stream text one session's cells spill to disk in all (their full-text "
+        "artifacts): past it a cell's text past max_output_hard_bytes is dropped with a "
+        "notice, so that one session cannot fill the data disk that all share.",
+    )
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
     )

@@ -63,7 +63,7 @@ PREFIX, SUFFIX = ".spill-", ".tmp"
 
 #: Why spilling stopped: the byte limit, a full disk (or any refused write), the data
 #: directory's free-space floor.
-StopReason = Literal["limit", "disk_full", "disk_error", "floor"]
+StopReason = Literal["limit", "session_limit", "disk_full", "disk_error", "floor"]
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _DISK_STOPS = ("disk_full", "disk_error", "floor")
 #: Queue item that truncates every spill file (the cell cleared its output).
@@ -112,6 +112,8 @@ class StreamSpill:
         min_free_mb: the data directory's free-space floor; nothing is written below it.
         flush_bytes: queued bytes at which :attr:`full` says to flush.
         tail_chars: the last characters of each stream kept in memory (:attr:`Spilled.tails`).
+        limit_reason: what :attr:`stopped` says once ``limit`` is reached: ``limit`` (the
+            execution's), or ``session_limit`` (what its session may still spill).
     """
 
     def __init__(
@@ -122,8 +124,10 @@ class StreamSpill:
         min_free_mb: int = 0,
         flush_bytes: int = FLUSH_BYTES,
         tail_chars: int = 0,
+        limit_reason: Literal["limit", "session_limit"] = "limit",
     ) -> None:
         self.directory = directory
+        self.limit_reason: StopReason = limit_reason
         self.tail_chars = tail_chars
         self._tails: dict[str, _Tail] = {}
         self.limit = limit
@@ -164,13 +168,18 @@ class StreamSpill:
             kept = text[: max(room, 0)] if text.isascii() else _utf8_prefix(text, room)
             self._refused_chars += len(text) - len(kept)
             text, size = kept, utf8_size(kept)
-            self.stopped = "limit"
+            self.stopped = self.limit_reason
         if not text:
             return
         self._accepted += size
         self._unflushed += size
         self._used = True
         self._queue.append((name, text))
+
+    @property
+    def accepted(self) -> int:
+        """Bytes taken to be written so far (less after a ``clear_output``)."""
+        return self._accepted
 
     def clear(self) -> None:
         """The cell cleared its outputs: drop what was spilled so far."""

@@ -369,3 +369,35 @@ def test_broker_memory_does_not_grow_with_the_amount_printed(
     assert big - baseline < 150, (baseline, small, big)
     # Eight times the text is not eight times the memory.
     assert big - small < 50, (baseline, small, big)
+
+
+def test_a_session_spills_at_most_its_share_of_the_data_disk(tmp_path: Path) -> None:
+    """Each cell could spill max_output_spill_bytes (1 GiB by default), cell after cell,
+    until the shared data disk reached its floor and every key got 507. A session now
+    spills at most max_session_spill_bytes in all; past it, text is dropped with a notice."""
+    srv = start_server(
+        "local",
+        tmp_path / "data",
+        max_output_hard_bytes=HARD,
+        max_output_spill_bytes=SPILL,
+        max_session_spill_bytes=SPILL + (4 << 20),
+        pool_size=0,
+    )
+    try:
+        with srv.client(timeout=240) as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            count = 120_000  # 12 MB a cell: 1 MiB in memory, the rest spilled or dropped
+            first = run(api, sid, flood(count))
+            assert [a["size"] for a in first["artifacts"]] == [HARD + SPILL]
+            second = run(api, sid, flood(count))
+            assert [a["size"] for a in second["artifacts"]] == [HARD + (4 << 20)]
+            assert (
+                "(past max_session_spill_bytes, the text kept on disk per session)"
+                in (second["stderr"])
+            )
+            third = run(api, sid, flood(count))
+            assert [a["size"] for a in third["artifacts"]] == [HARD]
+            assert "past max_session_spill_bytes" in third["stderr"]
+            assert temporaries(srv, sid) == []
+    finally:
+        srv.thread.stop()
