@@ -53,7 +53,7 @@ def resume_after(handler: tornado.web.RequestHandler) -> int | None:
     value = after.strip(" \t")
     if not _EVENT_ID.fullmatch(value):
         raise BadRequest(
-            f"{source} must be an event id (a whole number >= 0 in ASCII digits), "
+            f"{source} must be an event id (a whole number >= 0 of at most 12 ASCII digits), "
             f"got {after[:40]!r}."
         )
     return int(value)

@@ -133,7 +133,11 @@ def decode(raw: bytes, model: type[M], *, optional: bool = False) -> M:
             f"Duplicate key '{exc.key[:100]}' in a JSON object; give each key once."
         ) from None
     except (ValueError, RecursionError) as exc:
-        raise ValidationFailed(f"Malformed JSON: {str(exc)[:200]}") from exc
+        text = str(exc)
+        if "int_max_str_digits" in text:
+            # Python's own advice ("use sys.set_int_max_str_digits()") is not the client's.
+            text = "a number of more than 4300 digits"
+        raise ValidationFailed(f"Malformed JSON: {text[:200]}") from exc
     if not isinstance(parsed, dict):
         raise ValidationFailed("The JSON body must be an object.")
     try:

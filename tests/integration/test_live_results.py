@@ -193,6 +193,9 @@ def test_events_carry_ids_and_resume_after_one(local_server: Server, direct: Ses
         assert _events(api.get(url, params={"after": 999}).text) == frames[-1:]
         bad = api.get(url, params={"after": "x1"})
         assert bad.status_code == 400 and "after must be an event id" in bad.text
+        # A well-formed id too long to be one says why (it said "in ASCII digits").
+        long = api.get(url, params={"after": "1" * 13})
+        assert long.status_code == 400 and "of at most 12 ASCII digits" in long.text
         assert api.get(url.replace(ex_id, "ex_missing")).status_code == 404
 
 

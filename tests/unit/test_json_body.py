@@ -86,3 +86,10 @@ def test_an_unterminated_string_of_escapes_is_read_once() -> None:
     for body in (b'"' + b'\\"' * (1 << 19), b'{"a": "' + b'\\\\\\"' * (1 << 18)):
         with pytest.raises(ValidationFailed, match="Malformed JSON"):
             json_body.decode(body, Body)
+
+
+def test_a_number_too_long_to_read_is_said_so_without_pythons_advice() -> None:
+    body = b'{"timeout_s": ' + b"9" * 5000 + b"}"
+    with pytest.raises(ValidationFailed) as info:
+        json_body.decode(body, Body)
+    assert info.value.message == "Malformed JSON: a number of more than 4300 digits"
