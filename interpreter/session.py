@@ -81,8 +81,11 @@ RESUMED_NOTE = (
 #: The same, for a cell whose output before the restart was kept (the broker shut down).
 RESUMED_KEPT_NOTE = (
     "The broker restarted while this cell ran: its outcome is unknown. Its output before "
-    "and after the restart is kept here."
+    "the restart and after the new broker attached is kept here; a line in its output marks "
+    "where what it printed in between is missing."
 )
+#: Where a kept cell's output goes on after a broker restart (printed meanwhile: lost).
+RESUMED_GAP = "\n[the service restarted here: what the cell printed meanwhile is missing]\n"
 
 
 def as_message(output: dict[str, Any]) -> dict[str, Any]:
@@ -824,6 +827,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             rec.feed_iopub(as_message(output))
         if before is not None:
             handle.extra_meta["note"] = RESUMED_KEPT_NOTE
+            gap = {"output_type": "stream", "name": "stderr", "text": RESUMED_GAP}
+            rec.feed_iopub(as_message(gap))
         self.status = "busy"
         started = ex.started_at or utcnow()
         ran_for = (utcnow() - started).total_seconds()

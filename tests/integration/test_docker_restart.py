@@ -351,6 +351,12 @@ def test_sigterm_keeps_running_cells_and_records_them_truthfully(
             assert api.get(f"/v1/sessions/{sid}/files/done.txt").content == b"1"
             ex = api.get(f"/v1/sessions/{sid}/executions/{ex_id}").json()
             assert ex["status"] == "unknown", ex
+            # What it printed with no broker there ('end') is lost, and the output says
+            # where (its two parts ran together).
+            assert ex["stdout"] == "start\n"
+            assert ex["stderr"].endswith("what the cell printed meanwhile is missing]\n")
+            cell = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"][-2]
+            assert [o.get("name") for o in cell["outputs"]] == ["stdout", "stderr"]
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
 
 
