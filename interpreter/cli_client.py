@@ -296,13 +296,18 @@ def _write_text(path: str | None, text: str) -> None:
         Path(path).write_text(text, encoding="utf-8")
 
 
+def _session_notebook(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    """The notebook of the session ``args.session`` (raises ClientError)."""
+    with _client(args) as client:
+        progress(f"fetching the notebook of {args.session}...")
+        return client.get_session(args.session).notebook()
+
+
 def cmd_notebook(args: argparse.Namespace) -> int:
     """``interp notebook SESSION -o out.ipynb``."""
     progress = Progress(args.quiet)
     try:
-        with _client(args) as client:
-            progress(f"fetching the notebook of {args.session}...")
-            nb = client.get_session(args.session).notebook()
+        nb = _session_notebook(args, progress)
     except ClientError as exc:
         return _service_error(exc)
     _write_text(args.output, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
@@ -370,9 +375,7 @@ def cmd_html(args: argparse.Namespace) -> int:
             return EXIT_SERVICE
     else:
         try:
-            with _client(args) as client:
-                progress(f"fetching the notebook of {args.session}...")
-                nb = client.get_session(args.session).notebook()
+            nb = _session_notebook(args, progress)
         except ClientError as exc:
             return _service_error(exc)
     progress(f"rendering {len(nb.get('cells', []))} cells to HTML...")
