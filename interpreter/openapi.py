@@ -275,6 +275,16 @@ def openapi_document() -> dict[str, Any]:
                     **_errors(400, 401, 404, 413, 416),
                 },
             },
+            "head": {
+                "summary": "The file's size (Content-Length), no body",
+                "description": "Answers as GET would (200, 206, 413, 416, ...), without the "
+                "bytes.",
+                "responses": {
+                    "200": {"description": "Headers only"},
+                    "206": {"description": "Headers of the requested byte range"},
+                    **_errors(400, 401, 404, 413, 416),
+                },
+            },
             "put": {
                 "summary": "Upload (raw body; Content-Encoding: gzip is undone)",
                 "requestBody": {
@@ -355,7 +365,12 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Liveness",
                 "security": [],
                 "responses": {"200": {"description": "OK"}},
-            }
+            },
+            "head": {
+                "summary": "Liveness, headers only",
+                "security": [],
+                "responses": {"200": {"description": "OK"}},
+            },
         },
         "/metrics": {
             "get": {

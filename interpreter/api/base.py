@@ -397,6 +397,12 @@ class BaseHandler(tornado.web.RequestHandler):
         logged.
         """
         left = size
+        if self.request.method == "HEAD":  # what a GET would answer, without the bytes
+            fh.close()
+            self.set_header("Content-Type", mime or "application/octet-stream")
+            self.set_header("Content-Length", str(size))
+            self.finish()
+            return
         try:
             self.set_header("Content-Type", mime or "application/octet-stream")
             self.set_header("Content-Length", str(size))

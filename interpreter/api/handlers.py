@@ -256,6 +256,10 @@ class FileHandler(UploadReceiver[Upload]):
         self.set_header("Accept-Ranges", "bytes")
         await self.send_file_range(fh, size, None, range_header, what="file", limit=limit)
 
+    async def head(self, session_id: str, path: str) -> None:
+        """The headers ``get`` would send (size, range, or its refusal), no bytes."""
+        await self.get(session_id, path)
+
     async def put(self, session_id: str, path: str) -> None:
         storage_floor.check(self.conf.data_dir, self.conf.min_free_mb)
         # The body is already in a temporary file beside the target (api/uploads.py).
@@ -322,6 +326,10 @@ class ArtifactHandler(BaseHandler):
 class HealthHandler(BaseHandler):
     def check_auth(self) -> None:
         """Liveness is public; it reveals nothing about sessions."""
+
+    async def head(self) -> None:
+        """A load balancer's probe: the status of ``get`` (tornado sends no body)."""
+        await self.get()
 
     async def get(self) -> None:
         degraded = sum(1 for s in self.broker.live.values() if s.audit_degraded)

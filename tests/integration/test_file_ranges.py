@@ -73,6 +73,27 @@ def test_the_file_route_answers_one_byte_range(
         assert empty.status_code == 200 and empty.content == b""
 
 
+def test_head_answers_as_get_would_without_the_bytes(
+    limited: Server, session: tuple[Client, str]
+) -> None:
+    _, sid = session
+    with limited.client() as api:
+        small = api.head(f"/v1/sessions/{sid}/files/empty.txt")
+        assert small.status_code == 200 and small.content == b""
+        assert small.headers["Content-Length"] == "0"
+        url = f"/v1/sessions/{sid}/files/big.txt"
+        part = api.head(url, headers={"Range": "bytes=-10"})
+        assert part.status_code == 206 and part.content == b""
+        assert part.headers["Content-Length"] == "10"
+        assert (
+            part.headers["Content-Range"] == f"bytes {len(DATA) - 10}-{len(DATA) - 1}/{len(DATA)}"
+        )
+        assert api.head(url).status_code == 413  # as a GET of the whole file
+        assert api.head(f"/v1/sessions/{sid}/files/missing.txt").status_code == 404
+        health = api.head("/healthz")
+        assert health.status_code == 200 and health.content == b""
+
+
 def test_the_sdk_reads_part_of_a_file(session: tuple[Client, str]) -> None:
     client, sid = session
     s = client.get_session(sid)
