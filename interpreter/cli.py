@@ -121,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="interp", description="A stateful code interpreter for AI agents.")
     parser.add_argument("--version", action="version", version=f"interp {__version__}")
+    # Also taken before the command's name (`interp --url URL sessions`), as other CLIs do.
+    for flag, dest, what in (("--url", "root_url", "URL"), ("--api-key", "root_api_key", "key")):
+        parser.add_argument(
+            flag,
+            dest=dest,
+            metavar=what.upper(),
+            default=argparse.SUPPRESS,
+            help=f"The service {what} for the client commands (as their own {flag}).",
+        )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -216,8 +225,36 @@ def embedded_service() -> Iterator[tuple[str, str | None]]:
         thread.stop()
 
 
+def _root_connection(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Give ``--url``/``--api-key`` written before the command to the command (its own
+    flag, after its name, wins); refused for a command that takes no such flag."""
+    for root, dest, flag in (
+        ("root_url", "url", "--url"),
+        ("root_api_key", "api_key", "--api-key"),
+    ):
+        if not hasattr(args, root):
+            continue
+        value = getattr(args, root)
+        delattr(args, root)
+        if args.command == "serve" or not hasattr(args, dest):
+            hint = " (the keys it accepts go after 'serve')" if args.command == "serve" else ""
+            parser.error(
+                f"{flag} before the command is for the client commands (run, sessions, "
+                f"notebook, ...); 'interp {args.command}' takes none{hint}."
+            )
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _root_connection(parser, args)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -130,6 +130,28 @@ def test_verbose_before_or_after_the_subcommand() -> None:
     assert getattr(parser.parse_args(["sessions"]), "verbose", False) is False
 
 
+def test_url_and_key_before_the_subcommand_go_to_the_client_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = cli.parse_args(["--url", "http://h:1", "--api-key", "k", "notebook", "s1"])
+    assert (args.url, args.api_key, args.session) == ("http://h:1", "k", "s1")
+    assert not hasattr(args, "root_url")
+    # The command's own flag wins.
+    assert cli.parse_args(["--url", "http://a:1", "sessions", "--url", "http://b:2"]).url == (
+        "http://b:2"
+    )
+    assert cli.parse_args(["--url", "http://a:1", "approvals"]).url == "http://a:1"
+    for argv, flag in (
+        (["--api-key", "k", "serve"], "--api-key"),
+        (["--url", "u", "openapi"], "--url"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.parse_args(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{flag} before the command is for the client commands" in err, err
+
+
 def test_every_subcommand_has_a_description() -> None:
     subs = _subparsers(cli.build_parser())
     assert {"serve", "run", "mcp", "replay", "images", "images build"} <= set(subs)
