@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,8 +21,6 @@ from interpreter.models import Approval
 OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
 #: Seconds each long poll of the live view waits on the service.
 WATCH_POLL_S = 30.0
-#: The watch's shortest time between two questions to the service.
-WATCH_IDLE_S = 1.0
 #: The help of this command's ``--api-key`` (its connection options are built with it).
 KEY_HELP = f"Operator key (default ${OPERATOR_KEY_ENV}; ${API_KEY_ENV} is not used)."
 Command = Callable[[argparse.Namespace], int]
@@ -92,16 +89,14 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 def _watch(client: Client, as_json: bool) -> int:
     seen: set[str] = set()
     print("waiting for executions held for approval (Ctrl-C to stop)", file=sys.stderr)
-    while True:
-        asked = time.monotonic()
-        fresh = [a for a in client.list_approvals(wait_s=WATCH_POLL_S) if a.id not in seen]
-        if not fresh:
-            # The service answers at once while any approval is pending, even one shown
-            # already: ask again after a pause, not at once (870 requests a second, before).
-            time.sleep(max(0.0, WATCH_IDLE_S - (time.monotonic() - asked)))
-            continue
+    # Each question waits on the service until the list changes: an idle watch asks once
+    # every WATCH_POLL_S (it asked about once a second while any approval was pending).
+    for current in client.watch_approvals(wait_s=WATCH_POLL_S):
+        fresh = [a for a in current if a.id not in seen]
         seen.update(a.id for a in fresh)
-        _print(fresh, as_json)
+        if fresh:
+            _print(fresh, as_json)
+    return 0
 
 
 def _print(approvals: list[Approval], as_json: bool) -> None:

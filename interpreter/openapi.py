@@ -277,8 +277,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "head": {
                 "summary": "The file's size (Content-Length), no body",
-                "description": "Answers as GET would (200, 206, 413, 416, ...), without the "
-                "bytes.",
+                "description": "Answers as GET would (200, 206, 413, 416, ...), without the bytes.",
                 "responses": {
                     "200": {"description": "Headers only"},
                     "206": {"description": "Headers of the requested byte range"},

@@ -6,6 +6,7 @@ gets 403 (``AuthenticationError``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import httpx
@@ -35,6 +36,35 @@ def list_approvals(status: str = "pending", wait_s: float | None = None) -> Call
     if wait_s is not None:
         params["wait_s"] = f"{wait_s:g}"
     return Call("GET", "/v1/approvals", _parse_approvals, params=params, unbounded=True)
+
+
+@dataclass(frozen=True)
+class ApprovalsSnapshot:
+    """One answer of a conditional list: ``approvals`` is None when the list is still the
+    one ``etag`` names (304)."""
+
+    approvals: list[Approval] | None
+    etag: str | None
+
+
+def approvals_changed(etag: str | None, status: str, wait_s: float) -> Call[ApprovalsSnapshot]:
+    """The list, once it differs from the one ``etag`` names (or at once without one);
+    after ``wait_s`` seconds unchanged, a snapshot with ``approvals`` None."""
+
+    def parse(resp: httpx.Response) -> ApprovalsSnapshot:
+        if resp.status_code == 304:
+            return ApprovalsSnapshot(None, etag)
+        return ApprovalsSnapshot(_parse_approvals(resp), resp.headers.get("ETag"))
+
+    return Call(
+        "GET",
+        "/v1/approvals",
+        parse,
+        params={"status": status, "wait_s": f"{wait_s:g}"},
+        unbounded=True,
+        headers=None if etag is None else {"If-None-Match": etag},
+        also_ok=(304,),
+    )
 
 
 def get_approval(approval_id: str) -> Call[Approval]:

@@ -152,6 +152,18 @@ class AsyncClient:
         """Held executions (operator key); ``wait_s``: wait that long for one to appear."""
         return await self._call(approvals.list_approvals(status, wait_s))
 
+    async def watch_approvals(
+        self, status: str = "pending", *, wait_s: float = 30.0
+    ) -> AsyncIterator[list[Approval]]:
+        """The held executions now, then the whole list again each time it changes
+        (operator key); see :meth:`Client.watch_approvals`."""
+        etag: str | None = None
+        while True:
+            snapshot = await self._call(approvals.approvals_changed(etag, status, wait_s))
+            if snapshot.approvals is not None:
+                etag = snapshot.etag
+                yield snapshot.approvals
+
     async def get_approval(self, approval_id: str) -> Approval:
         """One held execution and its decision, if made (operator key)."""
         return await self._call(approvals.get_approval(approval_id))
@@ -201,7 +213,7 @@ class AsyncClient:
             except httpx.HTTPError as exc:
                 delay = attempts.after_error(exc)
             else:
-                if resp.is_success:
+                if call.accepts(resp):
                     return call.parse(resp)
                 delay = attempts.after_response(resp)
             await anyio.sleep(delay)

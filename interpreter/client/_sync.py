@@ -164,6 +164,20 @@ class Client:
         """Held executions (operator key); ``wait_s``: wait that long for one to appear."""
         return self._call(approvals.list_approvals(status, wait_s))
 
+    def watch_approvals(
+        self, status: str = "pending", *, wait_s: float = 30.0
+    ) -> Iterator[list[Approval]]:
+        """The held executions now, then the whole list again each time it changes
+        (operator key). Each question waits up to ``wait_s`` seconds on the service for a
+        change (``If-None-Match``), so an idle watch costs one request per ``wait_s``. It
+        never ends by itself: break out of the loop."""
+        etag: str | None = None
+        while True:
+            snapshot = self._call(approvals.approvals_changed(etag, status, wait_s))
+            if snapshot.approvals is not None:
+                etag = snapshot.etag
+                yield snapshot.approvals
+
     def get_approval(self, approval_id: str) -> Approval:
         """One held execution and its decision, if made (operator key)."""
         return self._call(approvals.get_approval(approval_id))
@@ -213,7 +227,7 @@ class Client:
             except httpx.HTTPError as exc:
                 delay = attempts.after_error(exc)
             else:
-                if resp.is_success:
+                if call.accepts(resp):
                     return call.parse(resp)
                 delay = attempts.after_response(resp)
             time.sleep(delay)

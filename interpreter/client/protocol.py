@@ -72,6 +72,7 @@ class Call(Generic[T]):
         params: Query parameters.
         unbounded: The answer waits for user code, so no read timeout applies.
         headers: Extra request headers (``Idempotency-Key``).
+        also_ok: Statuses besides 2xx that ``parse`` reads (304 for a conditional GET).
     """
 
     method: str
@@ -82,6 +83,11 @@ class Call(Generic[T]):
     params: dict[str, str] | None = None
     unbounded: bool = False
     headers: dict[str, str] | None = None
+    also_ok: tuple[int, ...] = ()
+
+    def accepts(self, resp: httpx.Response) -> bool:
+        """Whether ``resp`` is an answer for ``parse`` (else an error, or one to retry)."""
+        return resp.is_success or resp.status_code in self.also_ok
 
     def body(self) -> bytes | None:
         """The bytes to send: ``content``, else ``json`` encoded (see :func:`encode_json`)."""

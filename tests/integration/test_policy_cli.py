@@ -101,12 +101,11 @@ def test_approvals_list_approve_and_watch(held_server: Server) -> None:
         first = watch.stdout.readline()  # the live view shows it as it arrives
         assert "pending" in first and f"session={sid}" in first
         approval_id = first.split()[0]
-        # While it stays pending, the watch asks about once a second: the service answers
-        # at once while any approval is pending, and the watch used to ask again at once
-        # (about 870 requests a second).
+        # While it stays pending, the watch's question waits on the service for a change:
+        # it used to ask again at once (about 870 requests a second), then once a second.
         before = _approval_lists(client)
         time.sleep(2)
-        assert _approval_lists(client) - before <= 4
+        assert _approval_lists(client) - before <= 1
         listed = interp(held_server, "approvals", env_extra=operator)
         assert listed.returncode == 0 and approval_id in listed.stdout
         approved = interp(
@@ -126,11 +125,15 @@ def test_approvals_list_approve_and_watch(held_server: Server) -> None:
 APPROVALS_ROUTE = "/v1/approvals"
 
 
+def _metric_lines(client: httpx.Client) -> list[str]:
+    return client.get("/metrics").text.splitlines()
+
+
 def _approval_lists(client: httpx.Client) -> float:
     """How many ``GET /v1/approvals`` the service has answered (its request counter)."""
     counted = [
         float(line.rsplit(" ", 1)[1])
-        for line in client.get("/metrics").text.splitlines()
+        for line in _metric_lines(client)
         if line.startswith("interp_http_requests_total{")
         and f'route="{APPROVALS_ROUTE}"' in line
         and 'method="GET"' in line
@@ -360,3 +363,55 @@ def test_approvals_use_the_operator_key_and_their_help_says_which(held_server: S
     )
     flag = interp(held_server, "approvals", "--api-key", OPERATOR)
     assert flag.returncode == 0, flag.stderr
+
+
+def test_the_sdk_watches_approvals_with_one_waiting_request_per_change(
+    held_server: Server,
+) -> None:
+    """``Client.watch_approvals`` yields the list now, then again only when it changes:
+    each question waits on the service (``If-None-Match``), so a pending approval that
+    stays pending costs no requests, and a new one arrives as soon as it is held."""
+    from interpreter.client import AsyncClient, Client
+
+    with ExitStack() as stack:
+        agent = metrics = stack.enter_context(held_server.client(KEY))
+
+        def hold() -> str:
+            sid = agent.post("/v1/sessions", json={}).json()["id"]
+            stack.callback(agent.delete, f"/v1/sessions/{sid}")
+            code = {"code": "import os\nos.remove('x')"}
+            stack.enter_context(agent.stream("POST", f"/v1/sessions/{sid}/execute", json=code))
+            return sid
+
+        first_sid = hold()
+        client = stack.enter_context(Client(held_server.url, api_key=OPERATOR))
+        watch = client.watch_approvals(wait_s=20)
+        stack.callback(watch.close)
+        now = next(watch)
+        assert first_sid in {a.session_id for a in now}
+        got: list[list[str]] = []
+        # The first question's count lands once its answer is sent: wait for it.
+        deadline = time.monotonic() + 10
+        while not any(f'route="{APPROVALS_ROUTE}"' in line for line in _metric_lines(metrics)):
+            assert time.monotonic() < deadline, "the watch's first question was not counted"
+            time.sleep(0.05)
+        before = _approval_lists(metrics)
+        waiter = threading.Thread(target=lambda: got.append([a.session_id for a in next(watch)]))
+        waiter.start()
+        time.sleep(1.5)  # unchanged: the watch's one question is still waiting
+        assert not got and _approval_lists(metrics) == before
+        second_sid = hold()
+        waiter.join(30)
+        assert got and {first_sid, second_sid} <= set(got[0])
+
+        async def async_first() -> list[str]:
+            async with AsyncClient(held_server.url, api_key=OPERATOR) as aclient:
+                async for current in aclient.watch_approvals(wait_s=5):
+                    return [a.session_id for a in current]
+            return []
+
+        import asyncio
+
+        assert {first_sid, second_sid} <= set(asyncio.run(async_first()))
+        for approval in client.list_approvals():
+            client.deny(approval.id)
