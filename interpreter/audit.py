@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from interpreter.models import Execution
@@ -111,7 +112,7 @@ def content_of(execution: Execution, notebook_sha256: str | None) -> dict[str, A
         "truncated": ex.truncated,
         "stdout_sha256": sha256_text(ex.stdout),
         "stderr_sha256": sha256_text(ex.stderr),
-        "outputs_sha256": sha256_text(canonical([o.model_dump(mode="json") for o in ex.outputs])),
+        "outputs_sha256": _list_sha256(o.model_dump(mode="json") for o in ex.outputs),
         "error_sha256": sha256_text(canonical(ex.error.model_dump(mode="json")))
         if ex.error
         else None,
@@ -119,6 +120,18 @@ def content_of(execution: Execution, notebook_sha256: str | None) -> dict[str, A
         "notebook_sha256": notebook_sha256,
         "policy": _policy_of(ex),
     }
+
+
+def _list_sha256(items: Iterable[Any]) -> str:
+    """``sha256_text(canonical(list(items)))``, one item at a time: a cell's outputs can
+    be tens of megabytes of JSON, never made into one text here."""
+    digest = hashlib.sha256(b"[")
+    for i, item in enumerate(items):
+        if i:
+            digest.update(b",")
+        digest.update(canonical(item).encode("utf-8", "surrogatepass"))
+    digest.update(b"]")
+    return digest.hexdigest()
 
 
 def _policy_of(ex: Execution) -> dict[str, Any] | None:

@@ -566,6 +566,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             timeout_s=handle.timeout_s or None,
             cell_layout=saved.cell_layout,
             cell_meta=saved.cell_meta,
+            data_json=saved.execution_json,
         )
 
     async def _work(self) -> None:

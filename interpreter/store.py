@@ -348,6 +348,7 @@ class Store:
         timeout_s: float | None = None,
         cell_layout: str | None = None,
         cell_meta: str | None = None,
+        data_json: str | None = None,
     ) -> None:
         """Insert or update an execution; a final one is chained (see ``audit.py``).
 
@@ -356,8 +357,10 @@ class Store:
         if given, the timeout it runs under (:meth:`timeout_of`); ``cell_layout``, if
         given, the order of its notebook cell's outputs (:meth:`cell_layouts`);
         ``cell_meta``, if given, its cell's extra metadata as JSON (:meth:`cell_meta_of`).
+        ``data_json``, if given, is ``execution`` as JSON already (not made again: for a
+        cell with many outputs it is a large text).
         """
-        data = execution.model_dump_json()
+        data = execution.model_dump_json() if data_json is None else data_json
         started = execution.started_at.isoformat() if execution.started_at else None
         with self._tx() as db:
             # The chain's link first, so that the row takes its hashes in the same statement.

@@ -236,3 +236,20 @@ def test_a_recovered_cell_is_digested_as_written_and_an_older_digest_is_explaine
             (problem,) = report.sessions[0].problems
             assert problem.message.startswith("cell 0: its source or outputs differ")
             assert "recorded by an older broker" in problem.message
+
+
+def test_the_outputs_digest_is_the_one_of_their_whole_json_made_piece_by_piece() -> None:
+    """The outputs are digested one at a time (a cell's outputs can be tens of megabytes
+    of JSON, which was made into one text, and twice more on the way to the store); the
+    digest must stay the one links written before cover: that of the whole canonical list."""
+    from interpreter.audit import sha256_text
+    from interpreter.models import Output
+
+    outputs = [
+        Output(type="display_data", data={"text/html": f"<p>{i}é\ud800</p>", "text/plain": "x"})
+        for i in range(4)
+    ]
+    for n in range(len(outputs) + 1):
+        ex = Execution(id="ex_1", session_id="s_1", code="1", status="ok", outputs=outputs[:n])
+        whole = canonical([o.model_dump(mode="json") for o in outputs[:n]])
+        assert content_of(ex, None)["outputs_sha256"] == sha256_text(whole), n
