@@ -8,6 +8,7 @@ import errno
 import logging
 import signal
 import socket
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -30,6 +31,7 @@ from interpreter.datadir_lock import DataDirInUse, DataDirLock
 from interpreter.errors import BackendUnavailable
 from interpreter.logs import announce
 from interpreter.settings import Settings
+from interpreter.store import open_sessions_on
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -150,12 +152,21 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         chosen = await asyncio.to_thread(backends.create, backend, settings)
     else:
         chosen = await asyncio.to_thread(backends.resolve, settings)
+        if settings.backend == "auto" and chosen.name != "docker":
+            await asyncio.to_thread(_keep_docker_sessions, settings)
     await asyncio.to_thread(prepare_data_dir, settings.data_dir)
     # Before anything reads the data directory: a second broker's recovery would close
     # the first one's live sessions. Raises DataDirInUse.
     lock = DataDirLock.acquire(settings.data_dir)
     try:
-        broker = SessionBroker(settings, chosen)
+        try:
+            broker = SessionBroker(settings, chosen)
+        except sqlite3.DatabaseError as exc:
+            raise StartupFailed(
+                f"{settings.db_path} cannot be read as the service's record ({exc}): "
+                "restore it from a backup, or move it away to start with an empty record "
+                "(the sessions in it are then no longer known)."
+            ) from None
         await broker.open()
         await chosen.start(broker.factory.pool_template())
         app = make_app(broker, settings)
@@ -194,8 +205,23 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     return running
 
 
+def _keep_docker_sessions(settings: Settings) -> None:
+    """Refuse the local fallback of ``auto`` when the data directory holds open Docker
+    sessions: the local backend cannot reach their containers, so its recovery would
+    close them for good, while the containers still run with their state (an engine
+    that is only late at boot, or being restarted)."""
+    kept = open_sessions_on(settings.db_path, "docker")
+    if kept:
+        raise StartupFailed(
+            f"{settings.data_dir} holds {kept} open Docker session(s), and the Docker "
+            "backend cannot run now (see the warning above): --backend auto will not close "
+            "them by falling back to the local backend. Start the engine and start again "
+            "(their containers keep their state), or give --backend local to close them."
+        )
+
+
 def serve(settings: Settings) -> int:
-    """Run until SIGINT/SIGTERM; then stop kernels (or detach) and flush notebooks."""
+    """Run until SIGINT, SIGTERM or SIGHUP; then stop kernels (or detach) and flush notebooks."""
 
     async def main() -> int:
         try:
@@ -208,7 +234,8 @@ def serve(settings: Settings) -> int:
             return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP: the terminal or the ssh session that started it went away.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
         fmt = settings.log_format
         if not settings.api_keys:

@@ -185,6 +185,26 @@ class SessionRecord:
         )
 
 
+def open_sessions_on(db_path: Path, backend: str) -> int:
+    """How many sessions of ``backend`` the database at ``db_path`` holds open, read
+    without changing anything (0 when there is no database, or it cannot be read: opening
+    it for the broker says why)."""
+    if not db_path.is_file():
+        return 0
+    try:
+        conn = sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            row = conn.execute(
+                "SELECT count(*) FROM sessions WHERE backend = ? AND status != 'closed'",
+                (backend,),
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+    return int(row[0])
+
+
 class Store:
     """SQLite-backed registry. Safe to call from any thread."""
 

@@ -375,14 +375,17 @@ def test_a_real_sigterm_drains_with_503_and_records_what_happened(
     assert said.evalue.startswith("The service shut down while this cell ran")
 
 
-def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_sigterm_shuts_down_cleanly(serve_proc: Any, data_dir: Path, sig: int) -> None:
+    """SIGHUP (the terminal or ssh session that started it closed) stops the service as
+    SIGTERM does; it killed the broker with no drain."""
     proc, url = serve_proc()
     headers = {"Authorization": f"Bearer {KEY}"}
     with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
         sid = api.post("/v1/sessions").json()["id"]
         run(api, sid, "import os\npid = os.getpid()")
         kernel_pid = int(run(api, sid, "pid")["outputs"][0]["data"]["text/plain"])
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     assert proc.wait(timeout=30) == 0
     with pytest.raises(ProcessLookupError):
         wait_for(lambda: _gone(kernel_pid), timeout=10)
@@ -569,3 +572,60 @@ STUBBORN = (
     "import time\nprint('running', flush=True)\n"
     "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    time.sleep(1)"
 )
+
+
+def _serve_once(data_dir: Path, *args: str, docker_host: str | None = None) -> tuple[int, str]:
+    """``interp serve`` that is expected to stop at once: its exit status and stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    if docker_host is not None:
+        env["DOCKER_HOST"] = docker_host
+    proc = subprocess.run(
+        serve_argv("--data-dir", str(data_dir), *args),
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
+    )  # fmt: skip
+    return proc.returncode, proc.stderr
+
+
+def test_auto_does_not_close_docker_sessions_when_the_engine_is_away(tmp_path: Path) -> None:
+    """With ``--backend auto`` and no engine answering (one late at boot, or being
+    restarted), the broker fell back to the local backend, whose recovery closed every
+    open Docker session for good while their containers still ran. It now refuses in one
+    line and leaves them open; ``--backend local`` closes them, as asked."""
+    from datetime import UTC, datetime
+
+    from interpreter.store import SessionRecord
+
+    data = tmp_path / "data"
+    store = Store(data / "state.db")
+    now = datetime.now(UTC)
+    store.insert_session(
+        SessionRecord(
+            id="s_kept", owner="o", status="idle", backend="docker",
+            created_at=now, last_activity_at=now,
+        )
+    )  # fmt: skip
+    store.close()
+    code, err = _serve_once(data, docker_host="unix:///nonexistent/docker.sock")
+    assert code == 2, err
+    refusal = [line for line in err.splitlines() if line.startswith("interp: error:")]
+    assert len(refusal) == 1, err
+    assert "holds 1 open Docker session(s)" in refusal[0]
+    assert "--backend local to close them" in refusal[0]
+    assert "Traceback" not in err
+    reopened = Store(data / "state.db")
+    kept = reopened.get_session("s_kept")
+    assert kept is not None and kept.status == "idle"
+    reopened.close()
+
+
+def test_a_record_that_is_not_a_database_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A ``state.db`` that SQLite cannot read ended ``interp serve`` with a traceback."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "state.db").write_bytes(b"not a database at all\n" * 100)
+    code, err = _serve_once(data, "--backend", "local")
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("interp: error:")]
+    assert "state.db cannot be read as the service's record" in line
+    assert "restore it from a backup" in line
