@@ -122,6 +122,22 @@ def content_of(execution: Execution, notebook_sha256: str | None) -> dict[str, A
     }
 
 
+#: Output fields added after the chain began: a broker from before one (049d1c5 added
+#: ``after``) digested outputs without its key, where the value is the default, None.
+LATER_OUTPUT_FIELDS = frozenset({"after"})
+
+
+def older_outputs_sha256(execution: Execution) -> str | None:
+    """The outputs' digest as a broker from before :data:`LATER_OUTPUT_FIELDS` made it,
+    or None when an output holds a value for one of them (no such broker wrote it)."""
+    outputs = execution.outputs
+    if any(getattr(o, name) is not None for o in outputs for name in LATER_OUTPUT_FIELDS):
+        return None
+    return _list_sha256(
+        o.model_dump(mode="json", exclude=set(LATER_OUTPUT_FIELDS)) for o in outputs
+    )
+
+
 def _list_sha256(items: Iterable[Any]) -> str:
     """``sha256_text(canonical(list(items)))``, one item at a time: a cell's outputs can
     be tens of megabytes of JSON, never made into one text here."""

@@ -197,6 +197,42 @@ def test_a_link_written_before_the_policy_was_covered_still_verifies(tmp_path: P
     assert verify(tmp_path).ok
 
 
+def test_outputs_chained_before_a_later_field_still_verify_and_a_change_does_not(
+    tmp_path: Path,
+) -> None:
+    """A link made before outputs had ``after`` digests them without that key: every
+    record of a broker from before 049d1c5 with an output was called tampered with."""
+    from interpreter.audit import sha256_text
+    from interpreter.models import Output
+
+    store = new_store(tmp_path)
+    shown = Output(type="execute_result", data={"text/plain": "2"})
+    ex = Execution(id="ex_o", session_id="s_1", status="ok", code="1 + 1", outputs=[shown])
+    store.save_execution(1, ex)
+    store.close()
+
+    def rechain(outputs_sha256: str) -> None:
+        """The chain as an older broker wrote it, with this outputs digest."""
+        db = sqlite3.connect(tmp_path / "state.db")
+        (content_json,) = db.execute("SELECT content_json FROM audit_links").fetchone()
+        old = json.loads(content_json)
+        old["outputs_sha256"] = outputs_sha256
+        old_json = canonical(old)
+        digest = link_hash(genesis("s_1"), old_json)
+        db.execute("UPDATE audit_links SET content_json = ?, hash = ?", (old_json, digest))
+        db.execute("UPDATE executions SET hash = ?", (digest,))
+        db.commit()
+        db.close()
+
+    before_after = [{k: v for k, v in shown.model_dump(mode="json").items() if k != "after"}]
+    rechain(sha256_text(canonical(before_after)))
+    assert verify(tmp_path).ok, format_report(verify(tmp_path))
+    changed = [{**before_after[0], "data": {"text/plain": "3"}}]
+    rechain(sha256_text(canonical(changed)))
+    report = format_report(verify(tmp_path))
+    assert not verify(tmp_path).ok and "outputs_sha256" in report, report
+
+
 def _recovered_notebook(data: Path, source: str, digest: str) -> None:
     cell = {
         "cell_type": "code",
