@@ -249,6 +249,7 @@ class SessionFactory:
         executions = await asyncio.to_thread(self.store.executions_of, record.id)
         digests = await asyncio.to_thread(self.store.cell_digests, record.id)
         layouts = await asyncio.to_thread(self.store.cell_layouts, record.id)
+        chained = await asyncio.to_thread(self.store.chained, record.id)
         # Off the loop: it reads the artifacts of the cells it writes back.
         restored = await asyncio.to_thread(
             restore_cells.restore,
@@ -259,6 +260,7 @@ class SessionFactory:
             inline_bytes=self.settings.inline_rich_bytes,
             notebook_bytes=self.settings.max_notebook_bytes,
             layouts=layouts,
+            chained=chained,
         )
         if restored:
             log.warning("session %s: %d cells written back from the store", record.id, restored)

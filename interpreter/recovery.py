@@ -304,6 +304,7 @@ def _close_files(
         inline_bytes=inline_bytes,
         notebook_bytes=notebook_bytes,
         layouts=store.cell_layouts(session_id),
+        chained=store.chained(session_id),
     )
     for _, ex in in_flight:
         kept = _cell_of(recorder, ex.id)

@@ -57,6 +57,7 @@ def restore(
     inline_bytes: int = 0,
     notebook_bytes: int = 0,
     layouts: dict[str, str] | None = None,
+    chained: set[str] | None = None,
 ) -> int:
     """Append a cell for each execution of :func:`missing`; returns how many.
 
@@ -67,6 +68,9 @@ def restore(
     the notebook's budget are set aside as the broker sets them aside; a cell whose
     recorded digest is that of its whole outputs is written back whole. ``layouts``
     (:meth:`~interpreter.store.Store.cell_layouts`) give the order of each cell's outputs.
+    ``chained`` (:meth:`~interpreter.store.Store.chained`), when given, are the executions
+    with a chain link: only their cells get a digest (an execution of a broker from before
+    the chain has none, and a digest without a link reads as a stripped link).
     """
     added = missing(recorder, executions)
     budget = NotebookBudget(notebook_bytes if inline_bytes else 0)
@@ -100,7 +104,9 @@ def restore(
             # Its digest as written: `interp audit verify` matches it against the chain,
             # which holds the digest of the cell the earlier broker wrote (an exact
             # restoration verifies; one that differs is reported as such, not as missing).
-            extra={"restored_from": "store", "audit_sha256": cell_digest(source, outputs)},
+            extra={"restored_from": "store"}
+            if chained is not None and ex.id not in chained
+            else {"restored_from": "store", "audit_sha256": cell_digest(source, outputs)},
         )
     return len(added)
 

@@ -438,6 +438,16 @@ class Store:
             ).fetchall()
         return {row[0]: row[1] for row in rows}
 
+    def chained(self, session_id: str) -> set[str]:
+        """The ids of the executions of ``session_id`` that have a chain link (those of a
+        broker from before the chain have none)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT execution_id FROM audit_links WHERE session_id = ?",
+                (session_id,),
+            ).fetchall()
+        return {row[0] for row in rows}
+
     def cell_layouts(self, session_id: str) -> dict[str, str]:
         """The order of each execution's notebook outputs as its broker wrote them (see
         :func:`interpreter.restore_cells.layout_of`), by execution id; executions without

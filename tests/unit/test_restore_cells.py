@@ -184,3 +184,22 @@ def test_outputs_come_back_in_the_order_written_when_the_layout_fits(tmp_path: P
     assert [o["output_type"] for o in outputs_of(cut, tmp_path, layout_of(written))] == [
         "stream", "stream", "display_data", "error"
     ]  # fmt: skip
+
+
+def test_a_cell_of_an_execution_without_a_chain_link_is_written_back_without_a_digest(
+    tmp_path: Path,
+) -> None:
+    """An execution of a broker from before the audit chain has no link: its cell was
+    written back with a digest, which `interp audit verify` reads as a link stripped to
+    hide an edit (the session reported BROKEN after an upgrade)."""
+    ran = datetime(2026, 1, 1, tzinfo=UTC)
+    executions = [
+        Execution(id=eid, session_id="s_1", status="ok", code=code, started_at=ran)
+        for eid, code in (("ex_old", "1"), ("ex_new", "2"))
+    ]
+    rec = _recorder(tmp_path)
+    assert restore(rec, executions, tmp_path, chained={"ex_new"}) == 2
+    old, new = rec.nb.cells[-2:]
+    assert "audit_sha256" not in old.metadata["interp"]
+    assert old.metadata["interp"]["restored_from"] == "store"
+    assert new.metadata["interp"]["audit_sha256"] == cell_digest(new.source, new.outputs)
