@@ -13,6 +13,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -185,6 +186,31 @@ class SessionRecord:
         )
 
 
+#: Longest the startup check of the database's pages may take before it is skipped.
+CHECK_BUDGET_S = 10.0
+
+
+def _check_pages(db: sqlite3.Connection) -> None:
+    """Raise ``sqlite3.DatabaseError`` if the database's pages are damaged (``PRAGMA
+    quick_check``): a damaged page let the broker start and answer every creation with
+    a 500 while it called itself healthy. A database too large to check within
+    :data:`CHECK_BUDGET_S` is not checked."""
+    deadline = time.monotonic() + CHECK_BUDGET_S
+    db.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+    except sqlite3.OperationalError as exc:
+        if "interrupted" not in str(exc):
+            raise
+        log.info("state.db not checked at startup: larger than %g s of checking", CHECK_BUDGET_S)
+        return
+    finally:
+        db.set_progress_handler(None, 0)
+    if problems != ["ok"]:
+        said = "; ".join(" ".join(str(p).split()) for p in problems)  # on one line
+        raise sqlite3.DatabaseError(f"damaged pages: {said[:300]}")
+
+
 def open_sessions_on(db_path: Path, backend: str) -> int:
     """How many sessions of ``backend`` the database at ``db_path`` holds open, read
     without changing anything (0 when there is no database, or it cannot be read: opening
@@ -217,6 +243,7 @@ class Store:
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._closed = False
         self._db.row_factory = sqlite3.Row
+        _check_pages(self._db)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)

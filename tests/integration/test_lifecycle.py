@@ -618,14 +618,24 @@ def test_auto_does_not_close_docker_sessions_when_the_engine_is_away(tmp_path: P
     reopened.close()
 
 
-def test_a_record_that_is_not_a_database_is_refused_in_one_line(tmp_path: Path) -> None:
-    """A ``state.db`` that SQLite cannot read ended ``interp serve`` with a traceback."""
+@pytest.mark.parametrize("damage", ["not_sqlite", "damaged_page"])
+def test_a_record_sqlite_cannot_read_is_refused_in_one_line(tmp_path: Path, damage: str) -> None:
+    """A ``state.db`` that is not SQLite ended ``interp serve`` with a traceback; one with
+    a damaged page let it start, say it was healthy and answer every creation with 500."""
     data = tmp_path / "data"
-    data.mkdir()
-    (data / "state.db").write_bytes(b"not a database at all\n" * 100)
+    if damage == "not_sqlite":
+        data.mkdir()
+        (data / "state.db").write_bytes(b"not a database at all\n" * 100)
+    else:
+        store = Store(data / "state.db")
+        store.close()
+        with open(data / "state.db", "r+b") as db:
+            db.seek(4096 * 2)  # a table's page
+            db.write(b"\xde\xad" * 2048)
     code, err = _serve_once(data, "--backend", "local")
     assert code == 2, err
     assert "Traceback" not in err, err
-    (line,) = [line for line in err.splitlines() if line.startswith("interp: error:")]
-    assert "state.db cannot be read as the service's record" in line
-    assert "restore it from a backup" in line
+    lines = [line for line in err.splitlines() if not line.startswith(("2", " "))]
+    assert len(lines) == 1 and lines[0].startswith("interp: error:"), err
+    assert "state.db cannot be read as the service's record" in lines[0]
+    assert "restore it from a backup" in lines[0]
