@@ -280,4 +280,10 @@ class KernelLifecycle:
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
         if self.status == "dead":
-            raise KernelStartFailed("The kernel could not be restarted; delete the session.")
+            # Not "delete the session": a cause that passes (an engine being restarted)
+            # leaves it dead only until a restart succeeds.
+            raise KernelStartFailed(
+                "The kernel could not be restarted (the cause is in the service logs): the "
+                "session has no kernel until a restart succeeds. Restart it again later, "
+                "or delete it."
+            )
