@@ -114,6 +114,13 @@ def _source(field: str, from_flags: set[str]) -> str:
     return flag_name(field) if field in from_flags else env_name(field)
 
 
+#: What a default above its maximum would mean, where it is not that requests that leave
+#: the value out are refused.
+WHY_WITHIN = {
+    "max_output_bytes": "a result cannot show inline more text than the broker keeps",
+}
+
+
 def _describe(exc: ValidationError, from_flags: set[str]) -> str:
     lines = []
     for error in exc.errors():
@@ -127,9 +134,12 @@ def _describe(exc: ValidationError, from_flags: set[str]) -> str:
                 above = f"the default {high}={ctx['high']!r}"
             else:
                 above = f"{high}={ctx['high']!r}"
+            consequence = WHY_WITHIN.get(
+                default, "every request that leaves it out would be refused"
+            )
             lines.append(
-                f"{low}={ctx['low']!r} is above {above}: every request that leaves it out "
-                f"would be refused. Lower {low} or raise {high}."
+                f"{low}={ctx['low']!r} is above {above}: {consequence}. "
+                f"Lower {low} or raise {high}."
             )
             continue
         field = _by_variable.get(field, field)

@@ -32,6 +32,8 @@ DEFAULT_WITHIN_MAX: tuple[tuple[str, str], ...] = (
     ("default_disk_mb", "max_disk_mb"),
     # One notebook body must fit in what all of them may hold at once.
     ("max_notebook_body_bytes", "max_large_bodies_bytes"),
+    # A result's inline text is taken from what the broker keeps in memory.
+    ("max_output_bytes", "max_output_hard_bytes"),
 )
 #: The error type of a default above its maximum (its context names both settings).
 DEFAULT_ABOVE_MAX = "default_above_max"
@@ -356,6 +358,24 @@ class Settings(BaseSettings):
                     "most_given": most in self.model_fields_set,
                 },
             )
+        return self
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> Settings:
+        # Two surfaces on one fixed port: the second bind failed with "address already in
+        # use; stop what listens there", blaming another program for the flags' clash.
+        named = [("port", self.port), ("e2b_port", self.e2b_port)]
+        named.append(("e2b_envd_port", self.e2b_envd_port))
+        fixed = [(name, value) for name, value in named if value]
+        for i, (name, value) in enumerate(fixed):
+            for other, same in fixed[i + 1 :]:
+                if value == same:
+                    raise PydanticCustomError(
+                        "ports_clash",
+                        "{name} and {other} are both {value}: each surface needs its own "
+                        "port (or 0 for a free one)",
+                        {"name": name, "other": other, "value": value},
+                    )
         return self
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import hashlib
 import logging
 import re
@@ -53,15 +54,30 @@ def parse(text: str, path: str = "policy file") -> PolicyFile:
     try:
         return PolicyFile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # A misspelt field is two errors, the one required missing and an unknown one:
+        # the unknown one is what to fix, so it is said first, with the name it misses.
+        errors = sorted(exc.errors(), key=lambda e: e.get("type") != "extra_forbidden")
+        err = errors[0]
         loc = tuple(err.get("loc", ()))
         where = _line_of(text, loc)
         dotted = ".".join(str(p) for p in loc) or "(top level)"
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
-            msg = "unknown field"
+            msg = "unknown field" + _meant(loc, errors[1:])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise PolicyFileError(f"{path}: line {where}: {dotted}: {msg}{more}") from None
+
+
+def _meant(loc: tuple[Any, ...], others: list[Any]) -> str:
+    """``; did you mean 'x'?`` when a field required beside the unknown one at ``loc`` is
+    missing and its name is close (``defualt`` for ``default``)."""
+    missing = [
+        str(e["loc"][-1])
+        for e in others
+        if e.get("type") == "missing" and tuple(e.get("loc", ()))[:-1] == loc[:-1]
+    ]
+    close = difflib.get_close_matches(str(loc[-1]), missing, n=1) if loc else []
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def load(path: Path) -> LoadedPolicy:

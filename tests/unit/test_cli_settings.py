@@ -223,6 +223,21 @@ def test_a_default_above_the_default_maximum_names_both() -> None:
     )
 
 
+def test_settings_that_contradict_each_other_are_refused_in_one_line() -> None:
+    """A result's inline text above what the broker keeps was accepted (a 3 MB print came
+    back whole past --max-output-hard-bytes 1 MB); two surfaces given one port failed at
+    bind time, blaming another program for the flags' clash."""
+    with pytest.raises(SettingsError) as given:
+        load({"max_output_bytes": 5_000_000, "max_output_hard_bytes": 1_000_000})
+    assert "a result cannot show inline more text than the broker keeps" in str(given.value)
+    assert load({"max_output_hard_bytes": 50_000}).max_output_bytes == 50_000  # follows
+    for clash in ({"port": 18400, "e2b_port": 18400}, {"e2b_port": 9, "e2b_envd_port": 9}):
+        with pytest.raises(SettingsError) as given:
+            load(clash)
+        assert "each surface needs its own port" in str(given.value)
+    assert load({"port": 0, "e2b_port": 0, "e2b_envd_port": 0}).e2b_port == 0
+
+
 def test_a_default_left_unset_follows_a_lower_maximum() -> None:
     settings = load({"max_timeout_s": 60, "max_memory_mb": 512, "max_cpus": 0.5})
     assert settings.default_timeout_s == 60 and settings.default_memory_mb == 512

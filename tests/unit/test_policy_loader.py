@@ -47,6 +47,12 @@ def test_a_good_file_loads() -> None:
             "line 2: approvals.expire_after: unknown field",
         ),
         (GOOD.replace('default = "allow"', "default = allow"), "line 5"),
+        # A misspelt required field: the unknown name, not the missing one ("Field
+        # required (and 1 more)" hid the typo).
+        (
+            GOOD.replace('default = "allow"', 'defualt = "allow"'),
+            "policies.default.defualt: unknown field; did you mean 'default'?",
+        ),
         ('[policies.other]\ndefault = "allow"\n', "[policies.default] is required"),
     ],
 )
