@@ -513,18 +513,20 @@ class ExecutionRecorder:
         traceback = content.get("traceback")
         lines = traceback if isinstance(traceback, list) else []
         evalue = clean_text(content.get("evalue", ""))
-        texts = [strip_ansi(clean_text(line)) for line in lines[:TRACEBACK_LINES]]
+        omitted = max(len(lines) - TRACEBACK_LINES, 0)
+        # Head and tail: the innermost frames and the exception's own line are at the end
+        # (a RecursionError kept only its first 500 frames, all alike, and lost both).
+        head = TRACEBACK_LINES // 2
+        kept = lines[:head] + lines[head + omitted :] if omitted else lines
+        texts = [strip_ansi(clean_text(line)) for line in kept]
         # Said by ``truncated`` on the execution (outputs.py).
-        self.error_cut = len(lines) > TRACEBACK_LINES or any(
+        self.error_cut = bool(omitted) or any(
             len(text) > ERROR_TEXT_LIMIT for text in [evalue, *texts]
         )
         evalue = _cut_error(evalue, ERROR_TEXT_LIMIT)
         texts = [_cut_error(text, ERROR_TEXT_LIMIT) for text in texts]
-        if len(lines) > TRACEBACK_LINES:
-            texts.append(
-                f"[... {len(lines) - TRACEBACK_LINES} more traceback lines omitted "
-                "by the service ...]"
-            )
+        if omitted:
+            texts.insert(head, f"[... {omitted} more traceback lines omitted by the service ...]")
         self.error = ErrorEvent(
             ename=clean_text(content.get("ename", "Error"), 1000),
             evalue=evalue,
@@ -676,7 +678,7 @@ def _as_text(value: Any) -> str:
 
 #: Characters of an error's message, and of each traceback line, kept at most.
 ERROR_TEXT_LIMIT = 100_000
-#: Traceback lines kept at most.
+#: Traceback lines kept at most (the first and the last half).
 TRACEBACK_LINES = 500
 _CUT_TAIL_MARK = " characters of this error text omitted by the service ...]"
 

@@ -238,3 +238,23 @@ def test_rich_output_past_the_cells_rich_limit_is_dropped_with_a_notice() -> Non
     said = "".join(e.text for e in events if isinstance(e, StreamEvent) and e.name == "stderr")
     assert "went past the broker's limit of 1000 characters" in said
     assert rec.rich_dropped > 0
+
+
+def test_a_long_traceback_keeps_its_first_and_last_lines() -> None:
+    """A RecursionError's traceback kept its first 500 frames, all alike, and lost the
+    innermost frames and the line naming the exception, which tell a model what failed."""
+    frames = [f"frame {i}\n" for i in range(3000)] + ["RecursionError: maximum depth\n"]
+    rec = ExecutionRecorder("m")
+    (event,) = rec.feed_iopub(
+        {
+            "header": {"msg_type": "error"},
+            "content": {"ename": "RecursionError", "evalue": "max", "traceback": frames},
+        }
+    )
+    assert isinstance(event, ErrorEvent) and rec.error_cut
+    kept = event.traceback
+    assert len(kept) == 501
+    assert kept[:250] == frames[:250]
+    assert kept[250] == "[... 2501 more traceback lines omitted by the service ...]"
+    assert kept[251:] == frames[-250:]
+    assert kept[-1] == "RecursionError: maximum depth\n"
