@@ -35,6 +35,18 @@ def _pairs(keys: list[Any], values: list[Any]) -> str:
     return ", ".join(f"{_num(k)}={_num(v)}" for k, v in zip(keys, values, strict=False))
 
 
+def _x_span(xs: list[Any], sampled: object) -> str:
+    """Where the x values lie: first to last when they run one way (a time series), else
+    their smallest and largest (a scatter's first and last x said nothing of its range)."""
+    if not xs:
+        return ""
+    numbers = [x for x in xs if isinstance(x, int | float) and not isinstance(x, bool)]
+    if len(numbers) < len(xs) or numbers == sorted(numbers) or numbers == sorted(numbers)[::-1]:
+        return f"; x from {_num(xs[0])} to {_num(xs[-1])}"
+    among = f" (of {len(numbers)} sampled)" if sampled else ""
+    return f"; x between {_num(min(numbers))} and {_num(max(numbers))}{among}"
+
+
 def _series_text(s: dict[str, Any]) -> str:
     kind = s.get("type")
     points = s.get("points")
@@ -49,8 +61,7 @@ def _series_text(s: dict[str, Any]) -> str:
         if small:
             xs, ys = s.get("x") or [], s.get("y") or []
             return ", ".join(f"({_num(x)}, {_num(y)})" for x, y in zip(xs, ys, strict=False))
-        xs = [x for x in (s.get("x") or []) if x is not None]
-        span = f"; x from {_num(xs[0])} to {_num(xs[-1])}" if xs else ""
+        span = _x_span([x for x in (s.get("x") or []) if x is not None], s.get("truncated"))
         if not s.get("stats"):
             return f"{points} points{span}"
         return f"{points} points, y: {_stats(s.get('stats'))}{span}"

@@ -287,6 +287,21 @@ def test_chart_text_gives_values_for_small_series_and_statistics_for_large() -> 
     )
 
 
+def test_chart_text_gives_a_scatters_x_range_not_its_first_and_last_x() -> None:
+    """A scatter of x spanning 0..100 whose first and last points sit at x=5 was said to
+    lie "x from 5 to 5"; a series whose x runs one way keeps its direction."""
+    xs = [5, 0, 40, 100, 60, 5]
+    scatter = {"type": "scatter", "label": "q", "x": xs, "y": xs, "points": 60, "truncated": True}
+    text = chart_summary({"axes": [{"kind": "scatter", "series": [scatter]}]})
+    assert "60 points; x between 0 and 100 (of 6 sampled)" in text
+    falling = {**scatter, "x": [9, 5, 1], "points": 30}
+    assert "x from 9 to 1" in chart_summary({"axes": [{"kind": "line", "series": [falling]}]})
+    dates = {**scatter, "x": ["2026-01-02", "2026-01-01"], "points": 30}
+    assert "x from 2026-01-02 to 2026-01-01" in chart_summary(
+        {"axes": [{"kind": "line", "series": [dates]}]}
+    )
+
+
 def test_chart_text_names_layouts() -> None:
     bars = {"type": "bar", "label": "a", "categories": ["p"], "values": [1], "points": 1}
     chart = {
