@@ -165,6 +165,19 @@ def readable_text(data: dict[str, Any], *, have_summary: bool = False) -> str | 
     return plain
 
 
+#: What an ``unknown`` status means to the model, by reason: the bare reason led a model
+#: to run again code whose kernel was still running it.
+UNKNOWN_ENDINGS = {
+    "broker_shutdown": "The service stopped while this code ran. Its kernel was kept and "
+    "may still be running it: do not run it again. Once the service is back, read "
+    "execution {id} again for what it printed since (its status stays unknown).",
+}
+UNKNOWN_ENDING = (
+    "The service restarted while this code ran, so how it ended is not known (what it "
+    "printed while no service ran is lost). Check what it should have done before going on."
+)
+
+
 def execution_header(execution: Execution) -> str:
     """``status: ok (cell 3, 41 ms)`` plus a warning when state was lost."""
     bits = []
@@ -179,6 +192,10 @@ def execution_header(execution: Execution) -> str:
         head += "\nThe kernel died (out of memory, a crash, or os._exit) and was restarted."
     elif execution.status == "interrupted":
         head += "\nThe code was interrupted."
+    elif execution.status == "unknown":
+        head += "\n" + UNKNOWN_ENDINGS.get(execution.reason or "", UNKNOWN_ENDING).format(
+            id=execution.id
+        )
     policy = policy_text(execution)
     if policy:
         head += "\n" + policy

@@ -417,3 +417,16 @@ def test_cut_streams_give_no_places_and_the_old_grouping(tmp_path: Path) -> None
     assert ex.truncated and ex.outputs[0].after is None
     blocks = render_execution(ex)
     assert blocks[1].startswith("stdout:\nxxx") and blocks[-1] == "display:\ntable"
+
+
+def test_an_unknown_ending_tells_the_model_not_to_run_the_code_again() -> None:
+    """A cell a shutdown left running in its kept kernel read as ``status: unknown ...
+    Reason: broker_shutdown.``, and a model would run it again (its effects twice)."""
+    kept = Execution(
+        id="ex_k", session_id="s", code="x", status="unknown", reason="broker_shutdown"
+    )
+    text = "".join(render_execution(kept))
+    assert "may still be running it: do not run it again" in text
+    assert "read execution ex_k again" in text
+    crashed = kept.model_copy(update={"reason": "broker_restarted"})
+    assert "how it ended is not known" in "".join(render_execution(crashed))
