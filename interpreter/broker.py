@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from interpreter import memory, quota, rebuild, storage_floor
 from interpreter.artifacts import ArtifactStore
@@ -458,13 +458,35 @@ class SessionBroker:
             model.status = "starting"  # being reattached
         return model
 
-    async def list_for(self, owner: str) -> list[SessionModel]:
-        records = await asyncio.to_thread(self.store.list_sessions, owner)
+    async def list_for(
+        self,
+        owner: str,
+        *,
+        state: Literal["open", "closed", "all"] = "all",
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> tuple[list[SessionModel], str | None]:
+        """``owner``'s sessions (see :meth:`Store.list_sessions`), and the id to list the
+        next ones after when ``limit`` left some out (else None). An ``after`` that is
+        not one of ``owner``'s sessions raises ``BadRequest``."""
+        if after is not None and not await asyncio.to_thread(self.store.owns, owner, after):
+            raise BadRequest(
+                f"after={after[:80]!r} is not one of your sessions: give the id of the last "
+                "session of the previous page (its 'next')."
+            )
+        more = None if limit is None else limit + 1
+        records = await asyncio.to_thread(
+            partial(self.store.list_sessions, owner, state=state, after=after, limit=more)
+        )
+        following = None
+        if limit is not None and len(records) > limit:
+            records = records[:limit]
+            following = records[-1].id
         out = []
         for record in records:
             live = self.live.get(record.id)
             out.append(live.info() if live is not None else record.to_model())
-        return out
+        return out, following
 
     async def require_live(self, owner: str, session_id: str) -> LiveSession:
         live = self._live(owner, session_id)

@@ -374,6 +374,8 @@ class Session(BaseModel):
 
 class SessionList(BaseModel):
     sessions: list[Session]
+    #: With ``limit``: the ``after`` of the next page, None when there is none.
+    next: str | None = None
 
 
 class ArtifactRef(BaseModel):

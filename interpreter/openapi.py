@@ -98,7 +98,34 @@ def openapi_document() -> dict[str, Any]:
             },
             "get": {
                 "summary": "List this key's sessions",
-                "responses": {"200": _json(models.SessionList, "Sessions"), **_errors(401)},
+                "description": "Oldest first. With limit, a page: the next one is asked "
+                "with after set to the page's next (null on the last page).",
+                "parameters": [
+                    {
+                        "name": "state",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["open", "closed", "all"]},
+                        "description": "open: not closed (default all)",
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    },
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string"},
+                        "description": "The previous page's next (a session id)",
+                    },
+                ],
+                "responses": {
+                    "200": _json(models.SessionList, "Sessions"),
+                    **_errors(400, 401, 422),
+                },
             },
         },
         "/v1/sessions/{session_id}": {

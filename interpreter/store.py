@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from interpreter import audit
 from interpreter.errors import ShuttingDown
@@ -372,16 +372,42 @@ class Store:
             row = cur.fetchone()
         return _decode(row) if row else None
 
-    def list_sessions(self, owner: str | None = None) -> list[SessionRecord]:
+    def list_sessions(
+        self,
+        owner: str | None = None,
+        *,
+        state: Literal["open", "closed", "all"] = "all",
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions (of ``owner``, if given) in the order they were created: those not
+        closed (``open``), ``closed`` or ``all``; only those after the session ``after``
+        in that order (none when it is not one of them); at most ``limit``."""
+        sql = "SELECT * FROM sessions WHERE 1"
+        args: list[Any] = []
+        if owner is not None:
+            sql += " AND owner = ?"
+            args.append(owner)
+        if state != "all":
+            sql += " AND status = 'closed'" if state == "closed" else " AND status != 'closed'"
+        if after is not None:
+            sql += " AND (created_at, id) > (SELECT created_at, id FROM sessions WHERE id = ?)"
+            args.append(after)
+        sql += " ORDER BY created_at, id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
         with self._lock:
-            if owner is None:
-                cur = self._db.execute("SELECT * FROM sessions ORDER BY created_at")
-            else:
-                cur = self._db.execute(
-                    "SELECT * FROM sessions WHERE owner = ? ORDER BY created_at", (owner,)
-                )
-            rows = cur.fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         return [_decode(r) for r in rows]
+
+    def owns(self, owner: str, session_id: str) -> bool:
+        """Whether ``session_id`` is a session of ``owner`` (open or closed)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM sessions WHERE id = ? AND owner = ?", (session_id, owner)
+            ).fetchone()
+        return row is not None
 
     # -- executions ----------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 import unicodedata
-from typing import Any
+from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from tornado.iostream import StreamClosedError
@@ -61,7 +61,21 @@ class SessionsHandler(BaseHandler):
         self.send_json(session, 201)
 
     async def get(self) -> None:
-        self.send_json(SessionList(sessions=await self.broker.list_for(self.owner)))
+        """The key's sessions, oldest first: ``?state=open|closed|all`` (all), and pages
+        of ``?limit=N``, each next one ``?after=`` the id the previous one gave as
+        ``next``."""
+        state = self.get_query_argument("state", "all")
+        if state not in ("open", "closed", "all"):
+            raise ValidationFailed("state must be open (not closed), closed or all.")
+        raw = self.get_query_argument("limit", None)
+        limit = None if raw is None else _limit(raw)
+        sessions, following = await self.broker.list_for(
+            self.owner,
+            state=cast(Literal["open", "closed", "all"], state),
+            after=self.get_query_argument("after", None) or None,
+            limit=limit,
+        )
+        self.send_json(SessionList(sessions=sessions, next=following))
 
 
 class SessionHandler(BaseHandler):
@@ -373,6 +387,20 @@ class OpenAPIHandler(BaseHandler):
 
     async def get(self) -> None:
         self.send_json(openapi_document())
+
+
+#: Most sessions one page lists.
+MAX_LIST_LIMIT = 1000
+
+
+def _limit(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_LIST_LIMIT:
+        raise ValidationFailed(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}.")
+    return value
 
 
 def _etag(artifact_id: str) -> str:

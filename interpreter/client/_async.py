@@ -130,9 +130,10 @@ class AsyncClient:
         """Attach to an existing session by id (raises NotFoundError if it is unknown)."""
         return AsyncSession(self, await self._call(proto.get_session(session_id)))
 
-    async def list_sessions(self) -> list[SessionInfo]:
-        """Every session of this API key, including closed ones still on record."""
-        return await self._call(proto.list_sessions())
+    async def list_sessions(self, state: str = "all") -> list[SessionInfo]:
+        """The sessions of this API key, oldest first: ``all`` (closed ones still on
+        record too), ``open`` (not closed) or ``closed``."""
+        return await self._call(proto.list_sessions(state))
 
     async def delete_session(self, session_id: str) -> None:
         """Stop a session's kernel; its notebook and artifacts stay readable."""

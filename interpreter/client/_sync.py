@@ -142,9 +142,10 @@ class Client:
         """Attach to an existing session by id (raises NotFoundError if it is unknown)."""
         return Session(self, self._call(proto.get_session(session_id)))
 
-    def list_sessions(self) -> list[SessionInfo]:
-        """Every session of this API key, including closed ones still on record."""
-        return self._call(proto.list_sessions())
+    def list_sessions(self, state: str = "all") -> list[SessionInfo]:
+        """The sessions of this API key, oldest first: ``all`` (closed ones still on
+        record too), ``open`` (not closed) or ``closed``."""
+        return self._call(proto.list_sessions(state))
 
     def delete_session(self, session_id: str) -> None:
         """Stop a session's kernel; its notebook and artifacts stay readable."""

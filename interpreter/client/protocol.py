@@ -421,8 +421,9 @@ def _fence(generation: int | None) -> dict[str, str] | None:
     return {"generation": str(generation)} if generation is not None else None
 
 
-def list_sessions() -> Call[list[Session]]:
-    return Call("GET", "/v1/sessions", _parse_session_list)
+def list_sessions(state: str = "all") -> Call[list[Session]]:
+    params = None if state == "all" else {"state": state}
+    return Call("GET", "/v1/sessions", _parse_session_list, params=params)
 
 
 def get_session(session_id: str) -> Call[Session]:

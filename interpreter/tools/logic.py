@@ -137,11 +137,13 @@ class _ToolLogic:
         return ToolResult([TextPart(text)])
 
     def _tool_list_sessions(self) -> _Steps:
-        sessions: list[SessionInfo] = yield proto.list_sessions()
+        # Open ones only: a key's closed sessions stay on record for good, and listing
+        # them all grew the model's text without end.
+        sessions: list[SessionInfo] = yield proto.list_sessions("open")
         if self.own_sessions_only:
             sessions = [s for s in sessions if s.id in self.created]
         if not sessions:
-            return ToolResult([TextPart("No sessions yet; run_code creates one.")])
+            return ToolResult([TextPart("No open sessions; run_code creates one.")])
         lines = []
         for s in sessions:
             mark = "  (current)" if s.id == self.session_id else ""

@@ -130,7 +130,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "list_sessions",
-        "List your sessions with their id, status (idle, busy, dead, closed), number of "
+        "List your open sessions with their id, status (idle, busy, dead), number of "
         "executions and creation time, and which one is current.",
         {"type": "object", "properties": {}, "additionalProperties": False},
     ),

@@ -467,7 +467,7 @@ def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
 
 
 def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService) -> None:
-    assert "No sessions yet" in run(executor, "list_sessions").text
+    assert "No open sessions" in run(executor, "list_sessions").text
     created = run(executor, "create_session").text
     assert "Created session s1" in created
     forked = run(executor, "create_session", from_session="s1").text
