@@ -262,7 +262,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     """``interp sessions``: a table of this key's sessions."""
     try:
         with _client(args) as client:
-            sessions = client.list_sessions()
+            sessions = client.list_sessions(args.state)
     except ClientError as exc:
         return _service_error(exc)
     if args.json:
@@ -633,6 +633,12 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
 
     sessions = subparsers.add_parser("sessions", parents=[parent], help="List sessions.")
     sessions.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    sessions.add_argument(
+        "--state",
+        choices=["open", "closed", "all"],
+        default="all",
+        help="Which sessions: open (not closed), closed, or all (default).",
+    )
     sessions.set_defaults(func=_quiet_http_log(cmd_sessions))
 
     notebook = subparsers.add_parser(

@@ -140,6 +140,9 @@ def test_sessions_table_and_json(local_server: Server, kept_session: Session) ->
     assert any(row.startswith(kept_session.id) and " idle " in row for row in rows)
     listed = json.loads(interp(local_server, "sessions", "--json").stdout)
     assert kept_session.id in [s["id"] for s in listed]
+    closed = json.loads(interp(local_server, "sessions", "--json", "--state", "closed").stdout)
+    assert kept_session.id not in [s["id"] for s in closed]
+    assert all(s["status"] == "closed" for s in closed)
 
 
 def test_notebook_and_html_export(
