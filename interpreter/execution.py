@@ -204,6 +204,8 @@ class ExecutionRecorder:
         self.streams = StreamTotals()
         self.rich_chars = 0
         self.rich_dropped = 0
+        #: Output messages taken (streams, displays, errors): grows as the cell prints.
+        self.taken = 0
         #: Kernel messages dropped for their size (the output link was cut and renewed).
         self.messages_dropped = 0
         #: Per stream, the URL of the artifact with its whole text, once stored: a text
@@ -300,8 +302,10 @@ class ExecutionRecorder:
                 self.execution_count = count
             return []
         if msg_type == "stream":
+            self.taken += 1
             return self._stream(content)
         if msg_type in ("display_data", "execute_result"):
+            self.taken += 1
             return self._rich(msg_type, content)
         if msg_type == "update_display_data":
             return self._update(content)

@@ -72,7 +72,8 @@ def broker_restart_note(
         )
     return (
         "**Broker restarted** while the cell above ran, and its kernel did not survive: "
-        "its outcome is unknown, it was not re-run, and its output is lost. "
+        "its outcome is unknown and it was not re-run. The output shown is what it had "
+        "printed by the broker's last save of it (every few seconds); the rest is lost. "
         + ("The session was closed." if closed else "The session goes on with a fresh kernel.")
     )
 

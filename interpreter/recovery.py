@@ -318,7 +318,8 @@ def _close_files(
         else:
             recorder.add_cell(
                 ex.code,
-                [],
+                # What it printed up to its last progress write (see LiveSession._run).
+                restore_cells.outputs_of(ex, session_dir / "artifacts"),
                 execution_id=ex.id,
                 execution_count=ex.execution_count,
                 status=ex.status,

@@ -64,8 +64,10 @@ from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
 from interpreter.release import release_disk
 from interpreter.restarts import KernelLifecycle
+from interpreter.restore_cells import outputs_of
 from interpreter.routing import MessageRouting
 from interpreter.settings import Settings
+from interpreter.snapshot import output_so_far
 from interpreter.spill import StreamSpill
 from interpreter.store import Activity, SessionRecord, Store, Writer, utcnow
 from interpreter.workspace import Workspace
@@ -84,6 +86,8 @@ RESUMED_KEPT_NOTE = (
     "the restart and after the new broker attached is kept here; a line in its output marks "
     "where what it printed in between is missing."
 )
+#: Seconds between two writes of a running cell's output so far (when it printed).
+PROGRESS_SAVE_S = 2.0
 #: Where a kept cell's output goes on after a broker restart (printed meanwhile: lost).
 RESUMED_GAP = "\n[the service restarted here: what the cell printed meanwhile is missing]\n"
 
@@ -737,13 +741,17 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         # Issued once the request has left: the writer's thread, woken before the send,
         # took the GIL from it (0.50 against 0.30 ms from the call to the send, p50).
         handle.running_write = self.writer.later(*self._save_keyed(handle, ex.id))
-        ending = await waiting.until_end(
-            handle,
-            rec,
-            self.kernel,
-            deadline=started + handle.timeout_s,
-            iopub_grace_s=self.settings.iopub_grace_s,
-        )
+        progress = asyncio.ensure_future(self._save_progress(handle, rec))
+        try:
+            ending = await waiting.until_end(
+                handle,
+                rec,
+                self.kernel,
+                deadline=started + handle.timeout_s,
+                iopub_grace_s=self.settings.iopub_grace_s,
+            )
+        finally:
+            progress.cancel()
         ex.duration_ms = round((loop.time() - started) * 1000, 3)
         state_lost, restart = False, None
         if ending.kind == "timeout":
@@ -811,6 +819,24 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         handle.recorder, handle.spill = rec, spill
         return rec
 
+    async def _save_progress(self, handle: ExecutionHandle, rec: ExecutionRecorder) -> None:
+        """While the cell runs, every :data:`PROGRESS_SAVE_S` in which it printed, write its
+        record with its output so far (cut as a result is): a broker killed mid-cell lost
+        everything the cell had printed, which the client had seen, even with its kernel
+        still running it. Cancelled when the cell ends; its final record comes after."""
+        seen = rec.taken
+        while True:
+            await asyncio.sleep(PROGRESS_SAVE_S)
+            if rec.taken == seen:
+                continue
+            seen = rec.taken
+            ex = output_so_far(handle, output_bytes=self.settings.max_output_bytes)
+            if rec.execution_count is not None:
+                ex = ex.model_copy(update={"execution_count": rec.execution_count})
+            key = handle.execution.id
+            handle.to_save[key] = Saved(ex.model_dump_json(), None)
+            self.writer.later(partial(self._save_waiting, handle, key), key)
+
     async def _resume(self, handle: ExecutionHandle) -> None:
         """Wait out a cell an earlier broker left running; record what it still prints.
 
@@ -824,6 +850,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         rec = self._record(handle, ex.id)
         # What it printed before a shutdown that kept its kernel (``_end_unfinished``) goes on.
         before = await self.notebook.outputs_of(ex.id)
+        if before is None and (ex.stdout or ex.stderr or ex.outputs):
+            # A broker killed mid-cell: its record holds its last progress write.
+            root = self.capture.artifacts.root
+            before = await asyncio.to_thread(outputs_of, ex, root, None)
         for output in before or []:
             rec.feed_iopub(as_message(output))
         if before is not None:
