@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -403,6 +404,97 @@ def test_raw_stream_is_ndjson_with_keepalives_and_ends_last(e2b: E2BServer, sbx:
     assert [i["execution_count"] for i in items if i["type"] == "number_of_executions"]
 
 
+def test_the_stream_is_ascii_so_no_character_is_split_between_chunks(
+    e2b: E2BServer, sbx: Sandbox
+) -> None:
+    # Before, lines were raw UTF-8: E2B's JS SDK decodes each network chunk on its own, so
+    # a character split between two chunks reached its callbacks as U+FFFD.
+    code = (
+        "import sys\nprint('\u00e9\u65e5\U0001f600' * 3)\nsys.stderr.write('\u00fc\\n')\n"
+        "display('\u03a9')\nraise ValueError('\u00df')"
+    )
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        resp = raw.post("/execute", json={"code": code})
+    assert resp.status_code == 200 and resp.content.isascii()
+    items = [json.loads(line) for line in resp.text.splitlines()]
+    assert [i["text"] for i in items if i["type"] == "stdout"] == [
+        "\u00e9\u65e5\U0001f600" * 3 + "\n"
+    ]
+    execution = sbx.run_code(code)
+    assert execution.logs.stdout == ["\u00e9\u65e5\U0001f600" * 3 + "\n"]
+    assert execution.logs.stderr == ["\u00fc\n"]
+    assert [r.text for r in execution.results] == ["'\u03a9'"]
+    assert execution.error is not None and execution.error.value == "\u00df"
+
+
+def test_output_past_the_in_memory_limit_ends_with_its_tail_and_the_notice(sbx: Sandbox) -> None:
+    # Before, the stream stopped at max_output_hard_bytes (4 MiB: the rest spills to disk
+    # and stops streaming): no notice, and the END printed last never arrived.
+    code = (
+        "import sys\nfor i in range(5):\n"
+        "    sys.stdout.write(str(i) + ':' + 'x' * 1_000_000 + '\\n')\nprint('END')"
+    )
+    printed = 5 * (2 + 1_000_000 + 1) + len("END\n")
+    stderr: list[Any] = []
+    execution = sbx.run_code(code, on_stderr=stderr.append)
+    out = "".join(execution.logs.stdout)
+    assert out.endswith("x\nEND\n")
+    mark = re.search(r"\n\[\.\.\. (\d+) characters omitted; full text in the artifact /v1/", out)
+    assert mark is not None
+    # What streamed, what the mark says was left out, and the tail: every character.
+    assert mark.start() + int(mark.group(1)) + len(out[mark.end() :].split("\n", 1)[1]) == printed
+    notice = "".join(m.line for m in stderr)
+    assert notice.startswith("\n[output limit reached:")
+    assert f"all {printed} characters of stdout are in the artifact /v1/sessions/" in notice
+
+
+def test_a_sandbox_killed_mid_run_raises_as_on_e2b(e2b: E2BServer) -> None:
+    # Before, run_code returned, with an error named SessionClosed; a run queued behind it
+    # ended as if it had run, with nothing.
+    sandbox = e2b.sandbox()
+    headers = {"X-Access-Token": sandbox._envd_access_token, "E2b-Sandbox-Id": sandbox.sandbox_id}
+
+    def queue_one_then_kill(_: Any) -> None:
+        with (
+            httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=60) as raw,
+            raw.stream("POST", "/execute", json={"code": "'never runs'"}) as queued,
+        ):
+            assert queued.status_code == 200  # the status line comes once it is queued
+            sandbox.kill()
+            # Cut, as for the running one: no end_of_execution, no last chunk.
+            with pytest.raises(httpx.RemoteProtocolError):
+                queued.read()
+
+    with pytest.raises(TimeoutException, match="killed while the request was in progress"):
+        sandbox.run_code(
+            "import time\nprint('started', flush=True)\ntime.sleep(600)",
+            on_stdout=queue_one_then_kill,
+        )
+
+
+def test_error_answers_say_why_in_their_status_line(e2b: E2BServer, sbx: Sandbox) -> None:
+    # E2B's JS SDK shows only "<status> <reason phrase>" of such errors: before, "400 Bad
+    # Request", never why.
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        language = raw.post("/execute", json={"code": "1", "language": "js"})
+        assert language.status_code == 400
+        assert language.reason_phrase == language.json()["message"]
+        assert "Python only" in language.reason_phrase
+        reserved = raw.post("/execute", json={"code": "1", "env_vars": {"PATH": "/x"}})
+        assert reserved.status_code == 422 and "'PATH' is reserved" in reserved.reason_phrase
+
+
+def test_signed_file_urls_are_refused_saying_so(e2b: E2BServer) -> None:
+    sandbox = e2b.sandbox(secure=True)
+    sandbox.files.write("signed.txt", "s")
+    resp = httpx.get(sandbox.download_url("signed.txt"), timeout=30)
+    assert resp.status_code == 401
+    assert "Signed file URLs" in resp.json()["message"]
+    sandbox.kill()
+
+
 def test_no_key_refuses_a_non_loopback_e2b_port(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, api_keys=[], host="0.0.0.0", e2b_port=0)
     with pytest.raises(SystemExit, match="without an API key"):
@@ -525,6 +617,20 @@ def test_unserved_rpc_methods_answer_unimplemented(e2b: E2BServer, sbx: Sandbox)
         sbx.files.watch_dir("/home/user")
     headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
     with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        # A server-streaming call gets its error at the stream's end, where Connect
+        # clients read it (before: a 501, which the JS SDK showed as "HTTP 501" only).
+        start = raw.post(
+            "/process.Process/Start",
+            content=b"\x00\x00\x00\x00\x02{}",
+            headers={"Content-Type": "application/connect+json"},
+        )
+        assert start.status_code == 200
+        assert start.headers["content-type"] == "application/connect+json"
+        assert start.content[0] == 0b10  # the end-of-stream envelope, and only it
+        assert int.from_bytes(start.content[1:5], "big") == len(start.content) - 5
+        error = json.loads(start.content[5:])["error"]
+        assert error["code"] == "unimplemented"
+        assert "process.Process/Start is not supported" in error["message"]
         resp = raw.post("/process.Process/List", json={})
         assert resp.status_code == 501
         assert resp.json()["code"] == "unimplemented"
@@ -613,7 +719,7 @@ def test_designed_5xx_answers_are_not_logged_as_errors(
     sandbox.kill()
     assert not sandbox.is_running()
     with pytest.raises(SandboxException):
-        sandbox.commands.run("ls")
+        sandbox.commands.list()  # a unary call: 501 (a streaming one's error is in its body)
     with pytest.raises(SandboxNotRunningException):  # not "False": the sandbox is gone
         sandbox.files.exists("anything")
     deadline = time.monotonic() + 10

@@ -25,6 +25,20 @@ from interpreter.settings import Settings
 
 SANDBOX_HEADER = "E2b-Sandbox-Id"
 TOKEN_HEADERS = ("X-Access-Token", "E2B-Traffic-Access-Token")
+#: The longest reason phrase of an error answer (the message, shortened).
+REASON_CHARS = 300
+
+
+def reason_phrase(message: str) -> str:
+    """``message`` as an HTTP reason phrase: one line of printable ASCII (anything else,
+    and the ``<`` and ``>`` tornado would refuse, become ``?``), at most
+    :data:`REASON_CHARS` characters."""
+    text = "".join(
+        c if " " <= c <= "~" and c not in "<>" else "?" for c in " ".join(message.split())
+    )
+    if len(text) > REASON_CHARS:
+        text = text[: REASON_CHARS - 3] + "..."
+    return text or "Error"
 
 
 class SandboxNotRunning(InterpreterError):
@@ -74,6 +88,11 @@ class E2BHandler(BaseHandler):
             if sandbox is not None:
                 self.owner = self.key_id = sandbox.owner
                 return
+        if self.get_query_argument("signature", None) is not None:
+            raise Unauthorized(
+                "Signed file URLs (download_url, upload_url) are not supported by this "
+                "service: send the API key (X-API-Key) or the sandbox's access token."
+            )
         raise Unauthorized(
             "Missing API key: send 'X-API-Key: <key>' (E2B_API_KEY), or the access token of "
             "a sandbox created through this service's control plane (E2B_API_URL)."
@@ -107,6 +126,8 @@ class E2BHandler(BaseHandler):
         else:
             code, message = "internal_error", "Internal error; the service logged the details."
         self.error_type = code
+        # E2B's JS SDK shows only the status line of most errors, not the body.
+        self.set_status(status_code, reason=reason_phrase(message))
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"code": status_code, "message": message, "type": code}))
 

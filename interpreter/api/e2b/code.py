@@ -14,14 +14,16 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from interpreter.api.e2b import envs, results
 from interpreter.api.e2b.base import E2BHandler
+from interpreter.api.e2b.sandboxes import E2BSandbox
 from interpreter.api.json_body import describe_validation
 from interpreter.errors import BadRequest, ValidationFailed
 from interpreter.handle import Done, ErrorRaised, Event, ExecutionHandle, OutputAdded, StreamText
-from interpreter.models import ErrorInfo, ExecuteRequest
+from interpreter.models import ErrorInfo, ExecuteRequest, Execution
 from interpreter.policy.explain import policy_text
 
 #: Longest silence on an execution stream; E2B's SDK expects a line at least every 5 s.
@@ -66,8 +68,12 @@ class ExecuteHandler(E2BHandler):
     _handle: ExecutionHandle | None = None
     _session_id = ""
     _tasks: set[asyncio.Task[Any]]
+    #: Characters of each stream sent live.
+    _streamed: dict[str, int]
+    _sandbox: E2BSandbox
 
     async def post(self) -> None:
+        self._streamed = {"stdout": 0, "stderr": 0}
         body = self.parse(ExecuteBody)
         try:
             code = ExecuteRequest(code=body.code).code
@@ -75,7 +81,7 @@ class ExecuteHandler(E2BHandler):
             raise ValidationFailed(describe_validation(exc)) from exc
         check_language(body.language)
         env = envs.checked(body.env_vars) if body.env_vars else {}
-        sandbox = await self.sandbox()
+        sandbox = self._sandbox = await self.sandbox()
         self._session_id = sandbox.session_of(body.context_id)
         if env:
             await self._submit(envs.setup_code(env), role="env_vars")
@@ -115,6 +121,10 @@ class ExecuteHandler(E2BHandler):
                     continue
                 if event is None:
                     break
+                if isinstance(event, Done) and self._sandbox_gone(event.execution):
+                    await self.flush()
+                    self._cut()
+                    return
                 for item in await self._items(event, error_sent):
                     error_sent = error_sent or item["type"] == "error"
                     self.write(results.line(item))
@@ -126,8 +136,24 @@ class ExecuteHandler(E2BHandler):
         with contextlib.suppress(StreamClosedError):
             self.finish()
 
+    def _sandbox_gone(self, ex: Execution) -> bool:
+        """The run did not complete, and its sandbox is no longer running: it was stopped
+        by the sandbox's end (killed, timed out, its session closed), running or queued."""
+        return ex.status not in ("ok", "error") and not self.sandboxes.running(self._sandbox)
+
+    def _cut(self) -> None:
+        """Close the connection with the body unfinished (no ``end_of_execution``, no last
+        chunk), as E2B's does when its sandbox goes away mid-run: for a sandbox that is not
+        running, both SDKs then raise "The sandbox was killed while the request was in
+        progress" (``TimeoutException``; ``TimeoutError`` in JS)."""
+        self.error_type = "sandbox_not_running"  # the access line says why it was cut
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.close()
+
     async def _items(self, event: Event, error_sent: bool) -> list[dict[str, Any]]:
         if isinstance(event, StreamText):
+            self._streamed[event.name] += len(event.text)
             return [results.stream_item(event.name, event.text)]
         if isinstance(event, OutputAdded):
             return [await results.result_item(event.output, self._read_artifact)]
@@ -135,7 +161,7 @@ class ExecuteHandler(E2BHandler):
             return [results.error_item(event.error)]
         if isinstance(event, Done):
             ex = event.execution
-            items = []
+            items = self._unstreamed(ex)
             if ex.error is not None and not error_sent:
                 items.append(results.error_item(ex.error))
             elif ex.status == "denied" and ex.policy is not None:
@@ -147,6 +173,23 @@ class ExecuteHandler(E2BHandler):
                 items.append(count)
             return [*items, results.END]
         return []  # a cleared output area: E2B's stream has no such item
+
+    def _unstreamed(self, ex: Execution) -> list[dict[str, Any]]:
+        """The end of what the run printed, when text stopped streaming at the broker's
+        in-memory limit (it went on to disk): each stream's mark naming its artifact and
+        its tail, and the limit's notice, as ``/v1``'s record ends (else E2B's client would
+        see the output stop with no word of why)."""
+        handle = self._handle
+        notice = handle.recorder.streams.notice if handle and handle.recorder else ""
+        stderr = ex.stderr.removesuffix(notice) if notice else ex.stderr
+        items = []
+        for name, final in (("stdout", ex.stdout), ("stderr", stderr)):
+            rest = results.unstreamed(final, self._streamed[name])
+            if name == "stderr":
+                rest += notice
+            if rest:
+                items.append(results.stream_item(name, rest))
+        return items
 
     async def _read_artifact(self, artifact_id: str) -> bytes:
         path, _, _ = await self.broker.artifact(self.owner, self._session_id, artifact_id)

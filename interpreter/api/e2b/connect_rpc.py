@@ -4,13 +4,17 @@ The SDK calls envd's ``filesystem.Filesystem`` and ``process.Process`` services 
 Connect protocol and its JSON codec: a unary call is ``POST`` with an ``application/json``
 body, answered ``200`` with the response message, or with an error status and
 ``{"code": "<connect code>", "message": ...}`` (the SDK reads a plain 404 as
-``not_found``, so an unserved method must never answer that). Every method this service
-does not serve answers ``unimplemented`` (HTTP 501), naming the method.
+``not_found``, so an unserved method must never answer that). A server-streaming call
+(``application/connect+json``: ``commands.run``, ``pty.create``, ``files.watch_dir``)
+gets its error as Connect streams carry one: ``200`` and an end-of-stream envelope. Every
+method this service does not serve answers ``unimplemented`` (HTTP 501 for a unary
+call), naming the method.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 import tornado.web
@@ -47,6 +51,28 @@ STATUSES = {
     "internal": 500,
     "unavailable": 503,
 }
+
+
+#: The Content-Type of a Connect streaming call, before its codec's name.
+STREAM_TYPE = "application/connect+"
+#: The flag of the envelope that ends a Connect stream (its message is always JSON).
+END_STREAM = 0b10
+
+
+def streaming_codec(content_type: str) -> str | None:
+    """The codec of a Connect streaming call (``application/connect+json``: ``json``;
+    only ``json`` or ``proto``), None for a unary call."""
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if not mime.startswith(STREAM_TYPE):
+        return None
+    return "proto" if mime == STREAM_TYPE + "proto" else "json"
+
+
+def end_stream(code: str, message: str) -> bytes:
+    """A Connect stream that ends at once with an error: HTTP 200 and one end-of-stream
+    envelope (flags, big-endian length, ``{"error": {"code", "message"}}``)."""
+    payload = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return struct.pack(">BI", END_STREAM, len(payload)) + payload
 
 
 class Unimplemented(InterpreterError):
@@ -110,6 +136,14 @@ class ConnectHandler(E2BHandler):
             message = "Internal error; the service logged the details."
         if code == "unimplemented":
             self.designed_error = True
+        codec = streaming_codec(self.request.headers.get("Content-Type", ""))
+        if codec is not None:
+            # A streaming call's client reads its error from the stream's end only: from an
+            # HTTP error status it learns nothing but "HTTP 501".
+            self.set_status(200)
+            self.set_header("Content-Type", f"{STREAM_TYPE}{codec}")
+            self.finish(end_stream(code, message))
+            return
         self.set_status(STATUSES[code])
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"code": code, "message": message}))

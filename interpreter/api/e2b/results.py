@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import base64
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,8 +42,11 @@ BINARY_FIELDS = frozenset({"png", "jpeg", "pdf"})
 
 
 def line(item: dict[str, Any]) -> str:
-    """One NDJSON line (JSON escapes newlines inside strings, so framing holds)."""
-    return json.dumps(item, ensure_ascii=False) + "\n"
+    """One NDJSON line (JSON escapes newlines inside strings, so framing holds).
+
+    ASCII only, as E2B's server writes it: E2B's JS SDK decodes each network chunk on its
+    own, so a UTF-8 character split across two chunks would reach it as U+FFFD."""
+    return json.dumps(item) + "\n"
 
 
 def stream_item(name: str, text: str) -> dict[str, Any]:
@@ -62,6 +66,28 @@ def count_item(execution: Execution) -> dict[str, Any] | None:
     if execution.execution_count is None:
         return None
     return {"type": "number_of_executions", "execution_count": execution.execution_count}
+
+
+#: The mark a cut stream text carries where its middle was left out
+#: (``interpreter.execution.cut_middle`` and ``cut_around``): the count it omits, the rest.
+OMITTED = re.compile(r"\n\[\.\.\. (\d+)( characters omitted; full text in the artifact [^\n]*\])\n")
+
+
+def unstreamed(final: str, streamed: int) -> str:
+    """What of a stream's final text never went out live, of which ``streamed`` characters
+    did: past the broker's in-memory limit, text stops streaming (it goes on to disk), and
+    the record keeps a head, a mark naming the full-text artifact, and the tail the cell
+    printed last. The client lacks the part of that tail it did not get, after a mark
+    counting what it will never get; nothing when all of it streamed."""
+    mark = OMITTED.search(final)
+    if mark is None:
+        return ""  # an uncut text was all in memory, so all of it streamed
+    tail = final[mark.end() :]
+    total = mark.start() + int(mark.group(1)) + len(tail)
+    missing = total - streamed
+    if missing <= len(tail):
+        return tail[len(tail) - max(missing, 0) :]
+    return f"\n[... {missing - len(tail)}{mark.group(2)}\n{tail}"
 
 
 KEEPALIVE = {"type": "keepalive"}
