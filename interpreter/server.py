@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from interpreter import backends, exposure, memory
+from interpreter import backends, exposure, memory, storage_floor
 from interpreter.api.app import make_app
 from interpreter.api.base import DRAIN_LIMIT
 from interpreter.api.connections import GatedHTTPServer
@@ -155,6 +155,8 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         if settings.backend == "auto" and chosen.name != "docker":
             await asyncio.to_thread(_keep_docker_sessions, settings)
     await asyncio.to_thread(prepare_data_dir, settings.data_dir)
+    if chosen.isolated:
+        await asyncio.to_thread(_warn_thin_quotas, settings)
     # Before anything reads the data directory: a second broker's recovery would close
     # the first one's live sessions. Raises DataDirInUse.
     lock = DataDirLock.acquire(settings.data_dir)
@@ -203,6 +205,25 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
             urls.append(f"http://{host}:{bound[0].getsockname()[1]}")
         running.e2b_http, running.e2b_urls = e2b, tuple(urls)
     return running
+
+
+def _warn_thin_quotas(settings: Settings) -> None:
+    """Warn when one session's default workspace quota is more than the data disk has
+    above its floor: the workspace filesystems are sparse, so their quotas are promised,
+    not reserved, and a kernel that writes into a full disk gets I/O errors."""
+    quota = settings.default_disk_mb
+    try:
+        room = storage_floor.free_mb(settings.data_dir) - settings.min_free_mb
+    except OSError:
+        return
+    if quota and room < quota:
+        log.warning(
+            "the data disk has %d MiB free above --min-free-mb, less than one session's "
+            "workspace quota (--default-disk-mb %d): quotas are not reserved, so sessions "
+            "can fill the disk. Give the data directory more room or lower the quota.",
+            max(room, 0),
+            quota,
+        )
 
 
 def _keep_docker_sessions(settings: Settings) -> None:

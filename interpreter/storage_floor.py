@@ -39,6 +39,16 @@ def check(data_dir: Path, floor_mb: int) -> None:
         raise StorageFull.floor(free, floor_mb)
 
 
+def below(data_dir: Path, floor_mb: int) -> bool:
+    """Whether the data directory has less than ``floor_mb`` MiB free (where
+    :func:`check` refuses)."""
+    try:
+        check(data_dir, floor_mb)
+    except StorageFull:
+        return True
+    return False
+
+
 def failure_reason(exc: BaseException) -> str:
     """The reason of an execution the broker could not finish: ``storage_full`` when the
     data disk ran out of space (an artifact, the notebook or the record did not fit: sqlite

@@ -347,7 +347,11 @@ class HealthHandler(BaseHandler):
 
     async def get(self) -> None:
         degraded = sum(1 for s in self.broker.live.values() if s.audit_degraded)
-        status = "degraded" if degraded else "ok"
+        # Below the floor every creation, upload and cell is refused (507): it was "ok".
+        low = await asyncio.to_thread(
+            storage_floor.below, self.conf.data_dir, self.conf.min_free_mb
+        )
+        status = "degraded" if degraded or low else "ok"
         code = 200
         if self.broker.closing:
             # Shutting down: load balancers stop sending work; new work gets 503 anyway.
@@ -359,6 +363,7 @@ class HealthHandler(BaseHandler):
                 "status": status,
                 "backend": self.broker.backend.name,
                 "audit_degraded_sessions": degraded,
+                "storage": "low" if low else "ok",
                 "reattaching_sessions": self.broker.reattaching,
                 "recovery": "done" if self.broker.recovery_done else "running",
             },

@@ -101,6 +101,10 @@ def test_low_data_disk_is_507_storage_full_for_new_work_and_keeps_what_was_kept(
                 error = resp.json()["error"]
                 assert error["type"] == "storage_full"
                 assert "nearly full" in error["message"] and "MiB free" in error["message"]
+            # Health says so (it said "ok" while every new piece of work got a 507).
+            health = api.get("/healthz")
+            assert health.status_code == 200
+            assert (health.json()["status"], health.json()["storage"]) == ("degraded", "low")
             # What was kept is kept: the notebook is whole and the state untouched.
             nb = api.get(f"/v1/sessions/{sid}/notebook").json()
             nbformat.validate(nbformat.from_dict(nb))
@@ -108,6 +112,7 @@ def test_low_data_disk_is_507_storage_full_for_new_work_and_keeps_what_was_kept(
             filler.unlink()
             again = api.post(f"/v1/sessions/{sid}/execute", json={"code": "x += 1\nprint(x)"})
             assert again.json()["stdout"] == "42\n", again.text
+            assert api.get("/healthz").json()["storage"] == "ok"
             assert api.delete(f"/v1/sessions/{sid}").status_code == 204
         assert broker.errors == []
     finally:
@@ -252,3 +257,25 @@ def test_outputs_that_no_longer_fit_on_the_data_disk_name_storage_full(small_dis
         filler.unlink(missing_ok=True)
         stop_broker(broker)
         remove_leftovers(broker)
+
+
+def test_a_quota_larger_than_the_disk_is_warned_about_at_start(small_disk: Path) -> None:
+    """Workspace images are sparse: a quota is promised, not reserved, and one session
+    writing within its 1 GiB quota filled a 64 MiB data disk (I/O errors in its kernel,
+    507 for every other). Nothing said so at start."""
+    from tests.conftest import spawn_serve
+
+    log: list[str] = []
+    data = small_disk.parent / "quota-warning"
+    proc, _ = spawn_serve(
+        "--backend", "docker", "--data-dir", str(data), "--pool-size", "0",
+        "--default-disk-mb", "1024", "--min-free-mb", str(FLOOR_MB), log=log,
+    )  # fmt: skip
+    try:
+        warned = [line for line in log if "less than one session's workspace quota" in line]
+        assert len(warned) == 1, log
+        assert "--default-disk-mb 1024" in warned[0]
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        shutil.rmtree(data, ignore_errors=True)
