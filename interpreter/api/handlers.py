@@ -351,7 +351,8 @@ class HealthHandler(BaseHandler):
         low = await asyncio.to_thread(
             storage_floor.below, self.conf.data_dir, self.conf.min_free_mb
         )
-        status = "degraded" if degraded or low else "ok"
+        reachable = await self.broker.backend.reachable()
+        status = "degraded" if degraded or low or not reachable else "ok"
         code = 200
         if self.broker.closing:
             # Shutting down: load balancers stop sending work; new work gets 503 anyway.
@@ -364,6 +365,8 @@ class HealthHandler(BaseHandler):
                 "backend": self.broker.backend.name,
                 "audit_degraded_sessions": degraded,
                 "storage": "low" if low else "ok",
+                # The Docker engine does not answer: no kernel can start (503s).
+                "backend_reachable": reachable,
                 "reattaching_sessions": self.broker.reattaching,
                 "recovery": "done" if self.broker.recovery_done else "running",
             },

@@ -77,6 +77,9 @@ class LocalBackend:
         self.settings = settings
         self.packages: Mapping[str, str] = {}
 
+    async def reachable(self) -> bool:
+        return True  # kernels are this machine's processes
+
     def configure(self, manager: Any, options: LaunchOptions) -> None:
         # ipc sockets in the session's runtime dir: no ports to race for, nothing on the
         # network; tcp on loopback only when the path would not fit AF_UNIX's limit.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from interpreter.backends.docker.config import cgroup_parent_problem
 from interpreter.backends.docker.engine import (
     abandoned_containers,
     cgroup_driver,
+    docker_available,
     list_broker_containers,
     remove_container,
 )
@@ -31,6 +33,11 @@ from interpreter.settings import Settings
 
 if TYPE_CHECKING:
     from jupyter_client.manager import AsyncKernelManager
+
+
+#: Seconds an answer of the engine to ``reachable`` is reused, and how long one waits.
+REACH_CACHE_S = 5.0
+REACH_TIMEOUT_S = 2.0
 
 
 class DockerBackend:
@@ -53,6 +60,18 @@ class DockerBackend:
         self.packages: Mapping[str, str] = image_packages(settings.docker_image)
         self.pool: ContainerPool | None = None
         self._stamping: asyncio.Task[None] | None = None
+        #: When the engine was last asked whether it answers, and its answer.
+        self._reach = (-REACH_CACHE_S, True)
+
+    async def reachable(self) -> bool:
+        """Whether the engine answers a ping, asked at most every :data:`REACH_CACHE_S`
+        (off the loop): during an outage every creation is a 503 while health said ok."""
+        asked, answered = self._reach
+        if time.monotonic() - asked < REACH_CACHE_S:
+            return answered
+        answered = await asyncio.to_thread(docker_available, REACH_TIMEOUT_S)
+        self._reach = (time.monotonic(), answered)
+        return answered
 
     def configure(self, manager: AsyncKernelManager, options: LaunchOptions) -> None:
         # The provisioner sets the transport (ipc in the runtime directory) at pre_launch.
