@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from interpreter._version import __version__
 
@@ -51,31 +51,39 @@ def _serve(args: argparse.Namespace) -> int:
     from interpreter.cli_settings import flag_overrides
     from interpreter.server import serve
 
-    settings = _settings(flag_overrides(args))
+    settings = _settings(flag_overrides(args), _log_format(args))
     if settings.policy_file is not None:
         from interpreter.policy.loader import PolicyFileError, load
 
         try:
             load(settings.policy_file)
         except PolicyFileError as exc:
-            print(f"interp: error: {exc}", file=sys.stderr, flush=True)
+            logs.complain(settings.log_format, "error", str(exc))
             return 2
     verbose = getattr(args, "verbose", False)
     logs.configure(settings.log_format, logging.DEBUG if verbose else logging.INFO)
     return serve(settings)
 
 
-def _settings(overrides: dict[str, Any]) -> Settings:
+def _log_format(args: argparse.Namespace) -> Literal["text", "json"]:
+    """The log format asked for, known before the settings are read: their warnings and
+    errors are said in it."""
+    chosen = getattr(args, "log_format", None) or os.environ.get("INTERP_LOG_FORMAT", "")
+    return "json" if str(chosen).strip().lower() == "json" else "text"
+
+
+def _settings(overrides: dict[str, Any], fmt: Literal["text", "json"] = "text") -> Settings:
     """Settings from the environment and ``overrides``, checked: unknown ``INTERP_*``
-    variables are reported, and a bad value ends the command with one line."""
+    variables are reported, and a bad value ends the command with one line (in ``fmt``)."""
+    from interpreter import logs
     from interpreter.cli_settings import SettingsError, load, unknown_variables
 
     for warning in unknown_variables(os.environ):
-        print(f"interp: warning: {warning}", file=sys.stderr, flush=True)
+        logs.complain(fmt, "warning", warning)
     try:
         return load(overrides)
     except SettingsError as exc:
-        print(f"interp: error: {exc}", file=sys.stderr, flush=True)
+        logs.complain(fmt, "error", str(exc))
         raise SystemExit(2) from None
 
 

@@ -83,6 +83,31 @@ class JsonFormatter(logging.Formatter):
 ANNOUNCEMENTS = logging.getLogger("interpreter.server")
 
 
+def complain(
+    fmt: Literal["text", "json"], level: Literal["warning", "error"], message: str
+) -> None:
+    """Write one of ``interp serve``'s own warnings or errors (before, or instead of,
+    logging) to stderr: ``interp: error: ...`` in the text format, one JSON object in the
+    json format, so that a shipper reading JSON logs gets the line that stopped the
+    service as JSON too."""
+    if fmt == "json":
+        record = ANNOUNCEMENTS.makeRecord(
+            ANNOUNCEMENTS.name,
+            logging.ERROR if level == "error" else logging.WARNING,
+            "",
+            0,
+            message,
+            (),
+            None,
+            extra={"event": f"startup_{level}"},
+        )
+        line = JsonFormatter().format(record)
+    else:
+        line = f"interp: {level}: {message}"
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def announce(fmt: Literal["text", "json"], message: str, event: str, **fields: Any) -> None:
     """Write one of ``interp serve``'s own lines to stdout: ``message`` as it is in the
     text format, one JSON object (a log record of ``interpreter.server`` with ``event``

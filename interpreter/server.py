@@ -9,7 +9,6 @@ import logging
 import signal
 import socket
 import sqlite3
-import sys
 import tempfile
 import threading
 from collections.abc import Coroutine
@@ -29,7 +28,7 @@ from interpreter.api.e2b.app import make_e2b_app
 from interpreter.broker import SessionBroker
 from interpreter.datadir_lock import DataDirInUse, DataDirLock
 from interpreter.errors import BackendUnavailable
-from interpreter.logs import announce
+from interpreter.logs import announce, complain
 from interpreter.settings import Settings
 from interpreter.store import open_sessions_on
 
@@ -248,10 +247,10 @@ def serve(settings: Settings) -> int:
         try:
             running = await start(settings)
         except (BackendUnavailable, StartupFailed) as exc:
-            print(f"interp: error: {exc.message}", file=sys.stderr, flush=True)
+            complain(settings.log_format, "error", exc.message)
             return 2
         except DataDirInUse as exc:
-            print(f"interp: error: {exc}", file=sys.stderr, flush=True)
+            complain(settings.log_format, "error", str(exc))
             return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

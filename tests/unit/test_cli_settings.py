@@ -180,6 +180,29 @@ def test_serve_reports_a_bad_value_in_one_line_and_exits_2() -> None:
     ]
 
 
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_with_json_logs_the_lines_that_stop_serve_are_json(how: str) -> None:
+    """``--log-format json`` left the warnings and the error that stop the service as
+    plain text, the lines a log shipper most needs."""
+    import json
+
+    env = {"PATH": "/usr/bin:/bin", "INTERP_MAX_SESSIONS": "lots", "INTERP_POOLSIZE": "1"}
+    argv = [sys.executable, "-m", "interpreter", "serve"]
+    if how == "flag":
+        argv += ["--log-format", "json"]
+    else:
+        env["INTERP_LOG_FORMAT"] = "json"
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert out.returncode == 2
+    records = [json.loads(line) for line in out.stderr.strip().splitlines()]
+    assert [(r["level"], r["event"]) for r in records] == [
+        ("warning", "startup_warning"),
+        ("error", "startup_error"),
+    ]
+    assert "did you mean INTERP_POOL_SIZE?" in records[0]["message"]
+    assert records[1]["message"].startswith("INTERP_MAX_SESSIONS='lots' is not accepted")
+
+
 def test_a_secret_is_never_repeated_in_an_error() -> None:
     with pytest.raises(SettingsError) as error:
         load({"api_keys": ["sk-first", 4815162342]})
