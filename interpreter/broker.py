@@ -94,6 +94,8 @@ class SessionBroker:
         self._creates_in_flight = 0
         self._no_creates = asyncio.Event()
         self._no_creates.set()
+        #: Set to cut the shutdown's grace for running cells short (a second Ctrl-C).
+        self._hurry = asyncio.Event()
         self._cull_task: asyncio.Task[None] | None = None
         self.recovery: Recovery | None = None
         self._recovery_task: asyncio.Task[None] | None = None
@@ -246,9 +248,19 @@ class SessionBroker:
             if (handle := session.executions.current) is not None and not handle.finished.is_set()
         ]
         if running:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace_s):
-                    await asyncio.gather(*running)
+            hurried: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
+            finished: asyncio.Future[Any] = asyncio.gather(*running)
+            try:
+                await asyncio.wait(
+                    [finished, hurried], timeout=grace_s, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                hurried.cancel()
+                finished.cancel()
+
+    def hurry(self) -> None:
+        """Stop waiting for running cells to finish (the shutdown's grace), if it does."""
+        self._hurry.set()
 
     def _status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -280,7 +280,19 @@ def serve(settings: Settings) -> int:
                 urls=list(running.e2b_urls),
             )
         await stop.wait()
-        announce(fmt, "Shutting down: stopping kernels and flushing notebooks...", "stopping")
+        grace = settings.shutdown_grace_s
+        hint = f" (running cells get up to {grace:g} s; signal again to stop now)" if grace else ""
+        announce(
+            fmt, f"Shutting down: stopping kernels and flushing notebooks...{hint}", "stopping"
+        )
+
+        def hurry() -> None:
+            # A second Ctrl-C was ignored without a word while cells had their grace.
+            announce(fmt, "Stopping now: running cells get no more time.", "hurried")
+            running.broker.hurry()
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, hurry)
         await running.stop()
         announce(fmt, "Stopped.", "stopped")
         return 0

@@ -639,3 +639,41 @@ def test_a_record_sqlite_cannot_read_is_refused_in_one_line(tmp_path: Path, dama
     assert len(lines) == 1 and lines[0].startswith("interp: error:"), err
     assert "state.db cannot be read as the service's record" in lines[0]
     assert "restore it from a backup" in lines[0]
+
+
+def test_a_second_signal_cuts_the_grace_short(data_dir: Path) -> None:
+    """During ``--shutdown-grace-s`` a second Ctrl-C (or SIGTERM) was ignored without a
+    word: the service waited the whole grace for a cell that would not end. It now stops
+    at once, and says so; the cell is recorded as any cell past its grace."""
+    log: list[str] = []
+    proc, url = spawn_serve(
+        "--backend", "local", "--data-dir", str(data_dir), "--api-key", KEY,
+        "--shutdown-grace-s", "120", log=log,
+    )  # fmt: skip
+    try:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+            sid = api.post("/v1/sessions").json()["id"]
+            body = {"code": "import time\ntime.sleep(600)", "on_disconnect": "continue"}
+            with api.stream("POST", f"/v1/sessions/{sid}/execute", json=body) as resp:
+                eid = resp.headers["X-Execution-Id"]
+            wait_for(
+                lambda: (
+                    api.get(f"/v1/sessions/{sid}/executions/{eid}").json()["status"] == "running"
+                )
+            )
+            proc.send_signal(signal.SIGINT)
+            wait_for(lambda: any("signal again to stop now" in line for line in log))
+            proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0  # not the 120 s of grace
+        assert any("Stopping now: running cells get no more time." in line for line in log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    store = Store(data_dir / "state.db")
+    try:
+        (ex,) = [e for e in store.executions_of(sid) if e.id == eid]
+    finally:
+        store.close()
+    assert (ex.status, ex.reason) == ("interrupted", "broker_shutdown")
