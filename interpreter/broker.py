@@ -403,6 +403,12 @@ class SessionBroker:
             await self.writer.run(partial(self.store.close_session, session.id, "start_failed"))
             self.metrics.sessions_closed.labels("start_failed").inc()
             await asyncio.to_thread(release_disk, session.options)
+            if not await self.backend.reachable(fresh=True):
+                # "Check the service logs" is not what a client can act on.
+                raise KernelStartFailed(
+                    "The kernel did not start: the Docker engine does not answer. Try "
+                    "again once it does (/healthz says backend_reachable)."
+                ) from exc
             raise
         elapsed = asyncio.get_running_loop().time() - began
         self.metrics.kernel_start.labels(self.backend.name).observe(elapsed)

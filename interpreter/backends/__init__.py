@@ -66,9 +66,10 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Stop background parts. Called once by the broker at shutdown, after sessions."""
 
-    async def reachable(self) -> bool:
+    async def reachable(self, *, fresh: bool = False) -> bool:
         """Whether the backend can start kernels as far as one can tell cheaply (the
-        Docker engine answers); asked by ``/healthz``, so it is cached and never blocks."""
+        Docker engine answers); asked by ``/healthz``, so it is cached (unless ``fresh``)
+        and never blocks."""
 
     def warm_kernels(self) -> int:
         """Kernels ready in the warm pool right now (0 when there is none). Called by the

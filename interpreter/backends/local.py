@@ -77,7 +77,7 @@ class LocalBackend:
         self.settings = settings
         self.packages: Mapping[str, str] = {}
 
-    async def reachable(self) -> bool:
+    async def reachable(self, *, fresh: bool = False) -> bool:
         return True  # kernels are this machine's processes
 
     def configure(self, manager: Any, options: LaunchOptions) -> None:

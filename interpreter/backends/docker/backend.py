@@ -63,11 +63,12 @@ class DockerBackend:
         #: When the engine was last asked whether it answers, and its answer.
         self._reach = (-REACH_CACHE_S, True)
 
-    async def reachable(self) -> bool:
+    async def reachable(self, *, fresh: bool = False) -> bool:
         """Whether the engine answers a ping, asked at most every :data:`REACH_CACHE_S`
-        (off the loop): during an outage every creation is a 503 while health said ok."""
+        unless ``fresh`` (off the loop): during an outage every creation is a 503 while
+        health said ok."""
         asked, answered = self._reach
-        if time.monotonic() - asked < REACH_CACHE_S:
+        if not fresh and time.monotonic() - asked < REACH_CACHE_S:
             return answered
         answered = await asyncio.to_thread(docker_available, REACH_TIMEOUT_S)
         self._reach = (time.monotonic(), answered)
