@@ -9,8 +9,10 @@ connection guarded by a lock serves every thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -237,6 +239,12 @@ class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Owner only, before SQLite opens it: SQLite gives its -wal and -shm files the
+        # database's mode, and they hold what it does (code, outputs, env, kernel keys).
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        for made in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm"))):
+            with contextlib.suppress(FileNotFoundError):
+                made.chmod(0o600)
         self._lock = threading.Lock()
         #: The last sequence number handed out per session, most recently used last.
         self._last_seq: OrderedDict[str, int] = OrderedDict()
@@ -248,7 +256,6 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._migrate()
-        path.chmod(0o600)
 
     def _migrate(self) -> None:
         for table, columns in _ADDED_COLUMNS.items():

@@ -289,3 +289,15 @@ def test_the_outputs_digest_is_the_one_of_their_whole_json_made_piece_by_piece()
         ex = Execution(id="ex_1", session_id="s_1", code="1", status="ok", outputs=outputs[:n])
         whole = canonical([o.model_dump(mode="json") for o in outputs[:n]])
         assert content_of(ex, None)["outputs_sha256"] == sha256_text(whole), n
+
+
+def test_the_record_and_its_wal_files_are_the_owners_only(tmp_path: Path) -> None:
+    """``state.db`` was 0600, but SQLite had made its -wal and -shm files (which hold
+    the same code, outputs, env and kernel keys) from the mode it had before: 0644."""
+    store = new_store(tmp_path)
+    store.save_execution(1, Execution(id="ex_w", session_id="s_1", status="ok", code="1"))
+    try:
+        for name in ("state.db", "state.db-wal", "state.db-shm"):
+            assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+    finally:
+        store.close()
