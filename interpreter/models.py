@@ -164,13 +164,19 @@ class CreateSessionRequest(_Request):
                 )
             if total > MAX_ENV_BYTES:
                 raise ValueError(f"the variables exceed {MAX_ENV_BYTES} bytes in all")
-            if not key or "=" in key or not (key[0].isalpha() or key[0] == "_"):
-                raise ValueError(f"invalid variable name {key!r}")
+            if not _ENV_NAME.fullmatch(key):
+                raise ValueError(
+                    f"invalid variable name {key[:60]!r}: letters, digits and '_', not "
+                    "starting with a digit"
+                )
             if key.upper().startswith(("JPY_", "INTERP_")) or key in _RESERVED_ENV:
                 raise ValueError(f"variable {key!r} is reserved")
         return env
 
 
+#: A variable's name as a shell and ``os.environ`` take it (a newline or a space in one
+#: split ``env`` output and Docker's env file alike).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: One NAME=value entry, and all of them: well below Linux's 128 KiB per string for exec.
 MAX_ENV_ENTRY_BYTES = 32 << 10
 MAX_ENV_BYTES = 256 << 10
