@@ -25,22 +25,37 @@ from __future__ import annotations
 import ast
 import importlib
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-#: Line magics (after ``%``) and cell magics (after ``%%``) that run a shell.
+#: Line magics (after ``%``) and cell magics (after ``%%``) that run a shell: IPython's
+#: own, ``alias`` and ``rehashx`` (they make shell commands into magics), and the aliases
+#: every IPython defines (``%ls``, ``%ll``, ``%cat``, ``%rm`` ... run them in a shell).
 SHELL_MAGICS = frozenset(
-    {"sx", "system", "sh", "bash", "script", "pip", "conda", "mamba", "run", "perl", "ruby"}
-)
+    {"sx", "system", "sh", "bash", "script", "pip", "conda", "mamba", "run", "perl", "ruby",
+     "alias", "rehashx", "mkdir", "rmdir", "mv", "rm", "cp", "cat", "ls", "ll", "lf", "lk",
+     "ldir", "lx", "clear", "less", "man", "more"}
+)  # fmt: skip
+#: Magics that run Python given to them, on their line (after options) or as their cell:
+#: what they run is analysed as the cell's own code (``%%time`` then ``import x``).
+CODE_MAGICS = {"time": (True, True), "timeit": (True, True), "prun": (True, True),
+               "debug": (True, True), "capture": (False, True)}  # fmt: skip
+#: Leading options of a magic's line (``-n 1 -r1 -q``), before its code.
+_MAGIC_OPTIONS = re.compile(r"\s*(?:-\w+(?:\s+\d+)?\s+)*")
+#: Methods of the IPython shell that run a cell's text (its magics too).
+_CELL_RUNNERS = frozenset({"run_cell", "run_cell_async", "ex", "ev"})
 #: Characters without which IPython leaves a cell as it is (magics, shell, help).
 _IPYTHON_MARKS = ("!", "%", "?")
 #: Calls that open a path for writing when given a writing mode.
 _OPENERS = frozenset({"open", "io.open", "os.open", "pathlib.Path.open", "codecs.open"})
 _PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir"})
 _DYNAMIC_RUNNERS = frozenset({"eval", "exec", "compile", "builtins.eval", "builtins.exec"})
-_IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
+_IMPORTERS = frozenset(
+    {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"}
+)
 #: Modules whose names, reached as an attribute of another module's chain, are taken to be
 #: that module re-exported (``os.path.os`` is ``os``, ``shutil.os`` is ``os``). A fixed
 #: list, not every module name: ``numpy.random`` or ``pandas.io`` are not ``random``/``io``.
@@ -116,7 +131,7 @@ class Facts:
 def analyse(code: str, workspaces: tuple[str, ...] = WORKSPACE_ROOTS) -> Facts:
     """The facts of one cell (never raises); relative paths are in the workspace, and
     absolute ones are when under one of ``workspaces``."""
-    source = _python_of(code)
+    source = _python_of(_automagic(code))
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -145,6 +160,21 @@ def _python_of(code: str) -> str:
     except Exception:
         return code
     return result
+
+
+def _automagic(code: str) -> str:
+    """``code``, with the ``%`` IPython's automagic gives a one-line cell that starts with
+    a shell magic's name (``ls -la``, ``pip install x``, ``ll /etc``): IPython runs such a
+    line as the magic unless a variable has its name, which a policy cannot know, so it
+    is taken to be the magic (an assignment, a call or an attribute is not)."""
+    line = code.strip()
+    if "\n" in line or not line:
+        return code
+    word, _, rest = line.partition(" ")
+    rest = rest.lstrip()
+    if word not in SHELL_MAGICS or rest[:1] in ("=", "(", "[", ".", ","):
+        return code
+    return "%" + line + "\n"
 
 
 def _line_magics_only(code: str) -> dict[str, Any]:
@@ -316,6 +346,9 @@ class _Walker(ast.NodeVisitor):
         raw = self.resolve(node.func)
         if raw is None:
             return
+        # ``f.__call__(x)`` is ``f(x)``.
+        while raw.endswith(".__call__"):
+            raw = raw.removesuffix(".__call__")
         name = self.normal(raw)
         self.calls.add(raw)
         self.calls.add(name)
@@ -356,6 +389,15 @@ class _Walker(ast.NodeVisitor):
     def _ipython_call(self, method: str, node: ast.Call) -> None:
         if method in ("system", "getoutput"):
             self.magics.add("!")
+        elif method.startswith("alias_manager."):
+            self.magics.add("alias")  # a shell command made a magic
+        elif method in _CELL_RUNNERS:
+            source = _literal_str(node.args[0]) if node.args else None
+            if source is None:
+                self.dynamic_exec = True
+                self.unknown.add("exec_source")
+            else:
+                self._nested(_python_of(source))
         elif method in ("run_line_magic", "run_cell_magic", "magic"):
             magic = _literal_str(node.args[0]) if node.args else None
             if magic is None:
@@ -365,6 +407,33 @@ class _Walker(ast.NodeVisitor):
                 self.magics.add(name)
                 if name == "writefile" and method == "run_cell_magic":
                     self._writefile(node.args[1] if len(node.args) > 1 else None)
+                if name in CODE_MAGICS:
+                    self._magic_code(name, method == "run_cell_magic", node)
+
+    def _magic_code(self, name: str, cell: bool, node: ast.Call) -> None:
+        """The Python a code-running magic runs (``%time stmt``, ``%%timeit setup`` and
+        its cell, ``%%capture``'s cell): analysed as this cell's, or ``unknown: magic``
+        when it is not a literal or its line does not read as Python."""
+        on_line, in_cell = CODE_MAGICS[name]
+        parts = []
+        if on_line and len(node.args) > 1:
+            parts.append((node.args[1], True))
+        if cell and in_cell and len(node.args) > 2:
+            parts.append((node.args[2], False))
+        for arg, is_line in parts:
+            text = _literal_str(arg)
+            if text is None:
+                self.unknown.add("magic")
+                continue
+            if is_line:
+                text = text[_MAGIC_OPTIONS.match(text).end() :]  # type: ignore[union-attr]
+            source = _python_of(text)
+            try:
+                ast.parse(source)
+            except (SyntaxError, ValueError, MemoryError):
+                self.unknown.add("magic")
+                continue
+            self._nested(source)
 
     def _writefile(self, line: ast.AST | None) -> None:
         """``%%writefile [-a] path``: the path is the line's last word."""

@@ -283,6 +283,18 @@ EVASIONS = [
         set(),
     ),
     (
+        '`Path("~/x").expanduser().write_text(...)`: a path made by a method',
+        "from pathlib import Path\nPath('~/x').expanduser().write_text('x')",
+        "~/x",
+        set(),
+    ),
+    (
+        "a name made a shell alias in an earlier cell (`%alias` itself is the shell)",
+        "x",
+        "!",
+        set(),
+    ),
+    (
         '`plt.savefig("/etc/x.png")`, `image.save(...)`: writers of other libraries',
         "import matplotlib.pyplot as plt\nplt.savefig('/etc/x.png')",
         "/etc/x.png",
@@ -291,8 +303,53 @@ EVASIONS = [
 ]
 
 
+@pytest.mark.parametrize(
+    ("code", "imports", "calls"),
+    [
+        ("%%time\nimport subprocess\nsubprocess.run(['id'])", {"subprocess"}, {"subprocess.run"}),
+        ("%time import os; os.system('id')", {"os"}, {"os.system"}),
+        ("%timeit -n1 -r 1 import subprocess", {"subprocess"}, set()),
+        ("%%timeit -n 1 import os\nos.system('x')", {"os"}, {"os.system"}),
+        ("%%capture out\nimport subprocess", {"subprocess"}, set()),
+        ("get_ipython().run_cell('import subprocess')", {"subprocess"}, set()),
+        ("import importlib\nimportlib.__import__('subprocess')", {"subprocess"}, set()),
+        ("import os\nos.system.__call__('true')", {"os"}, {"os.system"}),
+    ],
+)
+def test_code_a_magic_or_the_shell_runs_is_the_cells_own(
+    code: str, imports: set[str], calls: set[str]
+) -> None:
+    """``%%time``, ``%timeit``, ``%%capture`` ... run the Python given to them: a deny
+    rule on an import or a call was passed by putting ``%%time`` above the cell."""
+    facts = analyse(code)
+    assert imports <= facts.imports and calls <= facts.calls, facts
+    assert not facts.unknown
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["%alias x id", "ll /etc/passwd", "%ls -la /run", "ls", "pip install x", "cat notes.txt",
+     "get_ipython().alias_manager.define_alias('x', 'id')"],
+)  # fmt: skip
+def test_aliases_and_automagic_are_the_shell(code: str) -> None:
+    """``%alias`` makes a shell command a magic, IPython's own aliases (``%ls``, ``ll``)
+    run one, and a one-line cell that starts with a magic's name runs as that magic
+    (automagic): none was taken for a shell."""
+    assert analyse(code).shell
+
+
+@pytest.mark.parametrize("code", ["ls = 3", "cat(1)", "ls.sort()", "x = 1\nls"])
+def test_a_name_used_as_python_is_not_automagic(code: str) -> None:
+    assert not analyse(code).shell
+
+
+def test_a_magic_line_that_is_not_python_is_unknown() -> None:
+    assert analyse("%time f(").unknown == {"magic"}
+
+
 @pytest.mark.parametrize(("row", "code", "wanted", "unknown"), EVASIONS)
 def test_known_evasions_are_not_caught(row: str, code: str, wanted: str, unknown: set[str]) -> None:
     facts = analyse(code)
     assert wanted not in facts.calls | facts.imports | facts.writes_outside_workspace
+    assert not (wanted == "!" and facts.shell)
     assert facts.unknown == unknown
