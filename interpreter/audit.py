@@ -36,7 +36,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from interpreter.models import Execution
+from interpreter.models import Execution, PolicyResult
 
 #: Statuses that are not final: never chained.
 UNFINISHED = frozenset({"queued", "running", "pending_approval"})
@@ -152,13 +152,18 @@ def _list_sha256(items: Iterable[Any]) -> str:
 
 def _policy_of(ex: Execution) -> dict[str, Any] | None:
     """The policy decision the chain covers: who allowed what (None: no policy in use)."""
-    if ex.policy is None:
+    return policy_covered(ex.policy)
+
+
+def policy_covered(result: PolicyResult | None) -> dict[str, Any] | None:
+    """What the chain covers of a policy decision (also as a notebook cell shows it)."""
+    if result is None:
         return None
-    outcome = ex.policy.approval
+    outcome = result.approval
     return {
-        "decision": ex.policy.decision,
-        "policy": ex.policy.policy,
-        "rule": ex.policy.rule,
+        "decision": result.decision,
+        "policy": result.policy,
+        "rule": result.rule,
         "approval": None
         if outcome is None
         else {

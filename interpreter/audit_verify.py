@@ -37,7 +37,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from interpreter import audit
-from interpreter.models import Execution
+from interpreter.audit import policy_covered
+from interpreter.models import Execution, PolicyResult
 from interpreter.notebook_repair import original_outputs
 from interpreter.notes import RERUN_HEADER, commented_rerun
 
@@ -160,8 +161,8 @@ def _verify_session(
 ) -> SessionAudit:
     result = SessionAudit(sid)
     latest = _check_links(db, sid, result) if chained else {}
-    _check_records(db, sid, latest, result)
-    _check_notebook(session_dir / "notebook.ipynb", sid, latest, result)
+    order = _check_records(db, sid, latest, result)
+    _check_notebook(session_dir / "notebook.ipynb", sid, latest, result, order)
     _check_artifacts(session_dir / "artifacts", sid, latest, result)
     # By link, earliest first (stable: for one link, chain, record, notebook, artifact).
     result.problems.sort(key=lambda p: p.link if p.link is not None else 1 << 62)
@@ -206,7 +207,9 @@ def _check_links(db: sqlite3.Connection, sid: str, result: SessionAudit) -> dict
 
 def _check_records(
     db: sqlite3.Connection, sid: str, latest: dict[str, _Link], result: SessionAudit
-) -> None:
+) -> dict[str, int]:
+    """Check each execution's record against its chain link; returns every recorded
+    execution's place in the session's order, by id."""
     columns = {r["name"] for r in db.execute("PRAGMA table_info(executions)")}
     has_hash = {"hash", "prev_hash", "notebook_sha256"} <= columns
     extra = ", hash, prev_hash, notebook_sha256" if has_hash else ""
@@ -216,9 +219,11 @@ def _check_records(
         (sid,),
     ).fetchall()
     seen = set()
+    order: dict[str, int] = {}
     for row in rows:
         eid = row["id"]
         seen.add(eid)
+        order[eid] = len(order)
         result.records += 1
         link = latest.get(eid)
         if link is None:
@@ -252,6 +257,7 @@ def _check_records(
     for eid, link in latest.items():
         if eid not in seen:
             result.problems.append(Problem(sid, "record", "the record is gone", eid, link.idx))
+    return order
 
 
 def _show(name: str, chained: dict[str, Any], actual: dict[str, Any]) -> str:
@@ -261,7 +267,16 @@ def _show(name: str, chained: dict[str, Any], actual: dict[str, Any]) -> str:
     return f"{name} (chain: {chained.get(name)!r}, record: {actual.get(name)!r})"
 
 
-def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: SessionAudit) -> None:
+def _check_notebook(
+    path: Path,
+    sid: str,
+    latest: dict[str, _Link],
+    result: SessionAudit,
+    order: dict[str, int] | None = None,
+) -> None:
+    """Check the notebook's cells against the chain: each chained cell's digest (source
+    and outputs), its status and policy decision as the chain has them, their order as
+    they ran (``order``), and that every code cell is one the service wrote."""
     expected = {eid: k for eid, k in latest.items() if k.content.get("notebook_sha256")}
     if not path.is_file():
         if expected:
@@ -277,12 +292,23 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
         result.problems.append(Problem(sid, "notebook", f"cannot read {path.name}: {exc}"))
         return
     found = set()
+    last: tuple[int, int] | None = None  # the place and index of the last cell seen
     for index, cell in enumerate(cells):
         meta = _interp_meta(cell)
         eid = meta.get("execution_id")
         if not eid:
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                # The service writes each code cell with its execution: this one was added.
+                message = f"cell {index}: a code cell with no execution id (not written here)"
+                result.problems.append(Problem(sid, "notebook", message))
             continue
         result.cells += 1
+        place = order.get(eid) if order is not None and isinstance(eid, str) else None
+        if place is not None:
+            if last is not None and place < last[0]:
+                message = f"cell {index}: it ran before cell {last[1]}, which comes first here"
+                result.problems.append(Problem(sid, "notebook", message, eid))
+            last = (place, index)
         recorded = meta.get("audit_sha256")
         link = latest.get(eid)
         if recorded is not None and link is None:
@@ -302,6 +328,9 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
             result.cells_not_chained += 1
             continue
         found.add(eid)
+        for what in _meta_differences(meta, link.content):
+            message = f"cell {index}: its {what} differs from its chain link's"
+            result.problems.append(Problem(sid, "notebook", message, eid, link.idx))
         # A repaired cell's digest covers the outputs it was recorded with (kept aside).
         outputs = original_outputs(cell)
         digest = audit.cell_digest(cell.get("source", ""), outputs)
@@ -326,6 +355,24 @@ def _check_notebook(path: Path, sid: str, latest: dict[str, _Link], result: Sess
     for eid, link in sorted(expected.items(), key=lambda item: item[1].idx):
         if eid not in found:
             result.problems.append(Problem(sid, "notebook", "its cell is missing", eid, link.idx))
+
+
+def _meta_differences(meta: dict[str, Any], chained: dict[str, Any]) -> list[str]:
+    """The fields of a cell's ``metadata.interp`` that say otherwise than its chain link:
+    its status, and its policy decision (whom an approval names, and why) when the link
+    covers one. The cell's digest covers only its source and outputs."""
+    differ = []
+    if "status" in meta and meta["status"] != chained.get("status"):
+        differ.append("status")
+    if "policy" in chained:
+        try:
+            shown = meta.get("policy")
+            covered = None if shown is None else policy_covered(PolicyResult.model_validate(shown))
+        except ValidationError:
+            covered = {"unreadable": True}
+        if covered != chained["policy"]:
+            differ.append("policy decision")
+    return differ
 
 
 def _digest_of_uncommented(cell: dict[str, Any], outputs: list[dict[str, Any]]) -> str | None:

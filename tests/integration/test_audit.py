@@ -354,3 +354,38 @@ def test_a_cell_that_ends_before_its_running_write_runs_is_one_link(tmp_path: Pa
     (session,) = report["sessions"]
     assert (session["records"], session["links"], session["cells"]) == (2, 2, 2), session
     assert report["ok"], report
+
+
+@pytest.mark.parametrize("edit", ["added cell", "swapped cells", "status", "policy"])
+def test_notebook_edits_outside_a_cells_digest_are_named(
+    written: dict[str, Any], copy: Path, edit: str
+) -> None:
+    """A cell's digest covers its source and outputs only: a code cell added with no
+    execution id, two cells swapped, a denied cell shown as ``ok`` or its decision
+    rewritten all verified (found by an outside security review)."""
+    sid = written["recovered_sid"]
+    path = copy / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    code_cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    (denied,) = _denied_cells(nb)
+    expected = {
+        "added cell": "a code cell with no execution id",
+        "swapped cells": "it ran before cell",
+        "status": "its status differs from its chain link's",
+        "policy": "its policy decision differs from its chain link's",
+    }[edit]
+    if edit == "added cell":
+        forged = {"cell_type": "code", "metadata": {}, "source": "print('forged')"}
+        nb["cells"].insert(1, {**forged, "outputs": [], "execution_count": 9})
+    elif edit == "swapped cells":
+        first, last = nb["cells"].index(code_cells[0]), nb["cells"].index(code_cells[-1])
+        nb["cells"][first], nb["cells"][last] = nb["cells"][last], nb["cells"][first]
+    elif edit == "status":
+        denied["metadata"]["interp"]["status"] = "ok"
+    else:
+        denied["metadata"]["interp"]["policy"]["decision"] = "allow"
+    path.write_text(json.dumps(nb))
+    code, out = cli(copy, "--session", sid)
+    assert code == 1, out
+    problems = verify(copy, sid).sessions[0].problems
+    assert any(expected in p.message for p in problems), [p.message for p in problems]
