@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,9 +22,11 @@ from interpreter.backends.docker.engine import (
     abandoned_containers,
     cgroup_driver,
     docker_available,
+    engine_version,
     list_broker_containers,
     remove_container,
 )
+from interpreter.backends.docker.patches import outdated
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
 from interpreter.backends.docker.stamps import stamp_forever, stamp_interval
@@ -34,6 +37,8 @@ from interpreter.settings import Settings
 if TYPE_CHECKING:
     from jupyter_client.manager import AsyncKernelManager
 
+
+log = logging.getLogger(__name__)
 
 #: Seconds an answer of the engine to ``reachable`` is reused, and how long one waits.
 REACH_CACHE_S = 5.0
@@ -58,6 +63,13 @@ class DockerBackend:
         self.keep_on_shutdown = settings.keep_containers_on_shutdown
         self.image: str | None = settings.docker_image
         self.packages: Mapping[str, str] = image_packages(settings.docker_image)
+        for problem in outdated(engine_version()):
+            log.critical(
+                "%s: kernels share it, so it is an escape route from every container "
+                "(docs/security.md H-02). Update it (unless your distribution backported "
+                "the fix without changing the version).",
+                problem,
+            )
         self.pool: ContainerPool | None = None
         self._stamping: asyncio.Task[None] | None = None
         #: When the engine was last asked whether it answers, and its answer.

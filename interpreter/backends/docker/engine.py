@@ -167,6 +167,16 @@ def docker_available(timeout: float = 2.0) -> bool:
         client.close()
 
 
+def engine_version() -> dict[str, Any]:
+    """The engine's ``docker version`` answer (its parts' versions, the host kernel's);
+    empty when it does not answer it."""
+    try:
+        answer = docker_client().version()
+    except (docker.errors.DockerException, OSError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
 def cgroup_driver() -> str | None:
     """The engine's cgroup driver (``cgroupfs`` or ``systemd``), None if it does not say."""
     driver = docker_client().info().get("CgroupDriver")
