@@ -9,6 +9,7 @@ replay failed, 2 the service refused or could not be reached, 130 interrupted (C
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -178,7 +179,14 @@ def _session_for(
         return client.get_session(session_id), False
     progress("starting a session...")
     session = client.create_session()
-    progress(f"session {session.id} ready")
+    try:
+        progress(f"session {session.id} ready")
+    except BaseException:
+        # The caller never learns of it (a reader that went away: `interp run ... |
+        # head -1` died on this line and left the session running): deleted here.
+        with contextlib.suppress(ClientError):
+            session.close()
+        raise
     return session, True
 
 

@@ -491,6 +491,24 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(local_server: Server) -
     assert done.returncode in (0, 141), done.stderr
 
 
+def test_a_run_whose_reader_goes_away_leaves_no_session(local_server: Server) -> None:
+    """``interp run ... 2>&1 | head -1``: the reader left after the first progress line,
+    the next one ended the command, and the session it had created stayed open."""
+    env = cli_env(local_server)
+    with local_server.client() as api:
+        before = {
+            s["id"] for s in api.get("/v1/sessions", params={"state": "open"}).json()["sessions"]
+        }
+        shell = f"{sys.executable} -m interpreter run -c 'print(1)' 2>&1 | head -1"
+        done = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", shell],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.stdout.startswith("["), done.stdout  # the first progress line
+        opened = api.get("/v1/sessions", params={"state": "open"}).json()["sessions"]
+        assert {s["id"] for s in opened} <= before, opened
+
+
 def test_sigterm_ends_a_replay_and_deletes_its_session(
     local_server: Server, tmp_path: Path
 ) -> None:
