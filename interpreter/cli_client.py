@@ -77,15 +77,16 @@ class Progress:
             print(f"[{elapsed:6.1f}s] {message}", file=self.stream, flush=True)
 
 
+#: ``--url`` of the commands that start an embedded service without one.
+EMBEDDING_URL_HELP = f"Service URL (default ${URL_ENV}; without either, an embedded service)."
+
+
 def _connection_parent(
     key_help: str = f"API key (default ${API_KEY_ENV}).",
+    url_help: str = f"Service URL (default ${URL_ENV}, else {DEFAULT_URL}).",
 ) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--url",
-        default=None,
-        help=f"Service URL (default ${URL_ENV}, else {DEFAULT_URL}).",
-    )
+    parent.add_argument("--url", default=None, help=url_help)
     parent.add_argument("--api-key", default=None, help=key_help)
     parent.add_argument("-q", "--quiet", action="store_true", help="No progress messages.")
     return parent
@@ -381,6 +382,10 @@ def cmd_html(args: argparse.Namespace) -> int:
         if not isinstance(nb, dict) or nb.get("nbformat") != 4:
             print(f"interp: {args.session} is not an nbformat v4 notebook", file=sys.stderr)
             return EXIT_SERVICE
+    elif args.session.endswith(".ipynb") or "/" in args.session:
+        # A path, not a session id (those have neither): said as such, not as a session.
+        print(f"interp: no notebook file {args.session}", file=sys.stderr)
+        return EXIT_SERVICE
     else:
         try:
             nb = _session_notebook(args, progress)
@@ -667,9 +672,10 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
     html.add_argument("-o", "--output", help="Output file (default: stdout).")
     html.set_defaults(func=_quiet_http_log(cmd_html))
 
+    embedding = _connection_parent(url_help=EMBEDDING_URL_HELP)
     replay = subparsers.add_parser(
         "replay",
-        parents=[parent],
+        parents=[embedding],
         help="Re-run a notebook in a fresh session and check its outputs match.",
         description="Run the notebook's code cells in a fresh session, in order, and report "
         "per cell whether the outputs match the recorded ones (addresses, times "
@@ -701,9 +707,11 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
         "rebuild",
         parents=[parent],
         help="Bring back a notebook's state in a session, to go on working in it.",
-        description="Re-run the notebook's successful code cells, in order, in a new session "
+        description="Re-run the notebook's code cells, in order, in a new session "
         "(kept afterwards) or in --session's, on top of its state, and print the session "
-        "id. Cells recorded as failed are skipped. Exit status 1 if a re-run cell did not "
+        "id. A cell that raised an error is re-run too (raising it again is as recorded); "
+        "cells recorded as stopped (timeout, interrupted, kernel died) are skipped, as are "
+        "cells never executed. Exit status 1 if a re-run cell did not "
         "end as recorded (the session is kept: see the report), 2 if the notebook or the "
         "service refused.",
     )
@@ -715,13 +723,18 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
 
     tools = subparsers.add_parser(
         "tools",
-        parents=[parent],
+        parents=[
+            _connection_parent(
+                url_help=f"Service URL whose kernel's packages run_code names (default "
+                f"${URL_ENV}; without either, none are named)."
+            )
+        ],
         help="Print tool definitions for function calling (with --url, naming the kernel's "
         "packages).",
     )
     tools.add_argument("--format", choices=["openai", "anthropic"], default="openai")
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
-    add_mcp_command(subparsers, parent, embed, _quiet_http_log)
+    add_mcp_command(subparsers, embedding, embed, _quiet_http_log)
     # Approvals need an operator key, never the agent's default one.
     add_approvals_command(subparsers, _connection_parent(APPROVALS_KEY_HELP), _quiet_http_log)

@@ -113,7 +113,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "create_session",
         "Start a new, empty Python session (its own kernel and workspace) and make it the "
         "current one for the other tools. Use it to start over with a clean state, or with "
-        "from_session to fork: the new session re-runs the source session's successful cells "
+        "from_session to fork: the new session re-runs the cells the source session ran "
         "and copies its files, so you can try something risky without touching the original. "
         "Returns the new session id.",
         {
@@ -122,7 +122,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "from_session": {
                     "type": "string",
                     "description": "Optional id of a session to fork (state rebuilt by "
-                    "re-running its successful cells, files copied).",
+                    "re-running the cells it ran, files copied).",
                 },
             },
             "additionalProperties": False,
@@ -241,13 +241,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Restart the session's kernel: stops anything running and clears all variables and "
         "imports (workspace files stay). Use it when the kernel is stuck, out of memory or in "
         "a bad state. With recover=true the state is rebuilt afterwards by re-running the "
-        "session's successful cells, and the result says how many ran and which failed.",
+        "cells the session ran, and the result says how many ran and which failed.",
         {
             "type": "object",
             "properties": {
                 "recover": {
                     "type": "boolean",
-                    "description": "Rebuild the state by re-running the successful cells.",
+                    "description": "Rebuild the state by re-running the cells the session ran.",
                 },
                 "session_id": _SESSION_ID,
             },
@@ -256,12 +256,13 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "rebuild_from_notebook",
-        "Bring back the state of an earlier analysis: re-run the successful code cells of a "
+        "Bring back the state of an earlier analysis: re-run the code cells of a "
         "Jupyter notebook (.ipynb) that is in the session workspace, in order, on top of the "
         "current state, so its variables, imports and loaded data exist again. Put the "
-        "notebook and the files it reads in the workspace first (upload_file). Cells that "
-        "failed when recorded are skipped; the result says how many ran and which did not "
-        "end as recorded. Nothing else may run in the session meanwhile.",
+        "notebook and the files it reads in the workspace first (upload_file). A cell that "
+        "raised an error is re-run (raising it again is as recorded); cells stopped when "
+        "recorded (timeout, interrupted) are skipped; the result says how many ran and which "
+        "did not end as recorded. Nothing else may run in the session meanwhile.",
         {
             "type": "object",
             "properties": {

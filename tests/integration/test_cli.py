@@ -172,6 +172,10 @@ def test_notebook_and_html_export(
     refused = interp(None, "html", str(not_one))
     assert refused.returncode == 2
     assert refused.stderr == f"interp: {not_one} is not an nbformat v4 notebook\n"
+    # A missing file is said to be one (it was asked of the service as a session id).
+    missing = interp(local_server, "html", str(tmp_path / "missing.ipynb"))
+    assert missing.returncode == 2
+    assert missing.stderr == f"interp: no notebook file {tmp_path / 'missing.ipynb'}\n"
 
 
 def test_replay_command(local_server: Server, tmp_path: Path) -> None:
