@@ -282,9 +282,12 @@ def serve(settings: Settings) -> int:
         await stop.wait()
         grace = settings.shutdown_grace_s
         hint = f" (running cells get up to {grace:g} s; signal again to stop now)" if grace else ""
-        announce(
-            fmt, f"Shutting down: stopping kernels and flushing notebooks...{hint}", "stopping"
+        kernels = (
+            "kernels keep running for the next start"
+            if running.broker.backend.keep_on_shutdown
+            else "stopping kernels"
         )
+        announce(fmt, f"Shutting down: {kernels}, flushing notebooks...{hint}", "stopping")
 
         def hurry() -> None:
             # A second Ctrl-C was ignored without a word while cells had their grace.
