@@ -172,6 +172,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self.displays = EarlierDisplays(self.capture)
         # Counted from this broker's start: what earlier brokers spilled is not.
         self.spilled_bytes = 0
+        #: Writes of running cells' output so far (:meth:`_save_progress`), issued.
+        self.progress_writes = 0
         self.late = LateWrites(self._write_late)
         #: A note for the notebook (a restart), written after the cell it happened in.
         self._note: str | None = None
@@ -836,6 +838,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             key = handle.execution.id
             handle.to_save[key] = Saved(ex.model_dump_json(), None)
             self.writer.later(partial(self._save_waiting, handle, key), key)
+            self.progress_writes += 1
 
     async def _resume(self, handle: ExecutionHandle) -> None:
         """Wait out a cell an earlier broker left running; record what it still prints.
