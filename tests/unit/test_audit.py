@@ -7,6 +7,7 @@ import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from interpreter.audit import canonical, cell_digest, content_of, differences, genesis, link_hash
 from interpreter.audit_verify import format_report, verify
@@ -178,16 +179,7 @@ def test_a_link_written_before_the_policy_was_covered_still_verifies(tmp_path: P
     store.save_execution(1, ex)
     store.close()
     # Rewrite the chain as a broker of the previous version wrote it: no "policy" key.
-    db = sqlite3.connect(tmp_path / "state.db")
-    (content_json,) = db.execute("SELECT content_json FROM audit_links").fetchone()
-    old = json.loads(content_json)
-    del old["policy"]
-    old_json = canonical(old)
-    digest = link_hash(genesis("s_1"), old_json)
-    db.execute("UPDATE audit_links SET content_json = ?, hash = ?", (old_json, digest))
-    db.execute("UPDATE executions SET hash = ?", (digest,))
-    db.commit()
-    db.close()
+    _rechain(tmp_path, lambda old: old.pop("policy"))
     assert verify(tmp_path).ok, format_report(verify(tmp_path))
     # The next final write of it covers the decision (an amendment link).
     store = Store(tmp_path / "state.db")
@@ -213,16 +205,7 @@ def test_outputs_chained_before_a_later_field_still_verify_and_a_change_does_not
 
     def rechain(outputs_sha256: str) -> None:
         """The chain as an older broker wrote it, with this outputs digest."""
-        db = sqlite3.connect(tmp_path / "state.db")
-        (content_json,) = db.execute("SELECT content_json FROM audit_links").fetchone()
-        old = json.loads(content_json)
-        old["outputs_sha256"] = outputs_sha256
-        old_json = canonical(old)
-        digest = link_hash(genesis("s_1"), old_json)
-        db.execute("UPDATE audit_links SET content_json = ?, hash = ?", (old_json, digest))
-        db.execute("UPDATE executions SET hash = ?", (digest,))
-        db.commit()
-        db.close()
+        _rechain(tmp_path, lambda old: old.update(outputs_sha256=outputs_sha256))
 
     before_after = [{k: v for k, v in shown.model_dump(mode="json").items() if k != "after"}]
     rechain(sha256_text(canonical(before_after)))
@@ -231,6 +214,21 @@ def test_outputs_chained_before_a_later_field_still_verify_and_a_change_does_not
     rechain(sha256_text(canonical(changed)))
     report = format_report(verify(tmp_path))
     assert not verify(tmp_path).ok and "outputs_sha256" in report, report
+
+
+def _rechain(data: Path, change: Any) -> None:
+    """Rewrite the one link of session ``s_1`` after ``change`` (called with its content),
+    rehashed as a broker that wrote it so would have."""
+    db = sqlite3.connect(data / "state.db")
+    (content_json,) = db.execute("SELECT content_json FROM audit_links").fetchone()
+    old = json.loads(content_json)
+    change(old)
+    old_json = canonical(old)
+    digest = link_hash(genesis("s_1"), old_json)
+    db.execute("UPDATE audit_links SET content_json = ?, hash = ?", (old_json, digest))
+    db.execute("UPDATE executions SET hash = ?", (digest,))
+    db.commit()
+    db.close()
 
 
 def _recovered_notebook(data: Path, source: str, digest: str) -> None:
