@@ -83,6 +83,9 @@ class SessionAudit:
 class AuditReport:
     sessions: list[SessionAudit] = field(default_factory=list)
     error: str | None = None
+    #: Closed sessions the retention removed (``retain_closed_days``): nothing of them is
+    #: left to check.
+    purged: int = 0
 
     @property
     def ok(self) -> bool:
@@ -92,6 +95,7 @@ class AuditReport:
         return {
             "ok": self.ok,
             "error": self.error,
+            "purged": self.purged,
             "sessions": [
                 {
                     "session_id": s.session_id,
@@ -134,14 +138,29 @@ def verify(data_dir: Path, session_id: str | None = None) -> AuditReport:
     db = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
+        purged = _has_table(db, "purged_sessions")
         if session_id is None:
             ids = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY created_at")]
         elif db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
             ids = [session_id]
         else:
+            gone = (
+                purged
+                and db.execute(
+                    "SELECT closed_at, purged_at FROM purged_sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+            )
+            if gone:
+                return AuditReport(
+                    error=f"session {session_id!r} closed at {gone[0]} and was removed at "
+                    f"{gone[1]} by the retention of closed sessions: nothing of it is left "
+                    "to check"
+                )
             return AuditReport(error=f"no session {session_id!r} in {db_path}")
         chained = _has_table(db, "audit_links")
         report = AuditReport()
+        if purged and session_id is None:
+            report.purged = db.execute("SELECT count(*) FROM purged_sessions").fetchone()[0]
         for sid in ids:
             report.sessions.append(_verify_session(db, data_dir / "sessions" / sid, sid, chained))
         return report
@@ -432,17 +451,26 @@ def format_report(report: AuditReport) -> str:
     for s in report.sessions:
         state = "ok" if s.ok else "BROKEN"
         lines.append(
-            f"{s.session_id}: {state} ({s.links} links, {s.records} records"
-            f" of which {s.not_chained} not chained, {s.cells} notebook cells"
-            f" of which {s.cells_not_chained} not chained, {s.artifacts} artifacts)"
+            f"{s.session_id}: {state} ({_count(s.links, 'link')}, {_count(s.records, 'record')}"
+            f" of which {s.not_chained} not chained, {_count(s.cells, 'notebook cell')}"
+            f" of which {s.cells_not_chained} not chained, {_count(s.artifacts, 'artifact')})"
         )
         for n, p in enumerate(s.problems):
             lead = "first broken link" if n == 0 else "also"
             lines.append(f"  {lead}: {p}")
     broken = sum(not s.ok for s in report.sessions)
-    lines.append(
-        f"{len(report.sessions)} sessions checked, {broken} broken"
+    summary = (
+        f"{_count(len(report.sessions), 'session')} checked, {broken} broken"
         if report.sessions
         else "no sessions"
     )
+    if report.purged:
+        summary += (
+            f"; {_count(report.purged, 'closed session')} removed by the retention, not checked"
+        )
+    lines.append(summary)
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -30,6 +30,7 @@ from interpreter.errors import (
     SessionClosed,
     SessionExpired,
     SessionNotFound,
+    SessionPurged,
     SessionReattaching,
     ShuttingDown,
     TooManySessions,
@@ -47,6 +48,7 @@ from interpreter.policy.gate import PolicyGate
 from interpreter.policy.loader import PolicyWatcher, load
 from interpreter.recovery import Recovery
 from interpreter.release import release_disk
+from interpreter.retention import Retention
 from interpreter.session import LiveSession
 from interpreter.settings import Settings
 from interpreter.snapshot import output_so_far
@@ -106,6 +108,9 @@ class SessionBroker:
         #: lack cells its in-memory notebook holds (saves are paced) until the close flushes.
         self._closing_sessions: dict[str, LiveSession] = {}
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
+        self.retention = Retention(
+            self.store, self.writer, settings.sessions_dir, settings.retain_closed_days
+        )
         #: The policy stage; without a policy file it allows everything.
         self.policy = PolicyGate(None)
 
@@ -454,12 +459,25 @@ class SessionBroker:
         if len(session_id) > 100:
             raise SessionNotFound("No such session.")
         row = await asyncio.to_thread(self.store.get_session, session_id)
+        if row is None:
+            await self._check_purged(owner, session_id)
         if row is None or row.owner != owner:
             raise SessionNotFound(
                 f"No session '{session_id}' for this API key; it may never have existed or "
                 "belong to another key. List yours with GET /v1/sessions."
             )
         return row
+
+    async def _check_purged(self, owner: str, session_id: str) -> None:
+        """Raise 410 ``session_purged`` when ``owner``'s session was removed by the retention."""
+        gone = await asyncio.to_thread(self.store.purged, session_id)
+        if gone is not None and gone.owner == owner:
+            raise SessionPurged(
+                f"Session '{session_id}' closed at {gone.closed_at.isoformat(timespec='seconds')}"
+                f" and its record (notebook, files, executions) was removed at "
+                f"{gone.purged_at.isoformat(timespec='seconds')}, after the service's "
+                "retention of closed sessions. Download what you need to keep before then."
+            )
 
     def _live(self, owner: str, session_id: str) -> LiveSession | None:
         session = self.live.get(session_id)
@@ -832,6 +850,7 @@ class SessionBroker:
             await asyncio.sleep(self.settings.cull_interval_s)
             try:
                 await self.cull_once()
+                await self.purge_once()
                 await self.idempotency.expire()
                 await asyncio.to_thread(memory.trim)
             except Exception:
@@ -862,6 +881,16 @@ class SessionBroker:
                 culled.append(session.id)
                 log.info("culled idle session %s", session.id)
         return culled
+
+    async def purge_once(self) -> list[str]:
+        """Remove closed sessions older than the retention; returns their ids."""
+        removed = await self.retention.sweep(utcnow(), self._in_use)
+        if removed:
+            self.metrics.sessions_purged.inc(len(removed))
+        return removed
+
+    def _in_use(self, session_id: str) -> bool:
+        return session_id in self.live or session_id in self._closing_sessions
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -15,6 +15,7 @@ InterpreterError
 │   ├── GenerationMismatch
 │   └── IdempotencyKeyInUse
 ├── SessionExpired (410)
+├── SessionPurged (410)
 ├── PayloadTooLarge (413)
 ├── RangeNotSatisfiable (416)
 ├── ValidationFailed (422)
@@ -210,6 +211,12 @@ class SessionExpired(InterpreterError):
     """The session was closed by the service (idle timeout, maximum lifetime)."""
 
     code, status = "session_expired", 410
+
+
+class SessionPurged(InterpreterError):
+    """The session closed long enough ago that the retention removed its record."""
+
+    code, status = "session_purged", 410
 
 
 class PayloadTooLarge(InterpreterError):

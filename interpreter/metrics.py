@@ -151,6 +151,11 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.sessions_purged = Counter(
+            "interp_sessions_purged",
+            "Closed sessions whose record the retention removed (INTERP_RETAIN_CLOSED_DAYS).",
+            registry=self.registry,
+        )
         self.http_requests = Counter(
             "interp_http_requests",
             "HTTP requests answered, by route template, method and status.",

@@ -364,6 +364,11 @@ class Session(BaseModel):
         description="Why a closed or dead session stopped: deleted, idle_timeout, "
         "max_lifetime, restart_limit, start_failed, broker_restarted, ...",
     )
+    closed_at: datetime | None = Field(
+        None,
+        description="When a closed session was closed. With a retention "
+        "(INTERP_RETAIN_CLOSED_DAYS), its record and files are removed that long after.",
+    )
     image: str | None = Field(None, description="The kernel image (docker backend).")
     packages: dict[str, str] = Field(
         default_factory=dict,

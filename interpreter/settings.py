@@ -152,6 +152,14 @@ class Settings(BaseSettings):
     restart_window_s: float = Field(
         600.0, gt=0, description="Window of restart_limit; one more restart fails the session."
     )
+    retain_closed_days: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Remove a closed session's record (notebook, artifacts, workspace files, "
+            "executions and audit links) this many days after it closed; 0 keeps them for ever."
+        ),
+    )
     idempotency_ttl_s: float = Field(
         86400.0, gt=0, description="How long an Idempotency-Key is remembered."
     )

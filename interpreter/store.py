@@ -85,12 +85,23 @@ CREATE TABLE IF NOT EXISTS idempotency (
     created_at TEXT NOT NULL,
     PRIMARY KEY (owner, scope, key)
 );
+CREATE TABLE IF NOT EXISTS purged_sessions (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    closed_at TEXT NOT NULL,
+    purged_at TEXT NOT NULL
+);
 """
 
 #: Columns added after the first release, with their definitions: added to older databases.
 #: Executions written before the audit chain existed keep NULL hashes: "not chained".
 _ADDED_COLUMNS = {
-    "sessions": {"generation": "INTEGER NOT NULL DEFAULT 0"},
+    "sessions": {
+        "generation": "INTEGER NOT NULL DEFAULT 0",
+        # When it was closed; NULL for one closed before the column (its last activity
+        # stands in for it) or not closed.
+        "closed_at": "TEXT",
+    },
     "executions": {
         "prev_hash": "TEXT",
         "hash": "TEXT",
@@ -116,6 +127,15 @@ class Activity:
     status: SessionStatus
     execution_count: int
     last_activity_at: datetime
+
+
+@dataclass(frozen=True)
+class Purged:
+    """The tombstone of a closed session the retention removed."""
+
+    owner: str
+    closed_at: datetime
+    purged_at: datetime
 
 
 @dataclass
@@ -168,6 +188,7 @@ class SessionRecord:
     rebuild: RebuildReport | None = None
     closed_reason: str | None = None
     generation: int = 0
+    closed_at: datetime | None = None
 
     def to_model(self) -> Session:
         """The API form of the stored record (a session no broker runs shows as stored)."""
@@ -185,6 +206,7 @@ class SessionRecord:
             rebuild=self.rebuild,
             generation=self.generation,
             closed_reason=self.closed_reason,
+            closed_at=self.closed_at,
         )
 
 
@@ -329,14 +351,22 @@ class Store:
         self, session_id: str, reason: str, *, last_activity_at: datetime | None = None
     ) -> None:
         """Mark the session closed, saying why (``deleted``, ``idle_timeout``, ...)."""
+        closed_at = utcnow().isoformat()
         if last_activity_at is None:
-            self._update(session_id, "status = ?, closed_reason = ?", "closed", reason)
+            self._update(
+                session_id,
+                "status = ?, closed_reason = ?, closed_at = ?",
+                "closed",
+                reason,
+                closed_at,
+            )
             return
         self._update(
             session_id,
-            "status = ?, closed_reason = ?, last_activity_at = ?",
+            "status = ?, closed_reason = ?, closed_at = ?, last_activity_at = ?",
             "closed",
             reason,
+            closed_at,
             last_activity_at.isoformat(),
         )
 
@@ -415,6 +445,68 @@ class Store:
                 "SELECT 1 FROM sessions WHERE id = ? AND owner = ?", (session_id, owner)
             ).fetchone()
         return row is not None
+
+    # -- retention -----------------------------------------------------------------------
+
+    def closed_before(self, cutoff: datetime, limit: int) -> list[str]:
+        """Ids of at most ``limit`` sessions closed before ``cutoff``, the oldest first (a
+        session closed before ``closed_at`` was recorded counts from its last activity)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id FROM sessions WHERE status = 'closed'"
+                " AND coalesce(closed_at, last_activity_at) < ?"
+                " ORDER BY coalesce(closed_at, last_activity_at), id LIMIT ?",
+                (cutoff.isoformat(), limit),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def purge_session(self, session_id: str) -> bool:
+        """Forget a closed session: its row, executions and audit links go, and a tombstone
+        (:meth:`purged`) says whose it was and when it went. False when it is not closed
+        (or not there): nothing is done. Its files are the caller's to remove, after."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT owner, coalesce(closed_at, last_activity_at) FROM sessions"
+                " WHERE id = ? AND status = 'closed'",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO purged_sessions VALUES (?, ?, ?, ?)",
+                (session_id, row[0], row[1], utcnow().isoformat()),
+            )
+            db.execute("DELETE FROM audit_links WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM executions WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        self._last_seq.pop(session_id, None)
+        return True
+
+    def purged(self, session_id: str) -> Purged | None:
+        """The tombstone of a session removed by the retention, if it is one."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT owner, closed_at, purged_at FROM purged_sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return Purged(row[0], datetime.fromisoformat(row[1]), datetime.fromisoformat(row[2]))
+
+    def purged_among(self, session_ids: list[str]) -> list[str]:
+        """Those of ``session_ids`` that the retention removed."""
+        found: list[str] = []
+        with self._lock:
+            for start in range(0, len(session_ids), 500):
+                chunk = session_ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                found += [
+                    row[0]
+                    for row in self._db.execute(
+                        f"SELECT id FROM purged_sessions WHERE id IN ({marks})", chunk
+                    )
+                ]
+        return found
 
     # -- executions ----------------------------------------------------------------------
 
@@ -768,4 +860,5 @@ def _decode(row: sqlite3.Row) -> SessionRecord:
         rebuild=RebuildReport(**rebuild) if rebuild else None,
         closed_reason=row["closed_reason"],
         generation=row["generation"] or 0,
+        closed_at=datetime.fromisoformat(row["closed_at"]) if row["closed_at"] else None,
     )

@@ -5,7 +5,7 @@ ClientError
 │   ├── BadRequestError      400, 413, 422: the request itself is wrong
 │   ├── AuthenticationError  401, 403: missing or wrong API key
 │   ├── NotFoundError        404: no such session, file, artifact (or not yours)
-│   ├── ConflictError        409, 410: the session is closed or expired, a stale generation
+│   ├── ConflictError        409, 410: the session is closed, expired or removed, a stale generation
 │   ├── BusyError            429: the session's queue is full; see ``retry_after``
 │   └── ServerError          5xx: the service failed; often worth a retry
 ├── ConnectionFailed         the service could not be reached or broke the protocol

@@ -93,7 +93,7 @@ def test_a_database_from_before_the_chain_is_not_chained_not_broken(tmp_path: Pa
     after = verify(tmp_path)
     assert after.ok, format_report(after)
     assert (after.sessions[0].records, after.sessions[0].not_chained) == (1, 1)
-    assert "1 records of which 1 not chained" in format_report(after)
+    assert "1 record of which 1 not chained" in format_report(after)
 
 
 def test_a_deleted_record_is_named(tmp_path: Path) -> None:

@@ -109,6 +109,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.channels", "base"),
     ("interpreter.channel_reader", "base"),
     ("interpreter.release", "runtime"),
+    ("interpreter.retention", "runtime"),
     ("interpreter.restore_cells", "storage"),
     ("interpreter.restarts", "runtime"),
     ("interpreter.routing", "runtime"),
