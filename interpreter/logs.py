@@ -32,12 +32,20 @@ EXECUTIONS = logging.getLogger("interpreter.executions")
 
 
 def emit(
-    logger: logging.Logger, event: str, fields: dict[str, Any], level: int = logging.INFO
+    logger: logging.Logger,
+    event: str,
+    fields: dict[str, Any],
+    level: int = logging.INFO,
+    *,
+    always: frozenset[str] = frozenset(),
 ) -> None:
-    """Log one event: its name, then ``key=value`` for each field that is not None."""
+    """Log one event: its name, then ``key=value`` for each field that is not None. The
+    fields named in ``always`` are in a JSON line even when None (``null``), so that each
+    line of the event has the same keys."""
     present = {k: v for k, v in fields.items() if v is not None}
     pairs = " ".join(f"{k}={v}" for k, v in present.items())
-    logger.log(level, "%s %s", event, pairs, extra={"event": event, **present})
+    extra = {k: v for k, v in fields.items() if v is not None or k in always}
+    logger.log(level, "%s %s", event, pairs, extra={"event": event, **extra})
 
 
 def execution_finished(ex: Execution, *, key_id: str, request_id: str | None) -> None:
@@ -51,7 +59,11 @@ def execution_finished(ex: Execution, *, key_id: str, request_id: str | None) ->
         "reason": ex.reason,
         "duration_ms": ex.duration_ms,
     }
-    emit(EXECUTIONS, "execution", fields)
+    emit(EXECUTIONS, "execution", fields, always=_EXECUTION_ALWAYS)
+
+
+#: The fields of every execution line in JSON, null or not (a shipper's schema).
+_EXECUTION_ALWAYS = frozenset({"reason", "duration_ms"})
 
 
 class JsonFormatter(logging.Formatter):

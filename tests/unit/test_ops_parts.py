@@ -178,3 +178,20 @@ def test_a_line_of_serve_itself_is_one_write(
     monkeypatch.setattr(sys, "stdout", out)
     logs.announce(fmt, "interp (local backend) listening on http://h:1", "listening", url="u")
     assert len(out.writes) == 1 and out.writes[0].endswith("}\n" if fmt == "json" else "h:1\n")
+
+
+def test_every_json_execution_line_has_the_same_keys(caplog: pytest.LogCaptureFixture) -> None:
+    # An ``ok`` cell has no reason: its JSON line left the key out, so a shipper's schema
+    # saw ``reason`` on some lines only. The text line still skips what is None.
+    from interpreter.models import Execution
+
+    ok = Execution(id="e_1", session_id="s_1", status="ok", duration_ms=3.0)
+    cut = Execution(id="e_2", session_id="s_1", status="timeout", reason="timeout")
+    with caplog.at_level(logging.INFO, logger="interpreter.executions"):
+        logs.execution_finished(ok, key_id="k", request_id=None)
+        logs.execution_finished(cut, key_id="k", request_id="r")
+    lines = [json.loads(logs.JsonFormatter().format(r)) for r in caplog.records]
+    shared = {"session_id", "execution_id", "key_id", "status", "reason", "duration_ms"}
+    assert all(shared <= set(line) for line in lines)
+    assert (lines[0]["reason"], lines[1]["duration_ms"]) == (None, None)
+    assert "reason=" not in caplog.records[0].getMessage()
