@@ -41,8 +41,9 @@ EXTENSIONS = {
     "application/json": ".json",
 }
 
-#: Terminal control sequences: CSI (colours, cursor moves) and two-character escapes.
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+#: Terminal control sequences: OSC strings (hyperlinks, window titles: up to BEL or
+#: ESC \\), CSI (colours, cursor moves) and two-character escapes.
+ANSI_RE = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
 def is_image(mime: str) -> bool:

@@ -54,9 +54,19 @@ def _series_text(s: dict[str, Any]) -> str:
     # Values one by one only when all of them are here (a description may cut a series).
     small = isinstance(points, int) and points <= MAX_VALUES and len(shown) == points
     if kind in ("bar", "barh"):
+        if small and s.get("low") and s.get("high"):
+            spans = zip(s.get("values") or [], s["low"], s["high"], strict=False)
+            values = [f"{_num(v)} (error bar {_num(lo)} to {_num(hi)})" for v, lo, hi in spans]
+            return _pairs(s.get("categories") or [], values)
         if small:
             return _pairs(s.get("categories") or [], s.get("values") or [])
         return _stats(s.get("stats"), points=points)
+    if kind in ("line", "scatter") and "z" in s:
+        if small:
+            xs, ys, zs = s.get("x") or [], s.get("y") or [], s.get("z") or []
+            points3d = zip(xs, ys, zs, strict=False)
+            return ", ".join(f"({_num(x)}, {_num(y)}, {_num(z)})" for x, y, z in points3d)
+        return f"{points} points (x, y, z), z: {_stats(s.get('stats'))}"
     if kind in ("line", "scatter"):
         if small:
             xs, ys = s.get("x") or [], s.get("y") or []
@@ -65,6 +75,15 @@ def _series_text(s: dict[str, Any]) -> str:
         if not s.get("stats"):
             return f"{points} points{span}"
         return f"{points} points, y: {_stats(s.get('stats'))}{span}"
+    if kind == "errorbars":
+        spans = zip(s.get("x") or [], s.get("low") or [], s.get("high") or [], strict=False)
+        shown = [f"{_num(x)} {_num(lo)} to {_num(hi)}" for x, lo, hi in spans]
+        more = (
+            f", ... {points - MAX_VALUES} more"
+            if isinstance(points, int) and points > MAX_VALUES
+            else ""
+        )
+        return ", ".join(shown[:MAX_VALUES]) + more
     if kind == "hist":
         edges, counts = s.get("bin_edges") or [], s.get("counts") or []
         head = f"{len(counts)} bins from {_num(edges[0])} to {_num(edges[-1])}" if edges else ""
@@ -121,6 +140,7 @@ def _kind_text(ax: dict[str, Any]) -> str:
         "violin": "violin plot",
         "hist": "histogram",
         "barh": "horizontal bar",
+        "3d": "3-D plot",
     }
     text = names.get(kind, kind)
     if ax.get("bar_layout") in ("stacked", "grouped"):
@@ -140,9 +160,8 @@ def chart_summary(chart: dict[str, Any]) -> str:
         desc = f"plot {n}: {_kind_text(ax)}"
         if ax.get("title"):
             desc += f" titled {ax['title']!r}"
-        labels = [
-            f"{name}={ax[key]!r}" for name, key in (("x", "xlabel"), ("y", "ylabel")) if ax.get(key)
-        ]
+        named = (("x", "xlabel"), ("y", "ylabel"), ("z", "zlabel"))
+        labels = [f"{name}={ax[key]!r}" for name, key in named if ax.get(key)]
         if labels:
             desc += " (" + ", ".join(labels) + ")"
         if isinstance(ax.get("twin_of"), int):
@@ -154,9 +173,13 @@ def chart_summary(chart: dict[str, Any]) -> str:
         for s in series[:MAX_SERIES]:
             name = s.get("label")
             title = f"series {name!r}" if name else "series"
+            if s.get("type") == "errorbars":
+                title = "error bars"
             desc += f"\n  {title}: {_series_text(s)}"
         if len(series) > MAX_SERIES:
             desc += f"\n  ... {len(series) - MAX_SERIES} more series"
+        if ax.get("other_artists"):
+            desc += f"\n  ({ax['other_artists']} surface(s) or other 3-D artists, not described)"
         if ax.get("legend_title"):
             desc += f"\n  (legend: {ax['legend_title']})"
         lines.append(desc)

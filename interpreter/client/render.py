@@ -13,9 +13,9 @@ from typing import Any
 
 from interpreter.client.charttext import chart_summary as chart_summary
 from interpreter.client.htmltext import html_to_text
-from interpreter.mime import CHART_MIME, DATAFRAME_MIME, is_image
+from interpreter.mime import CHART_MIME, DATAFRAME_MIME, SVG_MIME, is_image
 from interpreter.mime import strip_ansi as strip_ansi
-from interpreter.models import ErrorInfo, Execution, Output
+from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output
 from interpreter.policy.explain import policy_text
 
 # ``<IPython.core.display.Markdown object>``, ``<pandas...Styler at 0x7f...>``: a repr that
@@ -23,14 +23,56 @@ from interpreter.policy.explain import policy_text
 _OBJECT_REPR = re.compile(r"^<[\w.]+(?: object)?(?: at 0x[0-9a-fA-F]+)?>$")
 
 
-def clip(text: str, limit: int) -> str:
-    """``text`` if short enough, else its head and tail with a note of what was cut."""
+#: The service's own mark where it cut a text (``interpreter.execution.cut_middle``):
+#: how many characters, and the artifact that holds them when it is known.
+_SERVICE_CUT = re.compile(
+    r"\[\.\.\. (\d+) characters omitted; full text in the artifact ?([^\]\n]*)\]"
+)
+#: Characters a model gains nothing from: C0 controls but tab, newline and carriage
+#: return, DEL, and the bidirectional embeddings, overrides and isolates (which can make
+#: text read otherwise than it is).
+_INVISIBLE = dict.fromkeys(
+    [*range(0, 9), 11, 12, *range(14, 32), 127, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+
+
+#: How to see what the model text leaves out of a printed text or a value it has whole.
+SEE_MORE = "print a part of it (a slice, head(), tail()) to see more"
+
+
+def clean(text: str) -> str:
+    """``text`` without terminal codes and the control characters a model cannot use."""
+    return strip_ansi(text).translate(_INVISIBLE)
+
+
+def clip(text: str, limit: int, hint: str | None = None) -> str:
+    """``text`` if short enough, else its head and tail with a note of what was cut.
+
+    Where the service had already cut the text (its own ``[... N characters omitted;
+    full text in the artifact URL]`` mark falls in what is cut here), the note counts
+    those characters too and names that artifact; else it adds ``hint`` (how to see what
+    was cut), if given.
+    """
     if limit <= 0 or len(text) <= limit:
         return text
     head = limit * 2 // 3
-    tail = limit - head
-    cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} characters omitted ...]\n{text[-tail:]}"
+    end = len(text) - (limit - head)
+    for mark in _SERVICE_CUT.finditer(text):  # never keep half a mark
+        if mark.start() < head < mark.end():
+            head = mark.start()
+        if mark.start() < end < mark.end():
+            end = mark.end()
+    cut = end - head
+    where = None
+    for mark in _SERVICE_CUT.finditer(text, head, end):
+        cut += int(mark.group(1)) - len(mark.group(0))
+        if mark.group(2).startswith(("/", "http")):
+            where = mark.group(2)
+    if where is not None:
+        note = f"{cut} characters omitted; full text in the artifact {where} (read_artifact)"
+    else:
+        note = f"{cut} characters omitted" + (f"; {hint}" if hint else "")
+    return f"{text[:head]}\n[... {note} ...]\n{text[end:]}"
 
 
 def bundle_text(value: Any) -> str:
@@ -115,8 +157,84 @@ def _rows_note(table: str | None, total: int | None) -> str | None:
     return f"(the table below shows the first {tail} and the last {tail}{of} rows)"
 
 
-def output_text(output: Output, limit: int) -> str:
-    """What a model should read of one rich output (images are described, not included)."""
+#: Raster types a model takes, the preferred first: one picture given in several of them
+#: (a PIL image has PNG and JPEG) is shown once, in the first.
+MODEL_IMAGE_ORDER = ("image/png", "image/jpeg", "image/webp", "image/gif")
+
+
+def model_images(execution: Execution) -> list[ArtifactRef]:
+    """The images a model is shown of ``execution``, numbered 1, 2, ... in this order: of
+    each output, its picture in the preferred type; a picture an earlier output showed
+    (the same bytes) only once."""
+    return [forms[0] for forms in image_forms(execution)]
+
+
+def image_forms(execution: Execution) -> list[list[ArtifactRef]]:
+    """For each image of :func:`model_images`, the types its output gives it in, the
+    preferred first (a form too large for a model may have a smaller twin)."""
+    picked: list[list[ArtifactRef]] = []
+    seen: set[str] = set()
+    for output in execution.outputs:
+        forms = _forms(output)
+        if forms and forms[0].id not in seen:
+            seen.add(forms[0].id)
+            picked.append(forms)
+    return picked
+
+
+def _forms(output: Output) -> list[ArtifactRef]:
+    forms = {ref.mime: ref for ref in output.artifacts if ref.mime in MODEL_IMAGE_ORDER}
+    return [forms[mime] for mime in MODEL_IMAGE_ORDER if mime in forms]
+
+
+def _picture(output: Output) -> ArtifactRef | None:
+    forms = _forms(output)
+    return forms[0] if forms else None
+
+
+class _Numbers:
+    """The numbers of an execution's images (:func:`model_images`), and which of them a
+    reader has met already."""
+
+    def __init__(self, execution: Execution) -> None:
+        self.of = {ref.id: n for n, ref in enumerate(model_images(execution), 1)}
+        self.met: set[str] = set()
+
+
+def _image_lines(output: Output, numbers: _Numbers | None) -> list[str]:
+    picture = _picture(output) if numbers is not None else None
+    lines = []
+    others = []
+    for ref in output.artifacts:
+        if not is_image(ref.mime):
+            continue
+        if picture is not None and numbers is not None and ref is picture:
+            n = numbers.of[ref.id]
+            if ref.id in numbers.met:
+                lines.append(f"[image {n} again: the same image as shown above]")
+            else:
+                numbers.met.add(ref.id)
+                lines.append(f"[image {n}: {ref.mime}, {ref.size:,} bytes]")
+        elif picture is not None and ref.mime in MODEL_IMAGE_ORDER:
+            others.append(f"{ref.mime}, {ref.size:,} bytes")
+        elif ref.mime == SVG_MIME:
+            lines.append(
+                f"[image {ref.mime}, {ref.size:,} bytes, not attached: {ref.url} "
+                "(read_artifact gives its SVG text)]"
+            )
+        else:
+            lines.append(f"[image {ref.mime}, {ref.size:,} bytes: {ref.url}]")
+    if others and lines:
+        lines[0] = lines[0][:-1] + f"; the same picture also as {'; '.join(others)}]"
+    return lines
+
+
+def output_text(output: Output, limit: int, numbers: _Numbers | None = None) -> str:
+    """What a model should read of one rich output (images are described, not included).
+
+    With ``numbers`` (of the execution's images), each picture is named by its number and
+    once (an output that shows it again says so); without, every image by its URL.
+    """
     data = output.data
     parts: list[str] = []
     frame = data.get(DATAFRAME_MIME)
@@ -127,14 +245,16 @@ def output_text(output: Output, limit: int) -> str:
         parts.append(dataframe_summary(frame, text))
     if isinstance(data.get(CHART_MIME), dict):
         parts.append(chart_summary(data[CHART_MIME]))
-    if text is not None:
-        parts.append(clip(text, limit))
-    images = [a for a in output.artifacts if is_image(a.mime)]
-    for ref in images:
-        parts.append(f"[image {ref.mime}, {ref.size} bytes]")
+    if text is not None and not (_OBJECT_REPR.match(text.strip()) and output.artifacts):
+        whole = next((a for a in output.artifacts if a.mime == "text/plain"), None)
+        hint = (
+            SEE_MORE if whole is None else f"full text in the artifact {whole.url} (read_artifact)"
+        )
+        parts.append(clip(clean(text), limit, hint))
+    parts += _image_lines(output, numbers)
     others = [a for a in output.artifacts if not is_image(a.mime)]
     for ref in others:
-        parts.append(f"[{ref.mime} output stored as artifact, {ref.size} bytes: {ref.url}]")
+        parts.append(f"[{ref.mime} output stored as artifact, {ref.size:,} bytes: {ref.url}]")
     if not parts:
         kinds = ", ".join(sorted(data)) or "nothing"
         parts.append(f"[output of type {kinds}]")
@@ -201,24 +321,52 @@ def execution_header(execution: Execution) -> str:
         head += "\n" + policy
     elif execution.reason and execution.status != "ok":
         head += f" Reason: {execution.reason}."
-    if execution.state_lost:
+    if execution.state_lost and _lost_here(execution):
         head += (
             "\nWARNING: the kernel was restarted; all variables, imports and loaded data "
             "are gone. Re-run the setup code before continuing."
         )
+    elif execution.state_lost:
+        head += (
+            "\nNote: this code ran in a fresh kernel (it was restarted after an earlier "
+            "cell), so what cells before it defined is gone; what this code defined is kept."
+        )
     return head
 
 
-def truncation_note(execution: Execution) -> str:
-    """What was cut and where the whole text is: each artifact by URL and size."""
-    refs = [r for r in execution.artifacts if r.mime.startswith("text/")]
-    if not refs:
+#: Endings whose ``state_lost`` is this code's own: the kernel was restarted as it ended.
+_ENDS_IN_RESTART = frozenset({"timeout", "kernel_died", "interrupted", "cancelled", "unknown"})
+
+
+def _lost_here(execution: Execution) -> bool:
+    """Whether the state was lost as this code ended (a timeout's restart, a death, an
+    ``exit()``), not before it began (the first code on a kernel started after another
+    cell lost its state)."""
+    return execution.status in _ENDS_IN_RESTART or execution.reason == "exit"
+
+
+def truncation_note(execution: Execution) -> str | None:
+    """What the service cut of the printed text and where the whole of it is: each stream's
+    artifact by URL and size. None when it cut only the error (its traceback says so)."""
+    refs = {ref.id: ref for ref in execution.artifacts if ref.mime.startswith("text/")}
+    named = []
+    for stream in ("stdout", "stderr"):
+        text = getattr(execution, stream)
+        for ref_id, ref in list(refs.items()):
+            if ref.url in text:
+                named.append(f"{stream}: {ref.url} ({ref.size:,} bytes)")
+                del refs[ref_id]
+    named += [f"{ref.url} ({ref.size:,} bytes)" for ref in refs.values()]
+    if named:
+        return (
+            f"(output was cut; the full text is in artifact {'; '.join(named)}: "
+            "read a range of it with read_artifact, offset and length in bytes)"
+        )
+    if _SERVICE_CUT.search(execution.stdout) or _SERVICE_CUT.search(execution.stderr):
         return "(output was cut; what was over the limit was not kept)"
-    where = "; ".join(f"{r.url} ({r.size} bytes)" for r in refs)
-    return (
-        f"(output was cut; the full text is in artifact {where}: "
-        "read a range of it with read_artifact, offset and length in bytes)"
-    )
+    if execution.error is not None and not (execution.stdout or execution.stderr):
+        return None
+    return "(output was cut; what was over the limit was not kept)"
 
 
 def _places(execution: Execution, limit: int) -> list[tuple[int, int]] | None:
@@ -248,32 +396,89 @@ def _printed(
 ) -> list[str]:
     """The stdout and stderr blocks for the text printed between two outputs."""
     blocks = []
-    stdout = strip_ansi(execution.stdout[out_from:out_to]).rstrip("\n")
+    stdout = clean(execution.stdout[out_from:out_to]).rstrip("\n")
     if stdout.strip():
         blocks.append("stdout:\n" + stdout)
-    stderr = strip_ansi(execution.stderr[err_from:err_to]).rstrip("\n")
+    stderr = clean(execution.stderr[err_from:err_to]).rstrip("\n")
     if stderr.strip():
         blocks.append("stderr:\n" + stderr)
     return blocks
 
 
-def _output_block(output: Output, limit: int) -> str:
+def _output_block(output: Output, limit: int, numbers: _Numbers | None = None) -> str:
     label = "result" if output.type == "execute_result" else "display"
-    return f"{label}:\n{output_text(output, limit)}"
+    return f"{label}:\n{output_text(output, limit, numbers)}"
 
 
-def error_text(err: ErrorInfo, limit: int) -> str:
+class _Budget:
+    """What the outputs of one result may take together: ``limit`` characters, and more
+    when the printed text leaves room, up to twice ``limit`` for the whole result. An
+    output past it is given by its images alone, and one note counts what was left out."""
+
+    def __init__(self, limit: int, printed: int) -> None:
+        self.left = max(limit, 2 * limit - printed) if limit > 0 else None
+        self.shown = 0
+        self.omitted = 0
+        self.omitted_chars = 0
+
+    def block(self, output: Output, limit: int, numbers: _Numbers) -> str | None:
+        text = _output_block(output, limit, numbers)
+        if self.left is None:
+            return text
+        if not self.omitted and (len(text) <= self.left or not self.shown):
+            self.left -= len(text)  # the first output is shown in any case
+            self.shown += 1
+            return text
+        self.omitted += 1
+        self.omitted_chars += len(text)
+        images = _image_lines(output, numbers)
+        label = "result" if output.type == "execute_result" else "display"
+        return f"{label} (not shown, see below):\n" + "\n".join(images) if images else None
+
+    def note(self) -> str | None:
+        if not self.omitted:
+            return None
+        n = self.omitted
+        return (
+            f"[... {n} more output{'s' if n > 1 else ''} ({self.omitted_chars:,} characters) "
+            "not shown: one result shows about as much output as its limit. Show fewer or "
+            "smaller values per call (a summary, a slice), or write them to a file and "
+            "read_file it.]"
+        )
+
+
+def error_text(err: ErrorInfo, limit: int, *, went_on: bool = False) -> str:
     """``error: ename: evalue`` and the traceback, within about ``limit`` characters.
 
     The message and each traceback line get at most a quarter of it (the traceback's last
-    line usually repeats the message), so a long message leaves room for the frames.
+    line usually repeats the message), so a long message leaves room for the frames. A
+    frame repeated one after another (a recursion) is given once, with how many times
+    more it came. ``went_on``: the code ended ``ok`` all the same (the error was raised
+    while showing a value), and the header says so.
     """
     share = max(limit // 4, 1) if limit > 0 else 0
-    head = f"error: {clip(err.ename, share)}: {clip(err.evalue, share)}"
+    label = "error (the code went on and ended ok)" if went_on else "error"
+    head = f"{label}: {clip(clean(err.ename), share)}: {clip(clean(err.evalue), share)}"
     if not err.traceback:
         return head
-    lines = [clip(strip_ansi(line), share) for line in err.traceback]
+    lines = [clip(clean(line), share) for line in _once(err.traceback)]
     return head + "\n" + clip("\n".join(lines), max(limit - len(head), share))
+
+
+def _once(frames: list[str]) -> list[str]:
+    """``frames`` with each run of one repeated frame given once and counted."""
+    out: list[str] = []
+    at = 0
+    while at < len(frames):
+        end = at + 1
+        while end < len(frames) and frames[end] == frames[at]:
+            end += 1
+        out.append(frames[at])
+        if end - at > 1:
+            more = end - at - 1
+            out.append(f"[... the frame above repeats {more} more time{'s' if more > 1 else ''}]")
+        at = end
+    return out
 
 
 def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
@@ -281,7 +486,9 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
 
     Args:
         execution: The finished execution.
-        limit: Characters kept of each long text (stdout, stderr, a value, a traceback).
+        limit: Characters kept of each long text (stdout, stderr, a value, a traceback);
+            the outputs together take about as much (up to twice, when little was
+            printed), and those past it are counted in a note instead.
 
     Returns:
         Blocks: the header; the printed text and the rich outputs in the order they came
@@ -289,28 +496,36 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
         else all of stdout, all of stderr, then the outputs); then the error.
     """
     blocks = [execution_header(execution)]
+    numbers = _Numbers(execution)
     places = _places(execution, limit)
+    printed = len(execution.stdout) + len(execution.stderr)
+    budget = _Budget(limit, printed if limit <= 0 else min(printed, 2 * limit))
     if places is not None:
         # Prints and outputs as they came: each output after the text printed before it.
         out_at = err_at = 0
         for output, (out_to, err_to) in zip(execution.outputs, places, strict=True):
             blocks += _printed(execution, out_at, out_to, err_at, err_to)
             out_at, err_at = out_to, err_to
-            blocks.append(_output_block(output, limit))
+            blocks.append(budget.block(output, limit, numbers) or "")
         end_out, end_err = len(execution.stdout), len(execution.stderr)
         blocks += _printed(execution, out_at, end_out, err_at, end_err)
-        if execution.truncated:
-            blocks.append(truncation_note(execution))
+        note = truncation_note(execution) if execution.truncated else None
+        blocks.append(note or "")
     else:
         if execution.stdout:
-            blocks.append("stdout:\n" + clip(strip_ansi(execution.stdout).rstrip("\n"), limit))
+            stdout = clean(execution.stdout).rstrip("\n")
+            blocks.append("stdout:\n" + clip(stdout, limit, SEE_MORE))
         if execution.stderr:
-            blocks.append("stderr:\n" + clip(strip_ansi(execution.stderr).rstrip("\n"), limit))
-        if execution.truncated:
-            blocks.append(truncation_note(execution))
-        blocks += [_output_block(output, limit) for output in execution.outputs]
+            stderr = clean(execution.stderr).rstrip("\n")
+            blocks.append("stderr:\n" + clip(stderr, limit, SEE_MORE))
+        note = truncation_note(execution) if execution.truncated else None
+        blocks.append(note or "")
+        blocks += [budget.block(output, limit, numbers) or "" for output in execution.outputs]
+    blocks.append(budget.note() or "")
     if execution.error is not None:
-        blocks.append(error_text(execution.error, limit))
+        went_on = execution.status == "ok"
+        blocks.append(error_text(execution.error, limit, went_on=went_on))
+    blocks = [block for block in blocks if block]
     if len(blocks) == 1 and execution.status == "ok":
         blocks.append("(no output)")
     return blocks

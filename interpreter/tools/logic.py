@@ -25,12 +25,14 @@ from interpreter.client.render import (
     chart_summary,
     clip,
     dataframe_summary,
+    image_forms,
     render_execution,
     strip_ansi,
 )
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME, MODEL_IMAGE_MIMES, SVG_MIME, is_image
 from interpreter.models import ArtifactRef, Execution, FileList
 from interpreter.models import Session as SessionInfo
+from interpreter.tools import images
 from interpreter.tools.calls import ToolCall, ToolCallError, validate_arguments
 from interpreter.tools.results import ImagePart, TextPart, ToolResult, error_result
 from interpreter.tools.specs import TOOL_NAMES, TOOLS_BY_NAME
@@ -183,17 +185,22 @@ class _ToolLogic:
             execution = yield RunStep(sid, code, timeout_s)
         parts: list[TextPart | ImagePart] = [TextPart(note)] if note else []
         parts.extend(TextPart(block) for block in render_execution(execution, limit=self.max_chars))
-        images = [
-            ref
-            for output in execution.outputs
-            for ref in output.artifacts
-            if ref.mime in MODEL_IMAGE_MIMES
-        ]
-        for ref in images[: self.max_images]:
-            data: bytes = yield proto.artifact(ref.url)
-            parts.append(ImagePart(ref.mime, data))
-        if len(images) > self.max_images:
-            parts.append(TextPart(_images_left_note(images, self.max_images)))
+        left: list[tuple[int, ArtifactRef, str]] = []
+        attached = 0
+        for n, forms in enumerate(image_forms(execution), 1):
+            if attached >= self.max_images:
+                n_max = self.max_images
+                why = f"at most {n_max} image{'s are' if n_max != 1 else ' is'} attached per result"
+                left.append((n, forms[0], why))
+                continue
+            part, why = yield from _attachable(forms)
+            if part is None:
+                left.append((n, forms[0], why))
+                continue
+            parts.append(part)
+            attached += 1
+        if left:
+            parts.append(TextPart(_images_left_note(left, attached)))
         return ToolResult(
             parts,
             structured=execution_data(execution, limit=self.max_chars),
@@ -242,7 +249,18 @@ class _ToolLogic:
                         )
                     ]
                 )
-            return ToolResult([TextPart(f"{path}: {mime}, {total} bytes"), ImagePart(mime, data)])
+            checked = images.check(data)
+            if checked.problem is not None or checked.mime is None:
+                return ToolResult(
+                    [
+                        TextPart(
+                            f"{path}: {mime}, {total:,} bytes: not shown, {checked.problem}; "
+                            "make a smaller copy with run_code."
+                        )
+                    ]
+                )
+            shown = TextPart(f"{path}: {checked.mime}, {total:,} bytes")
+            return ToolResult([shown, ImagePart(checked.mime, data)])
         if total == len(data):
             return _text_file(path, data, max_chars)
         if not _looks_like_text(data):
@@ -294,13 +312,28 @@ class _ToolLogic:
             sid = named
         url = proto.artifact_url(sid, artifact_id)
         data, total = yield proto.artifact_range(url, offset, length)
-        image = image_mime(data) if offset == 0 else None
+        image = images.image_mime(data) if offset == 0 else None
         if image is not None:
             # An image that run_code did not attach: the whole image, not a byte range.
-            if total != len(data):
+            why = images.too_large(total)
+            if why is None and total != len(data):
                 data = yield proto.artifact(url)
+            checked = images.check(data) if why is None else None
+            if checked is not None and checked.problem is None and checked.mime is not None:
+                return ToolResult(
+                    [
+                        TextPart(f"[artifact {url}: {checked.mime}, {total:,} bytes]"),
+                        ImagePart(checked.mime, data),
+                    ]
+                )
+            why = why or (checked.problem if checked is not None else None)
             return ToolResult(
-                [TextPart(f"[artifact {url}: {image}, {len(data)} bytes]"), ImagePart(image, data)]
+                [
+                    TextPart(
+                        f"[artifact {url}: {image}, {total:,} bytes: not shown, {why}; make "
+                        "a smaller copy with run_code (e.g. save the figure at a lower dpi)]"
+                    )
+                ]
             )
         text, skipped, used = artifact_text(data, at_start=offset == 0)
         start = offset + skipped
@@ -373,35 +406,30 @@ TEXT_SAMPLE_BYTES = 64 << 10
 #: max_notebook_body_bytes, 64 MiB by default).
 NOTEBOOK_READ_BYTES = 64 << 20
 
-#: Leading bytes of the image formats a model can be shown.
-_IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
+
+def _attachable(forms: list[ArtifactRef]) -> Generator[Any, Any, tuple[ImagePart | None, str]]:
+    """The first of a picture's ``forms`` (its types, the preferred first) that a model
+    can take, as an image part; else None and why the first cannot be taken."""
+    first_why = ""
+    for ref in forms:
+        why = images.too_large(ref.size)
+        if why is None:
+            data: bytes = yield proto.artifact(ref.url)
+            checked = images.check(data)
+            if checked.problem is None and checked.mime is not None:
+                return ImagePart(checked.mime, data), ""
+            why = checked.problem or ""
+        first_why = first_why or why
+    return None, first_why
 
 
-def image_mime(data: bytes) -> str | None:
-    """The MIME type of an image a model can be shown, by its leading bytes; else None."""
-    for magic, mime in _IMAGE_MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
-
-
-def _images_left_note(images: list[ArtifactRef], attached: int) -> str:
-    """Which images of a result were not attached, and how to see them."""
-    left = "; ".join(
-        f"image {n} ({ref.mime}, {ref.size} bytes): {ref.url}"
-        for n, ref in enumerate(images, 1)
-        if n > attached
-    )
+def _images_left_note(left: list[tuple[int, ArtifactRef, str]], attached: int) -> str:
+    """Which images of a result were not attached, why, and how to see them."""
+    lines = [f"image {n} ({ref.mime}, {ref.size:,} bytes) {ref.url}: {why}" for n, ref, why in left]
+    shown = f"{attached} image{'' if attached == 1 else 's'} attached, in order"
     return (
-        f"{attached} of the {len(images)} images above are attached (at most {attached} per "
-        f"result), in order. Not attached: {left}. To see one, call read_artifact with its URL."
+        f"{shown}; not attached (read_artifact with the URL gives one, within the same "
+        "bounds; make a smaller copy with run_code for one too large):\n" + "\n".join(lines)
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
-from interpreter.client.render import bundle_text, clip, output_text, strip_ansi
+from interpreter.client.render import bundle_text, clean, clip, output_text
 from interpreter.mime import CHART_MIME, DATAFRAME_MIME
 from interpreter.models import Execution, ExecutionStatus
 
@@ -85,6 +85,13 @@ RUN_CODE_OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+#: An output's text past the result's budget (its data and artifacts are still given).
+NOT_SHOWN = (
+    "[not shown: the outputs before it took this result's room for text; its dataframe, "
+    "chart and artifact ids are still here]"
+)
+
+
 def execution_data(execution: Execution, *, limit: int = 20_000) -> dict[str, Any]:
     """The JSON form of a finished execution, valid against :data:`RUN_CODE_OUTPUT_SCHEMA`.
 
@@ -93,39 +100,48 @@ def execution_data(execution: Execution, *, limit: int = 20_000) -> dict[str, An
     outputs: list[dict[str, Any]] = []
     result: str | None = None
     artifact_ids: list[str] = []
+    # The outputs' texts share a budget as in the model's text (render_execution).
+    printed = min(len(execution.stdout) + len(execution.stderr), 2 * limit)
+    room = max(limit, 2 * limit - printed) if limit > 0 else None
     for output in execution.outputs:
         ids = [ref.id for ref in output.artifacts]
         artifact_ids.extend(ids)
         data = output.data
         frame = data.get(DATAFRAME_MIME)
         chart = data.get(CHART_MIME)
+        text = output_text(output, limit)
+        if room is not None:
+            if outputs and len(text) > room:
+                text, room = NOT_SHOWN, 0
+            else:
+                room -= len(text)
         outputs.append(
             {
                 "type": output.type,
-                "text": output_text(output, limit),
+                "text": text,
                 "dataframe": frame if isinstance(frame, dict) else None,
                 "chart": chart if isinstance(chart, dict) else None,
                 "artifact_ids": ids,
             }
         )
         if output.type == "execute_result" and "text/plain" in data:
-            result = clip(strip_ansi(bundle_text(data["text/plain"])), limit)
+            result = clip(clean(bundle_text(data["text/plain"])), limit)
     artifact_ids.extend(ref.id for ref in execution.artifacts)
     error = None
     if execution.error is not None:
         err = execution.error
         error = {
             "ename": err.ename,
-            "evalue": err.evalue,
-            "traceback": clip(strip_ansi("\n".join(err.traceback)), limit),
+            "evalue": clean(err.evalue),
+            "traceback": clip(clean("\n".join(err.traceback)), limit),
         }
     return {
         "session_id": execution.session_id,
         "status": execution.status,
         "execution_count": execution.execution_count,
         "duration_ms": execution.duration_ms,
-        "stdout": clip(strip_ansi(execution.stdout), limit),
-        "stderr": clip(strip_ansi(execution.stderr), limit),
+        "stdout": clip(clean(execution.stdout), limit),
+        "stderr": clip(clean(execution.stderr), limit),
         "truncated": execution.truncated,
         "state_lost": execution.state_lost,
         "result": result,

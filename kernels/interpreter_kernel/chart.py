@@ -61,6 +61,8 @@ def _is_colorbar(ax: Any) -> bool:
 
 
 def _describe_axes(ax: Any, max_points: int) -> dict[str, Any]:
+    if getattr(ax, "name", None) == "3d":
+        return _describe_3d(ax, max_points)
     decode_x = _axis_decoder(ax.xaxis)
     decode_y = _axis_decoder(ax.yaxis)
     marks = marks_of(ax)
@@ -73,6 +75,7 @@ def _describe_axes(ax: Any, max_points: int) -> dict[str, Any]:
     series += _pie(ax, max_points)
     series += _images(ax)
     series += _meshes(ax, owned, marks)
+    _give_bars_their_intervals(series)
     titles = [ax.get_title(loc) for loc in ("left", "center", "right")]
     bar_layout = _bar_layout(series)
     for s in series:
@@ -87,10 +90,74 @@ def _describe_axes(ax: Any, max_points: int) -> dict[str, Any]:
     }
 
 
+def _describe_3d(ax: Any, max_points: int) -> dict[str, Any]:
+    """A 3-D Axes: its lines and scatters by their data (x, y and z), never by the 2-D
+    projections matplotlib keeps for drawing them; surfaces and other 3-D artists are
+    counted, not described."""
+    series: list[Series] = []
+    for line in ax.get_lines():
+        data = getattr(line, "get_data_3d", None)
+        if data is not None:
+            series.append(_xyz_series("line", line.get_label(), *data(), max_points))
+    described = 0
+    for collection in ax.collections:
+        offsets = getattr(collection, "_offsets3d", None)
+        if offsets is not None and len(offsets) == 3:
+            series.append(_xyz_series("scatter", collection.get_label(), *offsets, max_points))
+            described += 1
+    titles = [ax.get_title(loc) for loc in ("left", "center", "right")]
+    return {
+        "kind": "3d",
+        "title": _text(" | ".join(title for title in titles if title)),
+        "xlabel": _text(ax.get_xlabel()),
+        "ylabel": _text(ax.get_ylabel()),
+        "zlabel": _text(ax.get_zlabel()),
+        "series": series,
+        "other_artists": len(ax.collections) - described,
+    }
+
+
+def _xyz_series(kind: str, label: Any, x: Any, y: Any, z: Any, max_points: int) -> Series:
+    n = min(len(x), len(y), len(z))
+    indices = _sample(n, max_points)
+    return {
+        "type": kind,
+        "label": _label(label),
+        "x": _pick(x, indices, _number),
+        "y": _pick(y, indices, _number),
+        "z": _pick(z, indices, _number),
+        "points": n,
+        "truncated": len(indices) < n,
+        "stats": _stats(z),
+    }
+
+
+def _give_bars_their_intervals(series: list[Series]) -> None:
+    """Hand seaborn's error bars to the bars they were drawn for (in drawing order, one
+    per bar, when they are as many and stand at the same categories), as ``low`` and
+    ``high`` of each bar series; else keep them as a series of their own, after the bars."""
+    found = [s for s in series if s["type"] == "errorbars"]
+    if not found:
+        return
+    (bars_of_intervals,) = found
+    series.remove(bars_of_intervals)
+    bars = [s for s in series if s["type"] in ("bar", "barh") and not s.get("truncated")]
+    xs = bars_of_intervals["x"]
+    if not bars_of_intervals["truncated"] and [c for b in bars for c in b["categories"]] == xs:
+        at = 0
+        for bar in bars:
+            n = len(bar["categories"])
+            bar["low"] = bars_of_intervals["low"][at : at + n]
+            bar["high"] = bars_of_intervals["high"][at : at + n]
+            at += n
+        return
+    series.append(bars_of_intervals)
+
+
 def _kind(ax: Any, series: list[Series]) -> str:
     # A seaborn heatmap is recorded as a mark and read from its mesh: one kind.
     series[:] = [s for s in series if not s.get("recorded") or len(series) == 1]
-    types = {s["type"] for s in series}
+    types = {s["type"] for s in series} - {"errorbars"}  # they go with the bars
     if len(types) == 1:
         return str(types.pop())
     if types:
@@ -108,12 +175,25 @@ def _lines(
 ) -> list[Series]:
     errorbar_caps = _errorbar_caps(ax)
     out: list[Series] = []
+    # seaborn draws a bar's error bar as a line of two points one above the other.
+    intervals: list[tuple[JSONScalar, JSONScalar, JSONScalar]] = []
+    orientations = {getattr(c, "orientation", None) for c in ax.containers}
     for line in ax.get_lines():
         # axhline/axvline live in axes coordinates, error bar caps are decoration, and the
         # whiskers and medians of a box plot belong to its mark.
         if line.get_transform() is not ax.transData or id(line) in errorbar_caps | owned:
             continue
         x, y = line.get_xdata(), line.get_ydata()
+        if len(y) and all(_number(v) is None for v in y):
+            continue  # every value NaN: it draws nothing (a bar of one sample's interval)
+        if len(x) == 2 and len(y) == 2:
+            # Across the bars' length only: a segment along it may be the user's own line.
+            if "vertical" in orientations and x[0] == x[1]:
+                intervals.append((decode_x(x[0]), *_span(y[0], y[1])))
+                continue
+            if "horizontal" in orientations and y[0] == y[1]:
+                intervals.append((decode_y(y[0]), *_span(x[0], x[1])))
+                continue
         markers_only = str(line.get_linestyle()).lower() in ("none", "", " ") and (
             str(line.get_marker()).lower() not in ("none", "", " ")
         )
@@ -124,7 +204,27 @@ def _lines(
         series = _xy_series(kind, line.get_label(), x, y, decode_x, decode_y, max_points)
         series["_color"] = line.get_color()
         out.append(series)
+    if intervals:
+        kept = intervals[:max_points]
+        out.append(
+            {
+                "type": "errorbars",
+                "label": None,
+                "x": [i[0] for i in kept],
+                "low": [i[1] for i in kept],
+                "high": [i[2] for i in kept],
+                "points": len(intervals),
+                "truncated": len(kept) < len(intervals),
+            }
+        )
     return out
+
+
+def _span(a: Any, b: Any) -> tuple[JSONScalar, JSONScalar]:
+    low, high = _number(a), _number(b)
+    if isinstance(low, int | float) and isinstance(high, int | float) and high < low:
+        low, high = high, low
+    return low, high
 
 
 def _errorbar_caps(ax: Any) -> set[int]:

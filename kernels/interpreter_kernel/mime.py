@@ -44,7 +44,7 @@ with ``"source": "plotly"`` and, when some trace types could not be drawn, ``"no
       "axes": [                           # one per Axes of the figure, colorbars left out
         {
           "kind": "line" | "bar" | "barh" | "scatter" | "hist" | "pie" | "image"
-                  | "box" | "violin" | "heatmap" | "mixed" | "unknown" | "empty",
+                  | "box" | "violin" | "heatmap" | "mixed" | "unknown" | "empty" | "3d",
           "title": "..." | null,
           "xlabel": "..." | null,
           "ylabel": "..." | null,
@@ -52,7 +52,9 @@ with ``"source": "plotly"`` and, when some trace types could not be drawn, ``"no
           "bar_layout": "stacked" | "grouped" | "overlaid",   # only with 2+ bar series
           "grid": [row, column, rows, columns],  # only in a figure of several subplots
           "twin_of": 0,                      # only for twinx/twiny: the Axes it overlays
-          "legend_title": "..."              # only when the legend has a title
+          "legend_title": "...",             # only when the legend has a title
+          "zlabel": "..." | null,            # only for "3d"
+          "other_artists": n                 # only for "3d": surfaces etc., not described
         }
       ],
       "truncated": false                  # true when any series below was cut
@@ -60,7 +62,8 @@ with ``"source": "plotly"`` and, when some trace types could not be drawn, ``"no
 
 ``kind`` is the type shared by every series of the Axes; ``mixed`` when they differ,
 ``unknown`` when the Axes draws only things not described here (filled areas, step
-histograms, ...), ``empty`` when it draws nothing. Each ``<series>`` is one of::
+histograms, ...), ``empty`` when it draws nothing, ``3d`` for a 3-D Axes (its line and
+scatter series carry ``z`` too, and their stats are of ``z``). Each ``<series>`` is one of::
 
     {"type": "line", "label": str | null, "x": [...], "y": [...],
      "points": n, "truncated": bool}
@@ -68,6 +71,8 @@ histograms, ...), ``empty`` when it draws nothing. Each ``<series>`` is one of::
      "points": n, "truncated": bool}
     {"type": "bar" | "barh", "label": str | null, "categories": [...], "values": [...],
      "points": n, "truncated": bool}  # values: bar heights (bar) or widths (barh)
+    {"type": "errorbars", "label": null, "x": [...], "low": [...], "high": [...],
+     "points": n, "truncated": bool}   # seaborn's error bars of the bars (not a kind)
     {"type": "hist", "label": str | null, "orientation": "vertical" | "horizontal",
      "bin_edges": [...], "counts": [...], "points": n, "truncated": bool}
     {"type": "pie", "labels": [...], "sizes": [...], "points": n, "truncated": bool}

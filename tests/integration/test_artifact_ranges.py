@@ -50,7 +50,7 @@ def test_model_text_names_the_artifact_with_the_whole_text(
 ) -> None:
     _, ref, text = cut
     assert ref.size == len(FULL.encode())
-    assert f"the full text is in artifact {ref.url} ({ref.size} bytes)" in text
+    assert f"the full text is in artifact stdout: {ref.url} ({ref.size:,} bytes)" in text
     assert "read_artifact" in text
 
 

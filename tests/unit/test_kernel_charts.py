@@ -18,6 +18,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
+from interpreter.client.charttext import chart_summary
 from interpreter_kernel import CHART_MIME, chart_json
 from interpreter_kernel.chart_marks import install_matplotlib, install_seaborn
 from interpreter_kernel.plotly_figure import figure_bundle
@@ -247,3 +248,49 @@ def test_plotly_subplots_from_a_layout_grid_and_an_empty_figure() -> None:
     ]
     [empty] = figure_bundle(go.Figure(layout={"title": "nothing"}).to_dict())[CHART_MIME]["axes"]
     assert (empty["kind"], empty["title"]) == ("empty", "nothing")
+
+
+def test_a_3d_plot_is_described_by_its_data_not_its_projection() -> None:
+    # Its lines were read as 2-D screen coordinates: (-0.0707, -0.0431), ...
+    fig = Figure()
+    ax = fig.add_subplot(projection="3d")
+    ax.plot([0, 10, 20], [0, 100, 200], [5, 50, 500], label="path")
+    ax.scatter([1, 2, 3], [4, 5, 6], [7, 8, 9])
+    grid = np.arange(3)
+    ax.plot_surface(*np.meshgrid(grid, grid), np.ones((3, 3)))
+    ax.set_zlabel("height")
+    [described] = axes_of(fig)
+    assert described["kind"] == "3d" and described["zlabel"] == "height"
+    line, dots = described["series"]
+    assert (line["label"], line["x"], line["y"], line["z"]) == (
+        "path",
+        [0, 10, 20],
+        [0, 100, 200],
+        [5, 50, 500],
+    )
+    assert (dots["type"], dots["z"]) == ("scatter", [7, 8, 9])
+    assert described["other_artists"] == 1
+    text = chart_summary(chart_json(fig) or {})
+    assert "3-D plot (z='height')" in text and "(0, 0, 5), (10, 100, 50)" in text
+
+
+def test_seaborn_error_bars_go_with_their_bars() -> None:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {"day": list("ABC") * 20, "tip": rng.normal(3, 1, 60), "sex": ["M", "F"] * 30}
+    )
+    fig = Figure()
+    sns.barplot(frame, x="day", y="tip", hue="sex", ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert ax["kind"] == "bar" and [s["label"] for s in ax["series"]] == ["M", "F"]
+    for s in ax["series"]:
+        assert len(s["low"]) == len(s["high"]) == 3
+        spans = zip(s["low"], s["values"], s["high"], strict=True)
+        assert all(lo < v < hi for lo, v, hi in spans)
+    assert "A=" in chart_summary(chart_json(fig) or {})
+    assert "(error bar " in chart_summary(chart_json(fig) or {})
+    # One sample a bar: seaborn's intervals are NaN lines that draw nothing.
+    fig = Figure()
+    sns.barplot(x=["a", "b"], y=[1, 2], ax=fig.subplots())
+    [ax] = axes_of(fig)
+    assert [s["type"] for s in ax["series"]] == ["bar"] and "low" not in ax["series"][0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import struct
+import zlib
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -48,7 +50,23 @@ REBUILD = {
         {"index": 6, "execution_id": "e_6", "recorded_status": "timeout"},
     ],
 }
-PNG = b"\x89PNG\r\n\x1a\nfake"
+
+
+def _png(width: int = 1, height: int = 1) -> bytes:
+    """A valid PNG of one grey pixel row per line (as small as a PNG gets)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    pixels = zlib.compress(b"".join(b"\0" + b"\x80" * width for _ in range(height)))
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+PNG = _png()
 DF_SUMMARY = {
     "version": 1,
     "kind": "dataframe",
@@ -95,6 +113,10 @@ class ToolService:
         self.files: dict[tuple[str, str], bytes] = {}
         self.log: list[str] = []
         self.n = 0
+        #: Artifact bytes by id (any other artifact is ``PNG``), and the outputs of the
+        #: code ``pictures``.
+        self.blobs: dict[str, bytes] = {}
+        self.pictures: list[dict[str, Any]] = []
 
     def _session(self, sid: str) -> dict[str, Any]:
         return {
@@ -150,6 +172,8 @@ class ToolService:
                     for ref in refs
                 ]
             }
+        if code == "pictures":
+            return base | {"outputs": self.pictures}
         if code == "boom":
             return base | {
                 "status": "error",
@@ -191,7 +215,7 @@ class ToolService:
         if rest == "restart":
             return httpx.Response(200, json=self._session(sid))
         if rest.startswith("artifacts/"):
-            return httpx.Response(200, content=PNG)
+            return httpx.Response(200, content=self.blobs.get(rest.split("/")[1], PNG))
         if rest == "notebook":
             return httpx.Response(
                 200,
@@ -388,9 +412,10 @@ def test_run_code_dataframe_summary_and_images(executor: ToolExecutor) -> None:
     )
     assert len(capped.images) == 1
     # The others are named, with how to see them.
-    assert "1 of the 3 images above are attached (at most 1 per result)" in capped.text
-    left = f"image 2 (image/png, 12 bytes): /v1/sessions/{capped.structured['session_id']}"
+    assert "1 image attached, in order; not attached (read_artifact" in capped.text
+    left = f"image 2 (image/png, {len(PNG)} bytes) /v1/sessions/{capped.structured['session_id']}"
     assert left in capped.text and "image 1 (" not in capped.text
+    assert "at most 1 image is attached per result" in capped.text
     shown = run(executor, "read_artifact", artifact="/v1/sessions/s1/artifacts/" + "2" * 64)
     assert [(i.mime, i.data) for i in shown.images] == [("image/png", PNG)]
 
@@ -572,3 +597,45 @@ def test_a_session_id_that_is_none_is_refused_before_sending(
         refused = run(executor, "run_code", code="1", session_id=bad)
         assert refused.is_error and "is not a session id" in refused.text, refused.text
     assert service.log == []
+
+
+def test_run_code_attaches_only_images_a_model_api_takes(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    # A 6.75 MB PNG, a figure 9360 pixels wide and 20 bytes that were no PNG went to the
+    # model as they were: the API refuses such an image, and the conversation with it.
+    def picture(name: str, mime: str, data: bytes, size: int | None = None) -> dict[str, Any]:
+        aid = name * 64
+        service.blobs[aid] = data
+        return {
+            "id": aid,
+            "mime": mime,
+            "size": len(data) if size is None else size,
+            "url": f"/v1/sessions/s1/artifacts/{aid}",
+        }
+
+    big = picture("a", "image/png", PNG, size=6_753_829)  # never fetched
+    twin = picture("b", "image/jpeg", _jpeg())
+    wide = picture("c", "image/png", _png(9_000, 1))
+    junk = picture("d", "image/png", b"<html>not a png</html>")
+    service.pictures = [
+        {"type": "display_data", "data": {"text/plain": "<PIL>"}, "artifacts": [big, twin]},
+        {"type": "display_data", "data": {"text/plain": "<Figure>"}, "artifacts": [wide]},
+        {"type": "display_data", "data": {"text/plain": "<Figure>"}, "artifacts": [junk]},
+    ]
+    result = run(executor, "run_code", code="pictures")
+    assert [(i.mime, i.data) for i in result.images] == [("image/jpeg", service.blobs["b" * 64])]
+    assert not any(line.endswith("/" + "a" * 64) for line in service.log)
+    assert "1 image attached, in order; not attached" in result.text
+    assert f"image 2 (image/png, {len(_png(9_000, 1)):,} bytes) {wide['url']}: 9000x1 pixels" in (
+        result.text
+    )
+    assert f"image 3 (image/png, 22 bytes) {junk['url']}: not a PNG, JPEG, GIF or WebP" in (
+        result.text
+    )
+
+
+def _jpeg() -> bytes:
+    """The smallest JPEG header that says its size: SOI, then a baseline frame of 2x3."""
+    frame = struct.pack(">HBHHB", 11, 8, 3, 2, 1) + b"\x01\x11\x00"
+    return b"\xff\xd8\xff\xc0" + frame + b"\xff\xd9"
