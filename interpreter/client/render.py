@@ -93,9 +93,9 @@ def dataframe_summary(summary: dict[str, Any], table: str | None = None) -> str:
     kind = "Series" if summary.get("kind") == "series" else "DataFrame"
     shape = summary.get("shape") or []
     if kind == "Series" and shape:
-        size = f"{shape[0]} rows"
+        size = _many(shape[0], "row")
     elif len(shape) == 2:
-        size = f"{shape[0]} rows x {shape[1]} columns"
+        size = f"{_many(shape[0], 'row')} x {_many(shape[1], 'column')}"
     else:
         size = "unknown shape"
     lines = [f"{kind}: {size}"]
@@ -126,6 +126,10 @@ def dataframe_summary(summary: dict[str, Any], table: str | None = None) -> str:
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def _many(n: Any, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 # pandas' row of ellipses where a long table's repr leaves rows out ("...", "..  ...  ...").

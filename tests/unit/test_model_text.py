@@ -216,3 +216,11 @@ def test_what_a_model_api_would_refuse_is_named_with_why() -> None:
     assert "more than a model API takes" in str(images.too_large(4 << 20))
     progressive = images.check(_image("JPEG", (30, 40), progressive=True))
     assert (progressive.width, progressive.height) == (30, 40)
+
+
+def test_a_one_row_frame_is_one_row() -> None:
+    from interpreter.client.render import dataframe_summary
+
+    one = {"kind": "dataframe", "shape": [1, 1], "columns": [{"name": "a", "dtype": "int64"}]}
+    assert dataframe_summary(one).startswith("DataFrame: 1 row x 1 column\n")
+    assert dataframe_summary({"kind": "series", "shape": [1]}).startswith("Series: 1 row")
