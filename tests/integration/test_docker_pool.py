@@ -214,6 +214,22 @@ async def test_a_dead_pooled_kernel_is_never_handed_out(lab: Lab, pool: Containe
     assert pool._ready[0].container_id != dead.container_id
 
 
+async def test_a_paused_pooled_kernel_is_never_handed_out(lab: Lab, pool: ContainerPool) -> None:
+    """A paused container's process runs (the broker sees it in /proc) but its kernel
+    answers nothing: handed out, its session's start waited for the start timeout."""
+    await _ready(pool)
+    paused = pool._ready[0]
+    engine = docker_client()
+    await asyncio.to_thread(engine.api.pause, paused.container_id)
+    options = dataclasses.replace(pool.template, **_fresh_paths(lab))
+    assert await pool.claim(options) is None
+    assert pool.claimed == 0
+    with pytest.raises(docker.errors.NotFound):
+        await asyncio.to_thread(engine.api.inspect_container, paused.container_id)
+    await _ready(pool)
+    assert pool._ready[0].container_id != paused.container_id
+
+
 async def test_a_claim_cancelled_while_it_checks_leaves_the_kernel_in_the_pool(
     lab: Lab, pool: ContainerPool
 ) -> None:

@@ -433,8 +433,11 @@ class ContainerPool:
             stop_channels(client)
 
     async def _still_running(self, kernel: KernelContainer) -> bool:
-        if kernel.host_process is not None:
-            return kernel.host_process.alive()
+        """Whether a pooled kernel can take a session now: its process runs (when the
+        broker sees it) and its heartbeat echoes. A paused container's process runs but
+        answers nothing (a claim of one waited for the start timeout, twice)."""
+        if kernel.host_process is not None and not kernel.host_process.alive():
+            return False
         # A kernel that echoes its heartbeat runs: no engine call on the claim's path
         # (an inspect took 3-5 ms). Only one that does not is asked about.
         url = hb_url(ipc.connection_info(ipc.host_prefix(kernel.runtime_dir), kernel.key))
@@ -448,6 +451,9 @@ class ContainerPool:
                 "inspect a kernel container", inspect_state, kernel.container_id
             )
         except InterpreterError:
+            return False
+        if state is not None and state.get("Paused"):
+            log.warning("pooled kernel %s is paused; it is replaced", kernel.name)
             return False
         return exit_reason_of(state) is None
 
