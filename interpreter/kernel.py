@@ -311,8 +311,10 @@ class Kernel:
                 except Exception as exc:
                     # Why the fresh kernel did not answer (its exit reason, its output).
                     await self._log_start_failure(exc)
-                    if attempt < START_ATTEMPTS and isinstance(exc, RuntimeError):
-                        continue  # it died before replying: one more fresh kernel, as at start
+                    if attempt < START_ATTEMPTS:
+                        # It died before replying, or its container went while it started
+                        # (removed, killed): one more fresh kernel, as at start.
+                        continue
                     log.exception("session %s: kernel restart failed", self.name)
                     return Restart.FAILED
             return Restart.FAILED

@@ -46,6 +46,16 @@ def restart_note(reason: str, generation: int) -> str:
     )
 
 
+def replacement_failed_note(reason: str) -> str:
+    """The markdown saying that the kernel ended and no new one could be started."""
+    why = _RESTART_REASONS.get(reason) or f"after it died ({reason})"
+    return (
+        f"**Kernel lost**: it was to be restarted {why}, but no new kernel could be started "
+        "(the cause is in the service's log). Variables, imports and loaded data from the "
+        "cells above are gone; workspace files are kept. The next cell starts a new kernel."
+    )
+
+
 def broker_restart_note(
     *, kernel_survived: bool, closed: bool = False, kept_before: bool = False
 ) -> str:

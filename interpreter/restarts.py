@@ -33,7 +33,7 @@ from interpreter.kernel import Kernel, Restart
 from interpreter.metrics import Metrics
 from interpreter.models import ErrorInfo, ExecutionStatus, SessionStatus
 from interpreter.notebook import LiveNotebook
-from interpreter.notes import restart_note
+from interpreter.notes import replacement_failed_note, restart_note
 from interpreter.settings import Settings
 from interpreter.store import Store, Writer
 
@@ -104,6 +104,9 @@ class KernelLifecycle:
             if outcome is Restart.FAILED:
                 self.status = "dead"
                 await self.writer.run(partial(self.store.set_status, self.id, "dead"))
+                note = replacement_failed_note(reason)
+                self._note = note if self._note is None else f"{self._note}\n\n{note}"
+                self._note_restarts.append(reason)
                 return
             self.notebook.set_kernel_info(self.kernel.language_info)
             self.status = "idle"
@@ -133,6 +136,9 @@ class KernelLifecycle:
         self._replaced.clear()  # no cell starts on the lost kernel meanwhile
         try:
             await self._restart(await self.kernel.exit_reason())
+            # Its note now, before any next cell: written after that cell, it read as if
+            # the cell had run on the kernel that died.
+            await self._write_note()
         finally:
             self._replaced.set()
 

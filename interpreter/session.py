@@ -385,7 +385,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
 
     @property
     def idle(self) -> bool:
-        return self.executions.empty and self.status == "idle"
+        """Nothing runs or waits: the idle timeout counts (also for a dead session, whose
+        kernel could not be replaced: it would hold its place until its lifetime ended)."""
+        return self.executions.empty and self.status in ("idle", "dead")
 
     @property
     def audit_degraded(self) -> bool:
@@ -421,7 +423,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         waiting cells and the queue bound does not apply to it."""
         if self.failed_reason is not None:
             raise SessionClosed(self._failed_message())
-        if self.status in ("closed", "dead"):
+        # A dead session (its kernel's replacement failed) takes code: the cell starts a
+        # kernel first, as after a death while idle, and fails only if that fails again.
+        if self.status == "closed":
             raise SessionClosed.cannot_run(self.id, self.status)
         # A client retrying after freeing space is served at once (the save is retried).
         if self.notebook.degraded and not await self.notebook.save():

@@ -56,8 +56,8 @@ def _series_text(s: dict[str, Any]) -> str:
     if kind in ("bar", "barh"):
         if small and s.get("low") and s.get("high"):
             spans = zip(s.get("values") or [], s["low"], s["high"], strict=False)
-            values = [f"{_num(v)} (error bar {_num(lo)} to {_num(hi)})" for v, lo, hi in spans]
-            return _pairs(s.get("categories") or [], values)
+            labelled = [f"{_num(v)} (error bar {_num(lo)} to {_num(hi)})" for v, lo, hi in spans]
+            return _pairs(s.get("categories") or [], labelled)
         if small:
             return _pairs(s.get("categories") or [], s.get("values") or [])
         return _stats(s.get("stats"), points=points)
@@ -77,13 +77,13 @@ def _series_text(s: dict[str, Any]) -> str:
         return f"{points} points, y: {_stats(s.get('stats'))}{span}"
     if kind == "errorbars":
         spans = zip(s.get("x") or [], s.get("low") or [], s.get("high") or [], strict=False)
-        shown = [f"{_num(x)} {_num(lo)} to {_num(hi)}" for x, lo, hi in spans]
+        bars = [f"{_num(x)} {_num(lo)} to {_num(hi)}" for x, lo, hi in spans]
         more = (
             f", ... {points - MAX_VALUES} more"
             if isinstance(points, int) and points > MAX_VALUES
             else ""
         )
-        return ", ".join(shown[:MAX_VALUES]) + more
+        return ", ".join(bars[:MAX_VALUES]) + more
     if kind == "hist":
         edges, counts = s.get("bin_edges") or [], s.get("counts") or []
         head = f"{len(counts)} bins from {_num(edges[0])} to {_num(edges[-1])}" if edges else ""

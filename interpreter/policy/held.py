@@ -92,7 +92,7 @@ class PolicyStage:
         """Record code the policy denied: never sent to the kernel, kept in SQLite and as
         a notebook cell with the decision and no outputs. With ``stream``, the handle's
         subscription holds just the final event."""
-        if self.status in ("closed", "dead") or self.failed_reason is not None:
+        if self.status == "closed" or self.failed_reason is not None:
             raise SessionClosed.cannot_run(self.id, self.status)
         self.touch()
         execution = Execution(
