@@ -71,7 +71,7 @@ def check(data: bytes) -> Checked:
     size = too_large(len(data))
     if size is not None:
         return Checked(mime, problem=size)
-    pixels = _pixels(mime, data)
+    pixels = _pixels(mime, data) if _whole(mime, data) else None
     if pixels is None:
         return Checked(mime, problem=f"its {mime} data cannot be read (damaged or cut short)")
     width, height = pixels
@@ -85,6 +85,19 @@ def check(data: bytes) -> Checked:
             problem=f"{width}x{height} pixels, more than a model API takes ({MAX_SIDE_PX} a side)",
         )
     return Checked(mime, width, height)
+
+
+def _whole(mime: str, data: bytes) -> bool:
+    """Whether ``data`` runs to its format's end: a PNG's IEND chunk, a JPEG's end-of-image
+    marker (trailing bytes allowed), a GIF's trailer, a WebP's RIFF length. A picture cut
+    short has a good header and fails to decode, and a model API refuses it."""
+    if mime == "image/png":
+        return data.endswith(b"IEND\xaeB`\x82")
+    if mime == "image/jpeg":
+        return b"\xff\xd9" in data[-4096:]
+    if mime == "image/gif":
+        return data.rstrip(b"\0").endswith(b"\x3b")
+    return len(data) >= 12 and int.from_bytes(data[4:8], "little") + 8 <= len(data)
 
 
 def _pixels(mime: str, data: bytes) -> tuple[int, int] | None:

@@ -224,3 +224,11 @@ def test_a_one_row_frame_is_one_row() -> None:
     one = {"kind": "dataframe", "shape": [1, 1], "columns": [{"name": "a", "dtype": "int64"}]}
     assert dataframe_summary(one).startswith("DataFrame: 1 row x 1 column\n")
     assert dataframe_summary({"kind": "series", "shape": [1]}).startswith("Series: 1 row")
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "GIF", "WEBP"])
+def test_an_image_cut_short_is_not_attached(fmt: str) -> None:
+    # Its header is whole (the type and the size read well); the picture does not decode.
+    data = _image(fmt, (300, 200))
+    cut = images.check(data[: len(data) * 2 // 3])
+    assert cut.problem is not None and "cannot be read" in cut.problem
