@@ -64,7 +64,7 @@ from interpreter.policy.approvals import PendingApproval
 from interpreter.policy.held import PolicyStage
 from interpreter.release import release_disk
 from interpreter.restarts import KernelLifecycle
-from interpreter.restore_cells import outputs_of
+from interpreter.restore_cells import layout_of, outputs_of
 from interpreter.routing import MessageRouting
 from interpreter.settings import Settings
 from interpreter.snapshot import output_so_far
@@ -599,9 +599,60 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 if not handle.finished.is_set():
                     reason = storage_floor.failure_reason(exc)
                     handle.execution.error = storage_floor.failure_error(reason)
+                    await self._keep_cell(handle, reason)
                     await self._abandon(handle, "error", reason)
             finally:
                 self.executions.done()
+
+    async def _keep_cell(self, handle: ExecutionHandle, reason: str) -> None:
+        """Give a cell that reached the kernel its notebook cell when the broker failed
+        while it handled the cell's outputs (an artifact it could not write, say): what the
+        kernel sent, as the notebook keeps it (pictures inline), then the broker's error.
+        Without it the cell was in the store and in no notebook, and ``audit verify``
+        could not tell. The record that follows carries the cell's digest."""
+        ex, rec = handle.execution, handle.recorder
+        if rec is None or ex.started_at is None:
+            return  # never reached the kernel: nothing of it is a cell
+        ex.status, ex.reason = "error", reason
+        ex.duration_ms = round((utcnow() - ex.started_at).total_seconds() * 1000, 3)
+        if rec.execution_count is not None:
+            ex.execution_count = rec.execution_count
+            self.execution_count = max(self.execution_count, rec.execution_count)
+        try:
+            outputs = rec.notebook_outputs(stream_limit=self.settings.max_output_bytes)
+        except Exception:
+            log.exception("session %s: the outputs of %s are lost", self.id, ex.id)
+            outputs = []
+        if ex.error is not None:
+            outputs.append(
+                {
+                    "output_type": "error",
+                    "ename": ex.error.ename,
+                    "evalue": ex.error.evalue,
+                    "traceback": ex.error.traceback,
+                }
+            )
+        digest = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
+        try:
+            await self.notebook.add_cell(
+                ex.code,
+                outputs,
+                replace=handle.resumed,
+                execution_id=ex.id,
+                execution_count=ex.execution_count,
+                status=ex.status,
+                started_at=ex.started_at,
+                duration_ms=ex.duration_ms,
+                state_lost=ex.state_lost,
+                reason=ex.reason,
+                extra={**handle.extra_meta, "audit_sha256": digest},
+                timing=rec.timing,
+            )
+        except Exception:
+            log.exception("session %s: no notebook cell for %s", self.id, ex.id)
+            return
+        handle.notebook_sha256 = digest
+        handle.cell_layout = layout_of(outputs)
 
     async def _record_final(self, handle: ExecutionHandle, activity: Activity | None) -> bool:
         """Write ``handle``'s final record (with the session's ``activity``, if given) after
