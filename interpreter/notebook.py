@@ -585,10 +585,20 @@ class LiveNotebook:
                     parts = await asyncio.to_thread(self.recorder.serialise)
                 await asyncio.to_thread(self.recorder.write, parts)
             except Exception as exc:
-                log.exception("session %s: notebook write failed; refusing new work", self.name)
+                if not self.degraded:
+                    log.exception("session %s: notebook write failed; refusing new work", self.name)
+                else:  # each retry: one line, not the traceback again
+                    log.warning(
+                        "session %s: notebook write failed again (%s: %s)",
+                        self.name,
+                        type(exc).__name__,
+                        exc,
+                    )
                 self.degraded = True
                 self.invalid = isinstance(exc, (nbformat.ValidationError, ValueError))
                 return False
+        if self.degraded:
+            log.warning("session %s: the notebook is written again; new work runs", self.name)
         self.degraded = self.invalid = False
         return True
 

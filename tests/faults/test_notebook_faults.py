@@ -166,4 +166,8 @@ def test_a_notebook_that_cannot_be_written_is_surfaced_then_healed(
         wait_for(lambda: _file_cells(broker, sid) == ids, what="notebook healed")
         assert api.get("/healthz").json()["status"] == "ok"
         assert broker.logged("notebook write failed")
+        # One traceback for the failure, a line for each retry, one when it heals.
+        assert sum("Traceback" in line for line in broker.log) == 1, broker.log
+        assert broker.logged("notebook write failed again (")
+        assert broker.logged("the notebook is written again")
         assert_one_final_record_each(broker, sid, dict.fromkeys(ids, "ok"))
