@@ -21,6 +21,7 @@ from .interrupts import InterruptWaker, interrupt_before_code, interrupt_shell_c
 from .output_history import forget_outputs
 from .packages import install_package_magics
 from .plotly_figure import configure_plotly
+from .shell_stdin import no_terminal_input
 from .widgets import FinalWidgetState
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ def setup(shell: InteractiveShell) -> None:
     when_imported("seaborn", install_seaborn)
     when_imported("plotly.io", configure_plotly)
     FinalWidgetState.install(shell)
+    # !cmd reads end-of-file, not a terminal nobody types into (shell_stdin); first, so
+    # that the wrappers below see the command as written.
+    no_terminal_input(shell)
     # No pip in the image: %pip and !pip say that nothing can be installed (packages).
     install_package_magics(shell)
     # An interrupt in IPython's callbacks before a cell's code ends the cell (interrupts),

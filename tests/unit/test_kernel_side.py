@@ -614,3 +614,30 @@ def test_a_kernel_with_pip_keeps_the_packaging_magics() -> None:
     from interpreter_kernel.packages import install_package_magics
 
     assert not install_package_magics(object(), has_pip=True)  # type: ignore[arg-type]
+
+
+def test_a_shell_command_reads_end_of_file_not_a_terminal() -> None:
+    # `!cat` or a `[Y/n]` prompt waited for a person at IPython's pseudo-terminal, and the
+    # cell hung until its timeout; `timeout 20` bounds each command here without it.
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from interpreter_kernel.shell_stdin import no_terminal_input
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell(config=config)
+    no_terminal_input(shell)
+    no_terminal_input(shell)  # once is enough
+    shell.user_ns["n"] = 3
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            shell.run_cell("!timeout 20 cat; echo cat=$?")
+            shell.run_cell("!timeout 20 sh -c 'read x; echo read=$?'")
+            shell.run_cell("!echo $n {n+1}  # a comment")
+            shell.run_cell("!test -t 1 && echo still a terminal")
+    finally:
+        shell.cleanup()
+    lines = out.getvalue().splitlines()
+    assert lines == ["cat=0", "read=1", "3 4", "still a terminal"], lines
