@@ -24,8 +24,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     try:
         from interpreter.mcp_auth import TOKEN_ENV
         from interpreter.mcp_server import Target, run
-    except ImportError:
-        print("interp mcp needs the mcp package: pip install 'interp[mcp]'", file=sys.stderr)
+    except ImportError as exc:
+        print(
+            f"interp mcp needs the mcp package, version 2.3 or later ({exc}): "
+            "pip install -U 'interp[mcp]'",
+            file=sys.stderr,
+        )
         return 2
     tokens = [t for t in args.token if t] or [
         t.strip() for t in os.environ.get(TOKEN_ENV, "").split(",") if t.strip()

@@ -6,7 +6,9 @@ for an empty path."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import mcp_types as types
@@ -77,3 +79,27 @@ def test_mcp_read_artifact_sends_nothing_elsewhere_and_paths_stay_in_their_sessi
     with listener() as elsewhere:
         anyio.run(walk, elsewhere.url)
         assert elsewhere.requests == []
+
+
+def test_an_mcp_package_too_old_is_named_with_what_is_missing(tmp_path: Path) -> None:
+    # With mcp 1.x kept by pip, `interp mcp` said only "needs the mcp package: pip install
+    # 'interp[mcp]'", which the user had just done. A module that will not import stands
+    # in for the old package here.
+    shadow = tmp_path / "shadow"
+    (shadow / "mcp_types").mkdir(parents=True)
+    (shadow / "mcp_types" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'mcp_types'\", name='mcp_types')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(shadow)}
+    done = subprocess.run(
+        [sys.executable, "-m", "interpreter", "mcp"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "version 2.3 or later (No module named 'mcp_types')" in done.stderr
+    assert "pip install -U 'interp[mcp]'" in done.stderr
