@@ -79,6 +79,9 @@ _ANNOTATIONS: dict[str, types.ToolAnnotations] = {
         title="Create a session", read_only_hint=False, destructive_hint=False
     ),
     "list_sessions": types.ToolAnnotations(title="List sessions", read_only_hint=True),
+    "close_session": types.ToolAnnotations(
+        title="Close a session", read_only_hint=False, destructive_hint=True, idempotent_hint=True
+    ),
     "upload_file": types.ToolAnnotations(
         title="Upload a file", read_only_hint=False, destructive_hint=True, idempotent_hint=True
     ),

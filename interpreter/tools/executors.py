@@ -126,6 +126,8 @@ def api_error_text(exc: APIError) -> str:
     """The service's error as a tool says it: its message, in the tools' words where the
     message names an HTTP route (a model lists its sessions with ``list_sessions``)."""
     message = exc.message.replace("with GET /v1/sessions", "with the list_sessions tool")
+    if exc.code == "too_many_sessions":
+        message += " Close one you no longer need with close_session (list_sessions names them)."
     return f"{message} ({exc.code})"
 
 

@@ -155,6 +155,26 @@ class _ToolLogic:
             )
         return ToolResult([TextPart("\n".join(lines))])
 
+    def _tool_close_session(self, session_id: str | None = None) -> _Steps:
+        sid = session_id or self.session_id
+        if sid is None:
+            return error_result("There is no current session to close; give a session_id.")
+        self._check_own(sid)
+        yield proto.delete_session(sid)
+        if sid == self.session_id:
+            self.session_id = None
+            after = " The next run_code without session_id starts a new session."
+        else:
+            after = ""
+        return ToolResult(
+            [
+                TextPart(
+                    f"Closed session {sid}: its kernel stopped and its variables are gone; "
+                    f"its notebook stays readable with get_notebook.{after}"
+                )
+            ]
+        )
+
     def _tool_restart(self, recover: bool = False, session_id: str | None = None) -> _Steps:
         sid = yield from self._session(session_id)
         info: SessionInfo = yield proto.restart(sid, recover=recover)

@@ -1,4 +1,4 @@
-"""The ten tools as a model reads them: names, descriptions and JSON schemas, rendered
+"""The eleven tools as a model reads them: names, descriptions and JSON schemas, rendered
 for OpenAI or Anthropic function calling."""
 
 from __future__ import annotations
@@ -133,6 +133,24 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List your open sessions with their id, status (idle, busy, dead), number of "
         "executions and creation time, and which one is current.",
         {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    ToolSpec(
+        "close_session",
+        "Close a session you no longer need: its kernel stops and its place is freed (the "
+        "service caps how many sessions are open at once). Its notebook stays readable with "
+        "get_notebook. Closing the current session makes the next run_code without "
+        "session_id start a new, empty one.",
+        {
+            "type": "object",
+            "properties": {
+                "session_id": {
+                    "type": "string",
+                    "description": "Session to close; omit it (or give an empty string) to "
+                    "close the current session.",
+                },
+            },
+            "additionalProperties": False,
+        },
     ),
     ToolSpec(
         "upload_file",

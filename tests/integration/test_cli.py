@@ -366,7 +366,7 @@ def test_tools_command(fmt: str, key: str) -> None:
     result = interp(None, "tools", "--format", fmt)
     assert result.returncode == 0
     tools = json.loads(result.stdout)
-    assert len(tools) == 10 and all(key in t for t in tools)
+    assert len(tools) == 11 and all(key in t for t in tools)
     [run_code] = [
         t for t in tools if t.get("name", t.get("function", {}).get("name")) == "run_code"
     ]

@@ -202,6 +202,8 @@ class ToolService:
         m = re.fullmatch(r"/v1/sessions/([^/]+)(?:/(.*))?", path)
         assert m
         sid, rest = m.group(1), m.group(2) or ""
+        if rest == "" and method == "DELETE" and self.sessions.get(sid) == "closed":
+            return httpx.Response(204)  # as the service: closing a closed session is a no-op
         if self.sessions.get(sid) != "idle":
             return httpx.Response(
                 404,
@@ -293,11 +295,12 @@ def run(executor: ToolExecutor, name: str, **args: Any) -> ToolResult:
 # -------------------------------------------------------------------------- definitions
 
 
-def test_ten_tools_with_valid_schemas_and_real_descriptions() -> None:
+def test_eleven_tools_with_valid_schemas_and_real_descriptions() -> None:
     assert set(TOOL_NAMES) == {
         "run_code",
         "create_session",
         "list_sessions",
+        "close_session",
         "upload_file",
         "read_file",
         "read_artifact",
@@ -639,3 +642,28 @@ def _jpeg() -> bytes:
     """The smallest JPEG header that says its size: SOI, then a baseline frame of 2x3."""
     frame = struct.pack(">HBHHB", 11, 8, 3, 2, 1) + b"\x01\x11\x00"
     return b"\xff\xd8\xff\xc0" + frame + b"\xff\xd9"
+
+
+def test_close_session_frees_the_current_one_and_the_next_run_starts_anew(
+    executor: ToolExecutor, service: ToolService
+) -> None:
+    # An agent at the session cap was told to "delete some" and had no tool to do it.
+    assert run(executor, "close_session").is_error  # nothing current yet: nothing sent
+    run(executor, "run_code", code="a = 1")
+    closed = run(executor, "close_session")
+    assert not closed.is_error and "Closed session s1" in closed.text
+    assert "DELETE /v1/sessions/s1" in service.log and executor.session_id is None
+    assert "ran print(a)" in run(executor, "run_code", code="print(a)").text
+    assert executor.session_id == "s2"
+    other = run(executor, "close_session", session_id="s1")  # closing twice is no error
+    assert not other.is_error and "next run_code" not in other.text
+
+
+def test_the_session_cap_names_the_tool_that_frees_a_place() -> None:
+    from interpreter.client import APIError
+    from interpreter.tools.executors import api_error_text
+
+    capped = APIError(
+        "32 sessions are open (the maximum); delete some.", status=429, code="too_many_sessions"
+    )
+    assert "close_session" in api_error_text(capped)
