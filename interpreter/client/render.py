@@ -259,9 +259,13 @@ def output_text(output: Output, limit: int, numbers: _Numbers | None = None) -> 
     others = [a for a in output.artifacts if not is_image(a.mime)]
     for ref in others:
         parts.append(f"[{ref.mime} output stored as artifact, {ref.size:,} bytes: {ref.url}]")
-    if not parts:
-        kinds = ", ".join(sorted(data)) or "nothing"
-        parts.append(f"[output of type {kinds}]")
+    if not parts and not data:
+        # What the service dropped whole (a value over its size limit) leaves no data.
+        parts.append(
+            "[an output with no data: a value too large to keep is dropped, and stderr says so]"
+        )
+    elif not parts:
+        parts.append(f"[output of type {', '.join(sorted(data))}]")
     return "\n".join(parts)
 
 

@@ -232,3 +232,15 @@ def test_an_image_cut_short_is_not_attached(fmt: str) -> None:
     data = _image(fmt, (300, 200))
     cut = images.check(data[: len(data) * 2 // 3])
     assert cut.problem is not None and "cannot be read" in cut.problem
+
+
+def test_an_output_whose_value_was_dropped_says_so() -> None:
+    # A result over 16 Mi characters is dropped whole: the model read "result: [output of
+    # type nothing]".
+    ex = execution(
+        stderr="[output dropped: its text/plain value of 17000000 characters is larger ...]\n",
+        outputs=[Output(type="execute_result", data={})],
+    )
+    text = text_of(ex)
+    assert "a value too large to keep is dropped, and stderr says so" in text
+    assert "type nothing" not in text
