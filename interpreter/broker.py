@@ -850,6 +850,7 @@ class SessionBroker:
             await asyncio.sleep(self.settings.cull_interval_s)
             try:
                 await self.cull_once()
+                await self.backend.tidy()
                 await self.purge_once()
                 await self.idempotency.expire()
                 await asyncio.to_thread(memory.trim)

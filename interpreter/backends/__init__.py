@@ -66,6 +66,11 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Stop background parts. Called once by the broker at shutdown, after sessions."""
 
+    async def tidy(self) -> None:
+        """Periodic housekeeping (every ``cull_interval_s``, on the loop; never blocks):
+        for docker, remove the containers of sessions closed while the engine did not
+        answer. Raises nothing the broker must handle."""
+
     async def reachable(self, *, fresh: bool = False) -> bool:
         """Whether the backend can start kernels as far as one can tell cheaply (the
         Docker engine answers); asked by ``/healthz``, so it is cached (unless ``fresh``)

@@ -77,6 +77,9 @@ class LocalBackend:
         self.settings = settings
         self.packages: Mapping[str, str] = {}
 
+    async def tidy(self) -> None:
+        return None
+
     async def reachable(self, *, fresh: bool = False) -> bool:
         return True  # kernels are this machine's processes
 

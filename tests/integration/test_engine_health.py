@@ -104,3 +104,48 @@ def test_during_an_engine_outage_health_and_creation_say_so(tmp_path: Path) -> N
         proc.terminate()
         proc.wait(60)
         relay.down()
+
+
+def test_a_session_deleted_during_an_engine_outage_loses_its_container_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """Deleted while the engine did not answer, a session was told 204 and its container
+    kept running under no session (an outside tester's leak); it now goes when the engine
+    answers again."""
+    require_docker()
+    import docker
+
+    relay = EngineRelay(tmp_path / "engine.sock")
+    relay.up()
+    log: list[str] = []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERP_")}
+    env["DOCKER_HOST"] = f"unix://{relay.path}"
+    proc, url = spawn_serve(
+        "--backend", "docker", "--data-dir", str(tmp_path / "data"), "--pool-size", "0",
+        "--cull-interval-s", "0.5", "--no-keep-containers-on-shutdown", env=env, log=log,
+    )  # fmt: skip
+    engine = docker.from_env()
+    try:
+        with httpx.Client(base_url=url, timeout=120) as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            [container] = engine.containers.list(filters={"name": sid})
+            relay.down()
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+            assert engine.containers.get(container.id).status == "running"
+            relay.up()
+
+            def removed() -> bool:
+                try:
+                    engine.containers.get(container.id)
+                except docker.errors.NotFound:
+                    return True
+                return False
+
+            wait_for(
+                removed, what="the container of the deleted session to go: " + "\n".join(log[-30:])
+            )
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        relay.down()
+        engine.close()

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from interpreter.backends.base import LaunchOptions, Leftover
+from interpreter.backends.docker import removals
 from interpreter.backends.docker.config import cgroup_parent_problem
 from interpreter.backends.docker.engine import (
     abandoned_containers,
@@ -110,7 +111,12 @@ class DockerBackend:
         await pool.start()
         self.pool = pool
 
+    async def tidy(self) -> None:
+        await removals.retry()
+
     async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await removals.retry()
         if self._stamping is not None:
             self._stamping.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -21,7 +21,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
 from interpreter import quota
 from interpreter.backends.base import LAUNCH_KWARG, LaunchOptions
-from interpreter.backends.docker import ipc
+from interpreter.backends.docker import ipc, removals
 from interpreter.backends.docker.config import KernelUser, kernel_command
 from interpreter.backends.docker.container import (
     START_TIMEOUT_S,
@@ -41,7 +41,7 @@ from interpreter.backends.docker.engine import (
     remove,
     signal_container,
 )
-from interpreter.errors import KernelStartFailed
+from interpreter.errors import BackendUnavailable, KernelStartFailed
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +177,20 @@ class DockerProvisioner(KernelProvisionerBase):
         """SIGKILL the container's init; the whole container stops at once.
 
         Called from ``KernelManager.kill_kernel`` (``shutdown_kernel(now=True)``, and the
-        last step of a graceful shutdown that timed out). A dead container is fine.
+        last step of a graceful shutdown that timed out). A dead container is fine; one the
+        engine cannot be asked to kill (it does not answer) is removed once it answers.
         """
-        await self.send_signal(signal.SIGKILL)
+        try:
+            await self.send_signal(signal.SIGKILL)
+        except BackendUnavailable:
+            kernel = self._kernel
+            if kernel is None:
+                raise
+            log.warning(
+                "the Docker engine does not answer: kernel container %s is removed once it does",
+                kernel.name,
+            )
+            removals.later(kernel.container_id)
 
     async def terminate(self, restart: bool = False) -> None:
         """SIGTERM the container's init, which forwards it to the kernel.
@@ -276,11 +287,21 @@ class DockerProvisioner(KernelProvisionerBase):
         """
         kernel = self._kernel
         if kernel is not None:
-            state = await call_docker(
-                "inspect a kernel container", inspect_state, kernel.container_id
-            )
-            self._final_reason = exit_reason_of(state) or "removed"
-            await call_docker("remove a kernel container", remove, kernel.container_id)
+            try:
+                state = await call_docker(
+                    "inspect a kernel container", inspect_state, kernel.container_id
+                )
+                self._final_reason = exit_reason_of(state) or "removed"
+                await call_docker("remove a kernel container", remove, kernel.container_id)
+            except BackendUnavailable:
+                # The engine does not answer: the container goes once it does (removals).
+                log.warning(
+                    "the Docker engine does not answer: kernel container %s is removed once "
+                    "it does",
+                    kernel.name,
+                )
+                self._final_reason = self._final_reason or "engine_unreachable"
+                removals.later(kernel.container_id)
             await asyncio.to_thread(ipc.remove_tree, kernel.runtime_dir)
             self._kernel = None
         self._exit_code = None
