@@ -444,13 +444,19 @@ def _attachable(forms: list[ArtifactRef]) -> Generator[Any, Any, tuple[ImagePart
 
 
 def _images_left_note(left: list[tuple[int, ArtifactRef, str]], attached: int) -> str:
-    """Which images of a result were not attached, why, and how to see them."""
-    lines = [f"image {n} ({ref.mime}, {ref.size:,} bytes) {ref.url}: {why}" for n, ref, why in left]
+    """Which images of a result were not attached, why (once per reason), and their URLs."""
     shown = f"{attached} image{'' if attached == 1 else 's'} attached, in order"
-    return (
+    lines = [
         f"{shown}; not attached (read_artifact with the URL gives one, within the same "
-        "bounds; make a smaller copy with run_code for one too large):\n" + "\n".join(lines)
-    )
+        "bounds; make a smaller copy with run_code for one too large):"
+    ]
+    reasons: dict[str, list[str]] = {}
+    for n, ref, why in left:
+        reasons.setdefault(why, []).append(f"image {n} ({ref.mime}, {ref.size:,} bytes) {ref.url}")
+    for why, named in reasons.items():
+        lines.append(f"{why}:" if len(named) > 1 else f"{named.pop()}: {why}")
+        lines += [f"  {line}" for line in named]
+    return "\n".join(lines)
 
 
 # A well-formed UTF-8 sequence of two to four bytes.
