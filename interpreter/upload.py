@@ -3,8 +3,9 @@
 The bytes go to a temporary file in the workspace's top directory (the same filesystem, so
 the workspace's quota counts them and the final rename is atomic); :meth:`Upload.commit`
 makes the target's missing parent directories, renames the file into place and answers the
-entry as stored, under the normalised name that listings show. An upload that fails or is
-aborted leaves nothing: no temporary file and no directory.
+entry as stored, under the name that listings show: the NFKC-normalised path, or an
+existing entry's own name when the path names it exactly (:meth:`Workspace.resolve`). An
+upload that fails or is aborted leaves nothing: no temporary file and no directory.
 
 Every step goes through the workspace's :class:`~interpreter.write_gate.WriteGate`, where
 the upload is registered until it is committed or aborted: once the session closes, the
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 
 from interpreter.errors import BadRequest, PayloadTooLarge
 from interpreter.models import FileEntry
-from interpreter.workspace import Workspace, os_error, split_path
+from interpreter.workspace import Workspace, os_error
 
 #: Prefix of the temporary files uploads write (in the workspace's top directory).
 TEMP_PREFIX = ".upload-"
@@ -40,7 +41,8 @@ class Upload:
     """
 
     def __init__(self, workspace: Workspace, path: str, limit: int) -> None:
-        self.parts = split_path(path)
+        # Resolved once: an existing entry named exactly so is replaced, else the NFKC name.
+        self.parts = workspace.resolve(path)
         self.path = path
         self.limit = limit
         self.size = 0
@@ -70,7 +72,8 @@ class Upload:
 
     @property
     def name(self) -> str:
-        """The normalised path the file is stored under."""
+        """The path the file is stored under: the listed name of the entry the path names
+        exactly, or the NFKC-normalised path (:meth:`Workspace.resolve`)."""
         return "/".join(self.parts)
 
     def write(self, chunk: bytes) -> None:

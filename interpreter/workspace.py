@@ -1,15 +1,21 @@
 """Safe file access inside a session's workspace (docs/security.md H-50, H-51, decision 8).
 
 Every path from a client is normalised (NFKC) *before* it is checked, must be relative, and
-may not contain ``..``, ``.``, empty components, NUL or backslashes. It is then walked one
-component at a time with ``O_NOFOLLOW`` opens relative to a directory descriptor, so a
-symlink planted by the kernel (to ``/etc``, to another session, anywhere) is refused rather
-than followed, and a rename race cannot lead outside. Only regular files are served.
+may not contain ``..``, ``.``, empty components, NUL or backslashes. A kernel can make names
+that are not NFKC (``cafe`` + U+0301, the ligature U+FB01, fullwidth U+FF21), and listings
+show names as they are, so the path is also taken as given (:meth:`Workspace.resolve`): its
+leading components that name existing entries exactly (and pass the same checks as they
+are) are used as they are, and only the rest of it is the NFKC form. A listed name thus
+reaches its own entry, never the one its NFKC form names, while a new name is written
+NFKC-normalised. The path is then walked one component at a time with ``O_NOFOLLOW`` opens
+relative to a directory descriptor, so a symlink planted by the kernel (to ``/etc``, to
+another session, anywhere) is refused rather than followed, and a rename race cannot lead
+outside. Only regular files are served.
 
 A name on disk that is not valid UTF-8 (a kernel can make one) is shown with each invalid
 byte sequence as U+FFFD (:func:`display_name`); a path component with U+FFFD that names no
-file as it is reaches the one entry of its directory shown that way (downloads, listings,
-deletions).
+file as it is reaches the one entry of its directory shown exactly that way, else the one
+whose shown name's NFKC form it is (downloads, listings, deletions).
 
 Writes (uploads, deletions) go through the workspace's :class:`~interpreter.write_gate.
 WriteGate`: a closed session's workspace is read-only.
@@ -44,7 +50,14 @@ from interpreter.models import FileEntry, FileList
 from interpreter.tree import MAX_COPY_DEPTH, copy_sparse, copy_tree, remove_tree
 from interpreter.write_gate import WriteGate
 
-__all__ = ["Workspace", "copy_sparse", "copy_tree_safely", "display_name", "split_path"]
+__all__ = [
+    "Workspace",
+    "copy_sparse",
+    "copy_tree_safely",
+    "display_name",
+    "given_parts",
+    "split_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +88,37 @@ def display_name(name: str) -> str:
 
 
 def split_path(path: str, *, allow_root: bool = False) -> list[str]:
-    """Validate a client-supplied workspace path and return its components."""
+    """Validate a client-supplied workspace path and return its components, NFKC-normalised
+    (the checks apply to the normalised form)."""
     if "\x00" in path:
         raise PathNotAllowed("Path must not contain NUL characters.")
-    normal = unicodedata.normalize("NFKC", path)
-    if len(normal) > MAX_PATH_CHARS:
+    return _checked_parts(unicodedata.normalize("NFKC", path), allow_root=allow_root)
+
+
+def given_parts(path: str) -> list[str] | None:
+    """The components of ``path`` exactly as given, when that is not its NFKC form and they
+    pass every check of :func:`split_path` as they are; else None."""
+    if unicodedata.is_normalized("NFKC", path):
+        return None
+    try:
+        return _checked_parts(path, allow_root=True)
+    except PathNotAllowed:
+        return None
+
+
+def _checked_parts(text: str, *, allow_root: bool) -> list[str]:
+    """The components of ``text`` once every check passes (PathNotAllowed naming the one
+    that does not)."""
+    if "\x00" in text:
+        raise PathNotAllowed("Path must not contain NUL characters.")
+    if len(text) > MAX_PATH_CHARS:
         raise PathNotAllowed(f"Path is longer than {MAX_PATH_CHARS} characters.")
-    _check_characters(normal)
-    if "\\" in normal:
+    _check_characters(text)
+    if "\\" in text:
         raise PathNotAllowed("Use '/' to separate path components, not '\\'.")
-    if normal.startswith("/"):
+    if text.startswith("/"):
         raise PathNotAllowed("Path must be relative to the workspace, not absolute.")
-    stripped = normal.strip("/")
+    stripped = text.strip("/")
     if not stripped:
         if allow_root:
             return []
@@ -184,6 +216,50 @@ class Workspace:
         finally:
             os.close(fd)
 
+    def resolve(self, path: str, *, allow_root: bool = False) -> list[str]:
+        """The components of the entry the client path ``path`` names.
+
+        The path must pass :func:`split_path` (its NFKC form is checked, as always). When it
+        is not in NFKC form, its leading components that name existing entries exactly as
+        given (each passing the same checks as it is) are kept as given; the rest of it is
+        the NFKC form. So a name as a listing shows it (a kernel may make names that are not
+        NFKC) reaches that entry and never the one its NFKC form names, and a name that
+        does not exist is the NFKC one (what an upload creates).
+        """
+        normal = split_path(path, allow_root=allow_root)
+        given = given_parts(path)
+        if given is None or given == normal:
+            return normal
+        matched = self._exact_prefix(given)
+        if matched == len(given):
+            return given
+        # '/' never combines with its neighbours: the rest's NFKC form is the normal form's.
+        return given[:matched] + split_path("/".join(given[matched:]))
+
+    def _exact_prefix(self, given: list[str]) -> int:
+        """How many leading components of ``given`` name existing entries exactly, each
+        before the last a directory (not followed if a link: the walk refuses it)."""
+        try:
+            fd = os.open(self.root, _DIR_FLAGS)
+        except OSError:
+            return 0
+        try:
+            for i, part in enumerate(given):
+                name = _exact(fd, part)
+                if name is None:
+                    return i
+                if i == len(given) - 1:
+                    break
+                try:
+                    nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    return i + 1  # a file or a link: the walk of these parts says so
+                os.close(fd)
+                fd = nxt
+            return len(given)
+        finally:
+            os.close(fd)
+
     def check_target(self, parts: list[str]) -> None:
         """Raise OSError when a file cannot be written at ``parts``, changing nothing: a
         parent that exists is not a directory (or is a link), or the name is a directory.
@@ -218,7 +294,7 @@ class Workspace:
     # -- operations ------------------------------------------------------------------------
 
     def listing(self, path: str = "") -> FileList:
-        parts = split_path(path, allow_root=True)
+        parts = self.resolve(path, allow_root=True)
         try:
             with self._walk(parts) as fd:
                 entries = []
@@ -256,7 +332,7 @@ class Workspace:
     def stat(self, path: str) -> FileEntry:
         """The entry at ``path`` (``""``: the workspace itself); a symlink is described,
         not followed (type ``other``)."""
-        parts = split_path(path, allow_root=True)
+        parts = self.resolve(path, allow_root=True)
         try:
             if not parts:
                 return _entry([], os.stat(self.root))
@@ -268,7 +344,7 @@ class Workspace:
     def make_dir(self, path: str) -> bool:
         """Create the directory ``path`` and its missing parents. False when it already
         exists; 400 when something other than a directory is there."""
-        parts = split_path(path)
+        parts = self.resolve(path)
         with self.gate.writing():
             try:
                 with self._walk(parts[:-1], create=True) as dfd:
@@ -287,7 +363,7 @@ class Workspace:
     def rename(self, source: str, destination: str) -> None:
         """Move a file, symlink or directory within the workspace (the destination's
         missing parents are created; an existing file there is replaced, as by mv)."""
-        src, dst = split_path(source), split_path(destination)
+        src, dst = self.resolve(source), self.resolve(destination)
         if dst[: len(src)] == src:
             raise BadRequest(f"Cannot move '{source}' into itself ('{destination}').")
         with self.gate.writing():
@@ -310,7 +386,7 @@ class Workspace:
 
     def open_read(self, path: str, max_bytes: int | None = None) -> tuple[BinaryIO, int]:
         """Open a regular file for reading; the caller closes it."""
-        parts = split_path(path)
+        parts = self.resolve(path)
         try:
             with self._walk(parts[:-1]) as dfd:
                 fd = os.open(
@@ -344,7 +420,7 @@ class Workspace:
 
     def write(self, path: str, chunks: Iterable[bytes]) -> int:
         """Create or replace a file atomically (parents created). Returns its size."""
-        parts = split_path(path)
+        parts = self.resolve(path)
         name = parts[-1]
         tmp = f".upload-{secrets.token_hex(8)}.tmp"
         with self.gate.writing():
@@ -408,8 +484,20 @@ class Workspace:
         )
 
     def delete(self, path: str) -> None:
-        """Delete a file, a symlink (not its target) or a directory tree."""
-        parts = split_path(path)
+        """Delete a file, a symlink (not its target) or a directory tree.
+
+        A path that names nothing as given and differs from its NFKC form by more than
+        canonical equivalence (``ﬁle.txt`` after that file is gone: a retried deletion)
+        names nothing: it never falls back to the other entry (``file.txt``) its NFKC form
+        names. A decomposed ``café.txt`` still reaches the composed one an upload made."""
+        parts = self.resolve(path)
+        given = given_parts(path)
+        if (
+            given is not None
+            and parts != given
+            and unicodedata.normalize("NFC", path) != unicodedata.normalize("NFKC", path)
+        ):
+            raise _os_error(FileNotFoundError(errno.ENOENT, "not found"), path)
         with self.gate.writing():
             try:
                 with self._walk(parts[:-1]) as dfd:
@@ -425,8 +513,9 @@ class Workspace:
 
 def _lookup(dir_fd: int, part: str) -> str:
     """The entry of ``dir_fd`` that the path component ``part`` names: ``part`` itself,
-    or, when ``part`` shows U+FFFD and names nothing as it is, the one entry whose
-    :func:`display_name` it is (400 when several are shown so)."""
+    or, when ``part`` shows U+FFFD and names nothing as it is, the one entry shown exactly
+    as ``part`` (:func:`display_name`), else the one whose shown name's NFKC form ``part``
+    is (400 when several are shown so)."""
     if REPLACEMENT not in part:
         return part
     try:
@@ -434,17 +523,36 @@ def _lookup(dir_fd: int, part: str) -> str:
         return part
     except FileNotFoundError:
         pass
-    found = [
-        name
-        for name in os.listdir(dir_fd)
-        if (shown := display_name(name)) != name and unicodedata.normalize("NFKC", shown) == part
-    ]
+    return _shown_as(dir_fd, part, nfkc=True) or part
+
+
+def _exact(dir_fd: int, part: str) -> str | None:
+    """The name of the entry of ``dir_fd`` that ``part`` names exactly as given: ``part``
+    itself, or the one name that is not UTF-8 and is shown as ``part``; None if none."""
+    try:
+        os.stat(part, dir_fd=dir_fd, follow_symlinks=False)
+        return part
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    return _shown_as(dir_fd, part, nfkc=False) if REPLACEMENT in part else None
+
+
+def _shown_as(dir_fd: int, part: str, *, nfkc: bool) -> str | None:
+    """The one name of ``dir_fd`` that is not UTF-8 and is shown as ``part`` (with
+    ``nfkc``, when none is shown exactly so: whose shown name's NFKC form is ``part``);
+    400 when several are."""
+    odd = [(name, shown) for name in os.listdir(dir_fd) if (shown := display_name(name)) != name]
+    found = [name for name, shown in odd if shown == part]
+    if not found and nfkc:
+        found = [name for name, shown in odd if unicodedata.normalize("NFKC", shown) == part]
     if len(found) > 1:
         raise BadRequest(
             f"{len(found)} names in this directory are not valid UTF-8 and show as "
             f"'{part}'; rename them in the session to reach them."
         )
-    return found[0] if found else part
+    return found[0] if found else None
 
 
 os_error = _os_error

@@ -6,11 +6,14 @@ local backend, whose downloads are limited to 1 MiB here: reading a file whole w
 
 from __future__ import annotations
 
+import io
 import json
+import random
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from PIL import Image
 
 from interpreter.client import Client
 from interpreter.tools import ToolExecutor
@@ -132,7 +135,11 @@ def test_tools_refuse_files_too_large_to_show_without_reading_them(
     client, sid = session
     s = client.get_session(sid)
     executor = ToolExecutor(client)
-    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+    picture = io.BytesIO()  # a real one: read_file checks an image before it shows it
+    noise = random.Random(7).randbytes(40 * 40 * 3)  # does not compress below 1000 bytes
+    Image.frombytes("RGB", (40, 40), noise).save(picture, "PNG")
+    png = picture.getvalue()
+    assert len(png) > 1000
     s.upload("plot.png", png)
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
     s.upload("old.ipynb", json.dumps(nb).encode())
