@@ -562,8 +562,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    """``interp tools --format openai|anthropic``: print tool definitions as JSON. With a
-    service (``--url`` or ``$INTERP_URL``), ``run_code`` names its kernel's main packages."""
+    """``interp tools --format openai|openai-responses|anthropic``: print tool definitions
+    as JSON. With a service (``--url`` or ``$INTERP_URL``), ``run_code`` names its kernel's
+    main packages."""
     from interpreter.tools import tool_definitions
 
     packages: dict[str, str] | None = None
@@ -732,7 +733,13 @@ def add_commands(subparsers: Any, embed: Embed) -> None:
         help="Print tool definitions for function calling (with --url, naming the kernel's "
         "packages).",
     )
-    tools.add_argument("--format", choices=["openai", "anthropic"], default="openai")
+    tools.add_argument(
+        "--format",
+        choices=["openai", "openai-responses", "anthropic"],
+        default="openai",
+        help="openai: Chat Completions tools; openai-responses: the Responses API's; "
+        "anthropic: the Messages API's.",
+    )
     tools.set_defaults(func=_quiet_http_log(cmd_tools))
 
     add_mcp_command(subparsers, embedding, embed, _quiet_http_log)

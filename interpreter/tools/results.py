@@ -78,6 +78,15 @@ class ToolResult:
             block["is_error"] = True
         return block
 
+    def to_openai_responses(self) -> dict[str, Any]:
+        """A ``function_call_output`` input item for the OpenAI Responses API: the text, or
+        the text and the images as ``input_text`` and ``input_image`` parts."""
+        return {
+            "type": "function_call_output",
+            "call_id": self.call_id,
+            "output": _responses_output(self),
+        }
+
     def to_openai(self) -> list[dict[str, Any]]:
         """Chat Completions messages: the ``tool`` message, then a ``user`` message that
         carries the images (tool messages may only hold text)."""
@@ -94,6 +103,17 @@ class ToolResult:
             )
             messages.append({"role": "user", "content": parts})
         return messages
+
+
+def _responses_output(result: ToolResult) -> str | list[dict[str, Any]]:
+    if not result.images:
+        return result.text
+    items: list[dict[str, Any]] = [{"type": "input_text", "text": result.text}]
+    items.extend(
+        {"type": "input_image", "image_url": f"data:{img.mime};base64,{img.base64}"}
+        for img in result.images
+    )
+    return items
 
 
 def error_result(message: str) -> ToolResult:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-ToolFormat = Literal["openai", "anthropic"]
+ToolFormat = Literal["openai", "openai-responses", "anthropic"]
 
 #: Packages worth naming to a model, in this order, when the kernel has them.
 NOTABLE_PACKAGES = (
@@ -328,9 +328,10 @@ def tool_definitions(
     """Tool definitions ready to pass to a model API.
 
     Args:
-        format: ``openai`` (Chat Completions ``tools`` entries) or ``anthropic`` (Messages
-            API ``tools`` entries).
-        names: Only these tools (default: all ten).
+        format: ``openai`` (Chat Completions ``tools`` entries), ``openai-responses``
+            (Responses API ``tools`` entries) or ``anthropic`` (Messages API ``tools``
+            entries).
+        names: Only these tools (default: all of them).
         packages: The kernel's package list (``client.info().packages``); ``run_code``'s
             description then names the main ones with their versions.
 
@@ -356,9 +357,22 @@ def tool_definitions(
             }
             for t in chosen
         ]
+    if format == "openai-responses":
+        return [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "strict": False,  # optional arguments stay optional
+            }
+            for t in chosen
+        ]
     if format == "anthropic":
         return [
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in chosen
         ]
-    raise ValueError(f"unknown tool format {format!r}; use 'openai' or 'anthropic'")
+    raise ValueError(
+        f"unknown tool format {format!r}; use 'openai', 'openai-responses' or 'anthropic'"
+    )

@@ -667,3 +667,19 @@ def test_the_session_cap_names_the_tool_that_frees_a_place() -> None:
         "32 sessions are open (the maximum); delete some.", status=429, code="too_many_sessions"
     )
     assert "close_session" in api_error_text(capped)
+
+
+def test_the_responses_api_shapes() -> None:
+    # `--format openai` fits Chat Completions only: the Responses API wants its tools flat
+    # and its answers as function_call_output items.
+    tools = tool_definitions("openai-responses")
+    assert {t["name"] for t in tools} == set(TOOL_NAMES)
+    assert all(t["type"] == "function" and "function" not in t for t in tools)
+    assert all(t["parameters"]["type"] == "object" for t in tools)
+    plain = ToolResult([TextPart("hi")], call_id="fc_1").to_openai_responses()
+    assert plain == {"type": "function_call_output", "call_id": "fc_1", "output": "hi"}
+    pictured = ToolResult([TextPart("a plot"), ImagePart("image/png", PNG)], call_id="fc_2")
+    output = pictured.to_openai_responses()["output"]
+    assert output[0] == {"type": "input_text", "text": "a plot"}
+    assert output[1]["type"] == "input_image"
+    assert output[1]["image_url"].startswith("data:image/png;base64,")
