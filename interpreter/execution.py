@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -29,7 +30,10 @@ DROPPED_MSG_TYPE = "interp_message_dropped"
 
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
-#: Characters of rich output one execution keeps at most (images are also artifacts).
+#: Characters of rich output one execution holds at once at most (images are also
+#: artifacts): what it shows now, not what it showed. A value cleared (``clear_output``) or
+#: replaced (``update_display_data``, a display with a known id) gives its characters back,
+#: so a redraw loop keeps its last frame however many frames it drew.
 RICH_LIMIT = 64 << 20
 
 
@@ -141,6 +145,43 @@ class _Stream:
     #: The segment's text began with ``\r``: read as one stream with the segments of the
     #: same name before it (the other stream came between), it overwrites their open line.
     returns: bool = False
+    #: Once cut (:meth:`ExecutionRecorder.compact`): its first characters, kept as they
+    #: were; :attr:`text` then holds its last ones (and what is printed later), and
+    #: :attr:`omitted` counts the characters cut between them. None: not cut.
+    head: str | None = None
+    omitted: int = 0
+
+    def parts(self) -> list[str | int]:
+        """Its text, with the characters cut from its middle as their count."""
+        text = self.text.text
+        return [text] if self.head is None else [self.head, self.omitted, text]
+
+    def size(self) -> int:
+        """Characters of its whole text, cut or not."""
+        return len(self.text) + (0 if self.head is None else len(self.head) + self.omitted)
+
+
+#: A stream's text as kept: strings, and between them the count of characters cut there.
+Parts = list[str | int]
+
+
+@dataclass
+class _DropNotice:
+    """The one notice on stderr of rich values dropped for one reason in one cell: later
+    drops for the same reason are counted in it (:meth:`ExecutionRecorder.settle_notices`)
+    instead of said again, 132 times for a redraw loop."""
+
+    #: Makes the collapsed text from the count and the characters dropped in all.
+    collapsed: Callable[[int, int], str]
+    count: int = 1
+    chars: int = 0
+    #: As said on the stream, where it is kept (None: not kept whole, e.g. past the
+    #: in-memory limit) and at which character of that segment's text.
+    text: str = ""
+    segment: _Stream | None = None
+    start: int = 0
+    #: The recorder's clear count when said: a clear since took it away.
+    clears: int = 0
 
 
 @dataclass
@@ -159,6 +200,9 @@ class StreamTotals:
     notice: str = ""
     #: Text printed after the execution finished went past the limit (said once).
     dropped_late: bool = False
+    #: Characters of each stream kept after the execution finished (late output): they
+    #: are in no full-text artifact.
+    late: dict[str, int] = field(default_factory=dict)
 
 
 class Overflow(Protocol):
@@ -179,7 +223,8 @@ class ExecutionRecorder:
         msg_id: the ``msg_id`` of the execute request; messages with another parent are refused.
         hard_limit: stream characters kept in memory at most; past it text goes to
             ``overflow``, or is counted and dropped.
-        rich_limit: characters of rich output kept at most.
+        rich_limit: characters of rich output held at once at most (what the cell shows
+            now: a cleared or replaced output's characters are given back).
         overflow: takes the stream text past ``hard_limit`` (the caller may detach it by
             setting :attr:`overflow` to None).
     """
@@ -202,8 +247,21 @@ class ExecutionRecorder:
         # Each item is a _Stream or an nbformat-shaped dict for a rich/error output.
         self.items: list[_Stream | dict[str, Any]] = []
         self.streams = StreamTotals()
+        #: Characters of the rich values held now (an output shared by a display id once).
         self.rich_chars = 0
         self.rich_dropped = 0
+        #: Characters held by the outputs of each display id (they share one bundle).
+        self._display_chars: dict[str, int] = {}
+        #: The notice of dropped rich values said so far, by reason (one each per cell).
+        self._drop_notices: dict[str, _DropNotice] = {}
+        #: Clears so far (a notice said before the last clear is gone with the outputs).
+        self._clears = 0
+        #: The execution was finished (``outputs.py``): stream text taken from now on is
+        #: late output, in no full-text artifact.
+        self.ended = False
+        #: The API's stdout and stderr (without the limit's notice) as the execution was
+        #: finished: a cell past its in-memory limit keeps them after late output.
+        self.final_streams: tuple[str, str] | None = None
         #: Output messages taken (streams, displays, errors): grows as the cell prints.
         self.taken = 0
         #: Kernel messages dropped for their size (the output link was cut and renewed).
@@ -222,8 +280,9 @@ class ExecutionRecorder:
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
         self._error_on_iopub = False
-        #: What :meth:`_bundle` dropped from the message being fed, said on stderr.
-        self._dropped_notices: list[str] = []
+        #: What :meth:`_bundle` dropped from the message being fed, said on stderr: the
+        #: reason, the characters, the notice and its collapsed form.
+        self._dropped_notices: list[tuple[str, int, str, Callable[[int, int], str]]] = []
         #: JupyterLab's ``metadata.execution`` timing: message times by their usual keys.
         self.timing: dict[str, str] = {}
 
@@ -252,11 +311,34 @@ class ExecutionRecorder:
     def compact(self, limit: int) -> None:
         """Once the execution is final, keep about ``limit`` characters of each stream
         segment (head and tail): the full text is in its artifact, and a finished cell is
-        kept a while for late output, which must not hold megabytes per cell."""
+        kept a while for late output, which must not hold megabytes per cell. A segment
+        cut so keeps its head, the count of characters cut and its tail, to which late
+        output is added (and cut again here): its notice is written when it is read
+        (:meth:`notebook_outputs`, :meth:`stream_cut`), with the right count."""
+        half = max(limit // 2, 1)
         for item in self.items:
-            if isinstance(item, _Stream) and len(item.text) > limit:
-                url = self.stream_urls.get(item.name)
-                item.text = OverwrittenText(cut_middle(item.text.text, limit, url))
+            if not isinstance(item, _Stream):
+                continue
+            if item.head is not None:
+                if len(item.head) > half:
+                    item.omitted += len(item.head) - half
+                    item.head = item.head[:half]
+                item.omitted += item.text.keep_last(half)
+            elif len(item.text) > limit:
+                item.head = item.text.text[:half]
+                item.omitted = item.text.keep_last(half) - half
+
+    def settle_notices(self) -> None:
+        """Once the execution is final: each notice of dropped rich values that later drops
+        were counted in says how many were dropped in all (one line, not one per drop)."""
+        for notice in self._drop_notices.values():
+            segment = notice.segment
+            if notice.count < 2 or segment is None or notice.clears != self._clears:
+                continue
+            text = notice.collapsed(notice.count, notice.chars)
+            if segment.text.replace_done(notice.start, notice.text, text):
+                self.streams.kept += len(text) - len(notice.text)
+                notice.text = text
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -377,6 +459,10 @@ class ExecutionRecorder:
     def _clear(self, wait: bool) -> Event:
         self.items.clear()
         self._display_index.clear()
+        # What was shown is gone: its characters are given back.
+        self.rich_chars = 0
+        self._display_chars.clear()
+        self._clears += 1
         if self.overflow is not None and self.overflowing:
             self.overflow.clear()
         return ClearEvent(wait=wait)
@@ -397,6 +483,8 @@ class ExecutionRecorder:
             if room <= 0:
                 return events
             text = text[:room]
+        if self.ended:
+            self.streams.late[name] = self.streams.late.get(name, 0) + len(text)
         last = self.items[-1] if self.items else None
         if not (isinstance(last, _Stream) and last.name == name):
             last = _Stream(name, returns=text.startswith("\r") and not text.startswith("\r\n"))
@@ -415,7 +503,12 @@ class ExecutionRecorder:
             self.streams.spilled += len(text)
             self.overflow.write(name, text)
 
-    def _bundle(self, content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def _bundle(
+        self, content: dict[str, Any], held: int = 0
+    ) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+        """The cleaned values and metadata of a display message, and their characters;
+        None when they would take the cell's rich outputs past :attr:`rich_limit` (the
+        values they replace, ``held`` characters, given back first)."""
         data = content.get("data")
         if not isinstance(data, dict):
             return None
@@ -432,22 +525,41 @@ class ExecutionRecorder:
             if length > MAX_RICH_VALUE_CHARS:
                 self.rich_dropped += length
                 self._dropped_notices.append(
-                    f"\n[output dropped: its {mime} value of {length} characters is larger "
-                    f"than the broker's limit of {MAX_RICH_VALUE_CHARS} characters per value]\n"
+                    (
+                        "value",
+                        length,
+                        f"\n[output dropped: its {mime} value of {length} characters is "
+                        f"larger than the broker's limit of {MAX_RICH_VALUE_CHARS} characters "
+                        "per value]\n",
+                        _values_dropped,
+                    )
                 )
                 continue
             size += length
             clean[mime] = value
-        if self.rich_chars + size > self.rich_limit:
+        if self.rich_chars - held + size > self.rich_limit:
             self.rich_dropped += size
+            limit = self.rich_limit
+
+            def collapsed(count: int, chars: int) -> str:
+                return (
+                    f"\n[output dropped: {count} rich outputs, {chars} characters in all; "
+                    "this cell's rich outputs went past the broker's limit of "
+                    f"{limit} characters]\n"
+                )
+
             self._dropped_notices.append(
-                f"\n[output dropped: a rich output of {size} characters; this cell's rich "
-                f"outputs went past the broker's limit of {self.rich_limit} characters]\n"
+                (
+                    "budget",
+                    size,
+                    f"\n[output dropped: a rich output of {size} characters; this cell's rich "
+                    f"outputs went past the broker's limit of {limit} characters]\n",
+                    collapsed,
+                )
             )
             return None
-        self.rich_chars += size
         metadata = content.get("metadata")
-        return clean, clean_json(metadata) if isinstance(metadata, dict) else {}
+        return clean, clean_json(metadata) if isinstance(metadata, dict) else {}, size
 
     @staticmethod
     def _display_id(content: dict[str, Any]) -> str | None:
@@ -460,26 +572,48 @@ class ExecutionRecorder:
         return None
 
     def _said_dropped(self) -> list[Event]:
-        """The notices of rich values :meth:`_bundle` just dropped, on stderr."""
+        """The notices of rich values :meth:`_bundle` just dropped, on stderr: the first
+        for each reason; later ones are counted in it (:meth:`settle_notices`)."""
         events: list[Event] = []
         notices, self._dropped_notices = self._dropped_notices, []
-        for notice in notices:
-            events += self._stream({"name": "stderr", "text": notice})
+        for reason, chars, text, collapsed in notices:
+            said = self._drop_notices.get(reason)
+            if said is not None and said.clears == self._clears:
+                said.count += 1
+                said.chars += chars
+                continue
+            fed = self._stream({"name": "stderr", "text": text})
+            events += fed
+            notice = _DropNotice(collapsed, chars=chars, text=text, clears=self._clears)
+            last = self.items[-1] if self.items else None
+            if (
+                fed
+                and isinstance(last, _Stream)
+                and last.name == "stderr"
+                and last.head is None
+                and len(last.text) >= len(text)
+            ):
+                notice.segment, notice.start = last, len(last.text) - len(text)
+            self._drop_notices[reason] = notice
         return events
 
     def _rich(self, msg_type: str, content: dict[str, Any]) -> list[Event]:
         events = self._apply_pending_clear()
-        bundle = self._bundle(content)
+        display_id = self._display_id(content)
+        # A known display id: the new values replace those of its earlier outputs.
+        held = self._display_chars.get(display_id, 0) if display_id else 0
+        bundle = self._bundle(content, held)
         events += self._said_dropped()
         if bundle is None:
             return events
-        data, metadata = bundle
+        data, metadata, size = bundle
+        self.rich_chars += size - held
         output: dict[str, Any] = {"output_type": msg_type, "data": data, "metadata": metadata}
         if msg_type == "execute_result":
             count = _count(content.get("execution_count"))
             output["execution_count"] = self.execution_count if count is None else count
-        display_id = self._display_id(content)
         if display_id:
+            self._display_chars[display_id] = size
             output["_display_id"] = display_id
             # A display with a known id also updates every earlier output with that id.
             for idx in self._display_index.get(display_id, []):
@@ -503,11 +637,14 @@ class ExecutionRecorder:
         display_id = self._display_id(content)
         if not display_id or display_id not in self._display_index:
             return []
-        bundle = self._bundle(content)
+        held = self._display_chars.get(display_id, 0)
+        bundle = self._bundle(content, held)
         events = self._said_dropped()
         if bundle is None:
             return events
-        data, metadata = bundle
+        data, metadata, size = bundle
+        self.rich_chars += size - held
+        self._display_chars[display_id] = size
         for idx in self._display_index[display_id]:
             self._replace(idx, data, metadata)
             events.append(RichEvent(idx, updated=True))
@@ -551,8 +688,29 @@ class ExecutionRecorder:
         where the other stream came between two segments, a ``\\r`` at the start of the
         later one (or at the end of the earlier one) still overwrites the open line, as on
         a terminal (a progress bar on stderr with a print per step on stdout keeps only its
-        last frame)."""
-        return self._merged()[0][name]
+        last frame). A segment cut by :meth:`compact` reads as its head, a notice of what
+        was cut, and its tail."""
+        return "".join(
+            part if isinstance(part, str) else f"\n{self._cut_notice(name, part)}\n"
+            for part in self._merged()[0][name]
+        )
+
+    def stream_size(self, name: str) -> int:
+        """Characters of one stream's whole text (:meth:`stream_text` uncut), counting what
+        :meth:`compact` cut."""
+        return _parts_size(self._merged()[0][name])
+
+    def stream_cut(self, name: str, limit: int) -> str:
+        """One stream as the API gives it within ``limit`` characters: whole when it fits,
+        else its head and tail with a notice of how many characters were cut (all of them,
+        also those :meth:`compact` cut) and where the full text is."""
+        return _cut_parts(self._merged()[0][name], limit, lambda n: self._cut_notice(name, n))
+
+    def _cut_notice(self, name: str, count: int) -> str:
+        """The notice of ``count`` characters of stream ``name`` cut: its full-text artifact
+        holds what the cell printed until it finished, not its late output."""
+        late = self.streams.late.get(name, 0) > 0
+        return _omitted(count, self.stream_urls.get(name), late=late)
 
     def stream_offsets(self) -> dict[int, tuple[int, int]]:
         """For each rich output still present (by index), how many characters of
@@ -561,55 +719,66 @@ class ExecutionRecorder:
         open."""
         return self._merged()[1]
 
-    def _merged(self) -> tuple[dict[str, str], dict[int, tuple[int, int]]]:
-        """The streams' text and the rich outputs' places in it. Where no segment rewrites
-        the line another left open (nearly always), each stream is its segments' text end
-        to end. Only where one does is the text read again through
+    def _merged(self) -> tuple[dict[str, Parts], dict[int, tuple[int, int]]]:
+        """The streams' text (as :data:`Parts`: a segment cut by :meth:`compact` leaves
+        the count of the characters cut) and the rich outputs' places in it. Where no
+        segment rewrites the line another left open (nearly always), each stream is its
+        segments' text end to end. Only where one does is the text read again through
         :class:`OverwrittenText`, which costs a Python step per line: a 10,000-line print,
         read so three times per cell, had doubled the broker's work for it."""
-        texts: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        texts: dict[str, Parts] = {"stdout": [], "stderr": []}
         sizes = {"stdout": 0, "stderr": 0}
         rewound = {"stdout": False, "stderr": False}
         offsets: dict[int, tuple[int, int]] = {}
         for index, item in enumerate(self.items):
             if isinstance(item, _Stream):
-                text = item.text.text
-                if not text:
+                if not item.size():
                     continue
                 if item.returns or rewound[item.name]:
                     return self._merged_rewriting()
-                texts[item.name].append(text)
-                sizes[item.name] += len(text)
+                texts[item.name] += item.parts()
+                sizes[item.name] += item.size()
                 rewound[item.name] = item.text.rewound
             elif item.get("output_type") != "error":
                 offsets[index] = (sizes["stdout"], sizes["stderr"])
-        return {name: "".join(parts) for name, parts in texts.items()}, offsets
+        return {name: _joined(parts) for name, parts in texts.items()}, offsets
 
-    def _merged_rewriting(self) -> tuple[dict[str, str], dict[int, tuple[int, int]]]:
+    def _merged_rewriting(self) -> tuple[dict[str, Parts], dict[int, tuple[int, int]]]:
         """:meth:`_merged` where a segment rewrites the line another left open."""
+        # Per stream: the text before the last cut (parts), and after it (being written).
+        before: dict[str, Parts] = {"stdout": [], "stderr": []}
         merged = {"stdout": OverwrittenText(), "stderr": OverwrittenText()}
         rewound = {"stdout": False, "stderr": False}
         offsets: dict[int, list[int]] = {}
         for index, item in enumerate(self.items):
             if isinstance(item, _Stream):
-                text = item.text.text
-                if not text:
+                if not item.size():
                     continue
-                stream = merged[item.name]
-                column = 0 if item.name == "stdout" else 1
-                if item.returns or rewound[item.name]:
+                name = item.name
+                stream = merged[name]
+                column = 0 if name == "stdout" else 1
+                first = item.text.text if item.head is None else item.head
+                if item.returns or rewound[name]:
                     # The open line is rewritten: outputs shown while it was open come
                     # before it.
                     whole = stream.text
-                    line_start = len(whole) - len(whole.rpartition("\n")[2])
+                    line_start = (
+                        _parts_size(before[name]) + len(whole) - len(whole.rpartition("\n")[2])
+                    )
                     for pair in offsets.values():
                         pair[column] = min(pair[column], line_start)
-                    text = "\r" + text
-                stream.feed(text)
-                rewound[item.name] = item.text.rewound
+                    first = "\r" + first
+                stream.feed(first)
+                if item.head is not None:
+                    before[name] += [stream.text, item.omitted]
+                    merged[name] = stream = OverwrittenText(item.text.text)
+                rewound[name] = item.text.rewound
             elif item.get("output_type") != "error":
-                offsets[index] = [len(merged["stdout"]), len(merged["stderr"])]
-        texts = {name: stream.text for name, stream in merged.items()}
+                offsets[index] = [
+                    _parts_size(before["stdout"]) + len(merged["stdout"]),
+                    _parts_size(before["stderr"]) + len(merged["stderr"]),
+                ]
+        texts = {name: _joined([*before[name], stream.text]) for name, stream in merged.items()}
         return texts, {i: (out, err) for i, (out, err) in offsets.items()}
 
     def rich_indexes(self) -> list[int]:
@@ -625,10 +794,18 @@ class ExecutionRecorder:
         outputs: list[dict[str, Any]] = []
         for item in self.items:
             if isinstance(item, _Stream):
-                text = item.text.text
-                if stream_limit is not None and len(text) > stream_limit:
-                    text = cut_middle(text, stream_limit, self.stream_urls.get(item.name))
-                outputs.append({"output_type": "stream", "name": item.name, "text": text})
+                name = item.name
+
+                def notice(count: int, name: str = name) -> str:
+                    return self._cut_notice(name, count)
+
+                if stream_limit is not None:
+                    text = _cut_parts(item.parts(), stream_limit, notice)
+                elif item.head is not None:
+                    text = f"{item.head}\n{notice(item.omitted)}\n{item.text.text}"
+                else:
+                    text = item.text.text
+                outputs.append({"output_type": "stream", "name": name, "text": text})
             elif item.get("_kernel_error"):
                 if self.error is not None:
                     outputs.append(self._error_output(self.error))
@@ -655,6 +832,14 @@ class ExecutionRecorder:
             "evalue": error.evalue,
             "traceback": error.traceback,
         }
+
+
+def _values_dropped(count: int, chars: int) -> str:
+    """The notice of ``count`` rich values over the per-value limit, collapsed."""
+    return (
+        f"\n[output dropped: {count} rich values, {chars} characters in all, each larger than "
+        f"the broker's limit of {MAX_RICH_VALUE_CHARS} characters per value]\n"
+    )
 
 
 #: Largest execution count taken from the kernel (SQLite's integers are 64-bit).
@@ -717,6 +902,59 @@ def cut_middle(text: str, limit: int, artifact: str | None = None) -> str:
     return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
 
 
-def _omitted(count: int, artifact: str | None) -> str:
+def _omitted(count: int, artifact: str | None, *, late: bool = False) -> str:
+    """The notice of ``count`` characters cut from a text. ``late``: the text went on after
+    its cell finished, and that late output is in no artifact (artifacts never change)."""
+    if late:
+        if artifact is None:
+            return (
+                f"[... {count} characters omitted; the output grew past the limit after the "
+                "cell finished, and no artifact holds its full text]"
+            )
+        return (
+            f"[... {count} characters omitted; full text in the artifact {artifact}, except "
+            "what was printed after the cell finished]"
+        )
     where = "the artifact ..." if artifact is None else f"the artifact {artifact}"
     return f"[... {count} characters omitted; full text in {where}]"
+
+
+def _joined(parts: Parts) -> Parts:
+    """``parts`` with adjacent strings joined and empty ones left out."""
+    out: Parts = []
+    run: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            run.append(part)
+            continue
+        if run:
+            out.append("".join(run))
+            run = []
+        out.append(part)
+    if run:
+        out.append("".join(run))
+    return [part for part in out if part != ""]
+
+
+def _parts_size(parts: Parts) -> int:
+    return sum(len(part) if isinstance(part, str) else part for part in parts)
+
+
+def _cut_parts(parts: Parts, limit: int, notice: Callable[[int], str]) -> str:
+    """A text kept as ``parts`` within about ``limit`` characters: whole when it fits and
+    nothing was cut from it, else its head and tail (``limit // 2`` characters each, as
+    :func:`cut_middle` keeps them) around ``notice(characters left out)``."""
+    if all(isinstance(part, str) for part in parts):
+        text = "".join(part for part in parts if isinstance(part, str))
+        if len(text) <= limit:
+            return text
+        lead = trail = text
+    else:
+        first = next(i for i, part in enumerate(parts) if isinstance(part, int))
+        last = max(i for i, part in enumerate(parts) if isinstance(part, int))
+        lead = "".join(part for part in parts[:first] if isinstance(part, str))
+        trail = "".join(part for part in parts[last + 1 :] if isinstance(part, str))
+    half = max(limit // 2, 1)
+    head, tail = lead[:half], trail[-half:]
+    omitted = max(_parts_size(parts) - len(head) - len(tail), 0)
+    return f"{head}\n{notice(omitted)}\n{tail}"

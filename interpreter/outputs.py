@@ -226,6 +226,32 @@ def limit_notice(stored: dict[str, tuple[int, ArtifactRef]], dropped: int, why: 
     )
 
 
+#: Characters of an output's values an event log may keep once a later output replaced
+#: it (:func:`superseded`); the log counts such an event as about this much.
+SUPERSEDED_CHARS = 1024
+
+
+def superseded(out: Output) -> None:
+    """Empty an output a later one replaced (``update_display_data``, ``clear_output``)
+    of its inline values, when they are larger than :data:`SUPERSEDED_CHARS`.
+
+    The execution's event log (kept for SSE resumes) and the queues of its watchers still
+    hold the output as published, and count it as one small event: a redraw loop's frames,
+    each as large as the cell's rich budget allows, would be held there all at once, when
+    the recorder holds only the last. Emptied, a replaced output costs a few hundred
+    characters there; its artifacts are still listed, and the output that replaced it
+    follows it in the log. The output is changed in place: nothing else refers to it (the
+    execution's outputs are the current ones)."""
+    size = sum(value_size(value) for value in out.data.values()) + value_size(out.metadata)
+    if size <= SUPERSEDED_CHARS:
+        return
+    out.data = {
+        "text/plain": f"[replaced by a later output of this cell: its {size} characters of "
+        "values and metadata are no longer kept here]"
+    }
+    out.metadata = {}
+
+
 def stream_shares(stdout_len: int, stderr_len: int, limit: int) -> tuple[int, int]:
     """How many characters of stdout and of stderr to keep when both exceed ``limit``."""
     total = max(stdout_len + stderr_len, 1)
@@ -293,9 +319,14 @@ class OutputCapture:
                 handle.publish(StreamText(name, event.text))
             elif isinstance(event, RichEvent):
                 out = await self.output(rec, event.index)
+                before = handle.api_outputs.get(event.index)
                 handle.api_outputs[event.index] = out
                 handle.publish(OutputAdded(out))
+                if before is not None and before is not out:
+                    superseded(before)
             elif isinstance(event, ClearEvent):
+                for before in handle.api_outputs.values():
+                    superseded(before)
                 handle.api_outputs.clear()
                 handle.publish(OutputCleared(event.wait))
             elif isinstance(event, ErrorEvent):
@@ -319,6 +350,8 @@ class OutputCapture:
         stream artifacts and discarded, whatever happens.
         """
         rec.overflow = None
+        rec.ended = True
+        rec.settle_notices()
         try:
             if rec.streams.kept > self.output_bytes:
                 # Building a full-text artifact copies the text a few times: a few at a
@@ -429,18 +462,33 @@ class OutputCapture:
 
     def late_streams(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
         """Update a finished ``ex`` after stream output arrived late (a background thread
-        printed after the cell ended); returns the cell's new notebook outputs. The
-        artifacts and the notice of the finished execution stay as they were."""
+        printed after the cell ended); returns the cell's new notebook outputs.
+
+        stdout and stderr take the form a finished cell's do: cut to the output budget,
+        shared as :func:`stream_shares` shares it, each cut stream's notice counting every
+        character left out (also those :meth:`ExecutionRecorder.compact` cut when the cell
+        ended) and naming its full-text artifact. Artifacts never change (they are
+        content-addressed): the late text is in none, and a notice of a stream with late
+        text says so. The notebook cell's streams say the same. A cell that went past its
+        in-memory limit takes no late text (it is dropped, and its notice says so): its
+        text stays as it was finished."""
         limit = self.output_bytes
-        ex.stdout, ex.stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
         if rec.streams.dropped_late:
             ex.truncated = True
-        if len(ex.stdout) + len(ex.stderr) > limit:
+        if rec.overflowing and rec.final_streams is not None:
+            ex.stdout, stderr = rec.final_streams
+            ex.stderr = stderr + rec.streams.notice
+            return rec.notebook_outputs(stream_limit=limit)
+        size_out, size_err = rec.stream_size("stdout"), rec.stream_size("stderr")
+        if size_out + size_err > limit:
             ex.truncated = True
-            ex.stdout = cut_middle(ex.stdout, limit // 2)
-            ex.stderr = cut_middle(ex.stderr, limit // 2)
+            share_out, share_err = stream_shares(size_out, size_err, limit)
+            ex.stdout = rec.stream_cut("stdout", share_out)
+            ex.stderr = rec.stream_cut("stderr", share_err)
             # The outputs' places in the text no longer hold.
             ex.outputs = [o.model_copy(update={"after": None}) for o in ex.outputs]
+        else:
+            ex.stdout, ex.stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
         ex.stderr += rec.streams.notice
         return rec.notebook_outputs(stream_limit=limit)
 
@@ -491,6 +539,7 @@ class OutputCapture:
                 stderr = cut_around(stderr, tails["stderr"], total_err, share_err, url_err)
             else:
                 stderr = cut_middle(stderr, share_err, url_err)
+            rec.final_streams = (stdout, stderr)
             if rec.overflowing:
                 rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
                 stderr += rec.streams.notice

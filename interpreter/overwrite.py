@@ -105,6 +105,40 @@ class OverwrittenText:
     def __len__(self) -> int:
         return self._done_chars + self._line_chars
 
+    def keep_last(self, count: int) -> int:
+        """Keep only the last ``count`` characters (a finished cell's text cut to its
+        tail); the open line and where the next write lands stay as they were, so that
+        text printed later still overwrites that line. Returns the characters removed."""
+        cut = len(self) - max(count, 0)
+        if cut <= 0:
+            return 0
+        if cut <= self._done_chars:
+            done = "".join(self._done)[cut:]
+            self._done = [done] if done else []
+            self._done_chars = len(done)
+            return cut
+        into = cut - self._done_chars
+        line = self._joined()[into:]
+        self._done, self._done_chars = [], 0
+        self._line = [line] if line else []
+        self._line_chars = len(line)
+        self._cursor = max(self._cursor - into, 0)
+        return cut
+
+    def replace_done(self, start: int, old: str, new: str) -> bool:
+        """Replace ``old``, found at ``start`` among the completed lines, with ``new``
+        (completed lines never change otherwise); False when it is not there."""
+        end = start + len(old)
+        if start < 0 or end > self._done_chars:
+            return False
+        done = "".join(self._done)
+        if done[start:end] != old:
+            return False
+        done = done[:start] + new + done[end:]
+        self._done = [done] if done else []
+        self._done_chars = len(done)
+        return True
+
     @property
     def rewound(self) -> bool:
         """A ``\\r`` moved the cursor back to the start of a non-empty open line: the next

@@ -229,7 +229,9 @@ def test_late_stream_output_updates_a_finished_execution(tmp_path: Path) -> None
         }
     )
     nb_outputs = cap.late_streams(ex, rec)
-    assert ex.truncated and ex.stdout.startswith("a\nc\nlate\n") and len(ex.stdout) < 1_200
+    # Cut as a finished cell's text is, within the same budget (it was cut again to half
+    # of it, and its notice lost its artifact).
+    assert ex.truncated and ex.stdout.startswith("a\nc\nlate\n") and len(ex.stdout) < 2_300
     nb_valid(nb_outputs)
 
 

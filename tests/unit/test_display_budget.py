@@ -1,0 +1,201 @@
+"""The per-cell rich output budget counts what the cell shows now, not what it showed.
+
+A live plot (``clear_output(wait=True); display(frame)`` per step) or a display updated in
+place (``handle.update(frame)``) draws many frames and shows one. The budget
+(``rich_limit``) counted every frame drawn, so past it the loop lost its final frame (all
+of it with ``clear_output``; a stale one with ``update_display``) and stderr took one
+notice per frame dropped. Driven by recorded real-kernel messages (``tests/messages``)
+with their values swapped for numbered frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from interpreter.artifacts import ArtifactStore
+from interpreter.execution import ExecutionRecorder
+from interpreter.handle import ExecutionHandle, OutputAdded
+from interpreter.models import Execution
+from interpreter.outputs import OutputCapture
+
+MESSAGES = Path(__file__).parent.parent / "messages"
+#: Characters of each frame's value, and a budget that holds four of them.
+FRAME = 10_000
+LIMIT = 4 * FRAME + 1_000
+FRAMES = 30
+
+
+def recording(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((MESSAGES / f"{name}.json").read_text())
+    return data
+
+
+def of_type(data: dict[str, Any], msg_type: str) -> dict[str, Any]:
+    """The first iopub message of ``msg_type`` in a recording (a deep copy)."""
+    msg = next(m for m in data["iopub"] if m["header"]["msg_type"] == msg_type)
+    return copy.deepcopy(msg)
+
+
+def frame_value(step: int) -> str:
+    return f"<p>frame {step:04d}</p>".ljust(FRAME, "x")
+
+
+def display(template: dict[str, Any], step: int, display_id: str | None = None) -> dict[str, Any]:
+    """A display_data message of the recording, carrying frame ``step`` as text/html."""
+    msg = copy.deepcopy(template)
+    msg["content"]["data"] = {"text/plain": f"frame {step}", "text/html": frame_value(step)}
+    msg["content"]["transient"] = {"display_id": display_id} if display_id else {}
+    return msg
+
+
+def update(template: dict[str, Any], step: int, display_id: str) -> dict[str, Any]:
+    msg = display(template, step, display_id)
+    msg["header"]["msg_type"] = "update_display_data"
+    return msg
+
+
+def recorder(name: str) -> tuple[ExecutionRecorder, dict[str, Any]]:
+    data = recording(name)
+    rec = ExecutionRecorder(data["msg_id"], rich_limit=LIMIT)
+    return rec, data
+
+
+def shown(rec: ExecutionRecorder) -> list[str]:
+    return [rec.output(i)["data"].get("text/html", "")[:16] for i in rec.rich_indexes()]
+
+
+def stderr_of(rec: ExecutionRecorder) -> str:
+    return rec.stream_text("stderr")
+
+
+def finish(rec: ExecutionRecorder, tmp_path: Path) -> tuple[Execution, list[dict[str, Any]]]:
+    cap = OutputCapture(
+        ArtifactStore(tmp_path / "artifacts", "s_test"), inline_bytes=64_000, output_bytes=100_000
+    )
+    ex = Execution(id="ex_1", session_id="s_test", status="ok")
+    outputs = asyncio.run(cap.finish(ex, rec, {}))
+    return ex, outputs
+
+
+def nb_valid(outputs: list[dict[str, Any]]) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    nb.cells.append(cell)
+    nbformat.validate(nb)
+
+
+def test_a_clear_output_loop_past_the_budget_keeps_its_last_frame(tmp_path: Path) -> None:
+    rec, data = recorder("clear_output_wait")
+    plot = recording("plot")
+    clear = of_type(data, "clear_output")
+    assert clear["content"]["wait"] is True
+    for step in range(FRAMES):
+        rec.feed_iopub(clear)
+        rec.feed_iopub(display(of_type(plot, "display_data"), step))
+    rec.feed_reply(data["reply"])
+    assert shown(rec) == [frame_value(FRAMES - 1)[:16]]
+    assert rec.rich_dropped == 0 and "[output dropped" not in stderr_of(rec)
+    # What the cell holds is its one frame: the cleared ones were given back.
+    assert FRAME <= rec.rich_chars < 2 * FRAME
+    ex, outputs = finish(rec, tmp_path)
+    assert not ex.truncated and len(ex.outputs) == 1
+    (out,) = [o for o in outputs if o["output_type"] == "display_data"]
+    assert out["data"]["text/html"] == frame_value(FRAMES - 1)
+    nb_valid(outputs)
+
+
+def test_an_update_display_loop_past_the_budget_keeps_its_last_frame(tmp_path: Path) -> None:
+    rec, data = recorder("update_display")
+    template = of_type(data, "display_data")
+    display_id = template["content"]["transient"]["display_id"]
+    rec.feed_iopub(display(template, 0, display_id))
+    for step in range(1, FRAMES):
+        rec.feed_iopub(update(template, step, display_id))
+    rec.feed_reply(data["reply"])
+    assert shown(rec) == [frame_value(FRAMES - 1)[:16]]
+    assert rec.rich_dropped == 0 and stderr_of(rec) == ""
+    assert FRAME <= rec.rich_chars < 2 * FRAME
+    ex, outputs = finish(rec, tmp_path)
+    assert not ex.truncated and ex.stderr == ""
+    (out,) = [o for o in outputs if o["output_type"] == "display_data"]
+    assert out["data"]["text/html"] == frame_value(FRAMES - 1)
+
+
+def test_a_display_id_shown_again_gives_back_the_values_it_replaces() -> None:
+    """``display(x, display_id=d)`` again updates the earlier outputs of ``d``: all of them
+    share the new values, counted once."""
+    rec, data = recorder("update_display")
+    template = of_type(data, "display_data")
+    for step in range(FRAMES):
+        rec.feed_iopub(display(template, step, "d"))
+    assert rec.rich_dropped == 0
+    assert shown(rec) == [frame_value(FRAMES - 1)[:16]] * FRAMES
+    assert FRAME <= rec.rich_chars < 2 * FRAME
+
+
+def test_what_is_shown_at_once_is_still_bounded_and_said_once(tmp_path: Path) -> None:
+    """Frames that stay (no clear, no display id) still fill the budget; the ones past it
+    are dropped, with one notice on stderr that counts them all."""
+    rec, data = recorder("plot")
+    template = of_type(data, "display_data")
+    for step in range(FRAMES):
+        rec.feed_iopub(display(template, step))
+    rec.feed_reply(data["reply"])
+    kept = len(rec.rich_indexes())
+    assert 0 < kept < FRAMES and rec.rich_chars <= LIMIT
+    said = stderr_of(rec)
+    assert said.count("[output dropped") == 1
+    ex, outputs = finish(rec, tmp_path)
+    assert ex.truncated and ex.stderr.count("[output dropped") == 1
+    assert f"{FRAMES - kept} rich outputs" in ex.stderr
+    assert f"limit of {LIMIT} characters" in ex.stderr
+    streams = [o for o in outputs if o["output_type"] == "stream"]
+    assert "".join(o["text"] for o in streams).count("[output dropped") == 1
+    assert f"{FRAMES - kept} rich outputs" in "".join(o["text"] for o in streams)
+    nb_valid(outputs)
+
+
+def test_the_event_log_keeps_no_replaced_frame_whole(tmp_path: Path) -> None:
+    """The execution's event log (for SSE resumes) kept every frame published as it was,
+    while counting each as one small event: a redraw loop's frames were all held there.
+    A frame a later one replaced keeps only a note; the last one is whole."""
+    rec, data = recorder("update_display")
+    template = of_type(data, "display_data")
+    display_id = template["content"]["transient"]["display_id"]
+    cap = OutputCapture(
+        ArtifactStore(tmp_path / "artifacts", "s_test"),
+        inline_bytes=64_000,
+        output_bytes=100_000,
+    )
+    handle = ExecutionHandle(
+        execution=Execution(id="ex_1", session_id="s_test", status="running"), seq=1, timeout_s=60
+    )
+    plot = recording("plot")
+    clear = of_type(recording("clear_output_wait"), "clear_output")
+
+    async def feed() -> None:
+        await cap.publish(handle, rec, rec.feed_iopub(display(template, 0, display_id)))
+        for step in range(1, FRAMES):
+            await cap.publish(handle, rec, rec.feed_iopub(update(template, step, display_id)))
+        for step in range(FRAMES):
+            await cap.publish(handle, rec, rec.feed_iopub(clear))
+            await cap.publish(
+                handle, rec, rec.feed_iopub(display(of_type(plot, "display_data"), step))
+            )
+
+    asyncio.run(feed())
+    _, queue = handle.watch(0)
+    events = [queue.get_nowait() for _ in range(queue.qsize())]
+    added = [e.output for e in events if isinstance(e, OutputAdded)]
+    assert len(added) == 2 * FRAMES
+    held = [sum(len(str(v)) for v in out.data.values()) for out in added]
+    assert all(size < 1_000 for size in held[:-1]), held
+    assert added[-1].data["text/html"] == frame_value(FRAMES - 1)
+    assert [handle.api_outputs[i] for i in rec.rich_indexes()] == [added[-1]]
