@@ -157,20 +157,7 @@ class MessageRouting:
         self.touch()
         # The cell is in the in-memory notebook (which the API serves) before anyone is
         # told the execution is done; the file follows in the background.
-        await self.notebook.add_cell(
-            ex.code,
-            nb_outputs,
-            replace=handle.resumed,
-            execution_id=ex.id,
-            execution_count=ex.execution_count,
-            status=ex.status,
-            started_at=ex.started_at,
-            duration_ms=ex.duration_ms,
-            state_lost=ex.state_lost,
-            reason=ex.reason,
-            extra={**handle.extra_meta, "audit_sha256": handle.notebook_sha256},
-            timing=rec.timing,
-        )
+        await self._add_cell(handle, rec, nb_outputs, handle.notebook_sha256)
         await self._write_note()
         # On record before anyone is told: a broker killed right after an answer must not
         # turn it into `unknown`. On a full disk the record waits in memory and the client
@@ -186,6 +173,31 @@ class MessageRouting:
         if rec.streams.seen >= memory.TRIM_AFTER_BYTES:
             memory.trim_soon()  # a flood's freed memory goes back now
         self.displays.remember(handle)
+
+    async def _add_cell(
+        self,
+        handle: ExecutionHandle,
+        rec: ExecutionRecorder,
+        outputs: list[dict[str, Any]],
+        digest: str,
+    ) -> None:
+        """Put ``handle``'s execution in the notebook as a cell of ``outputs`` whose digest
+        (:meth:`LiveNotebook.cell_digest`) is ``digest``."""
+        ex = handle.execution
+        await self.notebook.add_cell(
+            ex.code,
+            outputs,
+            replace=handle.resumed,
+            execution_id=ex.id,
+            execution_count=ex.execution_count,
+            status=ex.status,
+            started_at=ex.started_at,
+            duration_ms=ex.duration_ms,
+            state_lost=ex.state_lost,
+            reason=ex.reason,
+            extra={**handle.extra_meta, "audit_sha256": digest},
+            timing=rec.timing,
+        )
 
     def _report(self, handle: ExecutionHandle) -> None:
         """Count a finished execution and log its one line (the key by its owner id)."""

@@ -634,20 +634,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             )
         digest = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
         try:
-            await self.notebook.add_cell(
-                ex.code,
-                outputs,
-                replace=handle.resumed,
-                execution_id=ex.id,
-                execution_count=ex.execution_count,
-                status=ex.status,
-                started_at=ex.started_at,
-                duration_ms=ex.duration_ms,
-                state_lost=ex.state_lost,
-                reason=ex.reason,
-                extra={**handle.extra_meta, "audit_sha256": digest},
-                timing=rec.timing,
-            )
+            await self._add_cell(handle, rec, outputs, digest)
         except Exception:
             log.exception("session %s: no notebook cell for %s", self.id, ex.id)
             return
