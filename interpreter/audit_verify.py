@@ -128,6 +128,9 @@ class _Link:
     prev_hash: str
     hash: str
     content: dict[str, Any]
+    #: The index of the execution's first link: when it was first final, which is when
+    #: its cell joined the notebook (later links are late output, a decision changed).
+    first: int
 
 
 def verify(data_dir: Path, session_id: str | None = None) -> AuditReport:
@@ -220,15 +223,22 @@ def _check_links(db: sqlite3.Connection, sid: str, result: SessionAudit) -> dict
         if content.get("id") != eid or content.get("session_id") != sid:
             broken("its content belongs to another execution or session")
         expected_prev = row["hash"]
-        latest[eid] = _Link(row["idx"], eid, row["prev_hash"], row["hash"], content)
+        first = latest[eid].first if eid in latest else row["idx"]
+        latest[eid] = _Link(row["idx"], eid, row["prev_hash"], row["hash"], content, first)
     return latest
 
 
 def _check_records(
     db: sqlite3.Connection, sid: str, latest: dict[str, _Link], result: SessionAudit
 ) -> dict[str, int]:
-    """Check each execution's record against its chain link; returns every recorded
-    execution's place in the session's order, by id."""
+    """Check each execution's record against its chain link; returns the place of every
+    execution in the order the session ran them, by id.
+
+    The order is that of each execution's first chain link, written as it ended, with its
+    notebook cell. Not ``seq``, the order of submission: a recovery's re-runs are submitted
+    after the cells already waiting and run before them. Only a session chained by no link
+    (a broker from before the chain) is ordered by ``seq``.
+    """
     columns = {r["name"] for r in db.execute("PRAGMA table_info(executions)")}
     has_hash = {"hash", "prev_hash", "notebook_sha256"} <= columns
     extra = ", hash, prev_hash, notebook_sha256" if has_hash else ""
@@ -242,7 +252,8 @@ def _check_records(
     for row in rows:
         eid = row["id"]
         seen.add(eid)
-        order[eid] = len(order)
+        if not latest:
+            order[eid] = len(order)
         result.records += 1
         link = latest.get(eid)
         if link is None:
@@ -274,6 +285,7 @@ def _check_records(
         elif has_hash and (row["hash"], row["prev_hash"]) != (link.hash, link.prev_hash):
             broken("its hash/prev_hash are not those of its chain link")
     for eid, link in latest.items():
+        order[eid] = link.first
         if eid not in seen:
             result.problems.append(Problem(sid, "record", "the record is gone", eid, link.idx))
     return order

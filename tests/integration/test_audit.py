@@ -85,16 +85,52 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             assert resp.status_code == 200, resp.text
             after = run(api, rec, "print(a + 1)")
             assert after["stdout"] == "2\n", after
+            queued = _recover_with_cells_queued(srv)
     finally:
         srv.thread.stop()
     yield {
         "data": data,
         "sid": sid,
         "recovered_sid": rec,
+        "queued_sid": queued,
         "denied": denied["id"],
         "ids": [ok["id"], err["id"], cut["id"], late["id"], plot["id"]],
         "artifact": cut["artifacts"][0]["id"],
     }
+
+
+def _recover_with_cells_queued(srv: Any) -> str:
+    """A session restarted with ``recover`` while one cell ran and two waited: the
+    recovery's re-run is submitted after the waiting cells and runs before them."""
+    with srv.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        assert run(api, sid, "v = 5")["status"] == "ok"
+        ran: list[dict[str, Any]] = []
+
+        def submit(i: int, queued: threading.Event) -> None:
+            code = f"import time; time.sleep({30 if i == 0 else 0}); print({i}, v)"
+            with (
+                srv.client() as own,
+                own.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": code}) as resp,
+            ):
+                # X-Execution-Id comes first, once the cell is in the queue.
+                assert resp.headers["X-Execution-Id"]
+                queued.set()
+                ran.append(json.loads(resp.read()))
+
+        threads = []
+        for i in range(3):
+            queued = threading.Event()
+            threads.append(threading.Thread(target=submit, args=(i, queued)))
+            threads[-1].start()
+            assert queued.wait(30)
+        resp = api.post(f"/v1/sessions/{sid}/restart", json={"recover": True})
+        assert resp.status_code == 200, resp.text
+        for thread in threads:
+            thread.join(60)
+        # The waiting cells ran after the re-run of ``v = 5``, on its state.
+        assert sorted(r["stdout"] for r in ran if r["status"] == "ok") == ["1 5\n", "2 5\n"], ran
+    return sid
 
 
 @pytest.fixture
@@ -122,8 +158,9 @@ def test_an_untouched_record_verifies(written: dict[str, Any], copy: Path) -> No
     assert code == 0, out
     assert f"{written['sid']}: ok" in out
     report = verify(copy).to_dict()
-    session, _ = report["sessions"]
-    assert session["session_id"] == written["sid"]
+    by_id = {s["session_id"]: s for s in report["sessions"]}
+    assert set(by_id) == {written["sid"], written["recovered_sid"], written["queued_sid"]}
+    session = by_id[written["sid"]]
     assert session["records"] == 5 and session["not_chained"] == 0
     # Five final records, plus one amendment: the late output changed a finished cell.
     assert session["links"] == 6
@@ -162,6 +199,27 @@ def test_a_recovered_session_and_its_denied_cell_verify(
     assert [c["source"].splitlines()[-1] for c in recovered] == ["# a = 1", "# print(a)"]
     (denied,) = _denied_cells(nb)
     assert denied["metadata"]["interp"]["audit_sha256"]
+
+
+def test_a_recovery_ahead_of_waiting_cells_verifies(written: dict[str, Any], copy: Path) -> None:
+    """The recovery's re-run was submitted after the waiting cells (a later ``seq``) and
+    ran before them: the order checked is the order the cells ran, as the notebook has it
+    (verify called this session BROKEN, "it ran before cell N")."""
+    sid = written["queued_sid"]
+    db = sqlite3.connect(copy / "state.db")
+    by_seq = [
+        r[0]
+        for r in db.execute("SELECT id FROM executions WHERE session_id = ? ORDER BY seq", (sid,))
+    ]
+    db.close()
+    nb = json.loads((copy / "sessions" / sid / "notebook.ipynb").read_text())
+    by_run = [
+        c["metadata"]["interp"]["execution_id"] for c in nb["cells"] if c["cell_type"] == "code"
+    ]
+    assert sorted(by_seq) == sorted(by_run) and by_seq != by_run, (by_seq, by_run)
+    code, out = cli(copy, "--session", sid)
+    assert code == 0, out
+    assert f"{sid}: ok" in out
 
 
 @pytest.mark.parametrize("edit", ["commented code", "uncommented", "denied cell"])
