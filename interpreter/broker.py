@@ -107,6 +107,8 @@ class SessionBroker:
         #: Sessions out of ``live`` whose close is under way: their notebook file may still
         #: lack cells its in-memory notebook holds (saves are paced) until the close flushes.
         self._closing_sessions: dict[str, LiveSession] = {}
+        #: The task closing each of them.
+        self._close_tasks: dict[str, asyncio.Task[None]] = {}
         self.idempotency = IdempotencyKeys(self.store, self.writer.run, settings.idempotency_ttl_s)
         self.retention = Retention(
             self.store, self.writer, settings.sessions_dir, settings.retain_closed_days
@@ -552,6 +554,11 @@ class SessionBroker:
         if live is None:
             if self.recovery is not None and session_id in self.recovery.pending:
                 raise SessionReattaching.of(session_id)
+            closing = self._close_tasks.get(session_id)
+            if closing is not None:
+                # Closed by another request (or culled) still under way: answered once the
+                # kernel is stopped, as that request will be.
+                await asyncio.shield(closing)
             return
         live.check_generation(generation)
         await self._close(live, "deleted")
@@ -581,19 +588,32 @@ class SessionBroker:
 
     async def _close(self, session: LiveSession, reason: str) -> None:
         """Close a session in a task of the broker's own, so that neither a client going
-        away nor the broker shutting down can cut the close (and its records) short."""
+        away nor the broker shutting down can cut the close (and its records) short.
+
+        One close per session: a second caller (two DELETEs at once, a cull meeting a
+        DELETE) waits for the close under way, with its reason, and returns when it has
+        ended (it answered at once, while the kernel was still being stopped).
+        """
+        task = self._close_tasks.get(session.id)
+        if task is None:
+            task = asyncio.create_task(self._close_now(session, reason), name=f"close-{session.id}")
+            self._close_tasks[session.id] = task
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+            task.add_done_callback(lambda done: self._closed(session, done))
+        await asyncio.shield(task)
+
+    async def _close_now(self, session: LiveSession, reason: str) -> None:
         # Recorded first: once the session leaves `live`, readers answer from the store.
         await self.writer.run(partial(self.store.close_session, session.id, reason))
         self.live.pop(session.id, None)
         self._closing_sessions[session.id] = session
         self.metrics.sessions_closed.labels(reason).inc()
-        task = asyncio.create_task(session.close(reason=reason), name=f"close-{session.id}")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-        task.add_done_callback(lambda _: self._closed(session))
-        await asyncio.shield(task)
+        await session.close(reason=reason)
 
-    def _closed(self, session: LiveSession) -> None:
+    def _closed(self, session: LiveSession, task: asyncio.Task[None]) -> None:
+        if self._close_tasks.get(session.id) is task:
+            del self._close_tasks[session.id]
         if self._closing_sessions.get(session.id) is session:
             del self._closing_sessions[session.id]
 

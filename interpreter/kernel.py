@@ -230,20 +230,28 @@ class Kernel:
         its connection file, is fixed in ``ipc.lock_runtime_dir``.) What the failed kernel
         said is logged either way. ``launched`` is called each time a kernel
         is launched (its process or container is up), before the handshake.
+
+        A :meth:`stop` called meanwhile (the session deleted while it starts) waits for
+        the start to end, then stops what it started: stopping the kernel under its
+        handshake cut the handshake short with a ``CancelledError`` and could leave a
+        container running. A kernel already stopped is not started.
         """
-        for attempt in range(1, START_ATTEMPTS + 1):
-            try:
-                await self._start_once(launched)
-                return
-            except RuntimeError as exc:  # jupyter_client: the kernel died before replying
-                if attempt < START_ATTEMPTS:
-                    log.warning("session %s: %s; starting a fresh kernel", self.name, exc)
-                    continue
-                raise _start_failed(exc) from exc
-            except KernelStartFailed:
-                raise
-            except Exception as exc:
-                raise _start_failed(exc) from exc
+        async with self._lock:
+            if self.stopped:
+                raise KernelStartFailed("The session was closed before its kernel started.")
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    await self._start_once(launched)
+                    return
+                except RuntimeError as exc:  # jupyter_client: the kernel died before replying
+                    if attempt < START_ATTEMPTS and not self.stopped:
+                        log.warning("session %s: %s; starting a fresh kernel", self.name, exc)
+                        continue
+                    raise _start_failed(exc) from exc
+                except KernelStartFailed:
+                    raise
+                except Exception as exc:
+                    raise _start_failed(exc) from exc
 
     async def _start_once(self, launched: Callable[[], None] | None = None) -> None:
         self.km = self._new_manager()

@@ -190,6 +190,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self._restart_turn = asyncio.Lock()
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
+        #: Why :meth:`close` was called, once it was.
+        self.closed_reason: str | None = None
         #: Called once when the session fails; the broker then closes it.
         self.on_failed: Callable[[LiveSession], None] | None = None
         #: Replaces a kernel whose heartbeat stopped while no cell ran.
@@ -220,16 +222,31 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         try:
             await self.kernel.start(launched)
         except KernelStartFailed:
+            if self.status == "closed":
+                raise self._closed_while_starting() from None
             self.status = "dead"
             launched()  # the record of a session whose kernel never came up
             await first_write[0]
             raise
+        if self.status == "closed":
+            # Closed (deleted, the broker stopping) while its kernel started: the close
+            # stops that kernel once the start has ended, and the session is not handed out.
+            if first_write:
+                await first_write[0]
+            raise self._closed_while_starting()
         launched()
         await first_write[0]
         self._kernel_ready()  # its language info goes to disk with the first cell's save
         self.generation += 1
         self.touch()  # idle time counts from when the session became usable
         await self._persist_kernel()
+
+    def _closed_while_starting(self) -> SessionClosed:
+        reason = self.closed_reason or "deleted"
+        return SessionClosed(
+            f"Session '{self.id}' was closed ({reason}) while its kernel started; it was "
+            "never usable. Create a new session."
+        )
 
     async def attach(
         self,
@@ -311,6 +328,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             return
         previous = self.status
         self.status = "closed"
+        self.closed_reason = reason
         # Uploads still arriving are refused and removed before the files are copied out.
         await asyncio.to_thread(self.workspace.gate.close, refusal(self.id, reason))
         if self._recovery is not None:
