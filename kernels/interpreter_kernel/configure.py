@@ -18,6 +18,7 @@ from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
 from .interrupts import InterruptWaker, interrupt_before_code, interrupt_shell_commands
+from .oom_watch import install as watch_oom_kills
 from .output_history import forget_outputs
 from .packages import install_package_magics
 from .plotly_figure import configure_plotly
@@ -91,6 +92,8 @@ def setup(shell: InteractiveShell) -> None:
         interrupt_shell_commands(shell, lambda: waker.sigints)
     # IPython's history keeps no copy of each cell's output (output_history).
     forget_outputs(shell)
+    # A process of the session killed for memory is said at once (oom_watch; Docker).
+    watch_oom_kills(shell)
 
 
 def configure_matplotlib(shell: InteractiveShell) -> None:

@@ -12,6 +12,7 @@ import time
 import nbformat
 import pytest
 
+from interpreter_kernel.oom_watch import notice
 from tests.adversarial.conftest import Attack, Broker
 
 
@@ -87,6 +88,47 @@ def test_memory_bomb_dies_oom_and_the_session_recovers(adv: Broker, attack: Atta
     assert result["reason"] == "oom_killed"
     assert result["state_lost"] is True
     assert attack.text(sid, "sum(range(10))") == "45"
+
+
+#: A process of the session that goes over its memory limit of 256 MB.
+OVER_THE_LIMIT = "x = bytearray(400 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1"
+
+
+@pytest.mark.parametrize("adv", ["docker"], indirect=True)
+def test_a_process_killed_for_memory_is_said_in_its_cell_and_the_kernel_goes_on(
+    adv: Broker, attack: Attack
+) -> None:
+    """The kernel survives a child's OOM kill, so nothing said why: a multiprocessing
+    pool whose worker was killed waited until the timeout, a plain ``timeout``. The cell
+    in which a process was killed says so on stderr (at once: while the pool waits), and
+    only that cell."""
+    sid = attack.session(limits={"memory_mb": 256})
+    attack.run(sid, "keep = 1")
+    child = attack.run(
+        sid,
+        "import subprocess, sys\n"
+        f"print(subprocess.run([sys.executable, '-c', {OVER_THE_LIMIT!r}]).returncode)",
+    )
+    assert (child["status"], child["stdout"]) == ("ok", "-9\n"), child
+    assert child["stderr"].startswith(
+        "[interp] A process of this session was killed for memory: it went over the "
+        "session's limit (256 MB). The kernel and its variables are intact."
+    ), child["stderr"]
+    assert attack.run(sid, "print(keep)")["stderr"] == ""
+    pool = (
+        "import multiprocessing as mp\n"
+        f"def hog(n):\n    exec({OVER_THE_LIMIT!r})\n"
+        "with mp.Pool(2) as p:\n    p.map(hog, range(2))"
+    )
+    hung = attack.run(sid, pool, timeout_s=4)
+    assert hung["status"] == "timeout", hung
+    # Both workers, at once or one after the other (then the second is said briefly).
+    notices = [line for line in hung["stderr"].splitlines() if line.startswith("[interp]")]
+    assert notices in (
+        [notice(2, 256).rstrip()],
+        [notice(1, 256).rstrip(), "[interp] 1 more process of this session killed for memory."],
+    ), hung["stderr"]
+    assert attack.text(sid, "keep") == "1"
 
 
 @pytest.mark.parametrize("adv", ["docker"], indirect=True)

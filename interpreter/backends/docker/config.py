@@ -221,6 +221,9 @@ def cgroup_parent_problem(parent: str, driver: str | None) -> str | None:
 
 def _environment(options: LaunchOptions) -> dict[str, str]:
     env = options.kernel_env(home=KERNEL_HOME)
+    # The cgroup the kernel sees is its container's own: it can tell the user at once when
+    # a process of the session is killed for memory (interpreter_kernel.oom_watch).
+    env["INTERP_OOM_WATCH"] = "1"
     orphan_after = float(options.extra.get("orphan_after_s") or 0)
     if orphan_after > 0:
         # The kernel's watchdog (interpreter_kernel.watchdog) ends a kept container that
