@@ -580,6 +580,11 @@ class FileEntry(BaseModel):
 class FileList(BaseModel):
     path: str
     entries: list[FileEntry]
+    next: str | None = Field(
+        None,
+        description="When ?limit= left entries out: pass it as ?after= for the next page "
+        "(else null).",
+    )
 
 
 class ErrorDetail(BaseModel):

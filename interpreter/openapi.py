@@ -266,7 +266,28 @@ def openapi_document() -> dict[str, Any]:
             ],
             "get": {
                 "summary": "List a workspace directory",
-                "responses": {"200": _json(models.FileList, "Listing"), **_errors(400, 401, 404)},
+                "description": "Directories first, each kind by name. With limit, a page: "
+                "the next one is asked with after set to the page's next (null on the last "
+                "page).",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 10000},
+                    },
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string"},
+                        "description": "The previous page's next (d/NAME or f/NAME)",
+                    },
+                ],
+                "responses": {
+                    "200": _json(models.FileList, "Listing"),
+                    **_errors(400, 401, 404, 422),
+                },
             },
         },
         "/v1/sessions/{session_id}/files/{path}": {

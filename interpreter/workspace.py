@@ -293,7 +293,16 @@ class Workspace:
 
     # -- operations ------------------------------------------------------------------------
 
-    def listing(self, path: str = "") -> FileList:
+    def listing(
+        self, path: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> FileList:
+        """The entries of the directory ``path``: directories first, each kind by name.
+
+        A page: at most ``limit`` entries, those after the place ``after`` names (a
+        ``next`` of an earlier page: ``d/NAME`` or ``f/NAME``, an entry's kind and name,
+        which need not exist any more); ``next`` is set when entries were left out.
+        """
+        start = None if after is None else _cursor_key(after)
         parts = self.resolve(path, allow_root=True)
         try:
             with self._walk(parts) as fd:
@@ -315,8 +324,15 @@ class Workspace:
                     "or list its directory."
                 ) from exc
             raise _os_error(exc, path) from exc
-        entries.sort(key=lambda e: (e.type != "directory", e.name))
-        return FileList(path="/".join(parts), entries=entries)
+        entries.sort(key=_order)
+        if start is not None:
+            entries = [e for e in entries if _order(e) > start]
+        following = None
+        if limit is not None and len(entries) > limit:
+            entries = entries[:limit]
+            last = entries[-1]
+            following = f"{'d' if last.type == 'directory' else 'f'}/{last.name}"
+        return FileList(path="/".join(parts), entries=entries, next=following)
 
     def _is_file(self, parts: list[str]) -> bool:
         """Whether ``parts`` names an existing entry that is not a directory."""
@@ -594,3 +610,19 @@ def copy_tree_safely(src: Path, dst: Path, *, skip_too_deep: bool = True) -> int
             MAX_COPY_DEPTH,
         )
     return report.files
+
+
+def _order(entry: FileEntry) -> tuple[bool, str]:
+    """Where ``entry`` comes in a listing: directories first, then by name."""
+    return (entry.type != "directory", entry.name)
+
+
+def _cursor_key(after: str) -> tuple[bool, str]:
+    """The place in a listing that a ``next`` (``d/NAME``, ``f/NAME``) names."""
+    kind, slash, name = after.partition("/")
+    if kind not in ("d", "f") or not slash or not name or "/" in name:
+        raise BadRequest(
+            f"after={after[:80]!r} is not a place in a listing: give the 'next' of the "
+            "previous page (d/NAME or f/NAME) as it was."
+        )
+    return (kind == "f", name)

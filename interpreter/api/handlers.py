@@ -237,9 +237,21 @@ class RebuildHandler(BaseHandler):
 
 class FilesHandler(BaseHandler):
     async def get(self, session_id: str) -> None:
+        """The directory ``?path=`` (the workspace's top by default), whole, or in pages
+        of ``?limit=N``, each next one ``?after=`` the ``next`` the previous one gave."""
         workspace = await self.broker.workspace(self.owner, session_id)
         path = self.get_query_argument("path", "")
-        self.send_json(await asyncio.to_thread(workspace.listing, path))
+        raw = self.get_query_argument("limit", None)
+        limit = None if raw is None else _limit(raw, MAX_FILES_LIMIT, "entries")
+        after = self.get_query_argument("after", None) or None
+
+        def listed() -> str:
+            # Serialised here too: a directory of 100,000 files is a JSON of tens of MB,
+            # which held the event loop (and /healthz) for most of a second.
+            return workspace.listing(path, after=after, limit=limit).model_dump_json()
+
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(await asyncio.to_thread(listed))
 
 
 class FileHandler(UploadReceiver[Upload]):
@@ -399,15 +411,19 @@ class OpenAPIHandler(BaseHandler):
 
 #: Most sessions one page lists.
 MAX_LIST_LIMIT = 1000
+#: Most entries one page of a directory lists.
+MAX_FILES_LIMIT = 10_000
 
 
-def _limit(raw: str) -> int:
+def _limit(raw: str, most: int = MAX_LIST_LIMIT, what: str = "sessions") -> int:
     try:
         value = int(raw)
     except ValueError:
         value = 0
-    if not 1 <= value <= MAX_LIST_LIMIT:
-        raise ValidationFailed(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}.")
+    if not 1 <= value <= most:
+        raise ValidationFailed(
+            f"limit must be a whole number from 1 to {most} (the most {what} one page lists)."
+        )
     return value
 
 

@@ -510,9 +510,13 @@ class AsyncSession:
             await anyio.to_thread.run_sync(Path(dest).write_bytes, data)
         return data
 
-    async def list_files(self, path: str = "") -> FileList:
-        """List a workspace directory (the workspace root by default)."""
-        return await self.client._call(proto.list_files(self.id, path))
+    async def list_files(
+        self, path: str = "", *, limit: int | None = None, after: str | None = None
+    ) -> FileList:
+        """List a workspace directory (the workspace root by default): all of it, or a
+        page of at most ``limit`` entries after ``after`` (the ``next`` of the page
+        before; ``next`` is None on the last page)."""
+        return await self.client._call(proto.list_files(self.id, path, limit=limit, after=after))
 
     async def list(self, path: str = "") -> FileList:
         """The same as :meth:`list_files` (the older name)."""

@@ -562,14 +562,18 @@ class Session:
             Path(dest).write_bytes(data)
         return data
 
-    def list_files(self, path: str = "") -> FileList:
-        """List a workspace directory (the workspace root by default).
+    def list_files(
+        self, path: str = "", *, limit: int | None = None, after: str | None = None
+    ) -> FileList:
+        """List a workspace directory (the workspace root by default): all of it, or a
+        page of at most ``limit`` entries after ``after`` (the ``next`` of the page
+        before; ``next`` is None on the last page).
 
         Example:
             >>> [e.path for e in session.list_files().entries]  # doctest: +SKIP
             ['data', 'out.txt']
         """
-        return self.client._call(proto.list_files(self.id, path))
+        return self.client._call(proto.list_files(self.id, path, limit=limit, after=after))
 
     def list(self, path: str = "") -> FileList:
         """The same as :meth:`list_files` (the older name)."""

@@ -507,11 +507,20 @@ def rebuild(
     )
 
 
-def list_files(session_id: str, path: str = "") -> Call[FileList]:
+def list_files(
+    session_id: str, path: str = "", *, limit: int | None = None, after: str | None = None
+) -> Call[FileList]:
     url = session_url(session_id, "files")
+    query = []
     if path:
         # Encoded here rather than by httpx, which cannot encode a lone surrogate.
-        url += "?path=" + quote(path, safe="/", errors="surrogatepass")
+        query.append("path=" + quote(path, safe="/", errors="surrogatepass"))
+    if limit is not None:
+        query.append(f"limit={limit}")
+    if after is not None:
+        query.append("after=" + quote(after, safe="/", errors="surrogatepass"))
+    if query:
+        url += "?" + "&".join(query)
     return Call("GET", url, _parse_file_list)
 
 

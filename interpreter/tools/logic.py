@@ -362,7 +362,7 @@ class _ToolLogic:
 
     def _tool_list_files(self, path: str = "", session_id: str | None = None) -> _Steps:
         sid = yield from self._session(session_id)
-        listing: FileList = yield proto.list_files(sid, path)
+        listing: FileList = yield proto.list_files(sid, path, limit=LIST_FILES_MOST)
         where = listing.path or "workspace root"
         if not listing.entries:
             return ToolResult([TextPart(f"{where}: empty")])
@@ -371,6 +371,11 @@ class _ToolLogic:
             size = "" if e.type == "directory" else f"{e.size} bytes"
             when = e.modified_at.isoformat(timespec="seconds")
             lines.append(f"{e.type:9}  {size:>14}  {when}  {e.path}")
+        if listing.next is not None:
+            lines.append(
+                f"(the first {LIST_FILES_MOST} entries, directories first, then by name; more "
+                "follow. To find or count files among them, use run_code: glob, os.scandir.)"
+            )
         return ToolResult([TextPart("\n".join(lines))])
 
     # -- notebook ---------------------------------------------------------------------------
@@ -420,6 +425,8 @@ class _ToolLogic:
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 #: The largest workspace image read_file shows (what model APIs take per image is of this order).
 FILE_IMAGE_BYTES = 20 << 20
+#: Most entries list_files gives a model (one line each: about 80 characters).
+LIST_FILES_MOST = 500
 #: Bytes read_file reads at least, to tell text from binary data.
 TEXT_SAMPLE_BYTES = 64 << 10
 #: The largest notebook rebuild_from_notebook reads (the service's own limit applies after:

@@ -120,3 +120,50 @@ def test_a_multipart_put_is_refused_not_stored_as_its_envelope(
     assert "form.csv" not in names
     raw = api.put(f"/v1/sessions/{shared_session}/files/form.csv", content=b"a,b\n1,2\n")
     assert raw.status_code == 201, raw.text
+
+
+def test_a_directory_is_listed_in_pages(api: httpx.Client, new_session: Callable[..., str]) -> None:
+    """``?limit=`` pages through a large directory in the order of the whole listing
+    (directories first, each kind by name); each page's ``next`` is the next ``?after=``,
+    and a place whose entry was removed meanwhile still works."""
+    sid = new_session()
+    made = run(
+        api,
+        sid,
+        "import os\nfor i in range(25):\n    open(f'f{i:02}.txt', 'w').close()\n"
+        "for d in ('b', 'a'):\n    os.mkdir(d)",
+    )
+    assert made["status"] == "ok", made
+    url = f"/v1/sessions/{sid}/files"
+    whole = api.get(url).json()
+    assert whole["next"] is None
+    names = [e["name"] for e in whole["entries"]]
+    assert names == ["a", "b", *[f"f{i:02}.txt" for i in range(25)]]
+    paged: list[str] = []
+    pages = []
+    after = None
+    while True:
+        page = api.get(url, params={"limit": 10, **({"after": after} if after else {})}).json()
+        paged += [e["name"] for e in page["entries"]]
+        pages.append(page["next"])
+        if page["next"] is None:
+            break
+        after = page["next"]
+        if after == "f/f07.txt":
+            # The entry a place names may be gone by the time the next page is asked.
+            assert api.delete(f"{url}/f07.txt").status_code == 204
+    assert pages == ["f/f07.txt", "f/f17.txt", None]
+    assert paged == names  # f07.txt was listed before it was removed
+    assert api.get(url, params={"limit": 2}).json()["next"] == "d/b"
+    assert [e["name"] for e in api.get(url, params={"after": "d/b"}).json()["entries"]][:1] == [
+        "f00.txt"
+    ]
+    for bad, says in [
+        ({"limit": "0"}, "limit must be a whole number from 1 to 10000"),
+        ({"limit": "many"}, "limit must be a whole number from 1 to 10000"),
+        ({"after": "f07.txt"}, "give the 'next' of the previous page"),
+        ({"after": "x/f07.txt"}, "give the 'next' of the previous page"),
+    ]:
+        resp = api.get(url, params=bad)
+        assert resp.status_code in (400, 422), resp.text
+        assert says in resp.json()["error"]["message"], resp.text

@@ -212,6 +212,10 @@ def test_list_files_puts_the_path_in_the_query() -> None:
     with httpx.Client(base_url=BASE) as http:
         assert http.build_request("GET", call.url).url.params["path"] == "../x&y=1#z"
     assert proto.list_files(SID).url == f"/v1/sessions/{SID}/files"
+    page = proto.list_files(SID, "d", limit=10, after="f/a&b.csv")
+    with httpx.Client(base_url=BASE) as http:
+        params = http.build_request("GET", page.url).url.params
+    assert dict(params) == {"path": "d", "limit": "10", "after": "f/a&b.csv"}
 
 
 @pytest.mark.parametrize("path", ["", "/", "///"])

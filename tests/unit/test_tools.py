@@ -33,6 +33,7 @@ from interpreter.tools import (
     tool_definitions,
     validate_arguments,
 )
+from interpreter.tools import logic as tools_logic
 from interpreter.tools.specs import TOOLS_BY_NAME
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC).isoformat()
@@ -112,6 +113,7 @@ class ToolService:
         self.sessions: dict[str, str] = {}
         self.files: dict[tuple[str, str], bytes] = {}
         self.log: list[str] = []
+        self.queries: list[str] = []
         self.n = 0
         #: Artifact bytes by id (any other artifact is ``PNG``), and the outputs of the
         #: code ``pictures``.
@@ -191,6 +193,7 @@ class ToolService:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path, method = unquote(request.url.path), request.method
         self.log.append(f"{method} {path}")
+        self.queries.append(request.url.query.decode())
         if path == "/v1/sessions" and method == "POST":
             self.n += 1
             body = json.loads(request.content or b"{}")
@@ -264,7 +267,11 @@ class ToolService:
                 for (s, p), d in self.files.items()
                 if s == sid
             ]
-            return httpx.Response(200, json={"path": "", "entries": entries})
+            limit = int(request.url.params.get("limit", len(entries) or 1))
+            following = f"f/{entries[limit - 1]['name']}" if len(entries) > limit else None
+            return httpx.Response(
+                200, json={"path": "", "entries": entries[:limit], "next": following}
+            )
         if rest.startswith("files/"):
             fpath = rest.removeprefix("files/")
             if method == "PUT":
@@ -480,6 +487,7 @@ def test_files_tools(executor: ToolExecutor, service: ToolService) -> None:
     assert "characters omitted" in run(executor, "read_file", path="big.txt", max_chars=100).text
     listing = run(executor, "list_files").text
     assert "d.csv" in listing and "4 bytes" in listing
+    assert "more follow" not in listing
     assert run(executor, "read_file", path="zzz").is_error
     # Workspace paths are relative: an absolute one is refused, not read from elsewhere.
     sent = len(service.log)
@@ -683,3 +691,20 @@ def test_the_responses_api_shapes() -> None:
     assert output[0] == {"type": "input_text", "text": "a plot"}
     assert output[1]["type"] == "input_image"
     assert output[1]["image_url"].startswith("data:image/png;base64,")
+
+
+def test_list_files_gives_a_model_one_page_and_says_more_follow(
+    service: ToolService, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory of 100,000 files was listed whole into the model's context."""
+    monkeypatch.setattr(tools_logic, "LIST_FILES_MOST", 2)
+    run(executor, "create_session")
+    for name in ("a.csv", "b.csv", "c.csv"):
+        service.files[("s1", name)] = b"x"
+    listing = run(executor, "list_files").text
+    assert "a.csv" in listing and "b.csv" in listing and "c.csv" not in listing
+    assert listing.endswith(
+        "(the first 2 entries, directories first, then by name; more follow. To find or "
+        "count files among them, use run_code: glob, os.scandir.)"
+    )
+    assert service.queries[-1] == "limit=2", service.queries
