@@ -25,8 +25,9 @@ def cut(text: str, max_chars: int) -> str:
 def json_scalar(value: Any, *, max_chars: int = 100) -> JSONScalar:
     """Convert one data value (Python, numpy or pandas) into a JSON scalar.
 
-    Missing and non-finite numbers (None, NaN, NaT, ``pandas.NA``, infinities) become
-    ``None``; numpy scalars become Python numbers; dates and timestamps become ISO 8601
+    Missing values (None, NaN, NaT, ``pandas.NA``) become ``None``; infinities become the
+    strings ``"inf"`` and ``"-inf"``, as pandas prints them (as ``None`` they read as
+    missing values, hiding a division by zero in the data); numpy scalars become Python numbers; dates and timestamps become ISO 8601
     strings; timedeltas, periods, intervals and any other object become their ``str()``.
     Strings are cut to ``max_chars``. Never raises.
 
@@ -56,7 +57,7 @@ def _convert(value: Any, max_chars: int) -> JSONScalar:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return float(value) if math.isfinite(value) else None
+        return float(value) if math.isfinite(value) else _not_finite(value)
     if isinstance(value, str):
         return cut(str(value), max_chars)
 
@@ -74,10 +75,17 @@ def _convert(value: Any, max_chars: int) -> JSONScalar:
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return cut(value.isoformat(), max_chars)
     if isinstance(value, decimal.Decimal):
-        return float(value) if value.is_finite() else None
+        return float(value) if value.is_finite() else _not_finite(float(value))
     if isinstance(value, bytes):
         return cut(repr(value), max_chars)
     return cut(str(value), max_chars)
+
+
+def _not_finite(value: float) -> str | None:
+    """An infinity as pandas prints it; NaN (a missing value) as None."""
+    if math.isnan(value):
+        return None
+    return "inf" if value > 0 else "-inf"
 
 
 def _is_missing(value: Any) -> bool:

@@ -56,8 +56,10 @@ def one_axes(fig: Figure) -> dict[str, Any]:
         (np.int64(7), 7),
         (np.float32(0.5), 0.5),
         (float("nan"), None),
-        (float("inf"), None),
-        (np.float64("-inf"), None),
+        (float("inf"), "inf"),
+        (np.float64("-inf"), "-inf"),
+        (decimal.Decimal("-Infinity"), "-inf"),
+        (decimal.Decimal("NaN"), None),
         (pd.NaT, None),
         (pd.NA, None),
         (np.datetime64("NaT"), None),
@@ -122,7 +124,7 @@ def test_dataframe_summary_exact() -> None:
         "rows": [
             ["2024-01-01T00:00:00", 1.5, 1, "a" * 99 + "…"],
             [None, None, None, None],
-            ["2024-01-03T00:00:00", None, 3, "ok"],
+            ["2024-01-03T00:00:00", "inf", 3, "ok"],
         ],
         "truncated": False,
     }
