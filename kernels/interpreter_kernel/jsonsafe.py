@@ -27,9 +27,10 @@ def json_scalar(value: Any, *, max_chars: int = 100) -> JSONScalar:
 
     Missing values (None, NaN, NaT, ``pandas.NA``) become ``None``; infinities become the
     strings ``"inf"`` and ``"-inf"``, as pandas prints them (as ``None`` they read as
-    missing values, hiding a division by zero in the data); numpy scalars become Python numbers; dates and timestamps become ISO 8601
-    strings; timedeltas, periods, intervals and any other object become their ``str()``.
-    Strings are cut to ``max_chars``. Never raises.
+    missing values, hiding a division by zero in the data); numpy scalars become Python
+    numbers; dates and timestamps become ISO 8601 strings; timedeltas, periods, intervals
+    and any other object become their ``str()``. Strings are cut to ``max_chars``. Never
+    raises.
 
     Args:
         value: the value to convert.
