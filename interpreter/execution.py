@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +28,9 @@ from interpreter.overwrite import OverwrittenText
 #: The type of the message the broker itself reports a dropped kernel message with
 #: (interpreter/iopub_watch.py); never sent by a kernel.
 DROPPED_MSG_TYPE = "interp_message_dropped"
+#: A message of the broker's own to the running execution: ``content.text`` goes to its
+#: stderr (see :func:`broker_notice`).
+NOTICE_MSG_TYPE = "interp_broker_notice"
 
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
@@ -35,6 +39,17 @@ MAX_RICH_VALUE_CHARS = 16 << 20
 #: replaced (``update_display_data``, a display with a known id) gives its characters back,
 #: so a redraw loop keeps its last frame however many frames it drew.
 RICH_LIMIT = 64 << 20
+
+
+def broker_notice(parent_msg_id: str, text: str) -> dict[str, Any]:
+    """A message of the broker's own that puts ``text`` on the stderr of the execution
+    whose execute request was ``parent_msg_id`` (routed as the kernel's messages are)."""
+    return {
+        "header": {"msg_type": NOTICE_MSG_TYPE, "msg_id": secrets.token_hex(8)},
+        "parent_header": {"msg_id": parent_msg_id},
+        "metadata": {},
+        "content": {"text": text},
+    }
 
 
 def clean_text(value: object, limit: int | None = None) -> str:
@@ -403,6 +418,8 @@ class ExecutionRecorder:
             # inline backend shows after a failing cell comes after the error).
             self.items.append({"output_type": "error", "_kernel_error": True})
             return events
+        if msg_type == NOTICE_MSG_TYPE:
+            return self._stream({"name": "stderr", "text": str(content.get("text", ""))})
         if msg_type == DROPPED_MSG_TYPE:
             self.messages_dropped += 1
             unreadable = content.get("unreadable")

@@ -144,6 +144,8 @@ class ExecutionHandle:
     recorder: ExecutionRecorder | None = None
     api_outputs: dict[int, Output] = field(default_factory=dict)
     interrupt_requested: bool = False
+    #: An interrupt's watch for code that ignores it was started (one per execution).
+    ignored_told: bool = False
     last_iopub_at: float = 0.0
     stream: Subscription | None = None
     request_id: str | None = None

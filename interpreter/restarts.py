@@ -27,6 +27,7 @@ from typing import Any
 from interpreter import waiting
 from interpreter.cells import RESTART_EVENT, note_event
 from interpreter.errors import KernelStartFailed, SessionClosed, session_failed_message
+from interpreter.execution import broker_notice
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ExecutionHandle
 from interpreter.kernel import Kernel, Restart
@@ -41,6 +42,17 @@ log = logging.getLogger(__name__)
 
 #: Seconds an interrupt waits for the kernel to start the running cell.
 INTERRUPT_START_WAIT_S = 5
+#: Seconds after an interrupt at which a cell still running is told it was not stopped.
+INTERRUPT_IGNORED_S = 3.0
+
+
+def interrupt_ignored_notice(after_s: float, timeout_s: float) -> str:
+    """What a cell that an interrupt did not stop gets on its stderr."""
+    return (
+        f"\n[interp] This code is still running {after_s:g} s after an interrupt: it catches "
+        "KeyboardInterrupt or ignores SIGINT. Interrupt it again, restart the session (its "
+        f"variables are lost), or let its timeout ({timeout_s:g} s) end it.\n"
+    )
 
 
 class KernelLifecycle:
@@ -64,6 +76,8 @@ class KernelLifecycle:
     #: A requested restart is under way: the worker replaces no kernel on its own.
     _restart_requested: bool
     _restart_turn: asyncio.Lock
+    #: Interrupts' watches for code that ignores them (:meth:`_tell_if_ignored`).
+    _watches: set[asyncio.Task[None]]
     _note: str | None
     #: Why the kernel was restarted, for each restart :attr:`_note` tells of.
     _note_restarts: list[str]
@@ -212,6 +226,32 @@ class KernelLifecycle:
         # lands later would reach the next cell. Code that catches KeyboardInterrupt keeps
         # running; the client may interrupt again, and a timeout still ends it.
         await self.kernel.interrupt()
+        if handle is not None:
+            self._tell_if_ignored(handle)
+
+    def _tell_if_ignored(self, handle: ExecutionHandle) -> None:
+        """Tell ``handle``'s stderr (its stream, the record, the notebook) when it still
+        runs :data:`INTERRUPT_IGNORED_S` after an interrupt: otherwise nothing said why the
+        interrupt had done nothing until the timeout ended the cell."""
+        if handle.ignored_told:
+            return
+        handle.ignored_told = True
+
+        async def watch() -> None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(INTERRUPT_IGNORED_S):
+                    await handle.finished.wait()
+            rec = handle.recorder
+            if handle.finished.is_set() or rec is None or self.status == "closed":
+                return
+            if handle is not self.executions.current or self._replacing is not None:
+                return  # being ended another way (a restart, a timeout's escalation)
+            text = interrupt_ignored_notice(INTERRUPT_IGNORED_S, handle.timeout_s)
+            await self.kernel.on_message("iopub", broker_notice(rec.msg_id, text))
+
+        task = asyncio.create_task(watch(), name=f"interrupt-watch-{self.id}")
+        self._watches.add(task)
+        task.add_done_callback(self._watches.discard)
 
     @contextlib.asynccontextmanager
     async def restarting(self, *, recover: bool) -> AsyncIterator[None]:

@@ -188,6 +188,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self._restart_requested = False
         #: Requested restarts (each with its recovery) and rebuilds take turns.
         self._restart_turn = asyncio.Lock()
+        self._watches: set[asyncio.Task[None]] = set()
         #: Set when the session has given up on its kernel (e.g. ``restart_limit``).
         self.failed_reason: str | None = None
         #: Why :meth:`close` was called, once it was.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -287,6 +288,53 @@ def test_interrupt_endpoint(
     assert result["status"] == "interrupted"
     assert result["error"]["ename"] == "KeyboardInterrupt"
     assert run(api, sid, "kept")["outputs"][0]["data"]["text/plain"] == "3"
+
+
+def test_an_interrupt_the_code_ignores_is_said_on_its_stderr(
+    api: httpx.Client, new_session: Callable[..., str], server: Server
+) -> None:
+    """Code that ignores SIGINT goes on after an interrupt; nothing said so until its
+    timeout ended it. Now its stderr does, a few seconds after the interrupt, once."""
+    sid = new_session()
+    code = (
+        "import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "open('started', 'w').close()\n"
+        "while not os.path.exists('go'):\n    time.sleep(0.02)\nprint('done')"
+    )
+    box: dict[str, Any] = {}
+
+    def execute() -> None:
+        with (
+            server.client() as own,
+            own.stream(
+                "POST", f"/v1/sessions/{sid}/execute", json={"code": code, "timeout_s": 300}
+            ) as resp,
+        ):
+            box["id"] = resp.headers["X-Execution-Id"]
+            box["result"] = json.loads(resp.read())
+
+    thread = threading.Thread(target=execute)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while api.get(f"/v1/sessions/{sid}/files/started").status_code != 200:
+        assert time.monotonic() < deadline, "the cell never started"
+        time.sleep(0.02)
+    for _ in range(2):  # a second interrupt is not told again
+        assert api.post(f"/v1/sessions/{sid}/interrupt").status_code == 200
+    notice = (
+        "\n[interp] This code is still running 3 s after an interrupt: it catches "
+        "KeyboardInterrupt or ignores SIGINT. Interrupt it again, restart the session (its "
+        "variables are lost), or let its timeout (300 s) end it.\n"
+    )
+    while notice not in api.get(f"/v1/sessions/{sid}/executions/{box['id']}").json()["stderr"]:
+        assert time.monotonic() < deadline + 30, "no notice came"
+        time.sleep(0.1)
+    assert api.put(f"/v1/sessions/{sid}/files/go", content=b"").status_code == 201
+    thread.join(60)
+    result = box["result"]
+    assert (result["status"], result["stdout"], result["stderr"]) == ("ok", "done\n", notice)
+    cell = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"][-1]
+    assert cell["outputs"][0] == {"output_type": "stream", "name": "stderr", "text": notice}
 
 
 def test_restart_clears_state_keeps_notebook(
