@@ -48,18 +48,35 @@ def decode_value(mime: str, value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-class ArtifactStore:
-    """Artifacts of one session under ``root`` (``<session-dir>/artifacts``)."""
+class ArtifactBudgetSpent(Exception):
+    """A new artifact would take its store past its budget (``budget_bytes``)."""
 
-    def __init__(self, root: Path, session_id: str) -> None:
+
+class ArtifactStore:
+    """Artifacts of one session under ``root`` (``<session-dir>/artifacts``).
+
+    ``budget_bytes`` (0: none) bounds what :meth:`put` with ``budgeted`` adds: the bytes of
+    the artifacts this object added, whatever their kind, counted from its creation (an
+    artifact already there costs nothing).
+    """
+
+    def __init__(self, root: Path, session_id: str, budget_bytes: int = 0) -> None:
         self.root = root
         self.session_id = session_id
+        self.budget_bytes = budget_bytes
+        #: Bytes of the artifacts this object added (not those found on disk).
+        self.added_bytes = 0
 
-    def put(self, data: bytes, mime: str) -> ArtifactRef:
-        """Store ``data`` (idempotent) and return its reference."""
+    def put(self, data: bytes, mime: str, *, budgeted: bool = False) -> ArtifactRef:
+        """Store ``data`` (idempotent) and return its reference. With ``budgeted``, a new
+        artifact past the budget raises :class:`ArtifactBudgetSpent` instead."""
         digest = hashlib.sha256(data).hexdigest()
         path = self.root / digest
         if not path.exists():
+            if budgeted and self.budget_bytes and self.added_bytes + len(data) > self.budget_bytes:
+                raise ArtifactBudgetSpent(
+                    f"{self.added_bytes} bytes of artifacts, budget {self.budget_bytes}"
+                )
             tmp = self._temporary()
             try:
                 with open(tmp, "wb") as fh:
@@ -121,6 +138,7 @@ class ArtifactStore:
             tmp.unlink(missing_ok=True)
             return
         os.replace(tmp, path)
+        self.added_bytes += size
         meta = self.root / f"{digest}.json"
         meta.write_text(json.dumps({"mime": _clean_mime(mime), "size": size}))
 

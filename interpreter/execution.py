@@ -265,6 +265,9 @@ class ExecutionRecorder:
         #: Characters of the rich values held now (an output shared by a display id once).
         self.rich_chars = 0
         self.rich_dropped = 0
+        #: Rich values not stored: the session's artifact budget was spent (told once).
+        self.unstored = 0
+        self.unstored_told = False
         #: Characters held by the outputs of each display id (they share one bundle).
         self._display_chars: dict[str, int] = {}
         #: The notice of dropped rich values said so far, by reason (one each per cell).
@@ -699,6 +702,17 @@ class ExecutionRecorder:
         item = self.items[index]
         assert isinstance(item, dict)
         return item
+
+    def without(self, index: int, mimes: set[str]) -> None:
+        """Drop the values ``mimes`` of the rich output at ``index`` (they could not be
+        stored): the notebook does not show what the API cannot give. A new dict, since
+        the old one may be shared with other outputs of its display id."""
+        item = self.output(index)
+        item["data"] = {m: v for m, v in item["data"].items() if m not in mimes}
+
+    def broker_stderr(self, text: str) -> list[Event]:
+        """Put ``text`` of the broker's own on the cell's stderr, as a kernel's would go."""
+        return self._stream({"name": "stderr", "text": text})
 
     def stream_text(self, name: str) -> str:
         """All kept text of one stream, across the outputs not cleared, read as one stream:

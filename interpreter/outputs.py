@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from interpreter import storage_floor
-from interpreter.artifacts import ArtifactStore, decode_value
+from interpreter.artifacts import ArtifactBudgetSpent, ArtifactStore, decode_value
 from interpreter.execution import (
     ClearEvent,
     ErrorEvent,
@@ -291,14 +291,22 @@ class OutputCapture:
         raw = rec.output(index)
         data: dict[str, Any] = {}
         refs: list[ArtifactRef] = []
+        unstored: set[str] = set()
         for mime, value in raw["data"].items():
             where = placement(mime, value, self.inline_bytes)
             if where is not Placement.INLINE:
-                refs.append(await asyncio.to_thread(self._put, mime, value))
+                try:
+                    refs.append(await asyncio.to_thread(self._put, mime, value))
+                except ArtifactBudgetSpent:
+                    unstored.add(mime)
+                    continue
             if where is Placement.INLINE:
                 data[mime] = value
             elif where is Placement.BOTH:
                 data[mime] = cut_middle(str(value), self.inline_bytes)
+        if unstored:
+            rec.unstored += len(unstored)
+            rec.without(index, unstored)
         metadata = raw.get("metadata")
         return Output(
             type=raw["output_type"],
@@ -324,6 +332,10 @@ class OutputCapture:
                 handle.publish(OutputAdded(out))
                 if before is not None and before is not out:
                     superseded(before)
+                if rec.unstored and not rec.unstored_told:
+                    rec.unstored_told = True
+                    notice = unstored_notice(self.artifacts.budget_bytes)
+                    await self.publish(handle, rec, rec.broker_stderr(notice))
             elif isinstance(event, ClearEvent):
                 for before in handle.api_outputs.values():
                     superseded(before)
@@ -566,4 +578,14 @@ class OutputCapture:
         return self.artifacts.put_file(spilled, "text/plain", head=head)
 
     def _put(self, mime: str, value: object) -> ArtifactRef:
-        return self.artifacts.put(decode_value(mime, value), mime)
+        return self.artifacts.put(decode_value(mime, value), mime, budgeted=True)
+
+
+def unstored_notice(budget_bytes: int) -> str:
+    """The stderr notice of a cell whose plots or other large rich values were not stored."""
+    return (
+        f"\n[output not stored: this session's artifacts reached their limit of "
+        f"{budget_bytes >> 20} MiB (max_session_artifact_bytes); this cell's new plots and "
+        "other large rich values are left out. Save what you need to a workspace file, or "
+        "continue in a new session (from_session rebuilds its state).]\n"
+    )

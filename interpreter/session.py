@@ -162,7 +162,11 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self.kernel.info = record.kernel
         self.kernel.max_message_bytes = settings.max_kernel_message_bytes
         self.capture = OutputCapture(
-            ArtifactStore(options.session_dir / "artifacts", self.id),
+            ArtifactStore(
+                options.session_dir / "artifacts",
+                self.id,
+                budget_bytes=settings.max_session_artifact_bytes,
+            ),
             inline_bytes=settings.inline_rich_bytes,
             output_bytes=settings.max_output_bytes,
             notebook_bytes=settings.max_notebook_bytes,

@@ -213,6 +213,14 @@ class Settings(BaseSettings):
         "artifacts): past it a cell's text past max_output_hard_bytes is dropped with a "
         "notice, so that one session cannot fill the data disk that all share.",
     )
+    max_session_artifact_bytes: int = Field(
+        4 << 30,
+        ge=0,
+        description="Artifacts one session stores in all (rich outputs such as plots, "
+        "full texts of cut output), counted from the broker's start: past it a cell's new "
+        "plots and other large rich values are not stored, its stderr saying so, so that "
+        "one session cannot fill the data disk that all share. 0: no limit.",
+    )
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
     )
