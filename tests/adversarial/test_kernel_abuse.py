@@ -128,7 +128,9 @@ def test_a_process_killed_for_memory_is_said_in_its_cell_and_the_kernel_goes_on(
         [notice(2, 256).rstrip()],
         [notice(1, 256).rstrip(), "[interp] 1 more process of this session killed for memory."],
     ), hung["stderr"]
-    assert attack.text(sid, "keep") == "1"
+    # Whether the interrupt ended the pool within the timeout's grace (state kept) or the
+    # kernel was replaced (state_lost) depends on the machine's load: either way it answers.
+    assert attack.text(sid, "6 * 7") == "42"
 
 
 @pytest.mark.parametrize("adv", ["docker"], indirect=True)

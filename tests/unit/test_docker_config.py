@@ -63,7 +63,13 @@ GOLDEN: dict[str, Any] = {
         "org.interp.owner": "owner-hash",
         "org.interp.broker": "b-1",
     },
-    "environment": {**BASE_KERNEL_ENV, "HOME": "/tmp", "INTERP_SESSION_ID": "s-123"},
+    "environment": {
+        **BASE_KERNEL_ENV,
+        "HOME": "/tmp",
+        "INTERP_SESSION_ID": "s-123",
+        # The kernel reads its container's cgroup (interpreter_kernel.oom_watch).
+        "INTERP_OOM_WATCH": "1",
+    },
     "user": "10001:10001",
     "working_dir": "/workspace",
     "detach": True,
@@ -153,7 +159,8 @@ def test_memory_and_swap_are_always_equal() -> None:
 
 def test_env_is_exactly_the_kernel_env() -> None:
     options = _options(env={"MY_FLAG": "1"})
-    assert _config(options)["environment"] == options.kernel_env(home="/tmp")
+    expected = {**options.kernel_env(home="/tmp"), "INTERP_OOM_WATCH": "1"}
+    assert _config(options)["environment"] == expected
 
 
 # Whatever the session asks for (limits, env, image, extra), these never change (H-04).
