@@ -18,6 +18,7 @@ from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
 from .interrupts import InterruptWaker, interrupt_before_code, interrupt_shell_commands
+from .mpl_compat import install_axes, install_pyplot
 from .oom_watch import install as watch_oom_kills
 from .output_history import forget_outputs
 from .packages import install_package_magics
@@ -76,6 +77,11 @@ def setup(shell: InteractiveShell) -> None:
     when_imported("pandas", configure_pandas)
     # Box plots, violins and seaborn heatmaps are recorded as they are drawn (chart_marks).
     when_imported("matplotlib.axes", install_matplotlib)
+    # boxplot(labels=...) as matplotlib before 3.11 took it (mpl_compat).
+    when_imported("matplotlib.axes", install_axes)
+    when_imported("matplotlib.pyplot", install_pyplot)
+    # PIL's Image.show() displays in the cell, never in a viewer of the host (local backend).
+    when_imported("PIL.ImageShow", show_pil_images_inline)
     when_imported("seaborn", install_seaborn)
     when_imported("plotly.io", configure_plotly)
     FinalWidgetState.install(shell)
@@ -94,6 +100,19 @@ def setup(shell: InteractiveShell) -> None:
     forget_outputs(shell)
     # A process of the session killed for memory is said at once (oom_watch; Docker).
     watch_oom_kills(shell)
+
+
+def show_pil_images_inline(image_show: ModuleType) -> None:
+    """Put PIL's IPython viewer first: ``Image.show()`` becomes an output of the cell.
+
+    PIL tries its viewers in order, and a desktop's ``xdg-open`` (or ``display``) comes
+    before IPython's: on the local backend ``show()`` opened a viewer on the service's
+    machine, and the cell had no image (in a container no such viewer exists).
+    """
+    viewer = getattr(image_show, "IPythonViewer", None)
+    register = getattr(image_show, "register", None)
+    if viewer is not None and register is not None:
+        register(viewer, order=-1)
 
 
 def configure_matplotlib(shell: InteractiveShell) -> None:

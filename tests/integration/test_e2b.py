@@ -159,7 +159,7 @@ def test_matplotlib_figure_gives_png_text_and_chart(sbx: Sandbox) -> None:
 def test_a_box_plot_gives_a_box_and_whisker_chart(sbx: Sandbox) -> None:
     execution = sbx.run_code(
         "import matplotlib.pyplot as plt\n"
-        "plt.boxplot([[1, 2, 3, 4, 10], [2, 3, 4, 5, 6]], tick_labels=['a', 'b'])\n"
+        "plt.boxplot([[1, 2, 3, 4, 10], [2, 3, 4, 5, 6]], labels=['a', 'b'])\n"
         "plt.ylabel('load (kg)')\n"
         "plt.show()"
     )
@@ -208,10 +208,15 @@ def test_contexts_have_their_own_state_and_restart(sbx: Sandbox) -> None:
     assert context.id not in [c.id for c in sbx.list_code_contexts()]
 
 
-def test_files_write_read_and_stay_in_the_workspace(sbx: Sandbox) -> None:
+def test_files_write_read_and_stay_in_the_workspace(e2b: E2BServer, sbx: Sandbox) -> None:
     info = sbx.files.write("/home/user/data/in.csv", "a,b\n1,2\n")
     assert (info.name, info.path) == ("in.csv", "/home/user/data/in.csv")
     assert sbx.run_code("open('data/in.csv').read()").text == "a,b\n1,2\n"
+    if e2b.thread.settings.backend == "docker":
+        # The path the files API gives back is one the code can open (and write) too.
+        assert sbx.run_code("open('/home/user/data/in.csv').read()").text == "a,b\n1,2\n"
+        sbx.run_code("open('/home/user/made.txt', 'w').write('m')")
+        assert sbx.files.read("/home/user/made.txt") == "m"
     sbx.run_code("open('out.bin', 'wb').write(bytes(range(256)))")
     assert bytes(sbx.files.read("out.bin", format="bytes")) == bytes(range(256))
     assert sbx.files.read("/home/user/data/in.csv") == "a,b\n1,2\n"
@@ -339,6 +344,45 @@ def test_a_client_that_goes_away_interrupts_its_run(e2b: E2BServer, sbx: Sandbox
     assert 0 < stopped < 150  # interrupted soon after the client left, state kept
     [cell] = [c for c in cells(e2b, sbx.sandbox_id) if "10**6" in "".join(c["source"])]
     assert cell["metadata"]["interp"]["status"] == "interrupted"
+
+
+def test_the_services_timeout_is_said_as_such_not_as_a_bare_keyboard_interrupt(
+    tmp_path: Path,
+) -> None:
+    """A run past the service's timeout ended with E2B's error ``KeyboardInterrupt`` and an
+    empty value: indistinguishable from an interrupt, the limit nowhere named."""
+    settings = settings_for(tmp_path, backend="local", e2b_port=0, default_timeout_s=1.0)
+    thread = ServerThread(settings, backend="local").start()
+    try:
+        sandbox = E2BServer(thread, tmp_path).sandbox()
+        execution = sandbox.run_code("import time\ntime.sleep(30)")
+        assert execution.error is not None
+        assert (execution.error.name, execution.error.value) == (
+            "ExecutionTimeout",
+            "Execution exceeded timeout_s=1; the kernel was interrupted: state kept.",
+        )
+        assert sandbox.run_code("6 * 7").text == "42"
+        sandbox.kill()
+    finally:
+        thread.stop()
+
+
+def test_code_running_in_a_context_keeps_its_sandbox_alive(tmp_path: Path) -> None:
+    """A sandbox's idle timeout is its default context's: runs in another context did not
+    count, and the sandbox (the context with it) was ended mid-work."""
+    settings = settings_for(tmp_path, backend="local", e2b_port=0, cull_interval_s=0.2)
+    thread = ServerThread(settings, backend="local").start()
+    try:
+        sandbox = E2BServer(thread, tmp_path).sandbox(timeout=2)
+        sandbox.run_code("kept = 'default'")
+        context = sandbox.create_code_context()
+        for step in range(6):  # 3 s and more of work, none of it in the default context
+            out = sandbox.run_code(f"import time; time.sleep(0.5); {step}", context=context)
+            assert out.text == str(step), out
+        assert sandbox.run_code("kept").text == "default"
+        sandbox.kill()
+    finally:
+        thread.stop()
 
 
 def test_every_execution_is_recorded_with_its_origin(e2b: E2BServer, sbx: Sandbox) -> None:

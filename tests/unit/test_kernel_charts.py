@@ -294,3 +294,22 @@ def test_seaborn_error_bars_go_with_their_bars() -> None:
     sns.barplot(x=["a", "b"], y=[1, 2], ax=fig.subplots())
     [ax] = axes_of(fig)
     assert [s["type"] for s in ax["series"]] == ["bar"] and "low" not in ax["series"][0]
+
+
+def test_boxplot_takes_labels_as_matplotlib_before_3_11_did() -> None:
+    """matplotlib 3.11 removed ``labels`` (now ``tick_labels``): code written for the older
+    name raised TypeError."""
+    import matplotlib.axes
+    import matplotlib.pyplot as plt
+
+    from interpreter_kernel.mpl_compat import install_axes, install_pyplot
+
+    install_axes(matplotlib.axes)
+    install_pyplot(plt)
+    fig, ax = plt.subplots()
+    ax.boxplot([[1, 2, 3], [2, 3, 4]], labels=["a", "b"])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
+    plt.close(fig)
+    plt.boxplot([[1, 2, 3]], labels=["only"])
+    assert [t.get_text() for t in plt.gca().get_xticklabels()] == ["only"]
+    plt.close("all")

@@ -643,3 +643,18 @@ def test_a_shell_command_reads_end_of_file_not_a_terminal() -> None:
         shell.cleanup()
     lines = out.getvalue().splitlines()
     assert lines == ["cat=0", "read=1", "3 4", "still a terminal"], lines
+
+
+def test_pil_show_uses_the_ipython_viewer_first() -> None:
+    """A desktop's viewer (xdg-open) came first: on the local backend Image.show() opened
+    it on the service's machine and the cell had no image."""
+    import PIL.ImageShow
+
+    from interpreter_kernel.configure import show_pil_images_inline
+
+    before = list(PIL.ImageShow._viewers)
+    try:
+        show_pil_images_inline(PIL.ImageShow)
+        assert isinstance(PIL.ImageShow._viewers[0], PIL.ImageShow.IPythonViewer)
+    finally:
+        PIL.ImageShow._viewers[:] = before

@@ -21,7 +21,7 @@ from interpreter.api.e2b import envs, results
 from interpreter.api.e2b.base import E2BHandler
 from interpreter.api.e2b.sandboxes import E2BSandbox
 from interpreter.api.json_body import describe_validation
-from interpreter.errors import BadRequest, ValidationFailed
+from interpreter.errors import BadRequest, InterpreterError, ValidationFailed
 from interpreter.handle import Done, ErrorRaised, Event, ExecutionHandle, OutputAdded, StreamText
 from interpreter.models import ErrorInfo, ExecuteRequest, Execution
 from interpreter.policy.explain import policy_text
@@ -83,6 +83,7 @@ class ExecuteHandler(E2BHandler):
         env = envs.checked(body.env_vars) if body.env_vars else {}
         sandbox = self._sandbox = await self.sandbox()
         self._session_id = sandbox.session_of(body.context_id)
+        await self._touch_sandbox()
         if env:
             await self._submit(envs.setup_code(env), role="env_vars")
         handle = await self._submit(code, stream=True)
@@ -118,9 +119,12 @@ class ExecuteHandler(E2BHandler):
                 except TimeoutError:
                     self.write(results.line(results.KEEPALIVE))
                     await self.flush()
+                    await self._touch_sandbox()
                     continue
                 if event is None:
                     break
+                if isinstance(event, Done):
+                    await self._touch_sandbox()
                 if isinstance(event, Done) and self._sandbox_gone(event.execution):
                     await self.flush()
                     self._cut()
@@ -135,6 +139,15 @@ class ExecuteHandler(E2BHandler):
             return
         with contextlib.suppress(StreamClosedError):
             self.finish()
+
+    async def _touch_sandbox(self) -> None:
+        """Code running in a context of the sandbox is the sandbox's activity too: its
+        idle timeout is its default context's session's, which the run does not touch
+        (the sandbox, and the context with it, ended mid-work)."""
+        if self._session_id == self._sandbox.id:
+            return  # the run touches that session itself
+        with contextlib.suppress(InterpreterError):
+            (await self.broker.require_live(self.owner, self._sandbox.id)).touch()
 
     def _sandbox_gone(self, ex: Execution) -> bool:
         """The run did not complete, and its sandbox is no longer running: it was stopped
@@ -158,6 +171,10 @@ class ExecuteHandler(E2BHandler):
         if isinstance(event, OutputAdded):
             return [await results.result_item(event.output, self._read_artifact)]
         if isinstance(event, ErrorRaised):
+            if event.error.ename == "KeyboardInterrupt":
+                # Said with the run's end, as what stopped it: a timeout's interrupt is the
+                # service's ExecutionTimeout (its limit named), not a bare KeyboardInterrupt.
+                return []
             return [results.error_item(event.error)]
         if isinstance(event, Done):
             ex = event.execution
