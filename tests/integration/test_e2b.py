@@ -818,6 +818,19 @@ def test_debug_mode_clients_get_a_default_sandbox(monkeypatch: pytest.MonkeyPatc
                 sessions = v1.get("/v1/sessions").json()["sessions"]
                 assert [s["metadata"]["origin"] for s in sessions] == ["e2b"]
                 nb = v1.get(f"/v1/sessions/{sessions[0]['id']}/notebook").json()
+                # Ended on the service's side (as a cull would): the next run is told.
+                old = sessions[0]["id"]
+                assert v1.delete(f"/v1/sessions/{old}").status_code == 204
             assert {c["metadata"]["interp"]["origin"] for c in nb["cells"]} == {"e2b"}
+            told: list[str] = []
+            fresh = sandbox.run_code("'kept' in globals()", on_stderr=lambda m: told.append(m.line))
+            assert fresh.text == "False"
+            assert told == [
+                f"[interp] The default sandbox of debug mode ({old}) ended (deleted); this code "
+                "runs in a fresh one: the variables and files of the old one are gone (its "
+                f"notebook stays readable at /v1/sessions/{old}/notebook).\n"
+            ]
+            assert fresh.logs.stderr == told
+            assert sandbox.run_code("1").logs.stderr == []  # told once
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

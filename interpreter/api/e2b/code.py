@@ -111,6 +111,9 @@ class ExecuteHandler(E2BHandler):
         self.set_header("X-Execution-Id", handle.execution.id)
         error_sent = False
         try:
+            replaced, self._sandbox.replaced = self._sandbox.replaced, None
+            if replaced is not None:
+                self.write(results.line(results.stream_item("stderr", replaced)))
             await self.flush()
             while True:
                 try:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from interpreter.api.e2b import envs
 from interpreter.broker import SessionBroker
-from interpreter.errors import NotFound
+from interpreter.errors import InterpreterError, NotFound
 from interpreter.models import CreateSessionRequest
 
 #: The sandbox id the SDK sends in debug mode.
@@ -45,6 +45,9 @@ class E2BSandbox:
     #: The ``cwd`` each context was created with (echoed back; see docs/design.md).
     cwds: dict[str, str] = field(default_factory=dict)
     killed: bool = False
+    #: Debug mode: what the first run of this default sandbox is told of the one it
+    #: replaced (it ended: culled, its kernel failed), then None.
+    replaced: str | None = None
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ends_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -101,6 +104,19 @@ class Sandboxes:
             # The service's idle timeout, as for /v1 sessions: debug clients set none.
             sandbox = await self.create(owner, timeout_s=None)
             self._defaults[owner] = sandbox.id
+            if known is not None and not known.killed:
+                # Ended on the service's account: the client, which names no sandbox, is
+                # told, or its variables and files are simply gone.
+                try:
+                    why = (await self.broker.get(owner, known.id)).closed_reason or "closed"
+                except InterpreterError:
+                    why = "closed"
+                sandbox.replaced = (
+                    f"[interp] The default sandbox of debug mode ({known.id}) ended ({why}); "
+                    "this code runs in a fresh one: the variables and files of the old one "
+                    f"are gone (its notebook stays readable at /v1/sessions/{known.id}/"
+                    "notebook).\n"
+                )
             return sandbox
 
     async def resolve(self, owner: str, sandbox_id: str | None) -> E2BSandbox:
