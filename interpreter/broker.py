@@ -527,24 +527,20 @@ class SessionBroker:
         return out, following
 
     async def require_live(self, owner: str, session_id: str) -> LiveSession:
+        """``owner``'s session ``session_id`` if it is live and not being closed; else the
+        error that says why not (404, 409 ``session_closed``, 410 ``session_expired``,
+        503 ``session_reattaching``)."""
         live = self._live(owner, session_id)
         if live is not None:
-            return live
+            return _not_closing(live)
         record = await self._record(owner, session_id)
         # Recovery may have adopted it while the record was read (it was in neither place).
         live = self._live(owner, session_id)
         if live is not None:
-            return live
+            return _not_closing(live)
         if self.recovery is not None and session_id in self.recovery.pending:
             raise SessionReattaching.of(session_id)
-        reason = record.closed_reason or "stopped"
-        tail = (
-            "; its notebook and artifacts stay readable. Create a new session (from_session "
-            "can rebuild its state) to run code."
-        )
-        if reason in EXPIRY_REASONS:
-            raise SessionExpired(f"Session '{session_id}' expired ({reason}){tail}")
-        raise SessionClosed(f"Session '{session_id}' is closed ({reason}){tail}")
+        raise _closed_error(session_id, record.closed_reason or "stopped")
 
     async def delete(self, owner: str, session_id: str, *, generation: int | None = None) -> None:
         live = self._live(owner, session_id)
@@ -596,6 +592,8 @@ class SessionBroker:
         """
         task = self._close_tasks.get(session.id)
         if task is None:
+            # Closing from now on: no new work is accepted (require_live).
+            session.closed_reason = reason
             task = asyncio.create_task(self._close_now(session, reason), name=f"close-{session.id}")
             self._close_tasks[session.id] = task
             self._closing.add(task)
@@ -614,6 +612,8 @@ class SessionBroker:
     def _closed(self, session: LiveSession, task: asyncio.Task[None]) -> None:
         if self._close_tasks.get(session.id) is task:
             del self._close_tasks[session.id]
+        if self.live.get(session.id) is session and session.status != "closed":
+            session.closed_reason = None  # its close failed before it began: still usable
         if self._closing_sessions.get(session.id) is session:
             del self._closing_sessions[session.id]
 
@@ -919,3 +919,23 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.load(fh)
     assert isinstance(data, dict)
     return data
+
+
+def _not_closing(live: LiveSession) -> LiveSession:
+    """``live``, unless its close has begun: it stays in ``live`` while the close is
+    written down, and a cell accepted then was cut short as the close went on (a cull that
+    found the session idle as the cell came in)."""
+    if live.closed_reason is not None:
+        raise _closed_error(live.id, live.closed_reason)
+    return live
+
+
+def _closed_error(session_id: str, reason: str) -> SessionClosed | SessionExpired:
+    """409 ``session_closed`` or 410 ``session_expired`` for a session closed for ``reason``."""
+    tail = (
+        "; its notebook and artifacts stay readable. Create a new session (from_session "
+        "can rebuild its state) to run code."
+    )
+    if reason in EXPIRY_REASONS:
+        return SessionExpired(f"Session '{session_id}' expired ({reason}){tail}")
+    return SessionClosed(f"Session '{session_id}' is closed ({reason}){tail}")

@@ -126,6 +126,16 @@ class ExecutionQueue:
                 if self._by_id[key].finished.is_set():
                     del self._by_id[key]
 
+    def withdraw(self, handle: ExecutionHandle) -> bool:
+        """Take ``handle`` out of the queue if it still waits there (True); False when the
+        worker has taken it (it runs, or has run)."""
+        for queue in (self._first, self._waiting):
+            if handle in queue:
+                queue.remove(handle)
+                self._logged.append(handle)
+                return True
+        return False
+
     def drain(self) -> list[ExecutionHandle]:
         """Take every waiting execution out (the session is closing)."""
         taken = [*self._first, *self._waiting]

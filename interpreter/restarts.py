@@ -207,9 +207,16 @@ class KernelLifecycle:
             target = self.executions.get(execution_id)
             if target is None or target.finished.is_set():
                 return
-            if target is not self.executions.current or target is held:
+            if target is held or (
+                target is not self.executions.current and self.executions.withdraw(target)
+            ):
+                # Out of the queue before anything awaits: the worker, free at that moment
+                # (its cell just ended), took it while it was being cancelled and ran it,
+                # the client told "cancelled" about code that then ran.
                 await self._abandon(target, "cancelled", "cancelled")  # it never ran
                 return
+            if target is not self.executions.current:
+                return  # neither waiting nor running: it has ended
         elif held is not None:
             await self._abandon(held, "cancelled", "cancelled")
             return
@@ -225,7 +232,15 @@ class KernelLifecycle:
         # winds down makes ipykernel drop that cell's reply (reproduced), and one that
         # lands later would reach the next cell. Code that catches KeyboardInterrupt keeps
         # running; the client may interrupt again, and a timeout still ends it.
-        await self.kernel.interrupt()
+        if self._replacing is not None:
+            return  # the kernel is being replaced: its running cell ends with it
+        try:
+            await self.kernel.interrupt()
+        except RuntimeError as exc:
+            # jupyter_client's "No kernel is running": replaced or gone meanwhile (a
+            # timeout's restart); what ran there has ended or ends with that.
+            log.info("session %s: nothing to interrupt: %s", self.id, exc)
+            return
         if handle is not None:
             self._tell_if_ignored(handle)
 

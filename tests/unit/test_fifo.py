@@ -130,3 +130,17 @@ async def test_cells_put_first_run_first_outside_the_bound_and_alone_while_held(
     assert not taken.done()  # held: the waiting cell is not taken
     queue.release()
     assert await taken is waiting
+
+
+def test_withdraw_takes_a_waiting_execution_out_before_the_worker_can() -> None:
+    """An interrupt by id of a queued cell takes it out of the queue at once: it used to
+    be cancelled while still queued, and a worker free at that moment ran it."""
+    queue = ExecutionQueue(5)
+    first, second = handle(1), handle(2)
+    queue.put(first)
+    queue.put(second)
+    assert queue.withdraw(second) is True
+    assert queue.withdraw(second) is False  # no longer there
+    assert asyncio.run(queue.next()) is first
+    assert queue.withdraw(first) is False  # taken by the worker: it runs
+    assert queue.waiting == 0
