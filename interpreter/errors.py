@@ -16,6 +16,7 @@ InterpreterError
 │   └── IdempotencyKeyInUse
 ├── SessionExpired (410)
 ├── SessionPurged (410)
+├── EventsExpired (410)
 ├── PayloadTooLarge (413)
 ├── RangeNotSatisfiable (416)
 ├── ValidationFailed (422)
@@ -87,10 +88,11 @@ class EventIdAhead(BadRequest):
     code = "event_id_ahead"
 
 
-class EventsExpired(NotFound):
-    """A resume asked for events no longer kept (the log of a flood is bounded)."""
+class EventsExpired(InterpreterError):
+    """A resume asked for events no longer kept (the log of a flood is bounded): they
+    existed and are gone, so 410, not 404 (the execution itself is still there to read)."""
 
-    code = "events_expired"
+    code, status = "events_expired", 410
 
 
 class ArtifactNotFound(NotFound):

@@ -215,7 +215,8 @@ def openapi_document() -> dict[str, Any]:
                         "description": "Server-sent events",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}},
                     },
-                    **_errors(400, 401, 404, 422),
+                    # 410 events_expired: a resume from before what a flood's log keeps.
+                    **_errors(400, 401, 404, 410, 422),
                 },
             },
         },

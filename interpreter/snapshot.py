@@ -1,14 +1,15 @@
 """What a running execution has produced so far, in its API form (pure).
 
 ``GET .../executions/{id}`` of a running execution answers with it: the stdout and stderr
-written so far (cut to the output budget as a finished execution's are), the rich outputs
+written so far (cut to the output budget as a finished execution's are, and ending with
+what the cell printed last even past the in-memory limit), the rich outputs
 already captured, in order, and the error if the cell has raised. A finished execution is
 its own final record.
 """
 
 from __future__ import annotations
 
-from interpreter.execution import cut_middle
+from interpreter.execution import cut_around, cut_middle
 from interpreter.handle import ExecutionHandle
 from interpreter.models import ErrorInfo, Execution
 from interpreter.outputs import stream_shares
@@ -23,10 +24,24 @@ def output_so_far(handle: ExecutionHandle, *, output_bytes: int) -> Execution:
         return ex
     stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
     truncated = bool(rec.overflowing or rec.rich_dropped)
-    if len(stdout) + len(stderr) > output_bytes:
+    # Past the in-memory limit the text goes to the spill, which keeps its last part: the
+    # output so far ends with what the cell printed last, not where memory stopped.
+    spilled = handle.spill
+    tail_out = spilled.tail("stdout") if spilled is not None else None
+    tail_err = spilled.tail("stderr") if spilled is not None else None
+    total_out = len(stdout) + (tail_out[1] if tail_out else 0)
+    total_err = len(stderr) + (tail_err[1] if tail_err else 0)
+    if total_out + total_err > output_bytes:
         truncated = True
-        share_out, share_err = stream_shares(len(stdout), len(stderr), output_bytes)
-        stdout, stderr = cut_middle(stdout, share_out), cut_middle(stderr, share_err)
+        share_out, share_err = stream_shares(total_out, total_err, output_bytes)
+        if tail_out:
+            stdout = cut_around(stdout, tail_out[0], total_out, share_out)
+        else:
+            stdout = cut_middle(stdout, share_out)
+        if tail_err:
+            stderr = cut_around(stderr, tail_err[0], total_err, share_err)
+        else:
+            stderr = cut_middle(stderr, share_err)
     outputs = [handle.api_outputs[i] for i in rec.rich_indexes() if i in handle.api_outputs]
     error = None
     if rec.error is not None:

@@ -176,6 +176,12 @@ class StreamSpill:
         self._used = True
         self._queue.append((name, text))
 
+    def tail(self, name: str) -> tuple[str, int] | None:
+        """The last characters stream ``name`` was given here, and how many it was given
+        in all; None when it was given none (or :attr:`tail_chars` is 0)."""
+        kept = self._tails.get(name)
+        return None if kept is None else (kept.text(), kept.given)
+
     @property
     def accepted(self) -> int:
         """Bytes taken to be written so far (less after a ``clear_output``)."""

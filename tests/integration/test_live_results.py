@@ -300,3 +300,37 @@ def test_a_repeat_of_a_running_stream_gets_its_events_from_the_first(
     assert stdout == "one\ntwo\n"
     assert [int(f["id"]) for f in frames] == list(range(1, len(frames) + 1))
     assert frames[-1]["event"] == "done"
+
+
+def test_a_resume_from_before_a_floods_kept_events_is_gone_not_missing(
+    local_server: Server, direct: Session
+) -> None:
+    """The events of a flood past the resume log (1 MiB of text) existed and were let go:
+    a resume from before them answers 410 events_expired and says to read the execution,
+    which still holds the output so far (it was 404, read as "no such execution"). That
+    output so far ends with what the cell printed last: past the in-memory limit (4 MiB)
+    it stopped where memory did, so a poller never saw the flood end."""
+    direct.run("import os\nif os.path.exists('go'): os.remove('go')")
+    code = (
+        "for i in range(3000):\n    print(str(i) * 500, flush=True)\n"
+        "print('flooded', flush=True)\n" + GATE + "'end'"
+    )
+    ids: list[str] = []
+    runner = threading.Thread(target=lambda: list(direct.stream(code, on_start=ids.append)))
+    runner.start()
+    try:
+        with local_server.client() as api:
+            wait_for("the execution id", lambda: ids)
+            url = f"/v1/sessions/{direct.id}/executions/{ids[0]}"
+            # Its whole flood printed (the tail of the output so far), the cell waits.
+            wait_for("the flood", lambda: "flooded" in api.get(url).json()["stdout"], 60)
+            gone = api.get(f"{url}/events", params={"after": 1})
+            assert gone.status_code == 410, gone.text
+            error = gone.json()["error"]
+            assert error["type"] == "events_expired"
+            assert "GET the execution" in error["message"]
+            running = api.get(url).json()
+            assert running["status"] == "running" and running["stdout"]
+    finally:
+        direct.upload("go", "")
+        runner.join(60)
