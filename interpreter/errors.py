@@ -13,6 +13,7 @@ InterpreterError
 ├── Conflict (409)
 │   ├── SessionClosed
 │   ├── GenerationMismatch
+│   ├── WorkspaceChanged
 │   └── IdempotencyKeyInUse
 ├── SessionExpired (410)
 ├── SessionPurged (410)
@@ -201,6 +202,13 @@ def session_failed_message(
             "out of memory or timing out). Its notebook stays readable; create a new session."
         )
     return f"Session '{session_id}' failed ({reason}); create a new session."
+
+
+class WorkspaceChanged(Conflict):
+    """Code in the session changed the workspace under a request (it removed an upload's
+    temporary file while the upload arrived): doing it again is what to do."""
+
+    code = "workspace_changed"
 
 
 class IdempotencyKeyInUse(Conflict):

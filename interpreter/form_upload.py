@@ -98,6 +98,11 @@ class FormUpload:
             self.abort()
             raise BadRequest(f"The multipart boundary is not usable: {exc}") from None
 
+    @property
+    def temp_name(self) -> str:
+        """None of its own: each file part is an :class:`Upload`, registered by itself."""
+        return ""
+
     # -- feeding -------------------------------------------------------------------------
 
     def write(self, chunk: bytes) -> None:

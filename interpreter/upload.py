@@ -24,12 +24,16 @@ import threading
 from contextlib import suppress
 from datetime import UTC, datetime
 
-from interpreter.errors import BadRequest, PayloadTooLarge
+from interpreter.errors import BadRequest, PayloadTooLarge, WorkspaceChanged
 from interpreter.models import FileEntry
 from interpreter.workspace import Workspace, os_error
 
 #: Prefix of the temporary files uploads write (in the workspace's top directory).
 TEMP_PREFIX = ".upload-"
+#: Times a commit makes the target's directories and renames, when code in the session
+#: removes a directory on the way each time (measured: a loop doing nothing but remove and
+#: make it again wins about one race in three).
+COMMIT_ATTEMPTS = 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -71,6 +75,10 @@ class Upload:
                 raise
 
     @property
+    def temp_name(self) -> str:
+        return self._tmp
+
+    @property
     def name(self) -> str:
         """The path the file is stored under: the listed name of the entry the path names
         exactly, or the NFKC-normalised path (:meth:`Workspace.resolve`)."""
@@ -99,25 +107,42 @@ class Upload:
             raise os_error(exc, self.name) from exc
 
     def commit(self) -> FileEntry:
-        """Make the file visible under its name (replacing any file there); its entry."""
+        """Make the file visible under its name (replacing any file there); its entry.
+
+        Code in the session may remove the target's directory while the upload arrives, or
+        between the directory's making and the rename: the directories are made again (a
+        few times). If it removed the upload's temporary file, or won every time, nothing is
+        stored: 409 ``workspace_changed``, never a 404 for a path the upload was to create."""
         try:
             with self._workspace.gate.writing():
                 try:
                     os.fsync(self._fd)
+                    # Its entry as stored (a rename keeps size and times): read now, as
+                    # the session's code may move or remove the file once it is in place.
+                    st = os.fstat(self._fd)
                     os.close(self._fd)
                     self._fd = -1
                     name = self.parts[-1]
-                    with self._workspace.walk(self.parts[:-1], create=True) as dfd:
+                    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                        # Checked first: no directory is made for a file that is gone.
+                        if not self._temp_is_there():
+                            raise WorkspaceChanged(
+                                f"'{self.name}' was not stored: its upload's temporary file "
+                                f"({self._tmp}) was removed from the workspace while it "
+                                "arrived, most likely by code running in the session. "
+                                "Upload it again."
+                            )
                         try:
-                            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                            if stat.S_ISDIR(st.st_mode):
-                                raise BadRequest(f"'{self.name}' is a directory.")
+                            self._rename_into_place(name)
+                            break
                         except FileNotFoundError:
-                            pass
-                        # rename() replaces a symlink at ``name`` itself; it never follows it.
-                        os.rename(self._tmp, name, src_dir_fd=self._root, dst_dir_fd=dfd)
-                        self._tmp = ""
-                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                            if attempt == COMMIT_ATTEMPTS:
+                                raise WorkspaceChanged(
+                                    f"'{self.name}' was not stored: a directory on its path "
+                                    f"was removed each of the {COMMIT_ATTEMPTS} times it was "
+                                    "made, most likely by code running in the session. "
+                                    "Upload it again once that code is done."
+                                ) from None
                 except OSError as exc:
                     raise self._workspace.write_error(exc, self.path) from exc
         finally:
@@ -129,6 +154,25 @@ class Upload:
             size=st.st_size,
             modified_at=datetime.fromtimestamp(st.st_mtime, UTC),
         )
+
+    def _rename_into_place(self, name: str) -> None:
+        with self._workspace.walk(self.parts[:-1], create=True) as dfd:
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise BadRequest(f"'{self.name}' is a directory.")
+            except FileNotFoundError:
+                pass
+            # rename() replaces a symlink at ``name`` itself; it never follows it.
+            os.rename(self._tmp, name, src_dir_fd=self._root, dst_dir_fd=dfd)
+            self._tmp = ""
+
+    def _temp_is_there(self) -> bool:
+        try:
+            os.stat(self._tmp, dir_fd=self._root, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
 
     def abort(self) -> None:
         """Remove the temporary file (if not committed) and let go of the descriptors.

@@ -274,7 +274,10 @@ class Workspace:
                     return
                 if stat.S_ISLNK(st.st_mode):
                     raise OSError(errno.ELOOP, "symbolic link")
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    return  # removed since (by the session's code): made again at commit
                 os.close(fd)
                 fd = nxt
             with suppress(FileNotFoundError):
@@ -307,7 +310,12 @@ class Workspace:
         try:
             with self._walk(parts) as fd:
                 entries = []
-                hidden = _FS_OWN if not parts and os.path.ismount(self.root) else frozenset()
+                hidden: frozenset[str] = frozenset()
+                if not parts:
+                    # The filesystem's own entries, and uploads' files still arriving.
+                    hidden = self.gate.temp_names()
+                    if os.path.ismount(self.root):
+                        hidden |= _FS_OWN
                 with os.scandir(fd) as it:
                     for entry in it:
                         if entry.name in hidden:

@@ -33,6 +33,11 @@ class Abortable(Protocol):
 
     def abort(self) -> None: ...
 
+    @property
+    def temp_name(self) -> str:
+        """Its temporary file's name in the workspace's top directory ("" once gone)."""
+        ...
+
 
 class WriteGate:
     """Admits writes into one workspace until :meth:`close`.
@@ -63,6 +68,12 @@ class WriteGate:
         """Uploads in progress (registered, neither committed nor aborted)."""
         with self._cond:
             return len(self._uploads)
+
+    def temp_names(self) -> frozenset[str]:
+        """The temporary files of the uploads in progress (the broker's, not the user's:
+        listings leave them out)."""
+        with self._cond:
+            return frozenset(u.temp_name for u in self._uploads if u.temp_name)
 
     def check(self) -> None:
         """Raise the gate's error if it is closed."""

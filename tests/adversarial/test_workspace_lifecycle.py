@@ -99,9 +99,11 @@ class SlowUpload:
         return 0
 
 
-def upload_arrived(api: httpx.Client, sid: str) -> bool:
-    """The upload's first half is in its temporary file."""
-    return any(n.startswith(".upload-") for n in names(api, sid))
+def upload_arrived(broker: Broker, sid: str) -> bool:
+    """The upload's first half is in its temporary file (on disk: listings leave out the
+    files of uploads still arriving)."""
+    workspace = broker.data_dir / "sessions" / sid / "workspace"
+    return any(workspace.glob(".upload-*.tmp"))
 
 
 def test_deleting_a_session_during_an_upload_refuses_the_upload(
@@ -111,7 +113,7 @@ def test_deleting_a_session_during_an_upload_refuses_the_upload(
     files = f"/v1/sessions/{sid}/files"
     assert attack.api.put(f"{files}/keep.txt", content=b"keep me").status_code == 201
     upload = SlowUpload(adv, sid, "inflight.bin", 200_000)
-    wait_for(lambda: upload_arrived(attack.api, sid), "the upload to start")
+    wait_for(lambda: upload_arrived(adv, sid), "the upload to start")
     assert attack.api.delete(f"/v1/sessions/{sid}").status_code == 204
     status, body = upload.finish()
     assert status == 409, body
@@ -126,7 +128,7 @@ def test_an_upload_in_flight_keeps_the_session_from_the_idle_cull(
 ) -> None:
     sid = attack.session(idle_timeout_s=1)
     upload = SlowUpload(adv, sid, "slow.bin", 100_000)
-    wait_for(lambda: upload_arrived(attack.api, sid), "the upload to start")
+    wait_for(lambda: upload_arrived(adv, sid), "the upload to start")
     # A session idle since after the upload began is culled: the cull has passed `sid` by.
     control = attack.session(idle_timeout_s=1)
 
@@ -252,7 +254,7 @@ def test_a_shutdown_during_an_upload_keeps_no_temporary_file() -> None:
             assert resp.status_code == 201, resp.text
             sid = resp.json()["id"]
             upload = SlowUpload(broker, sid, "inflight.bin", 200_000)
-            wait_for(lambda: upload_arrived(api, sid), "the upload to start")
+            wait_for(lambda: upload_arrived(broker, sid), "the upload to start")
         stop_broker(broker)
         upload.sock.close()
         workspace = data_dir / "sessions" / sid / "workspace"

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
+import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from interpreter.api.connections import connection_cap
-from interpreter.errors import PathNotAllowed, PayloadTooLarge
+from interpreter.errors import PathNotAllowed, PayloadTooLarge, WorkspaceChanged
 from interpreter.upload import TEMP_PREFIX, Upload
 from interpreter.workspace import Workspace, split_path
 
@@ -112,3 +115,53 @@ def test_connection_cap_stays_under_half_the_descriptor_limit() -> None:
     assert connection_cap(10) == 10
     if soft != resource.RLIM_INFINITY:
         assert connection_cap(10**9) == max(8, soft // 2)
+
+
+def test_an_upload_whose_directory_code_keeps_removing_is_stored(tmp_path: Path) -> None:
+    """A cell removing and making again the upload's directory, as fast as it can: every
+    commit makes the directories again until its rename lands (it answered 404 "No file
+    'd/e/u.txt'", for a path the upload was to create, about one time in three). Nothing
+    but a store or 409 workspace_changed is ever the answer."""
+    ws = Workspace(tmp_path)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            shutil.rmtree(tmp_path / "d", ignore_errors=True)
+            os.makedirs(tmp_path / "d", exist_ok=True)
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    outcomes: Counter[str] = Counter()
+    try:
+        for _ in range(300):
+            upload = Upload(ws, "d/e/u.txt", limit=100)
+            upload.write(b"abc")
+            try:
+                entry = upload.commit()
+            except WorkspaceChanged:
+                outcomes["workspace_changed"] += 1
+            else:
+                # Its entry as stored, even when the churn removed it at once.
+                assert (entry.path, entry.size) == ("d/e/u.txt", 3)
+                outcomes["stored"] += 1
+    finally:
+        stop.set()
+        churner.join()
+    assert outcomes["stored"] >= 290, outcomes
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
+
+
+def test_an_upload_whose_temporary_file_code_removed_is_a_conflict(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    upload = Upload(ws, "sub/data.csv", limit=100)
+    upload.write(b"a,b\n")
+    # Listings (the user's files) leave out a file still arriving; the kernel sees it.
+    assert ws.listing().entries == []
+    (temp,) = [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
+    temp.unlink()  # a cell cleaning the workspace
+    with pytest.raises(WorkspaceChanged, match=r"'sub/data.csv' was not stored.*Upload it again"):
+        upload.commit()
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / ".upload-0123456789abcdef.tmp").write_bytes(b"mine")  # the user's own
+    assert [e.name for e in ws.listing().entries] == [".upload-0123456789abcdef.tmp"]
