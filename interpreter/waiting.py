@@ -103,7 +103,9 @@ async def until_end(
                 log.warning("session %s: no %s for the cell; moving on", kernel.name, missing)
                 return Ending("done")
         if now >= deadline:
-            return Ending("timeout")
+            # Half of its end seen: the kernel is done with the cell's code, which ended
+            # within its limit; only the wait for the other half reached past it.
+            return Ending("done" if half_seen_at is not None else "timeout")
         await changed(handle, min(deadline - now, 0.25 if half_seen_at else 1.0), kernel)
         if loop.time() - last_check >= ALIVE_CHECK_S and not rec.done:
             last_check = loop.time()

@@ -163,6 +163,8 @@ async def _ending(
     reply: bool,
     interrupted: bool = False,
     no_reply_grace_s: float = 0.1,
+    iopub_grace_s: float = 0.05,
+    deadline_s: float = 5,
 ) -> str:
     from interpreter.execution import ExecutionRecorder
     from interpreter.waiting import until_end
@@ -181,8 +183,8 @@ async def _ending(
         handle,
         rec,
         kernel,
-        deadline=loop.time() + 5,
-        iopub_grace_s=0.05,
+        deadline=loop.time() + deadline_s,
+        iopub_grace_s=iopub_grace_s,
         no_reply_grace_s=no_reply_grace_s,
     )
     return ending.kind
@@ -211,3 +213,17 @@ async def test_an_interrupted_cell_idle_without_reply_ends_soon() -> None:
     # lives, which this never-started kernel could not answer).
     ending = _ending(STARTED + IDLE, reply=False, interrupted=True, no_reply_grace_s=60)
     assert await ending == "done"
+
+
+async def test_a_cell_answered_before_its_deadline_is_done_though_output_may_follow() -> None:
+    # The kernel replied (the cell's code ended in time); only the wait for its trailing
+    # output (the idle, within iopub_grace_s) reached past the deadline. It was reported
+    # "timeout", interrupted, and its output cut: a cell ending within the grace of its
+    # limit. Both halves of the end count the same way.
+    assert await _ending(STARTED, reply=True, iopub_grace_s=60, deadline_s=0.1) == "done"
+    idle_only = _ending(STARTED + IDLE, reply=False, no_reply_grace_s=60, deadline_s=0.1)
+    assert await idle_only == "done"
+
+
+async def test_a_cell_unanswered_at_its_deadline_times_out() -> None:
+    assert await _ending(STARTED, reply=False, deadline_s=0.1) == "timeout"
