@@ -39,6 +39,11 @@ MAX_RICH_VALUE_CHARS = 16 << 20
 #: replaced (``update_display_data``, a display with a known id) gives its characters back,
 #: so a redraw loop keeps its last frame however many frames it drew.
 RICH_LIMIT = 64 << 20
+#: Rich outputs one execution holds at once at most, however small (a ``display`` in a
+#: loop of 100,000 turns held 7 KB of the broker's memory per output, 1 GB in all, for
+#: values of a few characters): past it new ones are dropped, with one notice. A clear
+#: gives the room back, and a display updated in place takes none.
+OUTPUTS_LIMIT = 2000
 
 
 def broker_notice(parent_msg_id: str, text: str) -> dict[str, Any]:
@@ -240,6 +245,7 @@ class ExecutionRecorder:
             ``overflow``, or is counted and dropped.
         rich_limit: characters of rich output held at once at most (what the cell shows
             now: a cleared or replaced output's characters are given back).
+        outputs_limit: rich outputs held at once at most (:data:`OUTPUTS_LIMIT`).
         overflow: takes the stream text past ``hard_limit`` (the caller may detach it by
             setting :attr:`overflow` to None).
     """
@@ -251,10 +257,14 @@ class ExecutionRecorder:
         hard_limit: int = 4 << 20,
         rich_limit: int = RICH_LIMIT,
         overflow: Overflow | None = None,
+        outputs_limit: int = OUTPUTS_LIMIT,
     ) -> None:
         self.msg_id = msg_id
         self.hard_limit = hard_limit
         self.rich_limit = rich_limit
+        self.outputs_limit = outputs_limit
+        #: Rich outputs held now (since the last clear).
+        self.rich_held = 0
         self.overflow = overflow
         #: Set once text went past the limit: all later stream text follows it, so that
         #: each stream's in-memory part comes before its overflow.
@@ -479,8 +489,9 @@ class ExecutionRecorder:
     def _clear(self, wait: bool) -> Event:
         self.items.clear()
         self._display_index.clear()
-        # What was shown is gone: its characters are given back.
+        # What was shown is gone: its characters and its room are given back.
         self.rich_chars = 0
+        self.rich_held = 0
         self._display_chars.clear()
         self._clears += 1
         if self.overflow is not None and self.overflowing:
@@ -619,6 +630,8 @@ class ExecutionRecorder:
 
     def _rich(self, msg_type: str, content: dict[str, Any]) -> list[Event]:
         events = self._apply_pending_clear()
+        if self.rich_held >= self.outputs_limit:
+            return events + self._too_many_outputs()
         display_id = self._display_id(content)
         # A known display id: the new values replace those of its earlier outputs.
         held = self._display_chars.get(display_id, 0) if display_id else 0
@@ -641,8 +654,28 @@ class ExecutionRecorder:
                 events.append(RichEvent(idx, updated=True))
             self._display_index.setdefault(display_id, []).append(len(self.items))
         self.items.append(output)
+        self.rich_held += 1
         events.append(RichEvent(len(self.items) - 1))
         return events
+
+    def _too_many_outputs(self) -> list[Event]:
+        self.rich_dropped += 1
+        limit = self.outputs_limit
+        hint = (
+            "clear_output(), or a display updated in place (display_id), keeps the room; "
+            "write many results to a file instead"
+        )
+
+        def collapsed(count: int, chars: int) -> str:
+            return (
+                f"\n[output dropped: {count} rich outputs; this cell held the broker's limit "
+                f"of {limit} outputs at once ({hint})]\n"
+            )
+
+        self._dropped_notices.append(
+            ("outputs", 0, collapsed(1, 0).replace("1 rich outputs", "a rich output"), collapsed)
+        )
+        return self._said_dropped()
 
     def _replace(self, idx: int, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         item = self.items[idx]

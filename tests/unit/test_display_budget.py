@@ -199,3 +199,46 @@ def test_the_event_log_keeps_no_replaced_frame_whole(tmp_path: Path) -> None:
     assert all(size < 1_000 for size in held[:-1]), held
     assert added[-1].data["text/html"] == frame_value(FRAMES - 1)
     assert [handle.api_outputs[i] for i in rec.rich_indexes()] == [added[-1]]
+
+
+def small(template: dict[str, Any], step: int) -> dict[str, Any]:
+    msg = copy.deepcopy(template)
+    msg["content"]["data"] = {"text/plain": str(step)}
+    msg["content"]["transient"] = {}
+    return msg
+
+
+def test_outputs_past_the_count_limit_are_dropped_and_said_once(tmp_path: Path) -> None:
+    """``for i in range(100_000): display(i)``: values of a few characters, far within the
+    characters' budget, held the broker's memory without end (1 GB for 100,000 outputs).
+    Past the count limit new ones are dropped, with one notice counting them; a clear
+    gives the room back."""
+    data = recording("plot")
+    rec = ExecutionRecorder(data["msg_id"], outputs_limit=50)
+    template = of_type(data, "display_data")
+    for step in range(80):
+        rec.feed_iopub(small(template, step))
+    assert len(rec.rich_indexes()) == 50 and rec.rich_held == 50
+    assert stderr_of(rec).count("[output dropped") == 1
+    rec.feed_reply(data["reply"])
+    ex, outputs = finish(rec, tmp_path)
+    assert ex.truncated and ex.stderr.count("[output dropped") == 1
+    assert "30 rich outputs; this cell held the broker's limit of 50 outputs" in ex.stderr
+    assert [o.data["text/plain"] for o in ex.outputs] == [str(i) for i in range(50)]
+    nb_valid(outputs)
+
+
+def test_a_clear_gives_the_outputs_room_back() -> None:
+    data = recording("clear_output_wait")
+    plot = recording("plot")
+    rec = ExecutionRecorder(data["msg_id"], outputs_limit=10)
+    clear = of_type(data, "clear_output")
+    template = of_type(plot, "display_data")
+    for batch in range(5):
+        rec.feed_iopub(clear)
+        for step in range(10):
+            rec.feed_iopub(small(template, 100 * batch + step))
+    assert [rec.output(i)["data"]["text/plain"] for i in rec.rich_indexes()] == [
+        str(400 + i) for i in range(10)
+    ]
+    assert rec.rich_dropped == 0 and "[output dropped" not in stderr_of(rec)
