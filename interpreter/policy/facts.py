@@ -244,7 +244,7 @@ class _Walker(ast.NodeVisitor):
         if isinstance(target, ast.Name):
             path = self.resolve(value) if value is not None else None
             if path is not None and isinstance(
-                value, ast.Name | ast.Attribute | ast.Call | ast.NamedExpr
+                value, ast.Name | ast.Attribute | ast.Call | ast.NamedExpr | ast.Subscript
             ):
                 self.aliases[target.id] = path
             else:
@@ -267,10 +267,20 @@ class _Walker(ast.NodeVisitor):
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
             return f"{base}.{node.attr}" if base is not None else None
+        if isinstance(node, ast.Subscript):
+            return self._item_path(node.value, node.slice)
         if isinstance(node, ast.Call):
             inner = self.resolve(node.func)
             if inner == "getattr":
                 return self._getattr_path(node)
+            if (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and self._namespace(node.func.value) is not None
+            ):
+                # ``sys.modules.get("os")``, ``vars(os).get("system")``: as an item.
+                return self._item_path(node.func.value, node.args[0])
             if inner in _IMPORTERS and node.args and _literal_str(node.args[0]) is not None:
                 return _literal_str(node.args[0])
             if inner in ("get_ipython", "IPython.get_ipython"):
@@ -278,6 +288,36 @@ class _Walker(ast.NodeVisitor):
             if inner is not None and inner.endswith(("pathlib.Path", "pathlib.PurePath")):
                 return "pathlib.Path"
         return None
+
+    def _namespace(self, node: ast.AST) -> str | None:
+        """What a mapping of names stands for: ``""`` for ``sys.modules`` (its keys are
+        modules), a path for ``vars(path)`` or ``path.__dict__`` (its keys are attributes);
+        None for any other value."""
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            if self.resolve(node.func) == "vars":
+                return self.resolve(node.args[0])
+            return None
+        path = self.resolve(node)
+        if path is None:
+            return None
+        if self.normal(path) == "sys.modules":
+            return ""
+        if path.endswith(".__dict__"):
+            return path[: -len(".__dict__")]
+        return None
+
+    def _item_path(self, mapping: ast.AST, key: ast.AST) -> str | None:
+        """``sys.modules["os"]`` is ``os``, ``vars(os)["system"]`` and
+        ``os.__dict__["system"]`` are ``os.system``: attribute access by another name. A
+        computed key there is a computed attribute (``unknown: getattr``)."""
+        base = self._namespace(mapping)
+        if base is None:
+            return None
+        name = _literal_str(key)
+        if name is None:
+            self.unknown.add("getattr")
+            return None
+        return f"{base}.{name}" if base else name
 
     def _getattr_path(self, call: ast.Call) -> str | None:
         if len(call.args) < 2:
