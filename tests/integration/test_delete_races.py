@@ -9,6 +9,7 @@ answered while the kernel was still being stopped. Both backends, real kernels.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -135,3 +136,43 @@ def test_of_two_deletes_at_once_neither_answers_before_the_kernel_is_stopped(
             thread.join(120)
         assert seen == [(204, [], "interrupted", "closed")] * 2, seen
         assert running["status"] == "interrupted", running
+
+
+def test_a_cell_sent_as_the_idle_cull_begins_is_refused_not_cut_short(
+    local_server: Server,
+) -> None:
+    """The cull found the session idle and began closing it; a cell came in before the
+    session left the live ones. It was accepted, then cut short by the close (its answer
+    ``interrupted``, ``session_closed``: 3 times in 92 for an outside tester's script).
+    A session whose close has begun accepts nothing: 410 ``session_expired``. The loop is
+    stepped by hand, so the cell comes at that moment every time."""
+    from interpreter.broker import owner_of
+    from interpreter.errors import SessionExpired
+
+    broker = local_server.thread.broker
+    owner = owner_of(local_server.api_key)
+    with local_server.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        assert api.post(f"/v1/sessions/{sid}/execute", json={"code": "1"}).status_code == 200
+
+    async def race() -> str:
+        await broker.set_idle_timeout(owner, sid, 0.001)
+        live = broker.live[sid]
+        await asyncio.sleep(0.01)
+        culling = asyncio.ensure_future(broker.cull_once())
+        while live.closed_reason is None:
+            await asyncio.sleep(0)
+        try:
+            handle = await broker.execute(owner, sid, "'ran'", None)
+        except SessionExpired as refused:
+            answer = f"refused: {refused.code}"
+        else:
+            await handle.finished.wait()
+            answer = f"accepted: {handle.execution.status} {handle.execution.reason}"
+        assert await culling == [sid]
+        return answer
+
+    assert local_server.thread.call(race()) == "refused: session_expired"
+    with local_server.client() as api:
+        record = api.get(f"/v1/sessions/{sid}").json()
+        assert (record["status"], record["closed_reason"]) == ("closed", "idle_timeout")
