@@ -161,7 +161,7 @@ def test_a_cell_sent_as_the_idle_cull_begins_is_refused_not_cut_short(
         live = broker.live[sid]
         await asyncio.sleep(0.01)
         culling = asyncio.ensure_future(broker.cull_once())
-        while live.closed_reason is None:
+        while live.closed_reason is None:  # noqa: ASYNC110 (stepped by hand: the point)
             await asyncio.sleep(0)
         try:
             handle = await broker.execute(owner, sid, "'ran'", None)
@@ -197,8 +197,8 @@ def test_an_interrupt_while_the_kernel_is_replaced_is_answered(local_server: Ser
         handle = await broker.execute(owner, sid, "import time\ntime.sleep(60)", None)
         running.append(handle)
         session = broker.live[sid]
-        while handle.recorder is None or handle.recorder.execution_count is None:
-            await asyncio.sleep(0.01)
+        while handle.recorder is None or handle.recorder.execution_count is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # the cell started: nothing to wait on but the kernel
         restart = asyncio.ensure_future(broker.restart(owner, sid, recover=False))
         sent = gaps = 0
         while not restart.done():
