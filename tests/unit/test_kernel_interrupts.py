@@ -87,3 +87,36 @@ def test_no_wakes_when_user_code_handles_the_wake_signal_itself() -> None:
     finally:
         signal.signal(WAKE_SIGNAL, previous)
     assert theirs == []
+
+
+def test_a_shell_command_stopped_by_sigint_ends_the_cell_before_the_watcher_counts_it() -> None:
+    """IPython stops a shell command on SIGINT, prints ``^C`` and returns; the wrapper then
+    ends the cell with ``KeyboardInterrupt``. It knew of the SIGINT only from the watcher
+    thread's count, which may lag (the thread had not yet read the signal pipe): the rest
+    of the cell ran, reported ok (a CI run on a loaded machine). The count here never
+    moves, as when the thread lags, and a real SIGINT stops the command."""
+    import os
+
+    from interpreter_kernel.interrupts import _ending_on_interrupt
+
+    assert threading.current_thread() is threading.main_thread()
+    returned: list[str] = []
+
+    def system(cmd: str) -> None:  # as IPython's: the interrupt is caught, ^C printed
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            threading.Event().wait(5)  # the command, stopped by the signal
+        except KeyboardInterrupt:
+            returned.append("^C")
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        command = _ending_on_interrupt(system, lambda: 0)
+        with pytest.raises(KeyboardInterrupt):
+            command("sleep 30")
+        assert returned == ["^C"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # Without a SIGINT the command's result is the result.
+        assert _ending_on_interrupt(lambda cmd: cmd.upper(), lambda: 0)("ok") == "OK"
+    finally:
+        signal.signal(signal.SIGINT, previous)
