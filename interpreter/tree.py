@@ -5,10 +5,11 @@ files, FIFOs. Both walks here are loops over an explicit stack of directory desc
 (``openat`` with ``O_NOFOLLOW`` one level at a time), so no depth can exhaust Python's
 recursion limit and no path grows past ``PATH_MAX``.
 
-* :func:`copy_tree` copies regular files and directories (a fork's files, a closed
-  session's files out of its quota filesystem) and skips symlinks, special files and the
-  temporary files of uploads in progress. Hard links stay links: a file linked a thousand
-  times inside a 1 GB workspace is copied once, not a thousand times onto the host's disk.
+* :func:`copy_tree` copies regular files and directories, with their modification times
+  (a fork's files, a closed session's files out of its quota filesystem), and skips
+  symlinks, special files and the temporary files of uploads in progress. Hard links stay
+  links: a file linked a thousand times inside a 1 GB workspace is copied once, not a
+  thousand times onto the host's disk.
   It holds two descriptors per level, so it goes at most :data:`MAX_COPY_DEPTH` levels
   deep: below that it either refuses (:class:`TreeTooDeep`) or skips what is deeper and
   says how much.
@@ -156,6 +157,8 @@ def _copy_levels(
     while stack:
         level = stack[-1]
         if not level.subdirs:
+            if keep_both is None:  # its entries all made: its times are the original's
+                _same_times(level.src, level.dst)
             _close(stack.pop())
             continue
         name = level.subdirs.pop()
@@ -305,6 +308,7 @@ def _copy_file(level: _Level, name: str, size: int, owner: tuple[int, int] | Non
             copy_sparse(fin, fout, size)
             if owner is not None:
                 os.fchown(fout, *owner)
+            _same_times(fin, fout)
         finally:
             os.close(fout)
     finally:
@@ -341,6 +345,7 @@ def _merge_file(
                 copy_sparse(fin, fout, size)
                 if owner is not None:
                     os.fchown(fout, *owner)
+                _same_times(fin, fout)
             finally:
                 os.close(fout)
             report.files += 1
@@ -375,6 +380,14 @@ def _same_file(fd: int, dir_fd: int, name: str) -> bool:
         return True
     finally:
         os.close(other)
+
+
+def _same_times(src: int, dst: int) -> None:
+    """Give the copy ``dst`` the access and modification times of ``src`` (both fds): a
+    workspace copied out of its quota at a close or a restart kept every file, each shown
+    as modified at that moment."""
+    st = os.fstat(src)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _close(level: _Level) -> None:

@@ -129,3 +129,25 @@ def test_hard_links_deep_under_long_names_are_links_too(tmp_path: Path) -> None:
     inodes = {os.stat(copy / n).st_ino for n in os.listdir(copy)}
     assert inodes == {os.stat(copy / "first.bin").st_ino}
     assert os.listdir(dst) == ["a" * 250]  # no holding directory left
+
+
+def test_a_copied_tree_keeps_its_files_and_directories_modification_times(
+    tmp_path: Path,
+) -> None:
+    """A closed session's workspace is copied out of its quota filesystem: every file was
+    then listed as modified at the close (an operator's finding, on both backends)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "sub" / "deeper").mkdir(parents=True)
+    (src / "a.csv").write_text("a")
+    (src / "sub" / "deeper" / "b.txt").write_text("b")
+    then = 1_600_000_000_123_456_789
+    for path in (
+        src / "a.csv",
+        src / "sub" / "deeper" / "b.txt",
+        src / "sub" / "deeper",
+        src / "sub",
+    ):
+        os.utime(path, ns=(then, then))
+    tree.copy_tree(src, dst, None, skip_too_deep=False)
+    for rel in ("a.csv", "sub/deeper/b.txt", "sub/deeper", "sub"):
+        assert (dst / rel).stat().st_mtime_ns == then, rel
