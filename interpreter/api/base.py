@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
+from interpreter import storage_floor
 from interpreter.api import access, json_body
 from interpreter.api.connections import mark_authenticated
 from interpreter.api.ranges import byte_range
@@ -34,6 +35,7 @@ from interpreter.errors import (
     NotFound,
     PayloadTooLarge,
     RangeNotSatisfiable,
+    StorageFull,
     Unauthorized,
     UnsupportedEncoding,
     ValidationFailed,
@@ -508,6 +510,19 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if (
+            exc is not None
+            and not isinstance(exc, InterpreterError | tornado.web.HTTPError)
+            and storage_floor.failure_reason(exc) == "storage_full"
+        ):
+            # The data disk ran out under the request (SQLite's "database or disk is
+            # full", ENOSPC): what to do about it, not a 500. Nothing was changed.
+            exc = StorageFull(
+                "The service's data disk is full: this request could not be recorded, "
+                "and nothing was changed. Retry once space is freed on it.",
+                retry_after=30,
+            )
+            kwargs["exc_info"] = (type(exc), exc, None)
         if isinstance(exc, InterpreterError):
             status_code = exc.status
             self._reason = exc.code

@@ -191,3 +191,38 @@ def test_code_that_cannot_be_put_on_record_while_it_waits_is_refused_and_never_r
         assert waiting not in [code for _, code in rows]
     finally:
         stop_broker(broker)
+
+
+def test_a_delete_on_a_full_data_disk_says_so_and_works_once_space_is_freed(
+    tiny_disk: Path,
+) -> None:
+    """Its close could not be written (SQLite: "database or disk is full"): the DELETE
+    answered 500 internal_error, and again when repeated (an outside operations tester).
+    It is 507 storage_full, saying what to do; the session is untouched and the DELETE
+    works once space is freed."""
+    broker: Broker = start_broker(
+        "local", tiny_disk, "--min-free-mb", "0", "--default-disk-mb", "0"
+    )
+    filler = tiny_disk.parent / "filler"
+    try:
+        with broker.client(timeout=60) as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            assert api.post(f"/v1/sessions/{sid}/execute", json={"code": "x = 1"}).is_success
+            _fill(filler)
+            for _ in range(2):
+                refused = api.delete(f"/v1/sessions/{sid}")
+                assert refused.status_code == 507, refused.text
+                error = refused.json()["error"]
+                assert error["type"] == "storage_full" and "Retry once space" in error["message"]
+                assert refused.headers["Retry-After"] == "30"
+            assert api.get(f"/v1/sessions/{sid}").json()["status"] == "idle"
+            filler.unlink()
+            assert (
+                api.post(f"/v1/sessions/{sid}/execute", json={"code": "x"}).json()["stdout"] == ""
+            )
+            assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+            closed = api.get(f"/v1/sessions/{sid}").json()
+            assert (closed["status"], closed["closed_reason"]) == ("closed", "deleted")
+    finally:
+        filler.unlink(missing_ok=True)
+        stop_broker(broker)
