@@ -163,12 +163,19 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         try:
             broker = SessionBroker(settings, chosen)
         except sqlite3.DatabaseError as exc:
+            if _for_want_of_room(exc, settings):
+                raise _disk_full(settings) from None
             raise StartupFailed(
                 f"{settings.db_path} cannot be read as the service's record ({exc}): "
                 "restore it from a backup, or move it away to start with an empty record "
                 "(the sessions in it are then no longer known)."
             ) from None
-        await broker.open()
+        try:
+            await broker.open()
+        except (OSError, sqlite3.Error) as exc:
+            if _for_want_of_room(exc, settings):
+                raise _disk_full(settings) from None
+            raise
         await chosen.start(broker.factory.pool_template())
         app = make_app(broker, settings)
         # Per-route limits are enforced by the handlers (413 with a JSON body); tornado's
@@ -204,6 +211,27 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
             urls.append(f"http://{host}:{bound[0].getsockname()[1]}")
         running.e2b_http, running.e2b_urls = e2b, tuple(urls)
     return running
+
+
+def _for_want_of_room(exc: BaseException, settings: Settings) -> bool:
+    """Whether opening the record failed because its disk is full: SQLite says so
+    ("database or disk is full"), or says "disk I/O error" (its shared-memory file could
+    not grow) with less than 1 MiB left."""
+    if storage_floor.failure_reason(exc) == "storage_full":
+        return True
+    try:
+        return storage_floor.free_mb(settings.data_dir) < 1
+    except OSError:
+        return False
+
+
+def _disk_full(settings: Settings) -> StartupFailed:
+    """The refusal to start on a data disk with no room for the record's first writes."""
+    return StartupFailed(
+        f"The disk of the data directory {settings.data_dir} is full: the service's record "
+        "cannot be written. Free space on it (or choose another --data-dir), then start "
+        "again; nothing in the record was changed."
+    )
 
 
 def _warn_thin_quotas(settings: Settings) -> None:

@@ -226,3 +226,38 @@ def test_a_delete_on_a_full_data_disk_says_so_and_works_once_space_is_freed(
     finally:
         filler.unlink(missing_ok=True)
         stop_broker(broker)
+
+
+def test_starting_on_a_full_data_disk_is_one_line_that_says_so(tiny_disk: Path) -> None:
+    """A broker started on a full disk printed a traceback (SQLite's "database or disk is
+    full" in its recovery), or, for a new data directory, that state.db "cannot be read as
+    the service's record: restore it from a backup". One line now, exit status 2, for a
+    new data directory and for one with a session in it."""
+    broker = start_broker("local", tiny_disk, "--min-free-mb", "0", "--default-disk-mb", "0")
+    try:
+        with broker.client(timeout=60) as api:
+            assert api.post("/v1/sessions", json={}).status_code == 201
+    finally:
+        stop_broker(broker)
+    filler = tiny_disk.parent / "filler"
+    _fill(filler)
+    try:
+        for data_dir in (tiny_disk, tiny_disk.parent / "new"):
+            started = subprocess.run(
+                [sys.executable, "-m", "interpreter", "serve", "--backend", "local"]
+                + ["--port", "0", "--data-dir", str(data_dir), "--min-free-mb", "0"],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                timeout=60,
+                env={k: v for k, v in os.environ.items() if not k.startswith("INTERP_")},
+            )
+            assert started.returncode == 2, started.stderr
+            said = [line for line in started.stderr.splitlines() if "LOCAL backend" not in line]
+            assert said == [
+                f"interp: error: The disk of the data directory {data_dir} is full: the "
+                "service's record cannot be written. Free space on it (or choose another "
+                "--data-dir), then start again; nothing in the record was changed."
+            ], started.stderr
+    finally:
+        filler.unlink()
