@@ -244,8 +244,10 @@ def test_starting_on_a_full_data_disk_is_one_line_that_says_so(tiny_disk: Path) 
     try:
         for data_dir in (tiny_disk, tiny_disk.parent / "new"):
             started = subprocess.run(
-                [sys.executable, "-m", "interpreter", "serve", "--backend", "local"]
-                + ["--port", "0", "--data-dir", str(data_dir), "--min-free-mb", "0"],
+                [
+                    *(sys.executable, "-m", "interpreter", "serve", "--backend", "local"),
+                    *("--port", "0", "--data-dir", str(data_dir), "--min-free-mb", "0"),
+                ],
                 capture_output=True,
                 text=True,
                 cwd=REPO,
