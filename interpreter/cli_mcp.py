@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from interpreter.client import API_KEY_ENV, URL_ENV
+from interpreter.client._config import check_url
 from interpreter.exposure import check_bind
 
 Command = Callable[[argparse.Namespace], int]
@@ -50,6 +51,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         "keep_sessions": args.keep_sessions,
     }
     if url:
+        # Refused here in one line, not in the server's task group as an exception group.
+        check_url(url, "--url" if args.url else f"${URL_ENV}")
         return run(Target(url, key), **options)
     with args.embed() as (embedded_url, embedded_key):
         return run(Target(embedded_url, embedded_key), **options)

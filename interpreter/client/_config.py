@@ -27,7 +27,10 @@ def client_settings(
     base_url: str | None, api_key: str | None, headers: dict[str, str] | None
 ) -> tuple[str, dict[str, str]]:
     """Resolve the base URL and the default headers; arguments win over the environment."""
-    url = (base_url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+    url = check_url(
+        (base_url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/"),
+        "base_url" if base_url else f"${URL_ENV}",
+    )
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
     if key and not (key.isascii() and key.isprintable()):
         where = "api_key" if api_key is not None else f"${API_KEY_ENV}"
@@ -40,6 +43,21 @@ def client_settings(
         all_headers["Authorization"] = f"Bearer {key}"
     all_headers.update(headers or {})
     return url, all_headers
+
+
+def check_url(url: str, source: str) -> str:
+    """``url`` if it can be a service's address (http or https, with a host); else an
+    InvalidArgumentError naming where it came from, before anything is sent."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{source} is not a URL ({exc}): got {url!r}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidArgumentError(
+            f"{source} must be the service's http:// or https:// URL with a host, "
+            f"e.g. {DEFAULT_URL}: got {url!r}"
+        )
+    return url
 
 
 def retry_policy(max_retries: int | None, retry_backoff: float | None) -> RetryPolicy:

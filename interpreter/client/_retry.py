@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from interpreter.client._errors import ConnectionFailed
+from interpreter.client._errors import ConnectionFailed, InvalidArgumentError
 from interpreter.client.protocol import (
     IDEMPOTENCY_HEADER,
     Call,
@@ -68,11 +68,14 @@ _MAYBE_SENT = (
 
 
 def check_max_retries(value: Any, source: str) -> int:
-    """``value`` as a retry count, or a ValueError naming where the bad value came from."""
+    """``value`` as a retry count, or an InvalidArgumentError (a ValueError) naming where the
+    bad value came from."""
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{source} must be a whole number of retries (0 or more), got {value!r}")
+        raise InvalidArgumentError(
+            f"{source} must be a whole number of retries (0 or more), got {value!r}"
+        )
     return value
 
 

@@ -541,3 +541,25 @@ def test_sigterm_ends_a_replay_and_deletes_its_session(
         assert "Traceback" not in err and "its session was deleted" in err
         info = api.get(f"/v1/sessions/{busy[0]}").json()
         assert (info["status"], info["closed_reason"]) == ("closed", "deleted"), info
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "said"),
+    [
+        ({"INTERP_MAX_RETRIES": "abc"}, ("sessions",), "$INTERP_MAX_RETRIES must be a whole"),
+        ({"INTERP_MAX_RETRIES": "-3"}, ("run", "-c", "1"), "$INTERP_MAX_RETRIES must be a whole"),
+        ({"INTERP_URL": "::not a url"}, ("sessions",), "$INTERP_URL is not a URL"),
+        ({"INTERP_URL": "http://[::1"}, ("sessions",), "$INTERP_URL is not a URL"),
+        ({"INTERP_URL": "ftp://x"}, ("sessions",), "must be the service's http:// or https://"),
+        ({}, ("mcp", "--url", "::bad"), "--url is not a URL"),
+    ],
+)
+def test_bad_client_settings_are_one_line_not_a_traceback(
+    env: dict[str, str], args: tuple[str, ...], said: str
+) -> None:
+    """An operations tester's finding: these printed a Python traceback (ValueError,
+    httpx.InvalidURL, an exception group from the MCP server's task group)."""
+    done = interp(None, *args, env_extra=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and said in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
