@@ -141,6 +141,14 @@ def verify(data_dir: Path, session_id: str | None = None) -> AuditReport:
     db = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
+        # A damaged page may hold no chain (the idempotency cache, an index): the chains
+        # alone then read as whole while the broker refuses the file. Said first.
+        damage = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+        if damage != ["ok"]:
+            return AuditReport(
+                error=f"{db_path} is damaged ({'; '.join(damage)}): the service cannot open "
+                "it; restore it from a backup"
+            )
         purged = _has_table(db, "purged_sessions")
         if session_id is None:
             ids = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY created_at")]

@@ -486,6 +486,10 @@ class Kernel:
         # interpreter/heartbeat.py) and no stdin channel (requests never allow stdin).
         # ``kc.is_alive()`` asks the manager, the client's parent, not the heartbeat.
         kc.start_channels(hb=False, stdin=False)
+        # A reply past MAXMSGSIZE cuts the shell connection; a send on it then waited for a
+        # peer for ever, on the event loop (a cell raising a 30 MB error froze the broker).
+        # Never blocking: such a send fails, and the cell's end is found another way.
+        kc.shell_channel.socket.setsockopt(zmq.SNDTIMEO, 0)
         # A kernel a pool readied has answered kernel_info already (its reply came with
         # the claim): the new client waits only for its IOPub subscription to take.
         readied = None if busy_ok else getattr(self.km.provisioner, "ready_reply", None)

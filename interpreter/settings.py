@@ -324,9 +324,16 @@ class Settings(BaseSettings):
         # flag, meant keys that are not there, and is refused.
         if isinstance(value, str):
             keys = [k.strip() for k in value.split(",") if k.strip()]
-            if keys or not value.strip():
-                return keys
-            value = [""]
+            value = keys if keys or not value.strip() else [""]
+        if isinstance(value, list) and any(
+            isinstance(k, str) and k.strip() and not (k.isascii() and k.isprintable())
+            for k in value
+        ):
+            raise PydanticCustomError(
+                "unsendable_key",
+                "a key with a character no client can send in a header (a line break, a tab, "
+                "a typographic quote): keys are printable ASCII",
+            )
         if isinstance(value, list) and any(isinstance(k, str) and not k.strip() for k in value):
             raise PydanticCustomError(
                 "empty_key",
