@@ -57,7 +57,9 @@ def failure_reason(exc: BaseException) -> str:
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in _FULL:
             return "storage_full"
-        if isinstance(seen, sqlite3.Error) and seen.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL:
+        # An error raised by hand (not by SQLite) has no code.
+        code = getattr(seen, "sqlite_errorcode", None) if isinstance(seen, sqlite3.Error) else None
+        if isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL:
             return "storage_full"
         seen = seen.__cause__ or seen.__context__
     return "broker_error"
