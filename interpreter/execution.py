@@ -34,6 +34,12 @@ NOTICE_MSG_TYPE = "interp_broker_notice"
 
 #: Largest single rich output value accepted; larger values are dropped with a notice.
 MAX_RICH_VALUE_CHARS = 16 << 20
+#: Characters of one rich output's metadata (its JSON form) kept at most: a figure's
+#: size or a library's hints take a few hundred. Larger metadata is dropped, the values
+#: kept, with a notice (30 outputs of 25 MB of metadata each held 5.6 GB of the broker
+#: and a 750 MB notebook when metadata was counted nowhere). What is kept counts toward
+#: the cell's rich budget, :data:`RICH_LIMIT`, as the values do.
+MAX_METADATA_CHARS = 64 << 10
 #: Characters of rich output one execution holds at once at most (images are also
 #: artifacts): what it shows now, not what it showed. A value cleared (``clear_output``) or
 #: replaced (``update_display_data``, a display with a known id) gives its characters back,
@@ -380,7 +386,18 @@ class ExecutionRecorder:
         started = metadata.get("started") if isinstance(metadata, dict) else None
         if started is not None:
             self._keep_time("shell.execute_reply.started", started)
-        self.reply = content
+        # Only what is read of it: a reply's payloads and user expressions are the
+        # kernel's to fill (``set_next_input`` with 30 MB of text), and a finished cell
+        # is kept a while.
+        payload = content.get("payload")
+        self.reply = {
+            "status": content.get("status"),
+            "payload": [
+                {"source": "ask_exit"}
+                for p in (payload if isinstance(payload, list) else [])
+                if isinstance(p, dict) and p.get("source") == "ask_exit"
+            ][:1],
+        }
         count = _count(content.get("execution_count"))
         if count is not None:
             self.execution_count = count
@@ -568,6 +585,8 @@ class ExecutionRecorder:
                 continue
             size += length
             clean[mime] = value
+        metadata = self._metadata(content.get("metadata"))
+        size += json_size(metadata) if metadata else 0
         if self.rich_chars - held + size > self.rich_limit:
             self.rich_dropped += size
             limit = self.rich_limit
@@ -589,8 +608,27 @@ class ExecutionRecorder:
                 )
             )
             return None
-        metadata = content.get("metadata")
-        return clean, clean_json(metadata) if isinstance(metadata, dict) else {}, size
+        return clean, metadata, size
+
+    def _metadata(self, metadata: object) -> dict[str, Any]:
+        """A display message's metadata, cleaned; empty when it is not a dict or is larger
+        than :data:`MAX_METADATA_CHARS` (said on stderr)."""
+        if not isinstance(metadata, dict) or not metadata:
+            return {}
+        length = json_size(metadata, MAX_METADATA_CHARS)
+        if length > MAX_METADATA_CHARS:
+            self._dropped_notices.append(
+                (
+                    "metadata",
+                    0,
+                    "\n[output metadata dropped: an output's metadata is larger than the "
+                    f"broker's limit of {MAX_METADATA_CHARS} characters; its values were kept]\n",
+                    _metadata_dropped,
+                )
+            )
+            return {}
+        cleaned: dict[str, Any] = clean_json(metadata)
+        return cleaned
 
     @staticmethod
     def _display_id(content: dict[str, Any]) -> str | None:
@@ -904,6 +942,36 @@ def _values_dropped(count: int, chars: int) -> str:
         f"\n[output dropped: {count} rich values, {chars} characters in all, each larger than "
         f"the broker's limit of {MAX_RICH_VALUE_CHARS} characters per value]\n"
     )
+
+
+def _metadata_dropped(count: int, chars: int) -> str:
+    """The notice of ``count`` outputs' metadata over the limit, collapsed."""
+    return (
+        f"\n[output metadata dropped: {count} outputs' metadata, each larger than the "
+        f"broker's limit of {MAX_METADATA_CHARS} characters; their values were kept]\n"
+    )
+
+
+def json_size(value: Any, limit: int | None = None, depth: int = 0) -> int:
+    """About the characters of ``value``'s JSON form (strings counted unescaped), or a
+    number past ``limit`` as soon as it is known to be past it: a large value is not
+    walked whole, nor written out to be measured."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, bool) or value is None:
+        return 5
+    if isinstance(value, int | float):
+        return len(repr(value))
+    if depth > 64 or not isinstance(value, dict | list | tuple):
+        return 4
+    size = 2
+    items = value.items() if isinstance(value, dict) else ((None, v) for v in value)
+    for key, item in items:
+        size += 1 + (len(key) + 3 if isinstance(key, str) else 0)
+        size += json_size(item, None if limit is None else limit - size, depth + 1)
+        if limit is not None and size > limit:
+            return size
+    return size
 
 
 #: Largest execution count taken from the kernel (SQLite's integers are 64-bit).

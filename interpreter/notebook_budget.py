@@ -18,10 +18,11 @@ where ``N`` is the length of the note at the start of ``text/plain`` and ``T`` i
 ``"prefixed"`` (the output had a ``text/plain``, which follows the note; cut to its head
 and tail when it was large itself, as the API has it) or ``"added"`` (it had none).
 
-The budget counts the characters of the outputs of every cell (streams, values, errors)
-as :func:`outputs_size` measures them (bytes for ASCII text such as base64); an output's
-large values are kept only if all of them fit, so a reader never sees a lesser form of an
-output shown as if it were whole. Small values are always kept (they are no artifacts).
+The budget counts the characters of the outputs of every cell (streams, values and
+their metadata, errors) as :func:`outputs_size` measures them (bytes for ASCII text such
+as base64); an output's large values are kept only if all of them fit, so a reader never
+sees a lesser form of an output shown as if it were whole. Small values are always kept
+(they are no artifacts).
 """
 
 from __future__ import annotations
@@ -52,13 +53,17 @@ def _text_size(value: object) -> int:
 
 
 def outputs_size(outputs: Iterable[Mapping[str, Any]]) -> int:
-    """Characters of a cell's outputs: stream text, MIME values and error text."""
+    """Characters of a cell's outputs: stream text, MIME values and their metadata, and
+    error text."""
     size = 0
     for output in outputs:
         size += _text_size(output.get("text"))
         data = output.get("data")
         if isinstance(data, Mapping):
             size += sum(value_size(v) for v in data.values())
+        metadata = output.get("metadata")
+        if isinstance(metadata, Mapping) and metadata:
+            size += value_size(metadata)
         size += _text_size(output.get("evalue")) + _text_size(output.get("traceback"))
     return size
 

@@ -207,6 +207,36 @@ def test_display_values_of_any_shape_leave_the_notebook_valid(adv: Broker, attac
     ]
 
 
+def test_output_metadata_is_bounded_and_the_notebook_stays_small(
+    adv: Broker, attack: Attack
+) -> None:
+    """Metadata was counted by no budget: 30 displays of 25 MB of metadata each gave a
+    750 MB response and notebook and held 5.6 GB of the broker (R-01; found by an outside
+    security tester). Metadata past its limit is dropped, the values kept and said once."""
+    sid = attack.session()
+    code = (
+        "from IPython.display import publish_display_data\n"
+        "for i in range(8):\n"
+        "    publish_display_data({'text/plain': 'm%d' % i}, metadata={'blob': 'v' * 4_000_000})\n"
+        "publish_display_data({'text/plain': 'small'}, metadata={'hint': 'kept'})\n"
+        "print('done')"
+    )
+    resp = attack.api.post(f"/v1/sessions/{sid}/execute", json={"code": code})
+    assert resp.status_code == 200 and len(resp.content) < 100_000, len(resp.content)
+    result = resp.json()
+    assert result["status"] == "ok" and result["stdout"] == "done\n", result
+    assert [o["data"]["text/plain"] for o in result["outputs"]] == [
+        *(f"m{i}" for i in range(8)),
+        "small",
+    ]
+    assert [o.get("metadata") or {} for o in result["outputs"]][-2:] == [{}, {"hint": "kept"}]
+    assert result["stderr"].count("[output metadata dropped") == 1, result["stderr"]
+    assert attack.text(sid, "'after'") == "'after'"
+    nb = attack.api.get(f"/v1/sessions/{sid}/notebook")
+    assert nb.status_code == 200 and len(nb.content) < 200_000, len(nb.content)
+    nbformat.validate(nbformat.reads(nb.text, as_version=4))
+
+
 def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None:
     """The kernel holds the HMAC key, so it can sign anything: messages for no request,
     unsigned junk, a reply of the wrong type, a parent header that is no object or whose

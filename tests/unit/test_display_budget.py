@@ -19,7 +19,7 @@ from typing import Any
 import nbformat
 
 from interpreter.artifacts import ArtifactStore
-from interpreter.execution import ExecutionRecorder
+from interpreter.execution import MAX_METADATA_CHARS, ExecutionRecorder, json_size
 from interpreter.handle import ExecutionHandle, OutputAdded
 from interpreter.models import Execution
 from interpreter.outputs import OutputCapture
@@ -242,3 +242,59 @@ def test_a_clear_gives_the_outputs_room_back() -> None:
         str(400 + i) for i in range(10)
     ]
     assert rec.rich_dropped == 0 and "[output dropped" not in stderr_of(rec)
+
+
+def with_metadata(template: dict[str, Any], step: int, metadata: Any) -> dict[str, Any]:
+    msg = small(template, step)
+    msg["content"]["metadata"] = metadata
+    return msg
+
+
+def test_metadata_past_its_limit_is_dropped_with_one_notice_and_the_values_kept(
+    tmp_path: Path,
+) -> None:
+    """``publish_display_data({...}, metadata={"blob": "v" * 25_000_000})``, 30 times in
+    one cell: metadata was counted by no budget, so the broker held 5.6 GB and wrote a
+    750 MB notebook (found by an outside security tester). Metadata past its limit is
+    dropped, each output keeping its values, with one notice for all."""
+    data = recording("plot")
+    rec = ExecutionRecorder(data["msg_id"])
+    template = of_type(data, "display_data")
+    big = {"blob": "v" * (MAX_METADATA_CHARS + 1)}
+    for step in range(30):
+        rec.feed_iopub(with_metadata(template, step, big))
+    rec.feed_iopub(with_metadata(template, 30, {"image/png": {"width": 640, "height": 480}}))
+    rec.feed_reply(data["reply"])
+    ex, outputs = finish(rec, tmp_path)
+    assert [o.data["text/plain"] for o in ex.outputs] == [str(i) for i in range(31)]
+    assert all(o.metadata == {} for o in ex.outputs[:30])
+    assert ex.outputs[30].metadata == {"image/png": {"width": 640, "height": 480}}
+    assert ex.stderr.count("[output metadata dropped") == 1
+    assert f"30 outputs' metadata, each larger than the broker's limit of {MAX_METADATA_CHARS}" in (
+        ex.stderr
+    )
+    assert len(json.dumps(outputs)) < 100_000
+    nb_valid(outputs)
+
+
+def test_metadata_counts_toward_the_cells_rich_budget() -> None:
+    """Metadata just under its limit, on many outputs: the characters a cell holds at once
+    count it, so it is bounded by ``rich_limit`` as values are."""
+    data = recording("plot")
+    rec = ExecutionRecorder(data["msg_id"], rich_limit=10 * MAX_METADATA_CHARS)
+    template = of_type(data, "display_data")
+    meta = {"hint": "m" * (MAX_METADATA_CHARS - 100)}
+    for step in range(40):
+        rec.feed_iopub(with_metadata(template, step, meta))
+    held = len(rec.rich_indexes())
+    assert 5 <= held <= 10
+    assert rec.rich_chars <= 10 * MAX_METADATA_CHARS
+    assert stderr_of(rec).count("[output dropped") == 1
+
+
+def test_json_size_stops_early_past_its_limit() -> None:
+    value = {"a": ["x" * 100, 1, 2.5, None, True, {"b": "y"}]}
+    exact = len(json.dumps(value, separators=(",", ":")))
+    assert exact <= json_size(value) <= exact + 10
+    deep: Any = ["z" * 1000 for _ in range(10_000)]
+    assert 5000 < json_size(deep, 5000) < 10_000
