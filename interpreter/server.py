@@ -154,8 +154,7 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
         if settings.backend == "auto" and chosen.name != "docker":
             await asyncio.to_thread(_keep_docker_sessions, settings)
     await asyncio.to_thread(prepare_data_dir, settings.data_dir)
-    if chosen.isolated:
-        await asyncio.to_thread(_warn_thin_quotas, settings)
+    await asyncio.to_thread(_warn_about_room, settings, chosen.isolated)
     # Before anything reads the data directory: a second broker's recovery would close
     # the first one's live sessions. Raises DataDirInUse.
     lock = DataDirLock.acquire(settings.data_dir)
@@ -234,16 +233,27 @@ def _disk_full(settings: Settings) -> StartupFailed:
     )
 
 
-def _warn_thin_quotas(settings: Settings) -> None:
-    """Warn when one session's default workspace quota is more than the data disk has
-    above its floor: the workspace filesystems are sparse, so their quotas are promised,
-    not reserved, and a kernel that writes into a full disk gets I/O errors."""
-    quota = settings.default_disk_mb
+def _warn_about_room(settings: Settings, quotas: bool) -> None:
+    """Warn when the data disk is already below its floor (every new session, cell and
+    upload would be refused with no word at the start), or, with workspace ``quotas``,
+    when one session's default quota is more than the disk has above the floor: the
+    workspace filesystems are sparse, so their quotas are promised, not reserved, and a
+    kernel that writes into a full disk gets I/O errors."""
+    quota = settings.default_disk_mb if quotas else 0
     try:
-        room = storage_floor.free_mb(settings.data_dir) - settings.min_free_mb
+        free = storage_floor.free_mb(settings.data_dir)
     except OSError:
         return
-    if quota and room < quota:
+    room = free - settings.min_free_mb
+    if room < 0:
+        log.warning(
+            "the data disk has %d MiB free, below --min-free-mb %d: new sessions, cells "
+            "and uploads are refused (507 storage_full) until space is freed on it. Free "
+            "space, give the data directory a larger disk, or lower --min-free-mb.",
+            free,
+            settings.min_free_mb,
+        )
+    elif quota and room < quota:
         log.warning(
             "the data disk has %d MiB free above --min-free-mb, less than one session's "
             "workspace quota (--default-disk-mb %d): quotas are not reserved, so sessions "

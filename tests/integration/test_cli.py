@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from interpreter.cli_client import format_table
 from interpreter.client import Client, Session
 from interpreter.datadir_lock import DataDirLock
-from tests.conftest import REPO, Server
+from tests.conftest import REPO, Server, require_docker, spawn_serve
 
 
 def cli_env(server: Server | None) -> dict[str, str]:
@@ -563,3 +564,56 @@ def test_bad_client_settings_are_one_line_not_a_traceback(
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and said in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.docker
+def test_serve_with_a_runtime_or_image_the_engine_lacks_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    # Both started, and then every session that met them failed at its creation (found by
+    # an outside operations tester).
+    require_docker()
+    args = ("serve", "--backend", "docker", "--pool-size", "0", "--port", "0")
+    runtime = interp(
+        None, *args, "--data-dir", str(tmp_path / "a"), "--docker-runtime", "no-such-runtime"
+    )
+    assert runtime.returncode == 2 and "Traceback" not in runtime.stderr, runtime.stderr
+    last = runtime.stderr.splitlines()[-1]
+    assert last.startswith(
+        "interp: error: docker_runtime 'no-such-runtime' is not a runtime of this Docker "
+        "engine (it has: "
+    ), last
+    assert "runc" in last and "leave --docker-runtime out" in last, last
+    image = interp(
+        None, *args, "--data-dir", str(tmp_path / "b"), "--docker-images", "no-such-image:1"
+    )
+    assert image.returncode == 2 and "Traceback" not in image.stderr, image.stderr
+    assert image.stderr.splitlines()[-1] == (
+        "interp: error: docker_images: 'no-such-image:1' is not on this Docker engine, so "
+        "every session asking for it would fail. Build or pull it (docker pull NAME), or "
+        "take it out of --docker-images / INTERP_DOCKER_IMAGES."
+    )
+
+
+def test_serve_on_a_disk_already_below_its_floor_says_so_at_the_start(tmp_path: Path) -> None:
+    # On the local backend nothing was said: the service started and answered 507 to
+    # every session (found by an outside operations tester).
+    data = tmp_path / "data"
+    data.mkdir()
+    st = os.statvfs(data)
+    floor = ((st.f_bavail * st.f_frsize) >> 20) + 4096
+    log: list[str] = []
+    proc, url = spawn_serve(
+        "--backend", "local", "--data-dir", str(data), "--pool-size", "0", "--port", "0",
+        "--min-free-mb", str(floor), log=log,
+    )  # fmt: skip
+    try:
+        warned = [line for line in log if f"below --min-free-mb {floor}" in line]
+        assert len(warned) == 1, log
+        assert "507 storage_full" in warned[0] and "lower --min-free-mb" in warned[0]
+        with httpx.Client(base_url=url) as api:
+            refused = api.post("/v1/sessions", json={})
+        assert refused.status_code == 507, refused.text
+    finally:
+        proc.terminate()
+        proc.wait(60)

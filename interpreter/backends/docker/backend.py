@@ -18,20 +18,27 @@ from typing import TYPE_CHECKING, Any
 
 from interpreter.backends.base import LaunchOptions, Leftover
 from interpreter.backends.docker import removals
-from interpreter.backends.docker.config import cgroup_parent_problem
+from interpreter.backends.docker.config import (
+    cgroup_parent_problem,
+    missing_images_problem,
+    runtime_problem,
+)
 from interpreter.backends.docker.engine import (
     abandoned_containers,
     cgroup_driver,
     docker_available,
+    engine_info,
     engine_version,
     list_broker_containers,
     remove_container,
+    runtimes,
 )
 from interpreter.backends.docker.patches import outdated
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
 from interpreter.backends.docker.stamps import stamp_forever, stamp_interval
 from interpreter.errors import BackendUnavailable
+from interpreter.image import image_status
 from interpreter.image.packages import image_packages
 from interpreter.settings import Settings
 
@@ -46,6 +53,21 @@ REACH_CACHE_S = 5.0
 REACH_TIMEOUT_S = 2.0
 
 
+def configuration_problem(settings: Settings) -> str | None:
+    """Why the engine cannot run kernels as ``settings`` say (a cgroup parent of the wrong
+    form, a runtime it lacks, an allowed image it does not have); None when it can. Said
+    at the start: each would otherwise fail every session that meets it (blocking)."""
+    info = engine_info()
+    parent = settings.docker_cgroup_parent
+    problem = cgroup_parent_problem(parent, cgroup_driver(info)) if parent else None
+    if problem is None and settings.docker_runtime:
+        problem = runtime_problem(settings.docker_runtime, runtimes(info))
+    if problem is None:
+        missing = [i for i in settings.docker_images if not image_status(i).exists]
+        problem = missing_images_problem(missing)
+    return problem
+
+
 class DockerBackend:
     """Kernels in hardened containers. Building one asks the engine about the image
     (blocking: build it off the event loop)."""
@@ -55,11 +77,9 @@ class DockerBackend:
     isolated = True
 
     def __init__(self, settings: Settings) -> None:
-        parent = settings.docker_cgroup_parent
-        if parent:
-            problem = cgroup_parent_problem(parent, cgroup_driver())
-            if problem:
-                raise BackendUnavailable(problem + ".")
+        problem = configuration_problem(settings)
+        if problem:
+            raise BackendUnavailable(problem + ".")
         self.settings = settings
         self.keep_on_shutdown = settings.keep_containers_on_shutdown
         self.image: str | None = settings.docker_image

@@ -11,7 +11,7 @@ golden copy and so that it can be logged.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,31 @@ def cgroup_parent_problem(parent: str, driver: str | None) -> str | None:
             "driver, which takes a slice name such as 'interp-kernels.slice'"
         )
     return None
+
+
+def runtime_problem(runtime: str, known: Iterable[str]) -> str | None:
+    """Why kernels cannot run under ``runtime`` on an engine that has the runtimes
+    ``known`` (``docker info``); None when they can."""
+    names = sorted(known)
+    if runtime in names:
+        return None
+    return (
+        f"docker_runtime {runtime!r} is not a runtime of this Docker engine (it has: "
+        f"{', '.join(names) or 'none listed'}). Register it with the engine (daemon.json "
+        "'runtimes', then restart dockerd) or leave --docker-runtime out"
+    )
+
+
+def missing_images_problem(missing: Sequence[str]) -> str | None:
+    """Why the allowed images ``missing`` from the engine stop the start; None if none."""
+    if not missing:
+        return None
+    return (
+        f"docker_images: {', '.join(repr(m) for m in missing)} "
+        f"{'is' if len(missing) == 1 else 'are'} not on this Docker engine, so every session "
+        "asking for it would fail. Build or pull it (docker pull NAME), or take it out of "
+        "--docker-images / INTERP_DOCKER_IMAGES"
+    )
 
 
 def _environment(options: LaunchOptions) -> dict[str, str]:

@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -177,10 +177,22 @@ def engine_version() -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def cgroup_driver() -> str | None:
+def engine_info() -> dict[str, Any]:
+    """The engine's ``docker info`` answer (blocking)."""
+    answer = docker_client().info()
+    return answer if isinstance(answer, dict) else {}
+
+
+def cgroup_driver(info: Mapping[str, Any] | None = None) -> str | None:
     """The engine's cgroup driver (``cgroupfs`` or ``systemd``), None if it does not say."""
-    driver = docker_client().info().get("CgroupDriver")
+    driver = (engine_info() if info is None else info).get("CgroupDriver")
     return str(driver) if driver else None
+
+
+def runtimes(info: Mapping[str, Any]) -> list[str]:
+    """The names of the container runtimes the engine has (``runc``, ``runsc``...)."""
+    known = info.get("Runtimes")
+    return [str(name) for name in known] if isinstance(known, dict) else []
 
 
 def list_broker_containers(broker_id: str) -> list[ContainerSummary]:
