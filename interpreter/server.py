@@ -159,6 +159,7 @@ async def start(settings: Settings, backend: str | None = None) -> RunningServer
     # the first one's live sessions. Raises DataDirInUse.
     lock = DataDirLock.acquire(settings.data_dir)
     try:
+        await asyncio.to_thread(_check_record_is_there, settings)
         try:
             broker = SessionBroker(settings, chosen)
         except sqlite3.DatabaseError as exc:
@@ -222,6 +223,35 @@ def _for_want_of_room(exc: BaseException, settings: Settings) -> bool:
         return storage_floor.free_mb(settings.data_dir) < 1
     except OSError:
         return False
+
+
+def _check_record_is_there(settings: Settings) -> None:
+    """Refuse to start with an empty record beside sessions it has lost: a ``state.db``
+    that is missing or empty (0 bytes: truncated, or a failed copy) while ``sessions/``
+    holds notebooks. SQLite would take it for a new database, and the service would
+    start knowing none of those sessions, without a word."""
+    db = settings.db_path
+    try:
+        size = db.stat().st_size
+    except FileNotFoundError:
+        size = None
+    except OSError:
+        return  # said when it is opened
+    if size:
+        return
+    try:
+        kept = sum(1 for d in settings.sessions_dir.iterdir() if (d / "notebook.ipynb").is_file())
+    except OSError:
+        return
+    if kept:
+        state = "missing" if size is None else "empty (0 bytes)"
+        raise StartupFailed(
+            f"{db} is {state}, but {settings.sessions_dir} holds the notebooks of {kept} "
+            "session(s) it recorded. Restore state.db from a backup; or, to start with an "
+            f"empty record, move {settings.sessions_dir} away first (its notebooks stay "
+            "readable, and `interp rebuild NOTEBOOK` brings one's state back in a new "
+            "session)."
+        )
 
 
 def _disk_full(settings: Settings) -> StartupFailed:

@@ -641,6 +641,35 @@ def test_a_record_sqlite_cannot_read_is_refused_in_one_line(tmp_path: Path, dama
     assert "restore it from a backup" in lines[0]
 
 
+@pytest.mark.parametrize("state", ["missing", "empty"])
+def test_a_record_lost_beside_its_sessions_notebooks_is_refused_in_one_line(
+    tmp_path: Path, state: str
+) -> None:
+    """A 0-byte ``state.db`` (a failed copy, a truncation) beside ``sessions/`` started
+    with an empty record without a word: every session in it unknown (404), their
+    notebooks orphaned (found by an outside operations tester)."""
+    data = tmp_path / "data"
+    Store(data / "state.db").close()
+    kept = data / "sessions" / "s_kept"
+    kept.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), kept / "notebook.ipynb")
+    if state == "missing":
+        (data / "state.db").unlink()
+    else:
+        (data / "state.db").write_bytes(b"")
+    code, err = _serve_once(data, "--backend", "local")
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if not line.startswith(("2", " "))]
+    assert len(lines) == 1, err
+    said = "missing" if state == "missing" else "empty (0 bytes)"
+    assert lines[0].startswith(f"interp: error: {data / 'state.db'} is {said}, but "), lines
+    assert "holds the notebooks of 1 session(s)" in lines[0]
+    assert "Restore state.db from a backup" in lines[0]
+    assert (data / "state.db").exists() == (state == "empty")  # nothing made or changed
+    if state == "empty":
+        assert (data / "state.db").stat().st_size == 0
+
+
 def test_a_second_signal_cuts_the_grace_short(data_dir: Path) -> None:
     """During ``--shutdown-grace-s`` a second Ctrl-C (or SIGTERM) was ignored without a
     word: the service waited the whole grace for a cell that would not end. It now stops
