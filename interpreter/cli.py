@@ -138,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
             default=argparse.SUPPRESS,
             help=f"The service {what} for the client commands (as their own {flag}).",
         )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        dest="root_quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="No progress messages, for the client commands (as their own -q).",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -252,6 +260,14 @@ def _root_connection(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             )
         if getattr(args, dest) is None:
             setattr(args, dest, value)
+    if hasattr(args, "root_quiet"):
+        delattr(args, "root_quiet")
+        if not hasattr(args, "quiet"):
+            parser.error(
+                f"-q before the command is for the client commands (run, sessions, "
+                f"notebook, ...); 'interp {args.command}' takes none."
+            )
+        args.quiet = True
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

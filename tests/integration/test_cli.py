@@ -116,6 +116,20 @@ def test_run_keep_prints_the_new_session(local_server: Server) -> None:
         session.close()
 
 
+def test_quiet_before_the_command_is_the_commands_own(local_server: Server) -> None:
+    # `interp -q run` was refused ("unrecognized arguments: -q"), unlike --url before it.
+    loud = interp(local_server, "run", "-c", "6 * 7")
+    quiet = interp(local_server, "-q", "run", "-c", "6 * 7")
+    assert loud.returncode == quiet.returncode == 0, (loud.stderr, quiet.stderr)
+    assert loud.stdout == quiet.stdout == "42\n"
+    assert "session" in loud.stderr and quiet.stderr == "", quiet.stderr
+    refused = interp(None, "-q", "openapi")
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
+        "interp: error: -q before the command is for the client commands (run, sessions, "
+        "notebook, ...); 'interp openapi' takes none."
+    )
+
+
 def test_timeout_is_a_failure(local_server: Server) -> None:
     result = interp(
         local_server, "run", "-q", "--timeout", "1", "-c", "import time\ntime.sleep(20)"
