@@ -63,6 +63,17 @@ class RawKernel:
             pass
 
 
+def over_ipc(km: AsyncKernelManager, where: Path) -> None:
+    """Unix sockets in ``where`` for a local kernel, as the service's local backend has
+    (the Docker one's provisioner does the same). Over TCP, jupyter_client picks each
+    port by binding port 0 and closing it, and the kernel binds it a moment later: a
+    connection made meanwhile can take it as its source port, and the kernel dies with
+    "Address already in use" ("Kernel died before replying to kernel_info", once in a CI
+    run beside the tests' own connections)."""
+    km.transport = "ipc"
+    km.ip = str(where / "kernel")
+
+
 @contextlib.asynccontextmanager
 async def raw_kernel(backend: str) -> AsyncIterator[RawKernel]:
     """Start a kernel (``local`` or ``docker``), wait for ``kernel_info``, yield it."""
@@ -91,6 +102,8 @@ async def raw_kernel(backend: str) -> AsyncIterator[RawKernel]:
         (scratch / "workspace").mkdir()
     name = "python3-docker" if backend == "docker" else "python3"
     km = AsyncKernelManager(kernel_name=name, kernel_spec_manager=kernel_spec_manager())
+    if backend != "docker":
+        over_ipc(km, scratch)
     ctx = zmq.asyncio.Context()
     ctx.setsockopt(zmq.RCVHWM, 0)
     try:

@@ -39,7 +39,7 @@ import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
 
 from benchmarks import gateway
-from benchmarks.floors import p
+from benchmarks.floors import over_ipc, p
 from interpreter.kernelspecs import kernel_spec_manager
 
 FLOOD = "for i in range(10000):\n    print(i, flush=True)"
@@ -54,6 +54,8 @@ def summary(samples: list[float]) -> str:
 
 async def raw_jupyter_client(n: int) -> tuple[list[float], float]:
     km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=kernel_spec_manager())
+    scratch = Path(tempfile.mkdtemp(prefix="interp-floor-"))
+    over_ipc(km, scratch)
     await km.start_kernel()
     ctx = zmq.asyncio.Context()
     ctx.setsockopt(zmq.RCVHWM, 0)
@@ -93,6 +95,7 @@ async def raw_jupyter_client(n: int) -> tuple[list[float], float]:
     assert lines == 10000, lines
     kc.stop_channels()
     await km.shutdown_kernel(now=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return samples, flood
 
 
