@@ -215,6 +215,8 @@ class SessionBroker:
             self._recovery_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._recovery_task
+            if self.recovery is not None and not self.backend.keep_on_shutdown:
+                await self.recovery.abandon()
         if self.policy.watcher is not None:
             await self.policy.watcher.stop()
         if self._cull_task is not None:

@@ -25,6 +25,7 @@ and a reattached session attaches what the cell still prints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,10 @@ class Recovery:
     on_closed: Callable[[list[str]], None]
     report: RecoveryReport = field(default_factory=RecoveryReport)
     pending: set[str] = field(default_factory=set)
+    #: Leftover kernels a session took (reattached) or removed to make way for a fresh one.
+    claimed: set[str] = field(default_factory=set)
+    #: Sessions dealt with: adopted (reattached or revived) or closed.
+    settled: set[str] = field(default_factory=set)
     _closed_as: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -109,13 +114,12 @@ class Recovery:
     async def run(self) -> RecoveryReport:
         """Reattach, revive or close every record (concurrently), then remove unclaimed
         kernels."""
-        claimed: set[str] = set()
         limit = asyncio.Semaphore(CONCURRENCY)
 
         async def one(record: SessionRecord) -> None:
             async with limit:
                 try:
-                    claimed.update(await self._recover(record))
+                    await self._recover(record)
                 except Exception:
                     log.exception("startup recovery of session %s failed", record.id)
                 finally:
@@ -124,7 +128,7 @@ class Recovery:
         await asyncio.gather(*(one(r) for r in self.records))
         for leftover in self.leftovers:
             # Before this broker's pool started, every unclaimed kernel was a leftover.
-            if leftover.id not in claimed:
+            if leftover.id not in self.claimed:
                 await self.backend.remove(leftover)
                 self.report.removed.append(leftover.id)
         # Kernels of any broker on this engine whose data directory is gone for good.
@@ -140,36 +144,58 @@ class Recovery:
             self.on_closed(closed)
         return self.report
 
-    async def _recover(self, record: SessionRecord) -> list[str]:
-        """Reattach, revive or close one session; returns the ids of the leftover kernels
-        it dealt with (reattached, or removed to make way for a fresh one)."""
-        in_flight = [
+    async def abandon(self) -> None:
+        """After :meth:`run` was cancelled by a shutdown that keeps no kernels: close the
+        sessions it had not dealt with (``broker_shutdown``, as the live ones are closed),
+        and remove the leftover kernels no session took. Without it their containers ran
+        on after the broker, which had promised to keep none."""
+        for record in self.records:
+            if record.id in self.settled:
+                continue
+            in_flight = self._in_flight(record)
+            try:
+                await self._close(record, in_flight, "broker_shutdown")
+            except Exception:
+                log.exception("closing session %s at the shutdown failed", record.id)
+        for leftover in self.leftovers:
+            if leftover.id not in self.claimed:
+                with contextlib.suppress(Exception):
+                    await self.backend.remove(leftover)
+                    self.report.removed.append(leftover.id)
+
+    def _in_flight(self, record: SessionRecord) -> list[tuple[int, Execution]]:
+        return [
             (u.seq, u.execution)
             for u in self.unfinished
             if u.session_id == record.id and u.execution.status == "unknown"
         ]
+
+    async def _recover(self, record: SessionRecord) -> None:
+        """Reattach, revive or close one session; the leftover kernels it dealt with
+        (reattached, or removed to make way for a fresh one) are :attr:`claimed`."""
+        in_flight = self._in_flight(record)
         if not self.backend.can_reattach(record.backend):
             await self._close(record, in_flight, "broker_restarted")
-            return []
+            return
         provisioner = record.provisioner or {}
         matches = [m for m in self.leftovers if self.backend.matches(m, record.id, provisioner)]
-        if matches and await self._reattach(record, in_flight):
+        if matches and await self._reattach(record, in_flight, matches[0].id):
             await self.writer.run(
                 partial(self.store.set_status, record.id, "busy" if in_flight else "idle")
             )
             self.report.reattached.append(record.id)
-            return [matches[0].id]
+            return
         why_not = self._not_revived(record, bool(in_flight))
         if why_not is not None:
             await self._close(record, in_flight, why_not)
-            return []
+            return
         # Whatever is left of its kernel (stopped, frozen, or a replacement the earlier
         # broker was starting) goes before the fresh one starts in its directories.
         for leftover in matches:
+            self.claimed.add(leftover.id)
             await self.backend.remove(leftover)
             self.report.removed.append(leftover.id)
         await self._revive(record, in_flight)
-        return [m.id for m in matches]
 
     def _not_revived(self, record: SessionRecord, busy: bool) -> str | None:
         """Why a session whose kernel is gone gets no fresh one (the reason it is closed
@@ -214,6 +240,7 @@ class Recovery:
         except Exception as exc:
             log.warning("session %s: no fresh kernel after the broker restart: %s", record.id, exc)
             await session.close(reason="start_failed")
+            self.settled.add(record.id)
             self._closed(record.id, "start_failed")
             return
         self.factory.metrics.restarts.labels(REVIVED).inc()
@@ -226,6 +253,7 @@ class Recovery:
             record.id,
             session.generation,
         )
+        self.settled.add(record.id)
         self.adopt(session)
         self.report.revived.append(record.id)
 
@@ -247,6 +275,7 @@ class Recovery:
         options = self.factory.launch_options(record.id, record.owner)
         await asyncio.to_thread(release_disk, options)
         await self.writer.run(partial(self.store.close_session, record.id, reason))
+        self.settled.add(record.id)
         self._closed(record.id, reason)
 
     def _closed(self, session_id: str, reason: str) -> None:
@@ -256,8 +285,9 @@ class Recovery:
             self.factory.metrics.sessions_closed.labels(reason).inc()
 
     async def _reattach(
-        self, record: SessionRecord, in_flight: list[tuple[int, Execution]]
+        self, record: SessionRecord, in_flight: list[tuple[int, Execution]], kernel: str
     ) -> bool:
+        """Reattach ``record`` to its leftover kernel ``kernel`` (its id)."""
         if not record.connection or not record.provisioner:
             return False
         session = await self.factory.restore(record)
@@ -267,6 +297,8 @@ class Recovery:
             log.warning("could not reattach session %s: %s", record.id, exc)
             session.kernel.close()
             return False
+        self.claimed.add(kernel)
+        self.settled.add(record.id)
         self.adopt(session)
         return True
 

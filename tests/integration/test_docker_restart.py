@@ -413,3 +413,45 @@ def test_kept_containers_end_without_a_broker_and_are_swept_when_their_data_is_g
     finally:
         other.send_signal(signal.SIGTERM)
         other.wait(60)
+
+
+def test_a_shutdown_during_recovery_that_keeps_no_kernels_leaves_no_container(
+    broker: Start, data_dir: Path
+) -> None:
+    """A broker that keeps no kernels at its shutdown (--no-keep-containers-on-shutdown)
+    stopped while its startup recovery ran: the sessions recovery had not reached kept
+    their containers running after it (found by an outside operations tester). They are
+    closed as the live ones are, and their containers removed."""
+    import asyncio
+
+    from interpreter.server import start
+    from interpreter.store import Store
+    from tests.conftest import test_settings
+
+    proc, url = broker()
+    with client(url) as api:
+        sids = [api.post("/v1/sessions").json()["id"] for _ in range(3)]
+        for sid in sids:
+            run(api, sid, "x = 1")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    broker_id = broker_id_for(data_dir)
+    assert len(list_broker_containers(broker_id)) == 3  # kept for the next broker
+
+    async def start_and_stop_at_once() -> None:
+        settings = test_settings(data_dir, backend="docker", pool_size=0)
+        assert settings.keep_containers_on_shutdown is False
+        running = await start(settings, backend="docker")
+        assert not running.broker.recovery_done  # still reattaching
+        await running.stop()
+
+    asyncio.run(start_and_stop_at_once())
+    assert list_broker_containers(broker_id) == []
+    store = Store(data_dir / "state.db")
+    try:
+        for sid in sids:
+            record = store.get_session(sid)
+            assert record is not None and record.status == "closed", record
+            assert record.closed_reason == "broker_shutdown", record
+    finally:
+        store.close()
