@@ -1018,7 +1018,7 @@ def cut_around(head: str, tail: str, total: int, limit: int, artifact: str | Non
     """Like :func:`cut_middle` for a text of ``total`` characters that is not whole in
     memory: it starts with ``head`` and ends with ``tail``."""
     half = max(limit // 2, 1)
-    head, tail = head[:half], tail[-half:]
+    head, tail = _ends(head, tail, half)
     omitted = max(total - len(head) - len(tail), 0)
     return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
 
@@ -1029,9 +1029,28 @@ def cut_middle(text: str, limit: int, artifact: str | None = None) -> str:
     if len(text) <= limit:
         return text
     half = max(limit // 2, 1)
-    omitted = len(text) - 2 * half
-    head, tail = text[:half], text[-half:]
+    head, tail = _ends(text, text, half)
+    omitted = len(text) - len(head) - len(tail)
     return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
+
+
+def _ends(lead: str, trail: str, half: int) -> tuple[str, str]:
+    """The head of ``lead`` and the tail of ``trail`` that a cut text keeps, ``half``
+    characters at most each; a head or tail that would begin or end within a line ends
+    or begins at that line's boundary instead when one is in its last or first quarter,
+    so that a reader gets whole lines on both sides of the notice ("line 1442", not
+    "lin"; what is left out is counted in the notice)."""
+    head, tail = lead[:half], trail[-half:]
+    reach = max(half // 4, 1)
+    if len(lead) > half and not head.endswith("\n") and lead[half] != "\n":
+        end = head.rfind("\n", half - reach)
+        if end >= 0:
+            head = head[:end]
+    if len(trail) > half and not tail.startswith("\n") and trail[-half - 1] != "\n":
+        start = tail.find("\n", 0, reach)
+        if start >= 0:
+            tail = tail[start + 1 :]
+    return head, tail
 
 
 def _omitted(count: int, artifact: str | None, *, late: bool = False) -> str:
@@ -1087,6 +1106,6 @@ def _cut_parts(parts: Parts, limit: int, notice: Callable[[int], str]) -> str:
         lead = "".join(part for part in parts[:first] if isinstance(part, str))
         trail = "".join(part for part in parts[last + 1 :] if isinstance(part, str))
     half = max(limit // 2, 1)
-    head, tail = lead[:half], trail[-half:]
+    head, tail = _ends(lead, trail, half)
     omitted = max(_parts_size(parts) - len(head) - len(tail), 0)
     return f"{head}\n{notice(omitted)}\n{tail}"

@@ -57,6 +57,14 @@ def clip(text: str, limit: int, hint: str | None = None) -> str:
         return text
     head = limit * 2 // 3
     end = len(text) - (limit - head)
+    # Whole lines on both sides of the note when a line ends near the cut ("line 1442",
+    # not "lin"), as the service cuts its own texts.
+    if text[head - 1] != "\n" and text[head] != "\n":
+        line_end = text.rfind("\n", head - max(head // 4, 1), head)
+        head = line_end if line_end > 0 else head
+    if text[end - 1] != "\n" and text[end] != "\n":
+        line_start = text.find("\n", end, end + max((len(text) - end) // 4, 1))
+        end = line_start + 1 if line_start >= 0 else end
     for mark in _SERVICE_CUT.finditer(text):  # never keep half a mark
         if mark.start() < head < mark.end():
             head = mark.start()
@@ -65,7 +73,10 @@ def clip(text: str, limit: int, hint: str | None = None) -> str:
     cut = end - head
     where = None
     for mark in _SERVICE_CUT.finditer(text, head, end):
-        cut += int(mark.group(1)) - len(mark.group(0))
+        # The service's mark stands for its count, and so do the line breaks it put
+        # around it (they are no characters of the text).
+        framing = text[mark.start() - 1 : mark.start()] + text[mark.end() : mark.end() + 1]
+        cut += int(mark.group(1)) - len(mark.group(0)) - framing.count("\n")
         if mark.group(2).startswith(("/", "http")):
             where = mark.group(2)
     if where is not None:

@@ -50,6 +50,22 @@ def test_a_text_the_service_cut_counts_both_cuts_and_names_the_artifact() -> Non
     assert shown.count("[...") == 1
 
 
+@pytest.mark.parametrize("width", [7, 10, 13, 61])
+def test_cuts_keep_whole_lines_on_both_sides_of_the_note(width: int) -> None:
+    # The service's cut and the model's both fell within a line: "line 1443\nlin" then
+    # the note, then "3\nline 99394" (found by an outside tester over MCP).
+    whole = "".join(f"{i:0{width - 1}d}\n" for i in range(60_000 // width))
+    url = f"/v1/sessions/{SID}/artifacts/{'a' * 64}"
+    service = cut_middle(whole, 20_000, url)
+    for shown in (service, clip(whole, 5_000), clip(service, 5_000)):
+        head, note, tail = re.split(r"\n(\[\.\.\. \d+ characters omitted[^\]]*\])\n", shown)
+        assert whole.startswith(head) and whole.endswith(tail), note
+        assert head.endswith("\n") or whole[len(head)] == "\n", head[-20:]
+        assert tail.startswith("\n") or whole[-len(tail) - 1] == "\n", tail[:20]
+        counted = int(re.findall(r"\d+", note)[0])
+        assert counted == len(whole) - len(head) - len(tail), note
+
+
 def test_a_cut_that_kept_everything_elsewhere_says_how_to_see_more() -> None:
     ex = execution(stdout="".join(f"row {i:05d}\n" for i in range(3000)))
     text = text_of(ex)
