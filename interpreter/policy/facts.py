@@ -9,8 +9,13 @@ Names are resolved through the cell's own imports and assignments (plain, chaine
 tuple, annotated and walrus): after ``import subprocess as sp`` the call ``sp.run`` is
 ``subprocess.run``; after ``from os import system as s`` the call ``s`` is ``os.system``;
 ``os.path.join`` is an attribute chain on ``os``. A chain that reaches a module through
-another module's attribute is the module itself: ``os.path.os.system`` and
-``shutil.os.system`` are ``os.system`` (for the modules in :data:`REEXPORTED_MODULES`).
+another module's attribute is the module itself: ``os.path.os.system``,
+``shutil.os.system`` and ``tempfile._os.system`` are ``os.system``, and ``os`` counts as
+imported (for the modules in :data:`REEXPORTED_MODULES`; as does ``sys.modules["os"]``).
+Such a chain may start at a name of an earlier cell (``pandas.io.common.os`` after
+``import pandas`` ran before), so any root counts but a name this cell binds to something
+else (a parameter, a loop variable, a call's result); ``arr.ctypes`` (a numpy array's
+attribute) is ``ctypes`` only when ``arr`` is a module the cell imports.
 ``from os import *`` binds the names the module exports, for the modules in
 :data:`STAR_MODULES`; a star import of any other module is ``unknown: star_import``.
 The literal source given to ``exec``/``eval``/``compile`` is analysed as code too (nested
@@ -47,6 +52,19 @@ CODE_MAGICS = {"time": (True, True), "timeit": (True, True), "prun": (True, True
 _MAGIC_OPTIONS = re.compile(r"\s*(?:-\w+(?:\s+\d+)?\s+)*")
 #: Methods of the IPython shell that run a cell's text (its magics too).
 _CELL_RUNNERS = frozenset({"run_cell", "run_cell_async", "ex", "ev"})
+#: Methods of the IPython shell that run a shell command (``!cmd`` is ``system``, ``!!cmd``
+#: and ``%sx`` are ``getoutput``), and those that look up a magic to call it.
+_SHELL_METHODS = frozenset({"system", "getoutput", "system_piped", "system_raw"})
+_MAGIC_FINDERS = frozenset({"find_line_magic", "find_cell_magic", "find_magic"})
+#: IPython's own functions that run a shell command (what ``get_ipython().system`` uses).
+_IPYTHON_SHELL_FUNCTIONS = frozenset(
+    {"IPython.utils.process.system", "IPython.utils.process.getoutput",
+     "IPython.utils.process.getoutputerror", "IPython.utils.process.get_output_error_code"}
+)  # fmt: skip
+_IPYTHON_PROCESS_MODULES = ("IPython.utils._process_",)
+#: Methods of an asyncio event loop that start a process, whatever object they are called
+#: on (``loop.subprocess_exec``): the call is ``asyncio.AbstractEventLoop.<method>``.
+_LOOP_SPAWNERS = frozenset({"subprocess_exec", "subprocess_shell"})
 #: Characters without which IPython leaves a cell as it is (magics, shell, help).
 _IPYTHON_MARKS = ("!", "%", "?")
 #: Calls that open a path for writing when given a writing mode.
@@ -54,15 +72,20 @@ _OPENERS = frozenset({"open", "io.open", "os.open", "pathlib.Path.open", "codecs
 _PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir"})
 _DYNAMIC_RUNNERS = frozenset({"eval", "exec", "compile", "builtins.eval", "builtins.exec"})
 _IMPORTERS = frozenset(
-    {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"}
-)
+    {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__",
+     "__builtins__.__import__"}
+)  # fmt: skip
 #: Modules whose names, reached as an attribute of another module's chain, are taken to be
-#: that module re-exported (``os.path.os`` is ``os``, ``shutil.os`` is ``os``). A fixed
-#: list, not every module name: ``numpy.random`` or ``pandas.io`` are not ``random``/``io``.
+#: that module re-exported (``os.path.os`` is ``os``, ``shutil.os`` is ``os``), also with
+#: one leading underscore (``tempfile._os``, ``random._os`` are ``os``). A fixed list, not
+#: every module name: ``numpy.random`` or ``pandas.io`` are not ``random``/``io``.
 REEXPORTED_MODULES = frozenset(
     {"os", "posix", "sys", "subprocess", "shutil", "socket", "ctypes", "importlib", "builtins",
-     "pty", "pickle", "marshal", "multiprocessing"}
+     "pty", "pickle", "marshal", "multiprocessing", "asyncio", "_posixsubprocess"}
 )  # fmt: skip
+#: Of those, names that common objects have as attributes (a numpy array's ``.ctypes``):
+#: the module only in a chain that starts at a module the cell itself imports.
+OBJECT_ATTRIBUTES = frozenset({"ctypes"})
 #: Modules whose ``from M import *`` binds the names M exports (its ``__all__``, read from
 #: the broker's own copy of the standard library); any other star import is unknown.
 STAR_MODULES = frozenset({"os", "posix", "subprocess", "shutil", "socket"})
@@ -87,6 +110,8 @@ _COPIERS = frozenset(
 _MOVERS = frozenset({"shutil.move", "os.rename", "os.replace", "os.renames"})
 #: Where a Docker session's files live; the local backend passes its own directory.
 WORKSPACE_ROOTS = ("/workspace",)
+#: What :meth:`_Walker._namespace` answers for ``f.__globals__`` (its keys are names).
+_GLOBALS = "<globals>"
 
 
 @dataclass(frozen=True)
@@ -136,7 +161,7 @@ def analyse(code: str, workspaces: tuple[str, ...] = WORKSPACE_ROOTS) -> Facts:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return Facts(syntax_error=True, **_line_magics_only(code))
-    walker = _Walker(workspaces)
+    walker = _Walker(workspaces, _bound_names(tree))
     try:
         walker.visit(tree)
     except RecursionError:
@@ -194,9 +219,44 @@ def _line_magics_only(code: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------ the walker
 
 
+def _module_named(attr: str) -> str | None:
+    """The module an attribute named ``attr`` is taken to be (``os`` and ``_os`` are
+    ``os``), or None."""
+    if attr in REEXPORTED_MODULES:
+        return attr
+    if attr.startswith("_") and attr[1:] in REEXPORTED_MODULES:
+        return attr[1:]
+    return None
+
+
+#: Statements and patterns that bind the name they carry (``def f``, ``except E as e``).
+_NAMED_BINDERS = (
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+    ast.MatchStar,
+)  # fmt: skip
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """The names ``tree`` binds other than by an import: assignment and loop targets,
+    parameters, functions, classes, ``except ... as``, ``match`` captures."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, _NAMED_BINDERS) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+    return names
+
+
 class _Walker(ast.NodeVisitor):
-    def __init__(self, workspaces: tuple[str, ...]) -> None:
+    def __init__(self, workspaces: tuple[str, ...], bound: set[str]) -> None:
         self.workspaces = workspaces
+        #: Names the cell binds other than by an import (not modules, as far as it knows).
+        self.bound = bound
         #: Local name -> the dotted path it stands for (``sp`` -> ``subprocess``).
         self.aliases: dict[str, str] = {}
         self.imports: set[str] = set()
@@ -228,16 +288,32 @@ class _Walker(ast.NodeVisitor):
         for i in range(1, len(parts) + 1):
             self.imports.add(".".join(parts[:i]))
 
+    def _may_be_module(self, root: str, module: str) -> bool:
+        """Whether the first name of a chain may hold a module (so its attribute
+        ``module`` is that module): one this cell imports, or one it does not bind at all
+        (an earlier cell's ``import pandas``)."""
+        if root in self.imports:
+            return True
+        return root not in self.bound and module not in OBJECT_ATTRIBUTES
+
     def normal(self, path: str) -> str:
-        """``path`` with a module re-exported by an imported module's chain taken as
-        itself: ``os.path.os.system`` is ``os.system`` (the last such module wins)."""
+        """``path`` with a module re-exported by a module's chain taken as itself, and
+        counted as imported: ``os.path.os.system`` and ``pathlib.os.system`` are
+        ``os.system`` (the last such module wins)."""
         parts = path.split(".")
-        if len(parts) < 3 or parts[0] not in self.imports:
-            return path
         for i in range(len(parts) - 2, 0, -1):
-            if parts[i] in REEXPORTED_MODULES:
-                return ".".join(parts[i:])
+            module = _module_named(parts[i])
+            if module is not None and self._may_be_module(parts[0], module):
+                self._import(module)
+                return ".".join([module, *parts[i + 1 :]])
         return path
+
+    def _reach(self, base: str, attr: str) -> None:
+        """``base.attr`` is read: a module's chain that ends at a module named in
+        :data:`REEXPORTED_MODULES` (``x = pathlib.os``) imports it."""
+        module = _module_named(attr)
+        if module is not None and self._may_be_module(base.split(".")[0], module):
+            self._import(module)
 
     def _bind(self, target: ast.AST, value: ast.AST | None) -> None:
         """``target = value``: a name takes the value's path, or forgets its alias."""
@@ -302,6 +378,10 @@ class _Walker(ast.NodeVisitor):
             return None
         if self.normal(path) == "sys.modules":
             return ""
+        if path.endswith(".__globals__"):
+            return _GLOBALS
+        if path == "__builtins__" or path.endswith(".__builtins__"):
+            return "builtins"  # a module's __builtins__ is the builtins' dict
         if path.endswith(".__dict__"):
             return path[: -len(".__dict__")]
         return None
@@ -317,7 +397,17 @@ class _Walker(ast.NodeVisitor):
         if name is None:
             self.unknown.add("getattr")
             return None
-        return f"{base}.{name}" if base else name
+        if base == _GLOBALS:
+            # A function's module globals: ``f.__globals__["os"]`` is a module.
+            module = _module_named(name)
+            if module is not None:
+                self._import(module)
+            return module or name
+        if not base:
+            self._import(name)  # sys.modules["os"] is os, imported
+            return name
+        self._reach(base, name)
+        return f"{base}.{name}"
 
     def _getattr_path(self, call: ast.Call) -> str | None:
         if len(call.args) < 2:
@@ -327,7 +417,10 @@ class _Walker(ast.NodeVisitor):
         if attr is None:
             self.unknown.add("getattr")
             return None
-        return f"{base}.{attr}" if base is not None else None
+        if base is None:
+            return None
+        self._reach(base, attr)
+        return f"{base}.{attr}"
 
     # -- statements
 
@@ -354,6 +447,9 @@ class _Walker(ast.NodeVisitor):
             self.aliases[alias.asname or alias.name] = full
             if module:
                 self.imports.add(full)  # `from os import path` may import a submodule
+                reexported = _module_named(alias.name)
+                if reexported is not None:
+                    self._import(reexported)  # `from pathlib import os` is os
 
     def _star(self, module: str) -> None:
         names = _exported(module) if module in STAR_MODULES else None
@@ -377,12 +473,21 @@ class _Walker(ast.NodeVisitor):
         self.generic_visit(node)
         self._bind(node.target, node.value)
 
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.generic_visit(node)
+        if isinstance(node.ctx, ast.Load) and _module_named(node.attr) is not None:
+            base = self.resolve(node.value)
+            if base is not None:
+                self._reach(base, node.attr)
+
     # -- calls
 
     def visit_Call(self, node: ast.Call) -> None:
         self.generic_visit(node)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _DATA_WRITERS:
             self._data_write(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _LOOP_SPAWNERS:
+            self.calls.add(f"asyncio.AbstractEventLoop.{node.func.attr}")
         raw = self.resolve(node.func)
         if raw is None:
             return
@@ -407,6 +512,8 @@ class _Walker(ast.NodeVisitor):
                 self._nested(source)
         elif name.startswith("get_ipython()."):
             self._ipython_call(name.removeprefix("get_ipython()."), node)
+        elif name in _IPYTHON_SHELL_FUNCTIONS or name.startswith(_IPYTHON_PROCESS_MODULES):
+            self.magics.add("!")  # what `!cmd` runs, called by hand
         self._check_write(name, node)
 
     def _nested(self, source: str) -> None:
@@ -427,8 +534,15 @@ class _Walker(ast.NodeVisitor):
             self.depth -= 1
 
     def _ipython_call(self, method: str, node: ast.Call) -> None:
-        if method in ("system", "getoutput"):
+        if method in _SHELL_METHODS:
             self.magics.add("!")
+        elif method in _MAGIC_FINDERS:
+            # get_ipython().find_line_magic("sx")(...): the magic, called by hand.
+            magic = _literal_str(node.args[0]) if node.args else None
+            if magic is None:
+                self.unknown.add("magic")
+            else:
+                self.magics.add(magic)
         elif method.startswith("alias_manager."):
             self.magics.add("alias")  # a shell command made a magic
         elif method in _CELL_RUNNERS:

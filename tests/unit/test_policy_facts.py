@@ -36,6 +36,28 @@ CAUGHT_CALLS = [
     ("import subprocess as sp\nsp.os.system('ls')", "os.system"),
     ("import logging.handlers\nlogging.handlers.socket.socket()", "socket.socket"),
     ("__import__('os').path.os.system('ls')", "os.system"),
+    # ... also from a name of an earlier cell (``import pathlib`` ran before), or a module
+    # imported under another name (``tempfile._os``), or through its globals.
+    ("pathlib.os.popen('id')", "os.popen"),
+    ("pandas.io.common.os.popen('id')", "os.popen"),
+    ("import pandas\npandas.io.common.os.popen('id')", "os.popen"),
+    ("x.subprocess.run(['id'])", "subprocess.run"),
+    ("import tempfile\ntempfile._os.system('id')", "os.system"),
+    ("import pathlib\nm = pathlib.os\nm.popen('id')", "os.popen"),
+    ("from pathlib import os as o\no.popen('id')", "os.popen"),
+    ("import pathlib\ngetattr(pathlib, 'os').popen('id')", "os.popen"),
+    ("import pathlib\nvars(pathlib)['os'].popen('id')", "os.popen"),
+    ("pathlib.Path.__init__.__globals__['os'].popen('id')", "os.popen"),
+    ("asyncio.subprocess.create_subprocess_exec('id')", "subprocess.create_subprocess_exec"),
+    # An event loop's methods that start a process, on whatever object.
+    (
+        "import asyncio\nloop = asyncio.get_running_loop()\nloop.subprocess_exec(P, 'id')",
+        "asyncio.AbstractEventLoop.subprocess_exec",
+    ),
+    (
+        "asyncio.get_event_loop().subprocess_shell(P, 'id')",
+        "asyncio.AbstractEventLoop.subprocess_shell",
+    ),
     # Star imports of the modules rules commonly name bind what those modules export.
     ("from os import *\nsystem('ls')", "os.system"),
     ("from subprocess import *\nrun(['ls'])", "subprocess.run"),
@@ -64,8 +86,14 @@ def test_only_known_modules_count_as_re_exports() -> None:
         "import numpy as np\nnp.random.rand(3)\nimport pandas as pd\npd.io.json.x()"
     ).calls
     assert calls == {"numpy.random.rand", "pandas.io.json.x"}
-    # Only chains rooted at an imported module: an object's attribute is not a module.
-    assert analyse("self.os.system('ls')").calls == {"self.os.system"}
+    # An object's attribute is not a module: a chain rooted at a name the cell binds
+    # (a parameter, a call's result) is not rewritten, nor is a numpy array's ``.ctypes``.
+    method = "class T:\n    def f(self):\n        self.os.system('ls')"
+    assert analyse(method).calls == {"self.os.system"}
+    facts = analyse("import numpy as np\narr = np.zeros(3)\narr.ctypes.data_as(p)")
+    assert "ctypes" not in facts.imports and "ctypes.data_as" not in facts.calls
+    facts = analyse("arr.ctypes.data_as(p)\narr.ctypes.data")
+    assert facts.imports == set() and facts.calls == {"arr.ctypes.data_as"}
     # The chain as written stays a fact too (a rule may name it).
     assert "os.path.os.system" in analyse("import os\nos.path.os.system('ls')").calls
 
@@ -117,6 +145,19 @@ def test_imports_include_dunder_import_and_importlib_with_literal_names(
         ("%%bash\necho hi", "bash"),
         ("%pip install requests", "pip"),
         ("%system ls", "system"),
+        ("x = !!id", "!"),
+        ("x = %sx id", "sx"),
+        # The calls those become, made by hand, are the shell too.
+        ("get_ipython().getoutput('id')", "!"),
+        ("get_ipython().system_piped('id')", "!"),
+        ("ip = get_ipython()\nip.system_raw('id')", "!"),
+        ("import IPython\nIPython.get_ipython().system('id')", "!"),
+        ("get_ipython().run_cell('!!id')", "!"),
+        ("from IPython.utils.process import getoutput\ngetoutput('id')", "!"),
+        ("import IPython.utils.process as p\np.system('id')", "!"),
+        ("from IPython.utils._process_posix import system\nsystem('id')", "!"),
+        ("get_ipython().find_line_magic('sx')('id')", "sx"),
+        ("get_ipython().find_cell_magic('bash')('', 'id')", "bash"),
         ("x = 1\n%%bash\necho not a cell magic here", None),
     ],
 )
@@ -134,6 +175,70 @@ def test_plain_python_has_no_shell_and_no_unknown() -> None:
     facts = analyse("import pandas as pd\ndf = pd.DataFrame({'a': [1]})\ndf.sum()")
     assert not facts.shell and not facts.unknown and not facts.dynamic_exec
     assert "pandas" in facts.imports and "pandas.DataFrame" in facts.calls
+
+
+@pytest.mark.parametrize(
+    ("code", "module"),
+    [
+        ("import sys\nsys.modules['os'].popen('id')", "os"),
+        ("sys.modules.get('subprocess').run(['id'])", "subprocess"),
+        ("import sys\nm = sys.modules['_posixsubprocess']", "_posixsubprocess"),
+        ("import pathlib\npathlib.os.popen('id')", "os"),
+        ("pathlib.os.popen('id')", "os"),  # pathlib imported by an earlier cell
+        ("import pandas\npandas.io.common.os.popen('id')", "os"),
+        ("pandas.io.common.os.popen('id')", "os"),
+        ("import random\nf(random._os)", "os"),  # handed on, never called here
+        ("from pathlib import os", "os"),
+        ("from tempfile import _os as o", "os"),
+        ("import pathlib\ng = getattr(pathlib, 'os')", "os"),
+        ("import pathlib\ng = vars(pathlib)['os']", "os"),
+        ("g = Path.__init__.__globals__['os']", "os"),
+        ("__builtins__.__import__('subprocess')", "subprocess"),
+        ("pathlib.__builtins__['__import__']('os')", "os"),
+        ("import asyncio\nasyncio.subprocess.PIPE", "subprocess"),
+    ],
+)
+def test_a_module_reached_without_its_own_import_counts_as_imported(code: str, module: str) -> None:
+    """A rule on ``imports`` (the README's tight policy) was passed by reaching the module
+    another way: ``sys.modules["os"].popen``, ``pathlib.os.popen``,
+    ``pandas.io.common.os.popen`` started a process under a policy denying ``os``."""
+    facts = analyse(code)
+    assert module in facts.imports, facts
+    assert not facts.unknown, facts
+
+
+# Ordinary data analysis: none of it reaches a module a rule would deny, runs a shell or is
+# unknown. Names like df, arr, plt are those of earlier cells.
+DATA_ANALYSIS = [
+    "import pandas as pd\nimport numpy as np\ndf = pd.read_csv('data.csv')\n"
+    "df.groupby('a').agg({'b': 'mean'}).reset_index()",
+    "import numpy as np\narr = np.random.default_rng(0).normal(size=100)\narr.ctypes.data",
+    "arr.ctypes.data_as(p)\narr.ctypes.shape",
+    "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\n"
+    "fig.savefig('out.png')",
+    "from pathlib import Path\np = Path('data') / 'x.csv'\np.exists()\np.read_text()",
+    "import pathlib\npathlib.Path('out').mkdir(exist_ok=True)",
+    "import pandas as pd\npd.io.json.json_normalize([{'a': 1}])\npd.api.types.is_numeric_dtype",
+    "df.plot.scatter(x='a', y='b')\nplt.show()\nsns.histplot(df['a'])",
+    "import json, csv, math, statistics\njson.loads('{}')\nmath.sqrt(2)",
+    "import asyncio\nawait asyncio.sleep(0)\nasyncio.gather(f(), g())",
+]
+
+
+@pytest.mark.parametrize("code", DATA_ANALYSIS)
+def test_ordinary_data_analysis_reaches_no_module_and_no_shell(code: str) -> None:
+    facts = analyse(code)
+    assert not facts.shell and not facts.unknown and not facts.dynamic_exec, facts
+    imported = {"pandas", "numpy", "matplotlib", "matplotlib.pyplot", "pathlib",
+                "pathlib.Path", "json", "csv", "math", "statistics", "asyncio"}  # fmt: skip
+    assert facts.imports <= imported, facts
+    assert not any(c.startswith(("os.", "subprocess.", "ctypes.")) for c in facts.calls)
+
+
+def test_os_path_join_is_os_and_nothing_more() -> None:
+    facts = analyse("import os\nos.path.join('a', 'b')\nos.path.exists('a')")
+    assert facts.imports == {"os"} and facts.calls == {"os.path.join", "os.path.exists"}
+    assert not facts.shell and not facts.unknown
 
 
 @pytest.mark.parametrize(
@@ -262,6 +367,34 @@ EVASIONS = [
         '`fns = [os.system]; fns[0]("ls")`, passing `os.system` to a function, a class attribute',
         "import os\nclass T:\n    run = os.system\nT.run('ls')",
         "os.system",
+        set(),
+    ),
+    (
+        "`for m in [pathlib]: m.os.system(...)`: a module held by a name the cell binds (a "
+        "loop variable, a parameter), or `x.ctypes` when the cell does not import `x`",
+        "import pathlib\nfor m in [pathlib]:\n    m.os.system('ls')",
+        "os",
+        set(),
+    ),
+    (
+        "`for m in [pathlib]: m.os.system(...)`: a module held by a name the cell binds (a "
+        "loop variable, a parameter), or `x.ctypes` when the cell does not import `x`",
+        "def f(m):\n    return m.os.system('ls')\nimport pathlib\nf(pathlib)",
+        "os",
+        set(),
+    ),
+    (
+        "`for m in [pathlib]: m.os.system(...)`: a module held by a name the cell binds (a "
+        "loop variable, a parameter), or `x.ctypes` when the cell does not import `x`",
+        "x.ctypes.CDLL(None).system(b'ls')",
+        "ctypes",
+        set(),
+    ),
+    (
+        '`pydoc.pipepager("", "ls")`, `imaplib.IMAP4_stream("ls")`: standard-library '
+        "functions that run a command they are given",
+        "import pydoc\npydoc.pipepager('', 'ls')",
+        "subprocess",
         set(),
     ),
     (
