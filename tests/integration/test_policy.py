@@ -36,6 +36,8 @@ LIMITED = "test-key-charlie"
 DUAL = "test-key-ops-and-agent"
 #: Bound to the "strict" policy (default deny) of the rule kinds below.
 STRICT = "test-key-delta"
+#: Bound to the README's example "tight" policy, appended to the file as written there.
+TIGHT = "test-key-echo"
 
 
 def _prefix(key: str) -> str:
@@ -68,6 +70,11 @@ sha256 = "{_prefix(DUAL)}"
 name = "agent-delta"
 sha256 = "{_prefix(STRICT)}"
 policy = "strict"
+
+[[keys]]
+name = "agent-echo"
+sha256 = "{_prefix(TIGHT)}"
+policy = "tight"
 
 [policies.default]
 default = "allow"
@@ -184,6 +191,16 @@ limits.max_executions_per_minute = 3
 """
 
 
+def _readme_tight() -> str:
+    """The README's example "tight" policy, as the README writes it."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index("[policies.tight]") :]
+    return "\n" + block[: block.index("```")]
+
+
+POLICY += _readme_tight()
+
+
 @pytest.fixture(scope="module", params=["local", "docker"])
 def policy_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     if request.param == "docker":
@@ -193,7 +210,7 @@ def policy_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     srv = start_server(
         request.param,
         root / "data",
-        api_keys=[KEY, OTHER_KEY, LIMITED, DUAL, STRICT],
+        api_keys=[KEY, OTHER_KEY, LIMITED, DUAL, STRICT, TIGHT],
         operator_keys=[OPERATOR, DUAL],
         policy_file=root / "policy.toml",
         policy_poll_s=0.2,
@@ -780,6 +797,58 @@ def test_known_evasions_run_on_a_real_kernel(session: tuple[httpx.Client, str]) 
         assert _decided(_run(client, sid, code)) == ("denied", "no-outside-writes"), code
     check = _run(client, sid, "import os\n(os.path.exists('c.txt'), os.path.exists('e1.txt'))")
     assert check["outputs"][0]["data"]["text/plain"] == "(False, True)"
+
+
+#: Ways a cell started a process past the README's "tight" policy (an outside tester's
+#: cells, made to leave a file behind), and the rule of that policy that now denies each.
+TIGHT_DENIED = [
+    ("import sys\nsys.modules['os'].popen('touch t1.txt').read()", "no-processes-or-network"),
+    ("pathlib.os.popen('touch t2.txt').read()", "no-processes-or-network"),  # after a cell's import
+    ("import pandas\npandas.io.common.os.popen('touch t3.txt').read()", "no-processes-or-network"),
+    (
+        "import asyncio\np = await asyncio.create_subprocess_exec('touch', 't4.txt')\n"
+        "await p.wait()",
+        "no-async-processes",
+    ),
+    (
+        "import asyncio\nloop = asyncio.get_running_loop()\n"
+        "t, _ = await loop.subprocess_shell(asyncio.SubprocessProtocol, 'touch t5.txt')",
+        "no-async-processes",
+    ),
+    ("get_ipython().getoutput('touch t6.txt')", "no-shell"),
+    ("from IPython.utils.process import getoutput\ngetoutput('touch t7.txt')", "no-shell"),
+    ("x = !!touch t8.txt", "no-shell"),
+    ("x = %sx touch t9.txt", "no-shell"),
+]
+
+
+def test_the_readme_tight_policy_denies_each_way_a_tester_started_a_process(
+    policy_server: Server,
+) -> None:
+    """The README's "tight" policy let ``sys.modules['os'].popen``, ``pathlib.os.popen``,
+    ``pandas.io.common.os.popen``, ``asyncio.create_subprocess_exec`` and IPython's
+    ``getoutput`` start a process; each is now denied, none reaches the kernel, and
+    ordinary data analysis still runs under it."""
+    with policy_server.client(TIGHT) as client:
+        sid = _session(client)
+        try:
+            assert _decided(_run(client, sid, "import pathlib")) == ("ok", None)
+            for code, rule in TIGHT_DENIED:
+                ex = _run(client, sid, code)
+                assert _decided(ex) == ("denied", rule), (code, ex)
+                assert ex["policy"]["message"].startswith("this key may not"), ex
+            work = _run(
+                client,
+                sid,
+                "import pandas as pd\nimport numpy as np\nfrom pathlib import Path\n"
+                "df = pd.DataFrame({'a': np.arange(3)})\ndf.to_csv('d.csv', index=False)\n"
+                "(int(pd.read_csv('d.csv')['a'].sum()), np.zeros(2).ctypes.data > 0,"
+                " sorted(p.name for p in Path('.').glob('t*.txt')))",
+            )
+            assert _decided(work) == ("ok", None), work
+            assert work["outputs"][0]["data"]["text/plain"] == "(3, True, [])"
+        finally:
+            client.delete(f"/v1/sessions/{sid}")
 
 
 def test_a_key_that_is_agent_and_operator_cannot_decide_its_own_code_and_the_decision_is_chained(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from interpreter.policy.facts import analyse
 from interpreter.policy.loader import parse
+from interpreter.policy.rules import Policy, Request, evaluate
 from tests.conftest import REPO
-from tests.unit.test_policy_facts import EVASIONS
+from tests.unit.test_policy_facts import DATA_ANALYSIS, EVASIONS
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -47,3 +51,56 @@ def test_the_readme_evasion_table_is_the_tested_one_row_by_row() -> None:
             assert all(f"unknown: {kind}" in reported for kind in unknown), row
         else:
             assert reported.startswith("nothing"), row
+
+
+def _tight() -> Policy:
+    blocks = re.findall(r"```toml\n(.*?)```", _section(), flags=re.DOTALL)
+    return parse(blocks[0], "README.md").policies["tight"]
+
+
+#: Ways a cell starts a process that an outside tester ran past the README's tight policy
+#: (its imports rule denies os and subprocess), with the rule that now denies each.
+STARTS_A_PROCESS = [
+    ("import sys\nprint(sys.modules['os'].popen('id').read())", "no-processes-or-network"),
+    ("import sys\nsys.modules.get('subprocess').run(['id'])", "no-processes-or-network"),
+    ("import pathlib\nprint(pathlib.os.popen('id').read())", "no-processes-or-network"),
+    ("pathlib.os.popen('id')", "no-processes-or-network"),
+    ("import pandas\nprint(pandas.io.common.os.popen('id').read())", "no-processes-or-network"),
+    ("import tempfile\ntempfile._os.system('id')", "no-processes-or-network"),
+    ("from pathlib import os\nos.popen('id')", "no-processes-or-network"),
+    ("Path.__init__.__globals__['os'].popen('id')", "no-processes-or-network"),
+    ("pathlib.__builtins__['__import__']('os').popen('id')", "no-processes-or-network"),
+    ("import asyncio\nasyncio.subprocess.create_subprocess_exec('id')", "no-processes-or-network"),
+    (
+        "import asyncio\nasync def f():\n    p = await asyncio.create_subprocess_exec('id')\n"
+        "await f()",
+        "no-async-processes",
+    ),
+    ("import asyncio\nawait asyncio.create_subprocess_shell('id')", "no-async-processes"),
+    (
+        "from asyncio import get_running_loop\nloop = get_running_loop()\n"
+        "await loop.subprocess_shell(P, 'id')",
+        "no-async-processes",
+    ),
+    ("get_ipython().system('id')", "no-shell"),
+    ("print(get_ipython().getoutput('id'))", "no-shell"),
+    ("get_ipython().run_cell('!id')", "no-shell"),
+    ("from IPython.utils.process import getoutput\nprint(getoutput('id'))", "no-shell"),
+    ("x = !!id", "no-shell"),
+    ("x = %sx id", "no-shell"),
+    ("%system id", "no-shell"),
+    ("!id", "no-shell"),
+]
+
+
+@pytest.mark.parametrize(("code", "rule"), STARTS_A_PROCESS)
+def test_the_readme_tight_policy_denies_each_way_to_start_a_process(code: str, rule: str) -> None:
+    verdict = evaluate(_tight(), "tight", analyse(code), Request(key="agent"))
+    assert (verdict.decision, verdict.rule) == ("deny", rule), code
+    assert verdict.message and "rule" not in verdict.message  # its own words, not a stock one
+
+
+@pytest.mark.parametrize("code", DATA_ANALYSIS)
+def test_the_readme_tight_policy_allows_ordinary_data_analysis(code: str) -> None:
+    verdict = evaluate(_tight(), "tight", analyse(code), Request(key="agent"))
+    assert (verdict.decision, verdict.rule) == ("allow", None), code
