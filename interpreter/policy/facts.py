@@ -71,6 +71,24 @@ _IPYTHON_MARKS = ("!", "%", "?")
 _OPENERS = frozenset({"open", "io.open", "os.open", "pathlib.Path.open", "codecs.open"})
 _PATH_WRITERS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir"})
 _DYNAMIC_RUNNERS = frozenset({"eval", "exec", "compile", "builtins.eval", "builtins.exec"})
+#: Other functions that run Python text given to them (its positions and keywords): a
+#: literal is analysed as the cell's code, text built by an expression is unknown. The
+#: ``timeit`` ones also take a callable, so a name or a lambda given to them is taken to be
+#: one; the others take text only.
+_STATEMENT = ((0, "statement"),)
+_TEXT_RUNNERS: dict[str, tuple[tuple[int, str], ...]] = {
+    "timeit.timeit": ((0, "stmt"), (1, "setup")),
+    "timeit.repeat": ((0, "stmt"), (1, "setup")),
+    "timeit.Timer": ((0, "stmt"), (1, "setup")),
+    "cProfile.run": _STATEMENT,
+    "cProfile.runctx": _STATEMENT,
+    "profile.run": _STATEMENT,
+    "profile.runctx": _STATEMENT,
+    "pdb.run": _STATEMENT,
+    "pdb.runctx": _STATEMENT,
+    "pdb.runeval": ((0, "expression"),),
+}
+_CALLABLE_TAKERS = frozenset({"timeit.timeit", "timeit.repeat", "timeit.Timer"})
 _IMPORTERS = frozenset(
     {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__",
      "__builtins__.__import__"}
@@ -510,11 +528,27 @@ class _Walker(ast.NodeVisitor):
                 self.unknown.add("exec_source")
             else:
                 self._nested(source)
+        elif name in _TEXT_RUNNERS:
+            self._text_run(name, node)
         elif name.startswith("get_ipython()."):
             self._ipython_call(name.removeprefix("get_ipython()."), node)
         elif name in _IPYTHON_SHELL_FUNCTIONS or name.startswith(_IPYTHON_PROCESS_MODULES):
             self.magics.add("!")  # what `!cmd` runs, called by hand
         self._check_write(name, node)
+
+    def _text_run(self, name: str, node: ast.Call) -> None:
+        """``timeit.timeit("...")``, ``cProfile.run("...")``: Python text run by a
+        function, analysed as ``exec``'s is."""
+        for position, keyword in _TEXT_RUNNERS[name]:
+            arg = _argument(node, position, (keyword,))
+            source = _literal_str(arg) if arg is not None else None
+            if source is not None:
+                self._nested(source)
+            elif arg is not None and not (
+                name in _CALLABLE_TAKERS and isinstance(arg, ast.Name | ast.Attribute | ast.Lambda)
+            ):
+                self.dynamic_exec = True
+                self.unknown.add("exec_source")
 
     def _nested(self, source: str) -> None:
         """Analyse the literal source of ``exec("...")`` as code of this cell (it runs in

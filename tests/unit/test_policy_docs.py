@@ -82,6 +82,10 @@ STARTS_A_PROCESS = [
         "await loop.subprocess_shell(P, 'id')",
         "no-async-processes",
     ),
+    (
+        "import timeit\ntimeit.timeit(\"import os; os.popen('id')\", number=1)",
+        "no-processes-or-network",
+    ),
     ("get_ipython().system('id')", "no-shell"),
     ("print(get_ipython().getoutput('id'))", "no-shell"),
     ("get_ipython().run_cell('!id')", "no-shell"),

@@ -222,6 +222,8 @@ DATA_ANALYSIS = [
     "df.plot.scatter(x='a', y='b')\nplt.show()\nsns.histplot(df['a'])",
     "import json, csv, math, statistics\njson.loads('{}')\nmath.sqrt(2)",
     "import asyncio\nawait asyncio.sleep(0)\nasyncio.gather(f(), g())",
+    "import timeit\ntimeit.timeit(f, number=3)\n"
+    "timeit.timeit('sorted(xs)', setup='xs = [3, 1, 2]', number=10)",
 ]
 
 
@@ -230,7 +232,8 @@ def test_ordinary_data_analysis_reaches_no_module_and_no_shell(code: str) -> Non
     facts = analyse(code)
     assert not facts.shell and not facts.unknown and not facts.dynamic_exec, facts
     imported = {"pandas", "numpy", "matplotlib", "matplotlib.pyplot", "pathlib",
-                "pathlib.Path", "json", "csv", "math", "statistics", "asyncio"}  # fmt: skip
+                "pathlib.Path", "json", "csv", "math", "statistics", "asyncio",
+                "timeit"}  # fmt: skip
     assert facts.imports <= imported, facts
     assert not any(c.startswith(("os.", "subprocess.", "ctypes.")) for c in facts.calls)
 
@@ -398,6 +401,22 @@ EVASIONS = [
         set(),
     ),
     (
+        '`s = "..."; timeit.timeit(s)` (`timeit` is usually given a callable), '
+        '`code.InteractiveInterpreter().runsource("...")`: Python text run by a function '
+        "other than `exec`, `timeit`, `cProfile`/`profile`/`pdb` `run`",
+        "import timeit\ns = 'import os; os.system(1)'\ntimeit.timeit(s, number=1)",
+        "os.system",
+        set(),
+    ),
+    (
+        '`s = "..."; timeit.timeit(s)` (`timeit` is usually given a callable), '
+        '`code.InteractiveInterpreter().runsource("...")`: Python text run by a function '
+        "other than `exec`, `timeit`, `cProfile`/`profile`/`pdb` `run`",
+        "import code\ncode.InteractiveInterpreter().runsource('import os; os.system(1)')",
+        "os.system",
+        set(),
+    ),
+    (
         '`Path("~/x").expanduser().write_text(...)`: a path made by a method',
         "from pathlib import Path\nPath('~/x').expanduser().write_text('x')",
         "~/x",
@@ -456,6 +475,37 @@ def test_aliases_and_automagic_are_the_shell(code: str) -> None:
 @pytest.mark.parametrize("code", ["ls = 3", "cat(1)", "ls.sort()", "x = 1\nls"])
 def test_a_name_used_as_python_is_not_automagic(code: str) -> None:
     assert not analyse(code).shell
+
+
+@pytest.mark.parametrize(
+    ("code", "imports", "calls"),
+    [
+        ("import timeit\ntimeit.timeit(\"import os; os.popen('id')\", number=1)", {"os"},
+         {"os.popen"}),
+        ("from timeit import Timer\nTimer('pass', setup='import subprocess').timeit()",
+         {"subprocess"}, set()),
+        ("import timeit\ntimeit.repeat(stmt='__import__(\"pty\").spawn(\"id\")')", {"pty"},
+         {"pty.spawn"}),
+        ("import cProfile\ncProfile.run('import socket')", {"socket"}, set()),
+        ("import pdb\npdb.run('import os; os.system(1)')", {"os"}, {"os.system"}),
+    ],
+)  # fmt: skip
+def test_python_text_a_function_runs_is_the_cells_own(
+    code: str, imports: set[str], calls: set[str]
+) -> None:
+    """``timeit.timeit("import os; ...")`` ran code no rule saw, as ``exec`` of a literal
+    did before it was analysed."""
+    facts = analyse(code)
+    assert imports <= facts.imports and calls <= facts.calls, facts
+    assert not facts.unknown and not facts.dynamic_exec, facts
+
+
+def test_python_text_built_for_such_a_function_is_unknown_and_a_callable_is_not() -> None:
+    for code in ("import timeit\ntimeit.timeit('import o' + 's')", "cProfile.run(src)"):
+        facts = analyse(code)
+        assert facts.unknown == {"exec_source"} and facts.dynamic_exec, code
+    facts = analyse("import timeit\ntimeit.timeit(f, number=3)\ntimeit.timeit(lambda: g(1))")
+    assert not facts.unknown and not facts.dynamic_exec
 
 
 def test_a_magic_line_that_is_not_python_is_unknown() -> None:
