@@ -13,9 +13,10 @@ another module's attribute is the module itself: ``os.path.os.system``,
 ``shutil.os.system`` and ``tempfile._os.system`` are ``os.system``, and ``os`` counts as
 imported (for the modules in :data:`REEXPORTED_MODULES`; as does ``sys.modules["os"]``).
 Such a chain may start at a name of an earlier cell (``pandas.io.common.os`` after
-``import pandas`` ran before), so any root counts but a name this cell binds to something
-else (a parameter, a loop variable, a call's result); ``arr.ctypes`` (a numpy array's
-attribute) is ``ctypes`` only when ``arr`` is a module the cell imports.
+``import pandas`` ran before) or at a value the analyser cannot name (``[pathlib][0].os``),
+so any root counts but a name this cell binds to something else (a parameter, a loop
+variable, a call's result); ``arr.ctypes`` (a numpy array's attribute) is ``ctypes`` only
+when ``arr`` is a module the cell imports.
 ``from os import *`` binds the names the module exports, for the modules in
 :data:`STAR_MODULES`; a star import of any other module is ``unknown: star_import``.
 The literal source given to ``exec``/``eval``/``compile`` is analysed as code too (nested
@@ -89,6 +90,14 @@ _TEXT_RUNNERS: dict[str, tuple[tuple[int, str], ...]] = {
     "pdb.runeval": ((0, "expression"),),
 }
 _CALLABLE_TAKERS = frozenset({"timeit.timeit", "timeit.repeat", "timeit.Timer"})
+#: Methods of a mapping that read one key (``sys.modules.get("os")``).
+_ITEM_READERS = frozenset({"get", "__getitem__", "pop", "setdefault"})
+#: Calls that find or load the module named by their first argument, without importing
+#: it by that name (``importlib.util.find_spec("os")``, ``__loader__.load_module("os")``).
+_MODULE_FINDERS = frozenset(
+    {"importlib.util.find_spec", "importlib.find_loader", "pkgutil.get_loader",
+     "pkgutil.find_loader", "importlib.machinery.PathFinder.find_spec"}
+)  # fmt: skip
 _IMPORTERS = frozenset(
     {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__",
      "__builtins__.__import__"}
@@ -369,7 +378,7 @@ class _Walker(ast.NodeVisitor):
                 return self._getattr_path(node)
             if (
                 isinstance(node.func, ast.Attribute)
-                and node.func.attr == "get"
+                and node.func.attr in _ITEM_READERS
                 and node.args
                 and self._namespace(node.func.value) is not None
             ):
@@ -377,7 +386,9 @@ class _Walker(ast.NodeVisitor):
                 return self._item_path(node.func.value, node.args[0])
             if inner in _IMPORTERS and node.args and _literal_str(node.args[0]) is not None:
                 return _literal_str(node.args[0])
-            if inner in ("get_ipython", "IPython.get_ipython"):
+            if inner in ("get_ipython", "IPython.get_ipython") or (
+                inner is not None and inner.endswith("InteractiveShell.instance")
+            ):
                 return "get_ipython()"
             if inner is not None and inner.endswith(("pathlib.Path", "pathlib.PurePath")):
                 return "pathlib.Path"
@@ -387,9 +398,12 @@ class _Walker(ast.NodeVisitor):
         """What a mapping of names stands for: ``""`` for ``sys.modules`` (its keys are
         modules), a path for ``vars(path)`` or ``path.__dict__`` (its keys are attributes);
         None for any other value."""
-        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
-            if self.resolve(node.func) == "vars":
+        if isinstance(node, ast.Call):
+            func = self.resolve(node.func)
+            if func == "vars" and len(node.args) == 1 and not node.keywords:
                 return self.resolve(node.args[0])
+            if func in ("globals", "locals", "vars") and not node.args:
+                return _GLOBALS  # the cell's own names: its keys are names
             return None
         path = self.resolve(node)
         if path is None:
@@ -493,10 +507,19 @@ class _Walker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.generic_visit(node)
-        if isinstance(node.ctx, ast.Load) and _module_named(node.attr) is not None:
+        if not isinstance(node.ctx, ast.Load):
+            return
+        module = _module_named(node.attr)
+        if module is not None:
             base = self.resolve(node.value)
             if base is not None:
                 self._reach(base, node.attr)
+            elif module not in OBJECT_ATTRIBUTES:
+                # ``[pathlib][0].os``, ``f().os``: read off a value the analyser cannot
+                # name; an ordinary object has no attribute named like these modules.
+                self._import(module)
+        elif node.attr == "magics_manager" and self.resolve(node.value) == "get_ipython()":
+            self.unknown.add("magic")  # its table of magics, called by hand
 
     # -- calls
 
@@ -530,11 +553,34 @@ class _Walker(ast.NodeVisitor):
                 self._nested(source)
         elif name in _TEXT_RUNNERS:
             self._text_run(name, node)
+        elif name in _MODULE_FINDERS or name.endswith(".load_module"):
+            module = _literal_str(node.args[0]) if node.args else None
+            if module is None:
+                self.unknown.add("import")
+            else:
+                self._import(module)
+        elif name == "operator.attrgetter":
+            self._attrgetter(node)
         elif name.startswith("get_ipython()."):
-            self._ipython_call(name.removeprefix("get_ipython()."), node)
+            # ``get_ipython().kernel.shell`` is the same shell: its method is the last name.
+            method = name.removeprefix("get_ipython().")
+            self._ipython_call(method.removeprefix("kernel.shell."), node)
         elif name in _IPYTHON_SHELL_FUNCTIONS or name.startswith(_IPYTHON_PROCESS_MODULES):
             self.magics.add("!")  # what `!cmd` runs, called by hand
         self._check_write(name, node)
+
+    def _attrgetter(self, node: ast.Call) -> None:
+        """``operator.attrgetter("os.system")(pathlib)``: attribute access by another name,
+        of an object the analyser does not see; a module named in it is reached."""
+        for arg in node.args:
+            dotted = _literal_str(arg)
+            if dotted is None:
+                self.unknown.add("getattr")
+                continue
+            for part in dotted.split("."):
+                module = _module_named(part)
+                if module is not None and module not in OBJECT_ATTRIBUTES:
+                    self._import(module)
 
     def _text_run(self, name: str, node: ast.Call) -> None:
         """``timeit.timeit("...")``, ``cProfile.run("...")``: Python text run by a

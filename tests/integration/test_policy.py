@@ -770,17 +770,18 @@ def test_known_evasions_run_on_a_real_kernel(session: tuple[httpx.Client, str]) 
     assert _decided(star) == ("ok", None) and star["policy"]["facts"]["unknown"] == ["star_import"]
     # A module held by a name the cell binds; a standard-library function that runs the
     # command it is given (no os, no subprocess in the cell); Python text run by a function
-    # the analyser does not read.
+    # the analyser does not read; a module found among many values.
     for code in (
         "import pathlib\nfor m in [pathlib]:\n    m.os.system('echo 1 > e4.txt')",
         "import pydoc\npydoc.pipepager('', 'echo 1 > e5.txt')",
         "import code\ncode.InteractiveInterpreter().runsource(\n"
         "    \"import os; os.system('echo 1 > e6.txt')\")",
+        "import sys\nm = dict(sys.modules)\nm['os'].system('echo 1 > e7.txt')",
     ):
         ex = _run(client, sid, code)
         assert _decided(ex) == ("ok", None), (code, ex)
     check = _run(client, sid, "import os\nsorted(f for f in os.listdir() if f[0] == 'e')")
-    assert check["outputs"][0]["data"]["text/plain"] == str([f"e{i}.txt" for i in range(1, 7)])
+    assert check["outputs"][0]["data"]["text/plain"] == str([f"e{i}.txt" for i in range(1, 8)])
     # What the analyser now catches stays denied on the same kernel.
     for code in (
         "import os.path\nos.path.os.system('echo 1 > c.txt')",
@@ -822,6 +823,19 @@ TIGHT_DENIED = [
         "import timeit\ntimeit.timeit(\"import os; os.popen('touch t10.txt').read()\", number=1)",
         "no-processes-or-network",
     ),
+    (
+        "import pathlib\n[m for m in [pathlib]][0].os.popen('touch t11.txt').read()",
+        "no-processes-or-network",
+    ),
+    (
+        "globals()['__builtins__'].__import__('os').popen('touch t12.txt').read()",
+        "no-processes-or-network",
+    ),
+    (
+        "import operator\noperator.attrgetter('os')(pathlib).popen('touch t13.txt').read()",
+        "no-processes-or-network",
+    ),
+    ("get_ipython().kernel.shell.getoutput('touch t14.txt')", "no-shell"),
     ("get_ipython().getoutput('touch t6.txt')", "no-shell"),
     ("from IPython.utils.process import getoutput\ngetoutput('touch t7.txt')", "no-shell"),
     ("x = !!touch t8.txt", "no-shell"),

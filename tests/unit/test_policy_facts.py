@@ -158,6 +158,12 @@ def test_imports_include_dunder_import_and_importlib_with_literal_names(
         ("from IPython.utils._process_posix import system\nsystem('id')", "!"),
         ("get_ipython().find_line_magic('sx')('id')", "sx"),
         ("get_ipython().find_cell_magic('bash')('', 'id')", "bash"),
+        ("get_ipython().kernel.shell.getoutput('id')", "!"),
+        (
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance().system('id')",
+            "!",
+        ),
         ("x = 1\n%%bash\necho not a cell magic here", None),
     ],
 )
@@ -196,6 +202,16 @@ def test_plain_python_has_no_shell_and_no_unknown() -> None:
         ("__builtins__.__import__('subprocess')", "subprocess"),
         ("pathlib.__builtins__['__import__']('os')", "os"),
         ("import asyncio\nasyncio.subprocess.PIPE", "subprocess"),
+        # Read off a value the analyser cannot name, or through other ways to read a key
+        # or an attribute, or found by name without an import statement.
+        ("import pathlib\n[m for m in [pathlib]][0].os.system('id')", "os"),
+        ("f().subprocess.run(['id'])", "subprocess"),
+        ("import sys\nsys.modules.__getitem__('os').system('id')", "os"),
+        ("import sys\nsys.modules.setdefault('pty').spawn('id')", "pty"),
+        ("globals()['__builtins__'].__import__('os')", "os"),
+        ("import operator\noperator.attrgetter('os.system')(pathlib)('id')", "os"),
+        ("__loader__.load_module('os').system('id')", "os"),
+        ("import importlib.util as u\nu.find_spec('subprocess')", "subprocess"),
     ],
 )
 def test_a_module_reached_without_its_own_import_counts_as_imported(code: str, module: str) -> None:
@@ -394,6 +410,20 @@ EVASIONS = [
         set(),
     ),
     (
+        "`dict(sys.modules)`, `sys.modules.values()`, `gc.get_objects()`: a module found "
+        "among many values",
+        "import sys\nm = dict(sys.modules)\nm['os'].system('ls')",
+        "os",
+        set(),
+    ),
+    (
+        "`dict(sys.modules)`, `sys.modules.values()`, `gc.get_objects()`: a module found "
+        "among many values",
+        "import gc\n[o for o in gc.get_objects() if getattr(o, '__name__', '') == 'posix']",
+        "posix",
+        set(),
+    ),
+    (
         '`pydoc.pipepager("", "ls")`, `imaplib.IMAP4_stream("ls")`: standard-library '
         "functions that run a command they are given",
         "import pydoc\npydoc.pipepager('', 'ls')",
@@ -506,6 +536,12 @@ def test_python_text_built_for_such_a_function_is_unknown_and_a_callable_is_not(
         assert facts.unknown == {"exec_source"} and facts.dynamic_exec, code
     facts = analyse("import timeit\ntimeit.timeit(f, number=3)\ntimeit.timeit(lambda: g(1))")
     assert not facts.unknown and not facts.dynamic_exec
+
+
+def test_the_table_of_magics_called_by_hand_is_unknown() -> None:
+    facts = analyse("get_ipython().magics_manager.magics['line']['sx']('id')")
+    assert facts.unknown == {"magic"}
+    assert analyse("import operator\noperator.attrgetter(name)(m)").unknown == {"getattr"}
 
 
 def test_a_magic_line_that_is_not_python_is_unknown() -> None:
