@@ -19,6 +19,22 @@ from interpreter.exposure import check_bind
 
 Command = Callable[[argparse.Namespace], int]
 
+#: The longest idle timeout the service accepts for a session.
+MAX_IDLE_TIMEOUT_S = 7 * 86400
+
+
+def _idle_seconds(text: str) -> float:
+    """A positive number of seconds, at most the service's maximum."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 1 <= seconds <= MAX_IDLE_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1 and {MAX_IDLE_TIMEOUT_S} seconds, not {text}"
+        )
+    return seconds
+
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``interp mcp [--http PORT]``: serve the tools over MCP."""
@@ -50,6 +66,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         "tokens": tokens or None,
         "keep_sessions": args.keep_sessions,
     }
+    if args.stateless_idle_timeout is not None:
+        options["stateless_idle_timeout_s"] = args.stateless_idle_timeout
     if url:
         # Refused here in one line, not in the server's task group as an exception group.
         check_url(url, "--url" if args.url else f"${URL_ENV}")
@@ -96,5 +114,13 @@ def add_mcp_command(
         action="store_true",
         help="Keep the interpreter sessions a client created after it disconnects "
         "(default: delete them; their notebooks stay readable).",
+    )
+    mcp.add_argument(
+        "--stateless-idle-timeout",
+        type=_idle_seconds,
+        metavar="SECONDS",
+        help="A session that a stateless HTTP request (protocol 2026-07-28, which has no "
+        "current session) started closes after this many seconds in which no code runs "
+        "in it (default 600, interpreter.mcp_sessions.STATELESS_IDLE_TIMEOUT_S).",
     )
     mcp.set_defaults(func=wrap(cmd_mcp), embed=embed)

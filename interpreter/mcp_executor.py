@@ -90,9 +90,19 @@ class StreamingToolExecutor(AsyncToolExecutor):
     """The tool executor of one MCP connection: ``run_code`` streams (see the module)."""
 
     def __init__(
-        self, client: AsyncClient, *, own_sessions_only: bool = False, keeps_current: bool = True
+        self,
+        client: AsyncClient,
+        *,
+        own_sessions_only: bool = False,
+        keeps_current: bool = True,
+        idle_timeout_s: float | None = None,
     ) -> None:
-        super().__init__(client, own_sessions_only=own_sessions_only, keeps_current=keeps_current)
+        super().__init__(
+            client,
+            own_sessions_only=own_sessions_only,
+            keeps_current=keeps_current,
+            idle_timeout_s=idle_timeout_s,
+        )
         self._handles: dict[str, AsyncSession] = {}
 
     async def _handle(self, session_id: str) -> AsyncSession:

@@ -9,8 +9,8 @@ Transports: stdio (the default; what desktop MCP hosts launch) and streamable HT
 (``--http PORT``, loopback by default, at ``/mcp``; a bearer token is required to bind
 anything else).
 
-Each MCP client gets its own tool executor, so its own current interpreter session; which
-sessions each client may name is :mod:`interpreter.mcp_sessions`:
+Each MCP client with a connection gets its own tool executor, so its own current
+interpreter session; which sessions each client may name is :mod:`interpreter.mcp_sessions`:
 
 - stdio: the one client of the process; its sessions are deleted when stdin closes;
 - streamable HTTP with a session (``Mcp-Session-Id``, protocol versions up to
@@ -21,10 +21,15 @@ sessions each client may name is :mod:`interpreter.mcp_sessions`:
   stands alone, with no current session: ``run_code``, ``upload_file`` and
   ``create_session`` without ``session_id`` start a session and the result names it; such
   a request may name only sessions that stateless requests started (session ids are
-  144-bit random, so knowing one is the right to use it); those sessions are deleted when
-  the server stops, or at once when the call that started one failed.
+  144-bit random, so knowing one is the right to use it); those sessions close after
+  ``stateless_idle_timeout_s`` in which no code runs in them, when the server stops, or
+  at once when the call that started one failed.
 
-``keep_sessions`` keeps every session instead (their notebooks stay readable anyway).
+The tools and instructions a client is given say which of these it is: a stateless
+request lists the tools of :func:`interpreter.mcp_sessions.stateless_tools`, where
+``session_id`` is what carries state, and the others those of :mod:`interpreter.tools`,
+with a current session. ``keep_sessions`` keeps every session when its client ends or the
+server stops (their notebooks stay readable anyway).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any, Literal
 import anyio
 import mcp_types as types
 from mcp.server import Server
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from interpreter._version import __version__
@@ -48,27 +53,52 @@ from interpreter.client import AsyncClient, ClientError
 from interpreter.mcp_auth import BearerAuth
 from interpreter.mcp_executor import StreamingToolExecutor, client_error, reporter
 from interpreter.mcp_service import ServiceFacts, service_facts
-from interpreter.mcp_sessions import StatelessRequests, connection_refusal
+from interpreter.mcp_sessions import (
+    STATELESS_IDLE_TIMEOUT_S,
+    StatelessRequests,
+    connection_refusal,
+    duration,
+    stateless_tools,
+)
 from interpreter.tools import (
     RUN_CODE_OUTPUT_SCHEMA,
     TOOLS,
     ImagePart,
     ToolCall,
     ToolResult,
+    ToolSpec,
 )
 
 log = logging.getLogger(__name__)
 
-INSTRUCTIONS = (
-    "A stateful Python interpreter. run_code executes code in a persistent Jupyter kernel: "
-    "variables, imports and loaded data survive between calls, so work step by step and "
-    "build on earlier results. Errors come back with their traceback; fix the code and run "
+_HOW_TO_WORK = (
+    "Errors come back with their traceback; fix the code and run "
     "it again. Tables come back with a summary of shape and dtypes; plots as images. "
     "Put input files in the workspace with upload_file; read results with read_file. "
     "When output is too long it is cut and the result names the artifact that holds the "
     "whole text: read it in parts with read_artifact. To pick up an earlier analysis, "
     "upload its notebook (.ipynb) and the files it reads, then call rebuild_from_notebook."
 )
+
+INSTRUCTIONS = (
+    "A stateful Python interpreter. run_code executes code in a persistent Jupyter kernel: "
+    "variables, imports and loaded data survive between calls, so work step by step and "
+    "build on earlier results. " + _HOW_TO_WORK
+)
+
+
+def stateless_instructions(idle_timeout_s: float = STATELESS_IDLE_TIMEOUT_S) -> str:
+    """The instructions for a stateless client: state lives in a session it names."""
+    return (
+        "A stateful Python interpreter, reached by stateless requests. run_code executes "
+        "code in a persistent Jupyter kernel, one per session: variables, imports and "
+        "loaded data survive between calls that pass the same session_id. There is no "
+        "current session: a call without session_id starts a new, empty one, and its "
+        "result gives the session_id to pass to every later call, so work step by step "
+        "and build on earlier results. A session closes by itself after "
+        f"{duration(idle_timeout_s)} in which no code runs in it. " + _HOW_TO_WORK
+    )
+
 
 # Hints for hosts deciding whether to ask the user before a call.
 _ANNOTATIONS: dict[str, types.ToolAnnotations] = {
@@ -117,13 +147,20 @@ class Options:
     keep_sessions: bool = False
     #: stdio has one client; HTTP has many.
     transport: Literal["stdio", "http"] = "stdio"
+    #: Sessions that stateless requests start close after this many seconds in which no
+    #: code runs in them (see :mod:`interpreter.mcp_sessions`).
+    stateless_idle_timeout_s: float = STATELESS_IDLE_TIMEOUT_S
 
 
-def mcp_tools(facts: ServiceFacts | None = None) -> list[types.Tool]:
+def mcp_tools(
+    facts: ServiceFacts | None = None, *, specs: tuple[ToolSpec, ...] = TOOLS
+) -> list[types.Tool]:
     """The tool list as MCP ``Tool`` objects; ``facts`` about the service (backend, limits,
-    packages) are added to the description of ``run_code``."""
+    packages) are added to the description of ``run_code``. ``specs`` are the tools'
+    words: :data:`interpreter.tools.TOOLS` (with a current session), or
+    :func:`interpreter.mcp_sessions.stateless_tools` for a stateless client."""
     tools = []
-    for t in TOOLS:
+    for t in specs:
         description = t.description
         if t.name == "run_code" and facts is not None:
             description += "\n\n" + facts.describe()
@@ -169,26 +206,40 @@ class Connections:
         self.client = client
         self.facts = facts
         self.options = options
+        idle = options.stateless_idle_timeout_s
+        #: The tools as a client with a current session reads them, and as a stateless
+        #: one does.
         self.tools = mcp_tools(facts)
+        self.stateless_tools = mcp_tools(facts, specs=stateless_tools(idle))
+        self.stateless_instructions = stateless_instructions(idle)
         self._live: set[StreamingToolExecutor] = set()
         self._stdio = StreamingToolExecutor(client)
         self._live.add(self._stdio)
-        #: Stateless HTTP requests, and the sessions they started (deleted when the
-        #: server stops).
-        self._stateless = StatelessRequests(client)
-        self._live.add(self._stateless.sessions)
+        #: Stateless HTTP requests, and the sessions they started (closed by their idle
+        #: timeout, or deleted when the server stops).
+        self._stateless = StatelessRequests(client, idle)
+
+    def stateless(self, ctx: ServerRequestContext[Any, Any]) -> bool:
+        """Whether this request stands alone: streamable HTTP without an MCP session (the
+        2026-07-28 protocol). stdio always has its one client's current session."""
+        if self.options.transport == "stdio":
+            return False
+        return self._connection(ctx).session_id is None
+
+    @staticmethod
+    def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+        # The SDK keeps per-connection state and teardown on its Connection object; the
+        # request context reaches it only through its session (no public accessor).
+        return ctx.session._connection
 
     async def execute(self, ctx: ServerRequestContext[Any, Any], call: ToolCall) -> ToolResult:
         """Run a tool call for the client this request came from (see the module)."""
         if self.options.transport == "stdio":
             executor, own_only = self._stdio, False
+        elif self.stateless(ctx):
+            return await self._stateless.execute(call)
         else:
-            # The SDK keeps per-connection state and teardown on its Connection object;
-            # the request context reaches it only through its session (no public accessor).
-            connection = ctx.session._connection
-            if connection.session_id is None:
-                return await self._stateless.execute(call)
-            executor, own_only = self._connection_executor(connection), True
+            executor, own_only = self._connection_executor(self._connection(ctx)), True
         refused = connection_refusal(executor, call, self.client.base_url, own_only=own_only)
         if refused is not None:
             return refused
@@ -215,6 +266,9 @@ class Connections:
     async def close(self) -> None:
         for executor in list(self._live):
             await self.release(executor)
+        if not self.options.keep_sessions:
+            with anyio.CancelScope(shield=True):
+                await self._stateless.close()
 
 
 _STATE_KEY = "interp.executor"
@@ -240,7 +294,10 @@ def build_server(target: Target, options: Options | None = None) -> Server[Conne
     async def list_tools(
         ctx: ServerRequestContext[Connections], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=ctx.lifespan_context.tools)
+        connections = ctx.lifespan_context
+        if connections.stateless(ctx):
+            return types.ListToolsResult(tools=connections.stateless_tools)
+        return types.ListToolsResult(tools=connections.tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Connections], params: types.CallToolRequestParams
@@ -266,7 +323,7 @@ def build_server(target: Target, options: Options | None = None) -> Server[Conne
             reporter.reset(token)
         return to_call_result(result)
 
-    return Server(
+    server = Server(
         "interp",
         version=__version__,
         title="Stateful Python interpreter",
@@ -275,6 +332,22 @@ def build_server(target: Target, options: Options | None = None) -> Server[Conne
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.middleware.append(_stateless_discovery)
+    return server
+
+
+async def _stateless_discovery(
+    ctx: ServerRequestContext[Connections, Any], call_next: CallNext
+) -> HandlerResult:
+    """A stateless client learns the instructions from ``server/discover`` (it has no
+    handshake): it is given the ones that say it has no current session. (The rest of
+    the chain answers with the result as it goes on the wire, a dict.)"""
+    result = await call_next(ctx)
+    if ctx.method == "server/discover" and isinstance(result, dict) and "instructions" in result:
+        connections = ctx.lifespan_context
+        if connections.stateless(ctx):
+            return {**result, "instructions": connections.stateless_instructions}
+    return result
 
 
 async def serve_stdio(target: Target, options: Options | None = None) -> None:
@@ -316,12 +389,17 @@ def run(
     host: str = "127.0.0.1",
     tokens: list[str] | None = None,
     keep_sessions: bool = False,
+    stateless_idle_timeout_s: float = STATELESS_IDLE_TIMEOUT_S,
 ) -> int:
     """Run the MCP server until it is closed. Returns the process exit status."""
     if http_port is None:
         anyio.run(serve_stdio, target, Options(keep_sessions=keep_sessions))
     else:
-        options = Options(keep_sessions=keep_sessions, transport="http")
+        options = Options(
+            keep_sessions=keep_sessions,
+            transport="http",
+            stateless_idle_timeout_s=stateless_idle_timeout_s,
+        )
         anyio.run(_serve_http, target, host, http_port, tokens, options)
     return 0
 

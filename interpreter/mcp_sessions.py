@@ -16,6 +16,17 @@ rule to users):
   ``upload_file`` and ``create_session`` start a session and name it; the tools that read
   or reset a session need a ``session_id``, since a new session holds nothing to read. A
   session started by a call that failed is deleted at once, as nobody learnt its id.
+  The tools a stateless client lists say all this (:func:`stateless_tools`): nothing
+  carries state from one call to the next but the ``session_id`` the model passes.
+
+  Nothing tells the server that a stateless client has gone, so each session such a
+  request starts is created with a short idle timeout (``idle_timeout_s``, 10 minutes by
+  default): the service closes it once no code has run in it for that long, and every
+  call that runs code in it starts the count again. A model that keeps passing the id
+  keeps its state; sessions it dropped (one-off calls, a client that went away) end by
+  themselves instead of holding a kernel and a place under the service's session caps
+  until the server stops. The model is told the timeout in the tools and in each result
+  that starts a session.
 
 A ``read_artifact`` reference names a session too: it must be an artifact of the service
 (an id, ``/v1/sessions/<id>/artifacts/<id>``, or the same under the service's URL), the
@@ -25,24 +36,142 @@ SDK's rule.
 from __future__ import annotations
 
 import contextlib
+import copy
+import logging
 
 import anyio
 
 from interpreter.client import AsyncClient, ClientError, InvalidArgumentError
 from interpreter.client.protocol import parse_artifact_ref
 from interpreter.mcp_executor import StreamingToolExecutor
-from interpreter.tools import TextPart, ToolCall, ToolCallError, ToolResult, validate_arguments
+from interpreter.tools import (
+    TOOLS,
+    TextPart,
+    ToolCall,
+    ToolCallError,
+    ToolResult,
+    ToolSpec,
+    validate_arguments,
+)
+from interpreter.tools.executors import TOO_MANY_SESSIONS_HINT
 from interpreter.tools.results import error_result
-from interpreter.tools.specs import TOOLS_BY_NAME
+from interpreter.tools.specs import RUN_CODE_STATE, TOOLS_BY_NAME
+
+log = logging.getLogger(__name__)
 
 #: Tools that, called without ``session_id`` in a stateless request, start a session.
 STARTS_SESSION = frozenset({"run_code", "upload_file", "create_session"})
+
+#: How long a session that stateless requests started may stay idle (no code run in it)
+#: before the service closes it.
+STATELESS_IDLE_TIMEOUT_S = 600.0
 
 STATELESS_LIST = (
     "No sessions are listed to a stateless MCP client: each request stands alone, so the "
     "server cannot tell which sessions are yours. Pass the session_id that an earlier "
     "result gave (results that start a session name it), or omit it to start a new one."
 )
+
+
+def duration(seconds: float) -> str:
+    """``600`` -> ``10 minutes``, for a model to read."""
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds:g} second{'s' if seconds != 1 else ''}"
+
+
+def _idle_sentence(idle_timeout_s: float) -> str:
+    return (
+        f"A session closes by itself after {duration(idle_timeout_s)} in which no code runs in it."
+    )
+
+
+#: Tools whose session must be named in a stateless request (see the module).
+_NEEDS_SESSION = frozenset(
+    {"close_session", "read_file", "list_files", "restart", "rebuild_from_notebook", "get_notebook"}
+)
+
+
+def stateless_tools(idle_timeout_s: float = STATELESS_IDLE_TIMEOUT_S) -> tuple[ToolSpec, ...]:
+    """The tools as a stateless client is told them: there is no current session, so
+    ``session_id`` is what carries state from one call to the next. Omitted, ``run_code``,
+    ``upload_file`` and ``create_session`` start a new session whose id the result gives;
+    the tools that read or reset a session require it. The names, the order and every
+    other word are those of :data:`interpreter.tools.TOOLS`."""
+    idle = _idle_sentence(idle_timeout_s)
+    starts = {
+        "type": "string",
+        "description": (
+            "The session to use: the session_id an earlier result gave. Requests to this "
+            "server are stateless (there is no current session), so pass it on every call "
+            "that builds on earlier ones. Omitted (or an empty string), the call starts a "
+            "new, empty session, and its result gives the session_id to pass next time. " + idle
+        ),
+    }
+    needs = {
+        "type": "string",
+        "description": (
+            "The session to act on: the session_id an earlier result gave (run_code, "
+            "upload_file and create_session start a session and name it). Required: "
+            "requests to this server are stateless, so there is no current session."
+        ),
+    }
+    artifact_session = {
+        "type": "string",
+        "description": (
+            "The artifact's session, as a result gave it; needed only when artifact is a "
+            "bare id (an artifact URL names its session)."
+        ),
+    }
+    descriptions = {
+        "run_code": TOOLS_BY_NAME["run_code"].description.replace(
+            RUN_CODE_STATE,
+            "State persists within a session: pass the session_id that a result gives to "
+            "every later call, and variables, imports and loaded data stay defined, so "
+            "build on earlier results instead of recomputing them, and split work into "
+            "steps. Requests to this server are stateless: a call without session_id "
+            "starts a new, empty session (its result gives the session_id), where nothing "
+            f"from earlier calls is defined. {idle} ",
+        ),
+        "create_session": (
+            "Start a new, empty Python session (its own kernel and workspace) and return "
+            "its session_id: pass it to the other tools to use that session, since "
+            "requests to this server are stateless (there is no current session). "
+            "run_code and upload_file without session_id start one too; use this to start "
+            "over with a clean state, or with from_session to fork: the new session re-runs "
+            "the cells the source session ran and copies its files, so you can try "
+            f"something risky without touching the original. {idle}"
+        ),
+        "list_sessions": (
+            "Lists no sessions to this client: requests to this server are stateless, so "
+            "the server cannot tell which sessions are yours. Keep the session_id each "
+            "result gives and pass it instead."
+        ),
+        "close_session": (
+            "Close a session you no longer need: its kernel stops and its place is freed "
+            "(the service caps how many sessions are open at once). Its notebook stays "
+            f"readable with get_notebook. {idle}"
+        ),
+        "upload_file": TOOLS_BY_NAME["upload_file"].description
+        + " Pass the session_id of the session whose code will read the file: without "
+        "one, a new session is started and the result names it.",
+    }
+    specs = []
+    for spec in TOOLS:
+        parameters = copy.deepcopy(spec.parameters)
+        properties = parameters["properties"]
+        if spec.name in STARTS_SESSION and "session_id" in properties:
+            properties["session_id"] = dict(starts)
+        elif spec.name in _NEEDS_SESSION:
+            properties["session_id"] = dict(needs)
+            parameters["required"] = [*parameters.get("required", []), "session_id"]
+        elif spec.name == "read_artifact":
+            properties["session_id"] = dict(artifact_session)
+        description = descriptions.get(spec.name, spec.description)
+        specs.append(ToolSpec(spec.name, description, parameters))
+    return tuple(specs)
 
 
 def named_sessions(call: ToolCall, service_url: str) -> list[str]:
@@ -73,12 +202,15 @@ def unknown_session(session_id: str, hint: str) -> ToolResult:
     return error_result(f"unknown session {session_id!r}: {hint}")
 
 
-def with_session(result: ToolResult, session_id: str) -> ToolResult:
-    """A stateless result that started a session names it, in its text and its data."""
+def with_session(result: ToolResult, session_id: str, idle_timeout_s: float) -> ToolResult:
+    """A stateless result that started a session names it, in its text and its data, and
+    says how long it stays open unused."""
     result.parts.append(
         TextPart(
             f"Session: {session_id}. This request started it; requests to this server are "
-            f'stateless, so pass session_id "{session_id}" to use it again.'
+            f'stateless, so pass session_id "{session_id}" to use it again (a call without '
+            "session_id starts another, empty session). It closes by itself after "
+            f"{duration(idle_timeout_s)} in which no code runs in it."
         )
     )
     if result.structured is None:
@@ -107,13 +239,18 @@ def connection_refusal(
 
 
 class StatelessRequests:
-    """Runs stateless requests and keeps the sessions they started (see the module)."""
+    """Runs stateless requests and keeps the ids of the sessions they started (see the
+    module)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(
+        self, client: AsyncClient, idle_timeout_s: float = STATELESS_IDLE_TIMEOUT_S
+    ) -> None:
         self.client = client
-        #: Holds every session a stateless request started and named; ``close`` deletes
-        #: them (when the server stops).
-        self.sessions = StreamingToolExecutor(client)
+        #: Sessions that stateless requests start close after this idle time.
+        self.idle_timeout_s = idle_timeout_s
+        #: Every session a stateless request started and named: the ones such requests
+        #: may name. ``close`` deletes those still open (when the server stops).
+        self.started: set[str] = set()
 
     def refusal(self, call: ToolCall) -> ToolResult | None:
         """The answer to a call that must not run, or None."""
@@ -125,9 +262,8 @@ class StatelessRequests:
             named = named_sessions(call, self.client.base_url)
         except ToolCallError as exc:
             return error_result(str(exc))
-        known = set(self.sessions.created)
         for session_id in named:
-            if session_id not in known:
+            if session_id not in self.started:
                 return unknown_session(
                     session_id,
                     "a stateless request may name only a session that an earlier result "
@@ -150,17 +286,50 @@ class StatelessRequests:
         refused = self.refusal(call)
         if refused is not None:
             return refused
-        executor = StreamingToolExecutor(self.client, keeps_current=False)
+        executor = StreamingToolExecutor(
+            self.client, keeps_current=False, idle_timeout_s=self.idle_timeout_s
+        )
         kept = False
         try:
             result = await executor.execute(call)
             kept = not result.is_error
         finally:
             if kept:
-                self.sessions.adopt(executor.created)
+                self.started.update(executor.created)
             elif executor.created:
                 with anyio.CancelScope(shield=True), contextlib.suppress(ClientError):
                     await executor.close()
         if executor.created and executor.session_id is not None:
-            return with_session(result, executor.session_id)
+            return with_session(result, executor.session_id, self.idle_timeout_s)
+        return self._in_stateless_words(result)
+
+    def _in_stateless_words(self, result: ToolResult) -> ToolResult:
+        """At the service's session cap, a stateless client is not sent to list_sessions
+        (it lists none to it)."""
+        if not result.is_error:
+            return result
+        hint = (
+            " Close the ones you no longer need with close_session and the session_id a "
+            f"result gave; the others close by themselves after {duration(self.idle_timeout_s)} "
+            "in which no code runs in them."
+        )
+        result.parts = [
+            TextPart(p.text.replace(TOO_MANY_SESSIONS_HINT, hint)) if isinstance(p, TextPart) else p
+            for p in result.parts
+        ]
         return result
+
+    async def close(self) -> None:
+        """Delete the sessions stateless requests started that are still open (the others
+        ended by their idle timeout, or were closed)."""
+        if not self.started:
+            return
+        try:
+            still_open = {s.id for s in await self.client.list_sessions("open")}
+        except ClientError as exc:
+            log.warning("could not list the open sessions to close them: %s", exc)
+            still_open = set(self.started)
+        for session_id in sorted(self.started & still_open):
+            with contextlib.suppress(ClientError):
+                await self.client.delete_session(session_id)
+        self.started.clear()

@@ -31,6 +31,7 @@ class _ExecutorBase(Generic[C]):
         max_images: int = 4,
         own_sessions_only: bool = False,
         keeps_current: bool = True,
+        idle_timeout_s: float | None = None,
     ) -> None:
         self.client: C = client
         self._logic = _ToolLogic(
@@ -39,6 +40,7 @@ class _ExecutorBase(Generic[C]):
             own_sessions_only=own_sessions_only,
             base_url=client.base_url,
             keeps_current=keeps_current,
+            idle_timeout_s=idle_timeout_s,
         )
         self._logic.session_id = session_id
 
@@ -70,6 +72,10 @@ class ToolExecutor(_ExecutorBase[Client]):
         max_images: Images attached to one ``run_code`` result at most.
         own_sessions_only: Accept only session ids this executor created (for a server
             that shares one API key among several clients).
+        keeps_current: Whether a later call uses the current session (False when each
+            call stands alone, as stateless MCP requests do: results then promise none).
+        idle_timeout_s: The sessions this executor creates close after this many seconds
+            without activity (default: the service's idle timeout).
 
     Example:
         >>> executor = ToolExecutor(Client())  # doctest: +SKIP
@@ -122,12 +128,18 @@ class ToolExecutor(_ExecutorBase[Client]):
         self._logic.session_id = None
 
 
+#: What a model is told to do when the service's session cap is reached.
+TOO_MANY_SESSIONS_HINT = (
+    " Close one you no longer need with close_session (list_sessions names them)."
+)
+
+
 def api_error_text(exc: APIError) -> str:
     """The service's error as a tool says it: its message, in the tools' words where the
     message names an HTTP route (a model lists its sessions with ``list_sessions``)."""
     message = exc.message.replace("with GET /v1/sessions", "with the list_sessions tool")
     if exc.code == "too_many_sessions":
-        message += " Close one you no longer need with close_session (list_sessions names them)."
+        message += TOO_MANY_SESSIONS_HINT
     return f"{message} ({exc.code})"
 
 

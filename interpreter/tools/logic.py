@@ -75,6 +75,7 @@ class _ToolLogic:
         own_sessions_only: bool,
         base_url: str,
         keeps_current: bool = True,
+        idle_timeout_s: float | None = None,
     ) -> None:
         self.base_url = base_url
         self.max_chars = max_chars
@@ -83,6 +84,9 @@ class _ToolLogic:
         #: False when each call stands alone (stateless MCP): no later call uses a
         #: current session, so results do not promise one.
         self.keeps_current = keeps_current
+        #: Sessions created here close after this many idle seconds (None: the service's
+        #: own idle timeout).
+        self.idle_timeout_s = idle_timeout_s
         self.session_id: str | None = None
         self.created: list[str] = []
 
@@ -121,14 +125,16 @@ class _ToolLogic:
             self._check_own(session_id)
             return session_id
         if self.session_id is None:
-            info: SessionInfo = yield proto.create_session()
+            info: SessionInfo = yield proto.create_session(idle_timeout_s=self.idle_timeout_s)
             self.session_id = info.id
             self.created.append(info.id)
         return self.session_id
 
     def _tool_create_session(self, from_session: str | None = None) -> _Steps:
         self._check_own(from_session)
-        info: SessionInfo = yield proto.create_session(from_session=from_session)
+        info: SessionInfo = yield proto.create_session(
+            idle_timeout_s=self.idle_timeout_s, from_session=from_session
+        )
         self.session_id = info.id
         self.created.append(info.id)
         text = f"Created session {info.id}" + (

@@ -65,15 +65,20 @@ _SESSION_ID = {
     ),
 }
 
+#: What run_code says about state between calls (a stateless MCP client is told otherwise:
+#: :mod:`interpreter.mcp_sessions`).
+RUN_CODE_STATE = (
+    "State persists between calls: variables, imports and loaded data stay defined, so "
+    "build on earlier results instead of recomputing them, and split work into steps. "
+)
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "run_code",
         "Run Python code in a persistent Jupyter (IPython) kernel and get back what it "
         "printed, the value of its last expression, displayed tables and plots, and any error "
-        "with its traceback.\n\n"
-        "State persists between calls: variables, imports and loaded data stay defined, so "
-        "build on earlier results instead of recomputing them, and split work into steps. "
-        "The working directory is the session workspace: files added with upload_file are "
+        "with its traceback.\n\n" + RUN_CODE_STATE + "The working directory is the session "
+        "workspace: files added with upload_file are "
         "there, and files the code writes there can be read back with read_file.\n"
         "A pandas DataFrame or Series left as the last expression comes back as a table plus "
         "its shape, column dtypes and null counts; a matplotlib, seaborn or plotly figure "
