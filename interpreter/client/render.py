@@ -466,6 +466,21 @@ class _Budget:
         )
 
 
+def _without_repeated_error(execution: Execution) -> Execution:
+    """``execution`` without the last line of its stderr when that line is its error
+    said again: IPython prints a ``UsageError`` (``%pip`` where nothing can be installed,
+    a magic's bad argument) on stderr and also sends it as the error, without a
+    traceback, so the model read the same sentence twice."""
+    err = execution.error
+    if err is None or err.traceback:
+        return execution
+    said = f"{err.ename}: {err.evalue}".rstrip("\n")
+    stderr = execution.stderr.rstrip("\n")
+    if not said or not stderr.endswith(said):
+        return execution
+    return execution.model_copy(update={"stderr": stderr[: -len(said)].rstrip("\n")})
+
+
 def error_text(err: ErrorInfo, limit: int, *, went_on: bool = False) -> str:
     """``error: ename: evalue`` and the traceback, within about ``limit`` characters.
 
@@ -514,6 +529,7 @@ def render_execution(execution: Execution, *, limit: int = 20_000) -> list[str]:
         (when each output says where it came, :attr:`Output.after`, and no text is cut;
         else all of stdout, all of stderr, then the outputs); then the error.
     """
+    execution = _without_repeated_error(execution)
     blocks = [execution_header(execution)]
     numbers = _Numbers(execution)
     places = _places(execution, limit)

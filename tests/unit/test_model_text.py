@@ -260,3 +260,25 @@ def test_an_output_whose_value_was_dropped_says_so() -> None:
     text = text_of(ex)
     assert "a value too large to keep is dropped, and stderr says so" in text
     assert "type nothing" not in text
+
+
+def test_an_error_ipython_also_printed_is_said_once() -> None:
+    # `%pip install x` in a kernel without pip: IPython prints the UsageError on stderr and
+    # sends it as the error, so the model read the sentence twice (found by an outside
+    # tester over MCP). A traceback-less error printed last on stderr is said once.
+    said = "packages cannot be installed in this session: the kernel has no pip."
+    ex = execution(
+        status="error",
+        stderr=f"a warning first\nUsageError: {said}\n",
+        error=ErrorInfo(ename="UsageError", evalue=said, traceback=[]),
+    )
+    text = text_of(ex)
+    assert text.count(said) == 1 and "error: UsageError: " + said in text
+    assert "stderr:\na warning first" in text
+    # An error with its own traceback, or text that only looks alike, is left as it is.
+    other = execution(
+        status="error",
+        stderr=f"UsageError: {said}\n",
+        error=ErrorInfo(ename="ValueError", evalue=said, traceback=[]),
+    )
+    assert text_of(other).count(said) == 2
