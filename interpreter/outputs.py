@@ -14,8 +14,9 @@ this module decides what a client and a model see of them:
   chunks, and a notice on stderr names the artifacts and says what, if anything, was
   dropped (past ``max_output_spill_bytes``, refused by the disk, or with no room on it for
   that copy: the artifact then holds the kept text) and why;
-* the notebook cell of an execution that timed out or whose kernel died ends with that
-  error (the kernel itself never reported it);
+* the notebook cell of an execution the broker ended (its timeout, its kernel's death, a
+  restart on request, the session's close) ends with the broker's error, whose traceback
+  says so (:mod:`interpreter.endings`; the kernel itself never reported it);
 * once the session's notebook holds ``max_notebook_bytes`` of output, an output whose
   large values do not fit is written to the notebook with those values set aside: only
   their artifacts hold them, and a note in its ``text/plain`` names them
@@ -36,6 +37,7 @@ from typing import Any, Literal
 
 from interpreter import storage_floor
 from interpreter.artifacts import ArtifactBudgetSpent, ArtifactStore, decode_value
+from interpreter.endings import ended_by_broker, ended_outputs
 from interpreter.execution import (
     ClearEvent,
     ErrorEvent,
@@ -57,10 +59,6 @@ log = logging.getLogger(__name__)
 MIN_STREAM_SHARE = 1000
 #: Finished cells kept for output that arrives after they ended (background threads).
 LATE_OUTPUT_CELLS = 8
-#: Statuses whose error the broker, not the kernel, reports; the notebook shows it too.
-BROKER_ERRORS = frozenset({"timeout", "kernel_died"})
-#: Reasons of a cell the session's close interrupted: its error (the broker's) shows too.
-CLOSED_REASONS = frozenset({"session_closed", "broker_shutdown"})
 #: Executions with more text than fits inline that are finished at once (per event loop).
 BIG_FINISHES = 2
 _big_finishes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -398,24 +396,14 @@ class OutputCapture:
 
     def notebook_form(self, ex: Execution, rec: ExecutionRecorder) -> list[dict[str, Any]]:
         """The notebook outputs of a finished ``ex``: the kernel's, in its order, ending
-        with the broker's own error for a timeout or a dead kernel; large values past the
+        with the broker's own error when the broker ended it (:mod:`interpreter.endings`:
+        a timeout, a dead kernel, a restart on request, a close); large values past the
         notebook's budget set aside. The cell is counted in the budget as returned."""
         self._within_budget(ex, rec)
         nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
         rec.compact(self.output_bytes)
-        broker_error = ex.status in BROKER_ERRORS or (
-            ex.status == "interrupted" and ex.reason in CLOSED_REASONS
-        )
-        if broker_error and ex.error is not None:
-            nb_outputs = [o for o in nb_outputs if o["output_type"] != "error"]
-            nb_outputs.append(
-                {
-                    "output_type": "error",
-                    "ename": ex.error.ename,
-                    "evalue": ex.error.evalue,
-                    "traceback": ex.error.traceback,
-                }
-            )
+        if ex.error is not None and ended_by_broker(ex.status, ex.reason):
+            nb_outputs = ended_outputs(nb_outputs, ex.error)
         self.budget.record(ex.id, nb_outputs)
         return nb_outputs
 

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from interpreter import endings
 from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution, Output
@@ -77,8 +78,19 @@ def restore(
     if budget.limit and added:
         budget.load(recorder.nb.cells)
     for ex in added:
-        outputs = outputs_of(ex, artifacts, layouts.get(ex.id) if layouts else None)
+        layout = layouts.get(ex.id) if layouts else None
+        outputs = outputs_of(ex, artifacts, layout)
         recorded = digests.get(ex.id) if digests else None
+        if (
+            recorded is not None
+            and endings.ended_by_broker(ex.status, ex.reason)
+            and recorded not in _digests(ex, outputs, inline_bytes, budget)
+        ):
+            # Recorded by a broker from before the broker's line (interpreter/endings.py):
+            # written back as that broker wrote it, which the chain has the digest of.
+            older = outputs_of(ex, artifacts, layout, older=True)
+            if recorded in _digests(ex, older, inline_bytes, budget):
+                outputs = older
         if budget.limit:
             kept = within_budget(outputs, ex, inline_bytes, budget)
             if recorded not in (
@@ -111,6 +123,21 @@ def restore(
     return len(added)
 
 
+def _digests(
+    ex: Execution, outputs: list[dict[str, Any]], inline_bytes: int, budget: NotebookBudget
+) -> set[str]:
+    """The digests a cell of ``ex`` with ``outputs`` may have been recorded with: its code
+    as it ran or as a recovery's re-run writes it, its outputs whole or within ``budget``."""
+    forms = [outputs]
+    if budget.limit:
+        forms.append(within_budget(outputs, ex, inline_bytes, budget))
+    return {
+        cell_digest(source, form)
+        for source in (ex.code, commented_rerun(ex.code))
+        for form in forms
+    }
+
+
 def layout_of(outputs: list[dict[str, Any]]) -> str:
     """The order of a cell's notebook outputs, as the store keeps it: ``"o"`` for each
     rich output (the execution's next one), ``"e"`` for the error, and ``[name, length]``
@@ -125,9 +152,9 @@ def layout_of(outputs: list[dict[str, Any]]) -> str:
     return json.dumps(items, separators=(",", ":"))
 
 
-def _stream_parts(ex: Execution, layout: str | None) -> list[Any] | None:
-    """``layout`` if it fits ``ex``: its outputs, error and stream texts (not cut, nor
-    rewritten by ``\\r``) are what the layout counts; else None."""
+def _stream_parts(ex: Execution, layout: str | None, errors_in: int) -> list[Any] | None:
+    """``layout`` if it fits ``ex``: its outputs, ``errors_in`` error outputs and stream
+    texts (not cut, nor rewritten by ``\\r``) are what the layout counts; else None."""
     if layout is None:
         return None
     try:
@@ -155,19 +182,23 @@ def _stream_parts(ex: Execution, layout: str | None) -> list[Any] | None:
             return None
     fits = (
         rich == len(ex.outputs)
-        and errors == (ex.error is not None)
+        and errors == errors_in
         and lengths == {"stdout": len(ex.stdout), "stderr": len(ex.stderr)}
     )
     return items if fits else None
 
 
-def outputs_of(ex: Execution, artifacts: Path, layout: str | None = None) -> list[dict[str, Any]]:
+def outputs_of(
+    ex: Execution, artifacts: Path, layout: str | None = None, *, older: bool = False
+) -> list[dict[str, Any]]:
     """An execution's outputs in notebook form, as well as the record allows (streams are
     kept whole only up to what the record holds): in ``layout``'s order when it fits the
-    record (:func:`layout_of`), else streams first, then rich outputs, then the error."""
+    record (:func:`layout_of`), else streams first, then rich outputs, then the error.
+    A cell the broker ended ends with its error as :mod:`interpreter.endings` writes it
+    (with ``older``, as brokers before it did)."""
     rich = [_rich_output(ex, out, artifacts) for out in ex.outputs]
-    error = _error_output(ex)
-    items = _stream_parts(ex, layout)
+    error = _error_output(ex, older)
+    items = _stream_parts(ex, layout, int(error is not None))
     if items is None:
         streams = [
             {"output_type": "stream", "name": name, "text": getattr(ex, name)}
@@ -206,9 +237,11 @@ def _rich_output(ex: Execution, out: Output, artifacts: Path) -> dict[str, Any]:
     return item
 
 
-def _error_output(ex: Execution) -> dict[str, Any] | None:
+def _error_output(ex: Execution, older: bool = False) -> dict[str, Any] | None:
     if ex.error is None:
         return None
+    if endings.ended_by_broker(ex.status, ex.reason):
+        return endings.older_error_output(ex) if older else endings.error_output(ex.error)
     return {
         "output_type": "error",
         "ename": ex.error.ename,

@@ -59,6 +59,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.mime", "base"),
     ("interpreter.exposure", "base"),
     ("interpreter.cells", "base"),
+    ("interpreter.endings", "base"),
     ("interpreter.notes", "base"),
     ("interpreter.execution", "base"),
     ("interpreter.overwrite", "base"),

@@ -129,18 +129,53 @@ def test_a_cut_error_message_is_said_and_the_model_text_keeps_to_max_chars(
     nb_valid(nb_outputs)
 
 
-@pytest.mark.parametrize("status", ["timeout", "kernel_died"])
-def test_a_broker_error_replaces_the_kernels_in_the_notebook(tmp_path: Path, status: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        ("timeout", "timeout"),
+        ("kernel_died", "oom_killed"),
+        ("interrupted", "restarted"),
+        ("interrupted", "session_closed"),
+        ("interrupted", "broker_shutdown"),
+    ],
+)
+def test_a_broker_error_replaces_the_kernels_in_the_notebook(
+    tmp_path: Path, status: str, reason: str
+) -> None:
+    """The cell's last output is the broker's error, whose traceback (all that JupyterLab
+    and nbconvert show of it) ends with what the broker did: it was the kernel's alone (a
+    bare KeyboardInterrupt for a timeout, nothing for a death), and a restart on request
+    had no error output at all."""
     error = ErrorInfo(ename="ExecutionTimeout", evalue="too slow", traceback=["tb"])
-    ex, nb_outputs = finish(capture(tmp_path), recorded("error"), status=status, error=error)
-    assert ex.error == error
+    ex, nb_outputs = finish(
+        capture(tmp_path), recorded("error"), status=status, reason=reason, error=error
+    )
+    assert ex.error == error  # the API's error is as it was
     errors = [o for o in nb_outputs if o["output_type"] == "error"]
     assert errors == [
         {
             "output_type": "error",
             "ename": "ExecutionTimeout",
             "evalue": "too slow",
-            "traceback": ["tb"],
+            "traceback": ["tb", "ExecutionTimeout: too slow"],
+        }
+    ]
+    assert nb_outputs[-1] is errors[0]
+    nb_valid(nb_outputs)
+
+
+def test_a_broker_error_without_a_kernel_traceback_still_has_one_line(tmp_path: Path) -> None:
+    error = ErrorInfo(ename="KernelDied", evalue="The kernel died (exit:1).")
+    rec = ExecutionRecorder("m")
+    _, nb_outputs = finish(
+        capture(tmp_path), rec, status="kernel_died", reason="exit:1", error=error
+    )
+    assert nb_outputs == [
+        {
+            "output_type": "error",
+            "ename": "KernelDied",
+            "evalue": "The kernel died (exit:1).",
+            "traceback": ["KernelDied: The kernel died (exit:1)."],
         }
     ]
     nb_valid(nb_outputs)

@@ -203,3 +203,81 @@ def test_a_cell_of_an_execution_without_a_chain_link_is_written_back_without_a_d
     assert "audit_sha256" not in old.metadata["interp"]
     assert old.metadata["interp"]["restored_from"] == "store"
     assert new.metadata["interp"]["audit_sha256"] == cell_digest(new.source, new.outputs)
+
+
+def _timed_out(eid: str) -> Execution:
+    return Execution(
+        id=eid,
+        session_id="s_1",
+        status="timeout",
+        reason="timeout",
+        code="import time; time.sleep(60)",
+        execution_count=2,
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        stdout="started\n",
+        error=ErrorInfo(
+            ename="ExecutionTimeout",
+            evalue="Execution exceeded timeout_s=1; the kernel was interrupted: state kept.",
+            traceback=["Traceback (most recent call last)", "KeyboardInterrupt: "],
+        ),
+    )
+
+
+def test_a_broker_ended_cell_is_written_back_as_the_broker_writes_it(tmp_path: Path) -> None:
+    """A timed-out cell missing from the file comes back from the store ending with the
+    broker's error whose traceback says what the broker did (interpreter/endings.py), as
+    the broker wrote it, so its digest is the one recorded; a restart on request, which
+    brokers before wrote with no error output, comes back with its error too."""
+    restarted = Execution(
+        id="ex_r",
+        session_id="s_1",
+        status="interrupted",
+        reason="restarted",
+        code="import time; time.sleep(60)",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        state_lost=True,
+        error=ErrorInfo(ename="KernelRestarted", evalue="The kernel was restarted on request."),
+    )
+    rec = _recorder(tmp_path)
+    assert restore(rec, [_timed_out("ex_t"), restarted], tmp_path) == 2
+    timed_out, cut = rec.nb.cells[-2:]
+    assert [o["output_type"] for o in timed_out.outputs] == ["stream", "error"]
+    assert timed_out.outputs[-1]["traceback"] == [
+        "Traceback (most recent call last)",
+        "KeyboardInterrupt: ",
+        "ExecutionTimeout: Execution exceeded timeout_s=1; the kernel was interrupted: state kept.",
+    ]
+    assert cut.outputs == [
+        {
+            "output_type": "error",
+            "ename": "KernelRestarted",
+            "evalue": "The kernel was restarted on request.",
+            "traceback": ["KernelRestarted: The kernel was restarted on request."],
+        }
+    ]
+    rec.save()
+    nbformat.validate(nbformat.read(tmp_path / "notebook.ipynb", as_version=4))
+
+
+def test_a_broker_ended_cell_of_an_older_broker_is_written_back_as_it_wrote_it(
+    tmp_path: Path,
+) -> None:
+    """A record of a broker from before the broker's traceback line: its chain holds the
+    digest of the cell as that broker wrote it (the kernel's traceback alone), so the cell
+    comes back in that form, and `interp audit verify` finds it intact."""
+    ex = _timed_out("ex_old")
+    older = [
+        {"output_type": "stream", "name": "stdout", "text": "started\n"},
+        {
+            "output_type": "error",
+            "ename": "ExecutionTimeout",
+            "evalue": ex.error.evalue if ex.error else "",
+            "traceback": ["Traceback (most recent call last)", "KeyboardInterrupt: "],
+        },
+    ]
+    digests = {"ex_old": cell_digest(ex.code, older)}
+    rec = _recorder(tmp_path)
+    assert restore(rec, [ex], tmp_path, digests, layouts={"ex_old": layout_of(older)}) == 1
+    cell = rec.nb.cells[-1]
+    assert cell.outputs == older
+    assert cell.metadata["interp"]["audit_sha256"] == digests["ex_old"]

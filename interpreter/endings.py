@@ -1,0 +1,75 @@
+"""The last output of a notebook cell the broker ended: one error that says how it ended.
+
+The broker, not the kernel, ends a cell at its ``timeout_s`` (``ExecutionTimeout``), when
+its kernel dies (``KernelDied``), when a restart is asked for while it runs
+(``KernelRestarted``) and when its session is closed or the service stops
+(``SessionClosed``). The API reports that error; the notebook, which a reviewer opens in
+JupyterLab or renders with nbconvert, must say the same. Both show an error output by its
+traceback alone, not by its ``ename`` and ``evalue``, so a cell ended this way ends with
+one error output whose traceback is the kernel's lines, if it sent any (the
+``KeyboardInterrupt`` of an interrupted timeout), followed by the broker's own line,
+``ename: evalue`` as IPython ends a traceback. Without that line, a timeout read as a bare
+``KeyboardInterrupt`` and a dead kernel as an empty error; a restart on request showed no
+error at all.
+
+The cell's form is built from the execution's record alone (:func:`error_output`), so the
+cells that a restarted broker writes back from the store (``restore_cells``) are those
+the broker wrote, and verify against the digests it recorded. Brokers before this one
+wrote the error with the kernel's traceback alone, and none for a restart on request:
+:func:`older_error_output` gives that form, for their records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interpreter.models import ErrorInfo, Execution
+
+#: Statuses the broker gives a cell it ended (with its own error).
+ENDED_STATUSES = frozenset({"timeout", "kernel_died"})
+#: Reasons of an ``interrupted`` cell that the broker ended: a restart on request, the
+#: session's close, the service's stop.
+ENDED_REASONS = frozenset({"restarted", "session_closed", "broker_shutdown"})
+
+
+def ended_by_broker(status: str, reason: str | None) -> bool:
+    """Whether a cell of this status and reason was ended by the broker, whose error it
+    then carries (not the kernel's)."""
+    return status in ENDED_STATUSES or (status == "interrupted" and reason in ENDED_REASONS)
+
+
+def broker_line(error: ErrorInfo) -> str:
+    """The traceback line that says what the broker did: ``ename: evalue``."""
+    return f"{error.ename}: {error.evalue}"
+
+
+def error_output(error: ErrorInfo) -> dict[str, Any]:
+    """The notebook error output of the broker's ``error``: its traceback is the kernel's
+    lines it carries, then :func:`broker_line` (never empty: it renders)."""
+    return {
+        "output_type": "error",
+        "ename": error.ename,
+        "evalue": error.evalue,
+        "traceback": [*error.traceback, broker_line(error)],
+    }
+
+
+def ended_outputs(outputs: list[dict[str, Any]], error: ErrorInfo) -> list[dict[str, Any]]:
+    """A broker-ended cell's notebook ``outputs`` (the kernel's, in its order) with the
+    kernel's error outputs left out, ending with the broker's :func:`error_output`: the
+    kernel's traceback, if any, is in it."""
+    kept = [o for o in outputs if o.get("output_type") != "error"]
+    return [*kept, error_output(error)]
+
+
+def older_error_output(ex: Execution) -> dict[str, Any] | None:
+    """The error output a broker before this module wrote for the broker-ended ``ex``:
+    the error with the kernel's traceback alone, and none for a restart on request."""
+    if ex.error is None or (ex.status == "interrupted" and ex.reason == "restarted"):
+        return None
+    return {
+        "output_type": "error",
+        "ename": ex.error.ename,
+        "evalue": ex.error.evalue,
+        "traceback": list(ex.error.traceback),
+    }
