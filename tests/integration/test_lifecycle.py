@@ -373,6 +373,8 @@ def test_a_real_sigterm_drains_with_503_and_records_what_happened(
     assert "".join(o["text"] for o in printed) == "long\n"
     assert (said.output_type, said.ename) == ("error", "SessionClosed")
     assert said.evalue.startswith("The service shut down while this cell ran")
+    # What JupyterLab and nbconvert show of it, its traceback, says so too.
+    assert said.traceback == [f"SessionClosed: {said.evalue}"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])

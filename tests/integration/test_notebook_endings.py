@@ -12,9 +12,16 @@ checked by ``interp audit verify`` and replayed.
 from __future__ import annotations
 
 import html
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +32,7 @@ from nbconvert import HTMLExporter
 from interpreter.audit_verify import verify
 from interpreter.client import Client
 from interpreter.replay import replay_notebook
-from tests.conftest import Server, await_status, run
+from tests.conftest import KEY, Server, await_status, run, spawn_serve
 
 SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(60)"
 #: A cell whose kernel ignores the interrupt: the timeout has to replace the kernel.
@@ -165,3 +172,70 @@ def test_a_cell_the_broker_ended_ends_with_its_error_in_the_downloaded_notebook(
     verdicts = {c.index: (c.status, c.recorded_status) for c in replayed.cells}
     assert verdicts.pop(index) == ("recorded_failure", status)
     assert set(verdicts.values()) == {("match", "ok")}, replayed
+
+
+def test_ended_cells_the_file_lacked_after_a_sigkill_come_back_as_written_and_verify(
+    tmp_path: Path,
+) -> None:
+    """A broker killed before its notebook file caught up: the next one writes the cells
+    back from the store, and a cell the broker ended comes back with the same last output
+    (the broker's error and its line), which its chain link's digest covers. Before, a
+    cell cut by a restart on request came back with an error output it had not been
+    written with, and `interp audit verify` called it tampered with."""
+    data_dir = tmp_path / "data"
+    argv = ("--backend", "local", "--data-dir", str(data_dir), "--api-key", KEY)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    proc, url = spawn_serve(*argv)
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+            sid = _session(api)
+            ended = [_timeout(api, sid), _died(api, sid), _restarted(api, sid)]
+            assert [e["status"] for e in ended] == ["timeout", "kernel_died", "interrupted"]
+            written = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # As if the kill came before the file's paced save: the file has no cell yet.
+    path = data_dir / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"] = []
+    path.write_text(json.dumps(nb))
+    proc, url = spawn_serve(*argv)
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+            deadline = time.monotonic() + 30
+            while api.get(f"/v1/sessions/{sid}").json()["status"] != "closed":
+                assert time.monotonic() < deadline, "the session was never closed"
+                time.sleep(0.1)
+            restored = api.get(f"/v1/sessions/{sid}/notebook").json()
+    finally:
+        proc.kill()
+        proc.wait()
+    nbformat.validate(nbformat.from_dict(restored))
+    cells = {
+        c["metadata"]["interp"]["execution_id"]: c
+        for c in restored["cells"]
+        if c["metadata"].get("interp", {}).get("execution_id")
+    }
+    before = {
+        c["metadata"]["interp"]["execution_id"]: c
+        for c in written
+        if c["metadata"].get("interp", {}).get("execution_id")
+    }
+    for execution in ended:
+        cell = cells[execution["id"]]
+        assert cell["metadata"]["interp"]["restored_from"] == "store"
+        assert cell["outputs"] == before[execution["id"]]["outputs"]
+        last, error = cell["outputs"][-1], execution["error"]
+        assert (last["output_type"], last["ename"]) == ("error", error["ename"])
+        assert last["traceback"][-1] == f"{error['ename']}: {error['evalue']}"
+    audit = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr

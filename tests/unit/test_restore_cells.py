@@ -275,9 +275,23 @@ def test_a_broker_ended_cell_of_an_older_broker_is_written_back_as_it_wrote_it(
             "traceback": ["Traceback (most recent call last)", "KeyboardInterrupt: "],
         },
     ]
-    digests = {"ex_old": cell_digest(ex.code, older)}
+    # A restart on request: that broker wrote no error output (and was told it was
+    # tampered with when it wrote the cell back, with its error).
+    restarted = ex.model_copy(
+        update={
+            "id": "ex_cut",
+            "status": "interrupted",
+            "reason": "restarted",
+            "error": ErrorInfo(ename="KernelRestarted", evalue="restarted on request"),
+        }
+    )
+    cut = older[:1]
+    digests = {"ex_old": cell_digest(ex.code, older), "ex_cut": cell_digest(ex.code, cut)}
+    layouts = {"ex_old": layout_of(older), "ex_cut": layout_of(cut)}
     rec = _recorder(tmp_path)
-    assert restore(rec, [ex], tmp_path, digests, layouts={"ex_old": layout_of(older)}) == 1
-    cell = rec.nb.cells[-1]
+    assert restore(rec, [ex, restarted], tmp_path, digests, layouts=layouts) == 2
+    cell, cut_cell = rec.nb.cells[-2:]
     assert cell.outputs == older
     assert cell.metadata["interp"]["audit_sha256"] == digests["ex_old"]
+    assert cut_cell.outputs == cut
+    assert cut_cell.metadata["interp"]["audit_sha256"] == digests["ex_cut"]
