@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,6 @@ DEAF = (
     "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "print('started', flush=True)\ntime.sleep(60)"
 )
-
-
-@pytest.fixture
-def api(local_server: Server) -> Iterator[httpx.Client]:
-    with local_server.client() as client:
-        yield client
 
 
 def _session(api: httpx.Client) -> str:
@@ -115,7 +109,7 @@ def _rendered_text(nb: nbformat.NotebookNode) -> str:
 
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_a_cell_the_broker_ended_ends_with_its_error_in_the_downloaded_notebook(
-    local_server: Server, api: httpx.Client, ending: str
+    server: Server, api: httpx.Client, ending: str
 ) -> None:
     end, status, reason, ename = ENDINGS[ending]
     sid = _session(api)
@@ -157,11 +151,11 @@ def test_a_cell_the_broker_ended_ends_with_its_error_in_the_downloaded_notebook(
     finally:
         api.delete(f"/v1/sessions/{sid}")
     # Closed (its file written): the chain, the records and the notebook agree.
-    report = verify(local_server.data_dir, sid)
+    report = verify(server.data_dir, sid)
     assert report.ok, report.to_dict()
     # The notebook replays: the ended cell is skipped as a recorded failure, the rest match.
     saved = api.get(f"/v1/sessions/{sid}/notebook").json()
-    with Client(local_server.url, api_key=local_server.api_key) as client:
+    with Client(server.url, api_key=server.api_key) as client:
         replayed = replay_notebook(client, saved, name=ending)
     assert replayed.ok, replayed
     (index,) = [
