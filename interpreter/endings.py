@@ -2,15 +2,16 @@
 
 The broker, not the kernel, ends a cell at its ``timeout_s`` (``ExecutionTimeout``), when
 its kernel dies (``KernelDied``), when a restart is asked for while it runs
-(``KernelRestarted``) and when its session is closed or the service stops
-(``SessionClosed``). The API reports that error; the notebook, which a reviewer opens in
-JupyterLab or renders with nbconvert, must say the same. Both show an error output by its
-traceback alone, not by its ``ename`` and ``evalue``, so a cell ended this way ends with
-one error output whose traceback is the kernel's lines, if it sent any (the
-``KeyboardInterrupt`` of an interrupted timeout), followed by the broker's own line,
+(``KernelRestarted``), when its session is closed or the service stops
+(``SessionClosed``), and when it fails itself while it handles the cell's outputs (status
+``error``: ``BrokerError``, ``StorageFull``). The API reports that error; the notebook,
+which a reviewer opens in JupyterLab or renders with nbconvert, must say the same. Both
+show an error output by its traceback alone, not by its ``ename`` and ``evalue``, so such
+a cell ends with one error output whose traceback is the kernel's lines, if it sent any
+(the ``KeyboardInterrupt`` of an interrupted timeout), followed by the broker's own line,
 ``ename: evalue`` as IPython ends a traceback. Without that line, a timeout read as a bare
-``KeyboardInterrupt`` and a dead kernel as an empty error; a restart on request showed no
-error at all.
+``KeyboardInterrupt``, a dead kernel and a broker failure as an empty error; a restart on
+request showed no error at all.
 
 The cell's form is built from the execution's record alone (:func:`error_output`), so the
 cells that a restarted broker writes back from the store (``restore_cells``) are those
@@ -30,12 +31,21 @@ ENDED_STATUSES = frozenset({"timeout", "kernel_died"})
 #: Reasons of an ``interrupted`` cell that the broker ended: a restart on request, the
 #: session's close, the service's stop.
 ENDED_REASONS = frozenset({"restarted", "session_closed", "broker_shutdown"})
+#: Reasons of an ``error`` cell whose error is the broker's own failure (its outputs could
+#: not be kept: ``storage_floor.failure_reason``), not the kernel's.
+FAILED_REASONS = frozenset({"broker_error", "storage_full"})
 
 
 def ended_by_broker(status: str, reason: str | None) -> bool:
     """Whether a cell of this status and reason was ended by the broker, whose error it
     then carries (not the kernel's)."""
     return status in ENDED_STATUSES or (status == "interrupted" and reason in ENDED_REASONS)
+
+
+def said_by_broker(status: str, reason: str | None) -> bool:
+    """Whether the error of a cell of this status and reason is the broker's: it ended
+    the cell (:func:`ended_by_broker`), or failed while it handled the cell's outputs."""
+    return ended_by_broker(status, reason) or (status == "error" and reason in FAILED_REASONS)
 
 
 def broker_line(error: ErrorInfo) -> str:
@@ -63,8 +73,9 @@ def ended_outputs(outputs: list[dict[str, Any]], error: ErrorInfo) -> list[dict[
 
 
 def older_error_output(ex: Execution) -> dict[str, Any] | None:
-    """The error output a broker before this module wrote for the broker-ended ``ex``:
-    the error with the kernel's traceback alone, and none for a restart on request."""
+    """The error output a broker before this module wrote for ``ex`` (whose error is the
+    broker's, :func:`said_by_broker`): the error with the kernel's traceback alone (none
+    for a broker failure), and no output for a restart on request."""
     if ex.error is None or (ex.status == "interrupted" and ex.reason == "restarted"):
         return None
     return {

@@ -29,7 +29,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Literal
 
-from interpreter import storage_floor, waiting
+from interpreter import endings, storage_floor, waiting
 from interpreter.artifacts import ArtifactStore, remove_temporaries
 from interpreter.backends import Backend
 from interpreter.backends.base import LaunchOptions
@@ -647,14 +647,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             log.exception("session %s: the outputs of %s are lost", self.id, ex.id)
             outputs = []
         if ex.error is not None:
-            outputs.append(
-                {
-                    "output_type": "error",
-                    "ename": ex.error.ename,
-                    "evalue": ex.error.evalue,
-                    "traceback": ex.error.traceback,
-                }
-            )
+            # Its traceback says what failed: JupyterLab shows an error by its traceback.
+            outputs.append(endings.error_output(ex.error))
         digest = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
         try:
             await self._add_cell(handle, rec, outputs, digest)

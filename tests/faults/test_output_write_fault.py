@@ -73,6 +73,11 @@ def test_a_cell_whose_picture_cannot_be_stored_keeps_its_notebook_cell(tmp_path:
             assert kinds[0] == "stream" and kinds[-1] == "error", kinds
             assert cell["outputs"][0]["text"] == "before\n"
             assert any("image/png" in o.get("data", {}) for o in cell["outputs"]), kinds
+            # What JupyterLab and nbconvert show of an error, its traceback, says what
+            # failed (it was empty).
+            said = cell["outputs"][-1]
+            assert said["ename"] == ended["error"]["ename"] == "BrokerError"
+            assert said["traceback"] == [f"BrokerError: {ended['error']['evalue']}"]
             # The session goes on.
             again = api.post(f"/v1/sessions/{sid}/execute", json={"code": "print(2)"}).json()
             assert again["status"] == "ok"

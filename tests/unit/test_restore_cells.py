@@ -295,3 +295,27 @@ def test_a_broker_ended_cell_of_an_older_broker_is_written_back_as_it_wrote_it(
     assert cell.metadata["interp"]["audit_sha256"] == digests["ex_old"]
     assert cut_cell.outputs == cut
     assert cut_cell.metadata["interp"]["audit_sha256"] == digests["ex_cut"]
+
+
+def test_a_cell_the_broker_failed_on_is_written_back_with_its_line(tmp_path: Path) -> None:
+    """A cell whose outputs the broker could not keep (``BrokerError``, no traceback)
+    comes back with the line its broker wrote; one of an older broker, as it wrote it."""
+    error = ErrorInfo(ename="BrokerError", evalue="The service failed; see its log.")
+    failed = Execution(
+        id="ex_f",
+        session_id="s_1",
+        status="error",
+        reason="broker_error",
+        code="plot()",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        error=error,
+    )
+    older = failed.model_copy(update={"id": "ex_o"})
+    plain = {"output_type": "error", "ename": "BrokerError", "evalue": error.evalue}
+    digests = {"ex_o": cell_digest("plot()", [{**plain, "traceback": []}])}
+    rec = _recorder(tmp_path)
+    assert restore(rec, [failed, older], tmp_path, digests) == 2
+    new_cell, old_cell = rec.nb.cells[-2:]
+    assert new_cell.outputs == [{**plain, "traceback": [f"BrokerError: {error.evalue}"]}]
+    assert old_cell.outputs == [{**plain, "traceback": []}]
+    assert old_cell.metadata["interp"]["audit_sha256"] == digests["ex_o"]
