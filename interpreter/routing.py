@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from interpreter import logs, memory, restore_cells, storage_floor
+from interpreter import endings, logs, memory, restore_cells, storage_floor
 from interpreter.displays import EarlierDisplays
 from interpreter.execution import ExecutionRecorder
 from interpreter.fifo import ExecutionQueue
@@ -139,7 +139,10 @@ class MessageRouting:
             self.capture.late_streams(ex, rec)
         outputs = self.capture.notebook_form(ex, rec)
         if rec.streams.dropped_late:
-            outputs.append({"output_type": "stream", "name": "stderr", "text": LATE_LIMIT_NOTICE})
+            notice = {"output_type": "stream", "name": "stderr", "text": LATE_LIMIT_NOTICE}
+            # Before the broker's error of a cell it ended, which stays its last output.
+            ended = ex.error is not None and endings.ended_by_broker(ex.status, ex.reason)
+            outputs.insert(len(outputs) - 1 if ended else len(outputs), notice)
         handle.notebook_sha256 = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
         handle.cell_layout = restore_cells.layout_of(outputs)
         await self.notebook.replace_outputs(ex.id, outputs, audit_sha256=handle.notebook_sha256)

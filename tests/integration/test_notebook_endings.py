@@ -32,7 +32,7 @@ from nbconvert import HTMLExporter
 from interpreter.audit_verify import verify
 from interpreter.client import Client
 from interpreter.replay import replay_notebook
-from tests.conftest import KEY, Server, await_status, run, spawn_serve
+from tests.conftest import KEY, Server, await_status, own_server, run, spawn_serve
 
 SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(60)"
 #: A cell whose kernel ignores the interrupt: the timeout has to replace the kernel.
@@ -233,3 +233,59 @@ def test_ended_cells_the_file_lacked_after_a_sigkill_come_back_as_written_and_ve
         timeout=60,
     )
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+#: A cell that times out, leaving a thread that sends, once ``go`` exists, more output for
+#: it than the broker keeps in memory per execution (50 KB here). Sent with the cell's own
+#: request as its parent: once the broker's probe after the timeout has reached the
+#: kernel, ipykernel would give a thread's prints that probe's id instead.
+FLOOD_LATER = """
+import os, threading, time
+k = get_ipython().kernel
+parent = k.get_parent()
+def later():
+    while not os.path.exists('go'):
+        time.sleep(0.05)
+    for i in range(100):
+        k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x' * 1000 + '\\n'},
+                       parent=parent)
+threading.Thread(target=later, daemon=True).start()
+time.sleep(60)
+"""
+
+
+def test_late_output_past_the_limit_keeps_the_broker_error_last(tmp_path: Path) -> None:
+    """A timed-out cell whose thread prints after it ended, past the in-memory limit: the
+    notice of the dropped text went after the broker's error, which was then not the
+    cell's last output."""
+    with (
+        own_server(
+            "interp-late-ending-", max_output_bytes=10_000, max_output_hard_bytes=50_000
+        ) as srv,
+        srv.client() as api,
+    ):
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        ended = run(api, sid, FLOOD_LATER, timeout_s=1)
+        assert (ended["status"], ended["state_lost"]) == ("timeout", False), ended
+        # Uploaded, not made by a cell: that cell would get the thread's output.
+        assert api.put(f"/v1/sessions/{sid}/files/go", content=b"").status_code in (200, 201)
+        deadline = time.monotonic() + 60
+        while True:
+            cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+            (cell,) = [
+                c
+                for c in cells
+                if c["metadata"].get("interp", {}).get("execution_id") == ended["id"]
+            ]
+            text = "".join(o.get("text", "") for o in cell["outputs"])
+            if "printed after the cell ended" in text:
+                break
+            assert time.monotonic() < deadline, cell["outputs"]
+            time.sleep(0.1)
+        *before, last = cell["outputs"]
+        assert [o["output_type"] for o in before] == ["stream"] * len(before)
+        assert (last["output_type"], last["ename"]) == ("error", "ExecutionTimeout")
+        assert last["traceback"][-1] == f"ExecutionTimeout: {ended['error']['evalue']}"
+        assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+        report = verify(srv.data_dir, sid)
+        assert report.ok, report.to_dict()
