@@ -7,6 +7,7 @@ import threading
 from typing import Any, TextIO
 
 from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelbase import Kernel
 from IPython.core.error import StdinNotImplementedError
 
 from .interrupts import InterruptWaker, open_sigint
@@ -17,6 +18,9 @@ INPUT_NOT_SUPPORTED = (
     "in this interpreter. Pass data in code (assign it to a variable) or read it from a "
     "file in the working directory instead."
 )
+
+#: Shell requests that run no code, and so do not decide where output goes.
+_NO_CODE = frozenset({"kernel_info_request", "comm_info_request", "is_complete_request"})
 
 
 class InterpreterKernel(IPythonKernel):
@@ -59,6 +63,21 @@ class InterpreterKernel(IPythonKernel):
             self._waker.finished(self._request)
             self._request = None
         super().post_handler_hook()  # type: ignore[no-untyped-call]
+
+    def set_parent(self, ident: Any, parent: dict[str, Any], channel: str = "shell") -> None:
+        """ipykernel's, except that a request that runs no code (``kernel_info_request``,
+        the broker's probe after a timeout or an interrupt, a client's readiness check)
+        leaves where output goes as it was: the streams and displays stay with the last
+        cell. Output a cell's thread printed after such a probe carried the probe's id,
+        which no cell has, so it was lost from the record (a timed-out cell's background
+        thread); with the cell's id it is that cell's late output. The request's own
+        status and reply still name it."""
+        header = parent.get("header") if isinstance(parent, dict) else None
+        msg_type = header.get("msg_type") if isinstance(header, dict) else None
+        if channel == "shell" and msg_type in _NO_CODE:
+            Kernel.set_parent(self, ident, parent, channel)  # type: ignore[no-untyped-call]
+            return
+        super().set_parent(ident, parent, channel)  # type: ignore[no-untyped-call]
 
     def watch_interrupts(self) -> None:
         """Start waking the main thread after each SIGINT (call once, on the main thread)."""

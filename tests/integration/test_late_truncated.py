@@ -166,3 +166,40 @@ def test_outputs_past_the_rich_budget_are_dropped_with_one_notice(srv: Server) -
     outputs = cell_outputs(client, sid, ex["id"])
     said = "".join(text_of(o) for o in outputs if o.get("name") == "stderr")
     assert said.count("[output dropped") == 1 and f"{FRAMES - kept} rich outputs" in said
+
+
+def test_a_timed_out_cells_thread_prints_into_that_cell(srv: Server) -> None:
+    """After a timeout the broker asks the kernel whether it is still there (a
+    ``kernel_info_request``), and ipykernel made that probe the parent of all output
+    that followed: a line the timed-out cell's thread printed afterwards carried the
+    probe's id and was in no execution and no notebook cell (found by a helper writing
+    the notebook-endings tests). A probe runs no code: output stays with the cell."""
+    client = srv.client()
+    sid = session(client)
+    code = (
+        "import os, threading, time\n"
+        "def late():\n"
+        "    while not os.path.exists('go'): time.sleep(0.05)\n"
+        "    print('late line', flush=True)\n"
+        "threading.Thread(target=late, daemon=True).start()\n"
+        "print('before', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    first = run(client, sid, code, timeout_s=2)
+    assert first["status"] == "timeout" and first["state_lost"] is False, first
+    assert first["stdout"] == "before\n"
+    assert client.put(f"/v1/sessions/{sid}/files/go", content=b"").status_code in (200, 201)
+    deadline = time.monotonic() + 30
+    while True:
+        got = client.get(f"/v1/sessions/{sid}/executions/{first['id']}").json()
+        if "late line" in got["stdout"]:
+            break
+        assert time.monotonic() < deadline, got["stdout"]
+        time.sleep(0.1)
+    assert got["stdout"] == "before\nlate line\n"
+    deadline = time.monotonic() + 30
+    while "late line" not in "".join(text_of(o) for o in cell_outputs(client, sid, first["id"])):
+        assert time.monotonic() < deadline, "the late line is not in the notebook cell"
+        time.sleep(0.1)
+    # The next cell is the kernel's as before.
+    assert run(client, sid, "1 + 1")["outputs"][0]["data"]["text/plain"] == "2"
