@@ -305,6 +305,13 @@ class RebuildReport(BaseModel):
         default_factory=list,
         description="The cells of failed, errors_again and not_rerun, with execution ids.",
     )
+    skipped_because: dict[str, int] = Field(
+        default_factory=dict,
+        description="The skipped cells counted by why they were not re-run: 'state_lost' "
+        "(they ran before a restart that cleared the state), 'never_ran', "
+        "'recorded_failure' (stopped when recorded: not_rerun), 'own_rerun' (an earlier "
+        "recovery re-ran them).",
+    )
 
     def summary(self) -> str:
         """What happened, in a few sentences for a person or a model (the tools say it)."""
@@ -339,7 +346,22 @@ class RebuildReport(BaseModel):
                 f"; not re-run: {'cell' if len(self.not_rerun) == 1 else 'cells'} {stopped}, "
                 "stopped before the end when recorded: names defined there may be missing"
             )
+        other = {k: v for k, v in self.skipped_because.items() if k != "recorded_failure" and v}
+        if other:
+            said = ", ".join(
+                f"{count} {_SKIPPED_WHY.get(why, why).format(s='' if count == 1 else 's')}"
+                for why, count in sorted(other.items())
+            )
+            text += f"; skipped: {said}"
         return text + ("." if self.failed else "; none failed.")
+
+
+#: How the summary says why cells were skipped (``{s}``: the plural's ending).
+_SKIPPED_WHY = {
+    "state_lost": "cell{s} from before a restart that cleared the state",
+    "never_ran": "cell{s} never executed",
+    "own_rerun": "re-run cell{s} of an earlier recovery (the cells they re-ran are re-run)",
+}
 
 
 class Session(BaseModel):

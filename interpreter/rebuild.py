@@ -78,6 +78,9 @@ async def replay_into(
     report = RebuildReport(
         source=source, cells_total=len(cells), cells_skipped=len(cells) - len(sources)
     )
+    for cell in cells:
+        if cell.skip is not None:
+            report.skipped_because[cell.skip] = report.skipped_because.get(cell.skip, 0) + 1
     own = source == f"session:{session.id}"
     await session.notebook.add_markdown(
         rebuild_note(source, own, cells), note_event(RECOVERY_EVENT if own else REBUILD_EVENT)

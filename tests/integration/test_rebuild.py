@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from interpreter.models import RebuildReport
 from tests.conftest import OTHER_KEY, Server, await_status, run
 
 #: An input file, and a notebook whose first cell reads it and whose later cells use it.
@@ -355,6 +356,11 @@ def test_recover_and_fork_bring_back_the_state_since_the_last_restart_on_request
     assert resp.status_code == 200, resp.text
     report = resp.json()["rebuild"]
     assert (report["cells_ran"], report["failed"]) == (1, []), report
+    # The report says why the other cell was skipped, as the notebook's note does (it
+    # gave only a count; found by an outside tester).
+    assert report["skipped_because"] == {"state_lost": 1}, report
+    summary = RebuildReport.model_validate(report).summary()
+    assert "skipped: 1 cell from before a restart that cleared the state" in summary
     assert _defined(api, sid, "secret", "kept") == [False, True]
     fork = new_session(from_session=sid)
     assert _defined(api, fork, "secret", "kept") == [False, True]
