@@ -119,8 +119,14 @@ def _audit_verify(args: argparse.Namespace) -> int:
     report = verify(Path(args.data_dir).expanduser(), args.session)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
+    elif report.error is not None:
+        # Nothing could be checked (no record, an unknown session): a mistake of the
+        # command's, said as the others are, and not the exit status of a broken chain.
+        print(f"interp: error: {report.error}", file=sys.stderr)
     else:
         print(format_report(report))
+    if report.error is not None:
+        return 2
     return 0 if report.ok else 1
 
 
@@ -174,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = audit_sub.add_parser(
         "verify",
         help="Check each session's hash chain, notebook and artifacts; name the first broken "
-        "link (exit 1 if any).",
+        "link (exit 1 if any; 2 if there is nothing to check: no state.db, no such session).",
     )
     check.add_argument(
         "--data-dir",

@@ -52,12 +52,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         t.strip() for t in os.environ.get(TOKEN_ENV, "").split(",") if t.strip()
     ]
     if args.http is not None:
-        # The rule of `interp serve`, before anything starts.
-        check_bind(
-            args.host,
-            authenticated=bool(tokens),
-            hint=f"pass --token TOKEN (or set {TOKEN_ENV})",
-        )
+        # The rule of `interp serve`, before anything starts, said as its mistakes are.
+        try:
+            check_bind(
+                args.host,
+                authenticated=bool(tokens),
+                hint=f"pass --token TOKEN (or set {TOKEN_ENV})",
+            )
+        except SystemExit as exc:
+            print(f"interp: error: {exc.code}", file=sys.stderr)
+            return 2
     url = args.url or os.environ.get(URL_ENV) or None
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     options: dict[str, Any] = {

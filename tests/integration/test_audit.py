@@ -362,10 +362,13 @@ def test_a_tampered_artifact_is_named(written: dict[str, Any], copy: Path) -> No
 
 
 def test_bad_arguments_get_one_line(copy: Path, tmp_path: Path) -> None:
+    # Nothing to check is the command's mistake (exit 2, as the CLI's others), not a
+    # broken chain (exit 1): a monitor could not tell them apart.
     code, out = cli(copy, "--session", "s_nope")
-    assert code == 1 and out.strip() == f"error: no session 's_nope' in {copy / 'state.db'}"
+    assert code == 2, out
+    assert out.strip() == f"interp: error: no session 's_nope' in {copy / 'state.db'}"
     code, out = cli(tmp_path / "missing")
-    assert code == 1 and "no state.db" in out and "Traceback" not in out
+    assert code == 2 and "no state.db" in out and "Traceback" not in out
     assert main(["audit", "verify", "--data-dir", str(copy), "--json"]) == 0
 
 

@@ -427,10 +427,11 @@ def test_http_refuses_a_public_address_without_a_token(local_server: Server) -> 
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1
+    # Said as the CLI's other mistakes are (it was a bare line with exit status 1).
+    assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "Refusing to bind 0.0.0.0 without an API key: pass --token TOKEN (or set "
-        "INTERP_MCP_TOKENS), or bind 127.0.0.1."
+        "interp: error: Refusing to bind 0.0.0.0 without an API key: pass --token TOKEN (or "
+        "set INTERP_MCP_TOKENS), or bind 127.0.0.1."
     )
 
 
