@@ -402,7 +402,7 @@ class OutputCapture:
         self._within_budget(ex, rec)
         nb_outputs = rec.notebook_outputs(stream_limit=self.output_bytes)
         rec.compact(self.output_bytes)
-        if ex.error is not None and ended_by_broker(ex.status, ex.reason):
+        if ex.error is not None and ended_by_broker(ex.status, ex.reason, ex.error):
             nb_outputs = ended_outputs(nb_outputs, ex.error)
         self.budget.record(ex.id, nb_outputs)
         return nb_outputs

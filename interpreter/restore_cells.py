@@ -83,7 +83,7 @@ def restore(
         recorded = digests.get(ex.id) if digests else None
         if (
             recorded is not None
-            and endings.said_by_broker(ex.status, ex.reason)
+            and endings.said_by_broker(ex.status, ex.reason, ex.error)
             and recorded not in _digests(ex, outputs, inline_bytes, budget)
         ):
             # Recorded by a broker from before the broker's line (interpreter/endings.py):
@@ -240,7 +240,7 @@ def _rich_output(ex: Execution, out: Output, artifacts: Path) -> dict[str, Any]:
 def _error_output(ex: Execution, older: bool = False) -> dict[str, Any] | None:
     if ex.error is None:
         return None
-    if endings.said_by_broker(ex.status, ex.reason):
+    if endings.said_by_broker(ex.status, ex.reason, ex.error):
         return endings.older_error_output(ex) if older else endings.error_output(ex.error)
     return {
         "output_type": "error",

@@ -141,7 +141,7 @@ class MessageRouting:
         if rec.streams.dropped_late:
             notice = {"output_type": "stream", "name": "stderr", "text": LATE_LIMIT_NOTICE}
             # Before the broker's error of a cell it ended, which stays its last output.
-            ended = ex.error is not None and endings.ended_by_broker(ex.status, ex.reason)
+            ended = ex.error is not None and endings.ended_by_broker(ex.status, ex.reason, ex.error)
             outputs.insert(len(outputs) - 1 if ended else len(outputs), notice)
         handle.notebook_sha256 = self.notebook.cell_digest(ex.code, outputs, handle.extra_meta)
         handle.cell_layout = restore_cells.layout_of(outputs)

@@ -23,6 +23,7 @@ from interpreter.outputs import (
     stream_shares,
 )
 from interpreter.overwrite import OverwrittenText
+from interpreter.restore_cells import layout_of, outputs_of
 
 MESSAGES = Path(__file__).parent.parent / "messages"
 RECORDED = sorted(p.stem for p in MESSAGES.glob("*.json"))
@@ -389,3 +390,31 @@ def test_finishing_a_cell_does_not_read_its_text_through_the_redraw_rules_again(
         {"stdout": len(lines), "stderr": len("careful\n")},
     ]
     assert sum(fed) == 0
+
+
+def test_an_interrupt_the_kernel_sent_no_traceback_for_ends_its_notebook_cell(
+    tmp_path: Path,
+) -> None:
+    """A client's interrupt that reached ipykernel outside the cell's code: no reply, no
+    traceback, and the broker's own ``KeyboardInterrupt`` in the API. The notebook cell
+    showed no error at all (found by a helper writing the notebook-endings tests); it
+    ends with the broker's error, as a cell the broker ended does, and a cell written
+    back from the record takes the same form."""
+    data = json.loads((MESSAGES / "stream_interleaved.json").read_text())
+    rec = ExecutionRecorder(data["msg_id"])
+    for msg in data["iopub"]:
+        rec.feed_iopub(msg)  # its output, and no reply
+    ex = Execution(id="ex_1", session_id="s_test", status="running")
+    conclude(ex, rec, ending="done", reason=None, state_lost=False, interrupted=True, timeout_s=30)
+    assert (ex.status, ex.reason) == ("interrupted", "interrupted")
+    assert ex.error is not None and ex.error.traceback == []
+    nb_outputs = run(capture(tmp_path).finish(ex, rec, {}))
+    last = nb_outputs[-1]
+    assert last["output_type"] == "error" and last["ename"] == "KeyboardInterrupt"
+    assert last["traceback"] == [f"KeyboardInterrupt: {ex.error.evalue}"]
+    assert [o["output_type"] for o in nb_outputs].count("error") == 1
+    nb_valid(nb_outputs)
+    written_back = outputs_of(ex, tmp_path, layout_of(nb_outputs))
+    assert written_back[-1] == last
+    # Brokers before wrote no error output for it, and their cells come back so.
+    assert [o["output_type"] for o in outputs_of(ex, tmp_path, older=True)].count("error") == 0
