@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
-import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -28,14 +26,10 @@ from interpreter import quota
 from interpreter.mcp_server import mcp_tools, to_call_result
 from interpreter.tools import TOOL_NAMES, ImagePart, TextPart, ToolResult
 from tests.conftest import REPO, Server
+from tests.integration.mcp_host import mcp_env
+from tests.integration.mcp_host import mcp_http as mcp_http_server
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _env(server: Server) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"INTERP_URL": server.url, "INTERP_API_KEY": server.api_key})
-    return env
 
 
 def _texts(result: types.CallToolResult) -> str:
@@ -195,13 +189,6 @@ def test_mcp_rebuilds_a_session_from_a_notebook_in_its_workspace(local_server: S
     assert list(made.values()) == ["closed", "closed"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def mcp_http_log(tmp_path: Path) -> Path:
     """Where the ``mcp_http`` server writes its stderr."""
@@ -212,29 +199,9 @@ def mcp_http_log(tmp_path: Path) -> Path:
 def mcp_http(
     local_server: Server, request: pytest.FixtureRequest, mcp_http_log: Path
 ) -> Iterator[str]:
-    port = _free_port()
     extra: list[str] = getattr(request, "param", [])
-    with mcp_http_log.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
-            env=_env(local_server),
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, mcp_http_log.read_text()
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "the MCP HTTP server did not come up"
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(20)
+    with mcp_http_server(local_server, mcp_http_log, *extra) as url:
+        yield url
 
 
 def test_mcp_over_streamable_http(mcp_http: str) -> None:
@@ -302,7 +269,7 @@ def _stdio(server: Server, *extra: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "interpreter", "mcp", *extra],
-        env=_env(server),
+        env=mcp_env(server),
         cwd=str(REPO),
     )
 
@@ -417,7 +384,7 @@ def test_stdio_keep_sessions_leaves_the_session_running(local_server: Server) ->
 
 
 def test_http_refuses_a_public_address_without_a_token(local_server: Server) -> None:
-    env = _env(local_server)
+    env = mcp_env(local_server)
     env.pop("INTERP_MCP_TOKENS", None)
     proc = subprocess.run(
         [sys.executable, "-m", "interpreter", "mcp", "--http", "0", "--host", "0.0.0.0"],

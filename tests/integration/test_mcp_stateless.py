@@ -11,19 +11,12 @@ they were told before, and their sessions keep the service's idle timeout.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import mcp_types as types
 import pytest
 from mcp import Client as MCPClient
@@ -32,6 +25,7 @@ from mcp import StdioServerParameters
 from interpreter.mcp_server import INSTRUCTIONS
 from interpreter.tools import TOOL_NAMES, TOOLS
 from tests.conftest import REPO, Server, own_server
+from tests.integration.mcp_host import mcp_env, mcp_http
 
 #: The words that promised a stateless client a session it does not have.
 CURRENT_SESSION_PROMISE = "Omit it to use the current session"
@@ -39,46 +33,6 @@ CURRENT_SESSION_PROMISE = "Omit it to use the current session"
 
 def _texts(result: types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
-
-
-def _env(server: Server) -> dict[str, str]:
-    return {**os.environ, "INTERP_URL": server.url, "INTERP_API_KEY": server.api_key}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def _mcp_http(server: Server, log_path: Path, *extra: str) -> Iterator[str]:
-    """``interp mcp --http`` against ``server``; yields its URL."""
-    port = _free_port()
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "interpreter", "mcp", "--http", str(port), *extra],
-            env=_env(server),
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the MCP HTTP server did not come up"
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def _session(server: Server, session_id: str) -> dict[str, Any]:
@@ -142,7 +96,7 @@ def test_a_stateless_client_is_told_that_session_id_carries_the_state(
                 assert "Session:" not in _texts(again)  # it started nothing
                 return [sid, _started(fresh)]
 
-    with _mcp_http(local_server, tmp_path / "mcp.stderr") as url:
+    with mcp_http(local_server, tmp_path / "mcp.stderr") as url:
         started = anyio.run(main, url)
         for sid in started:
             record = _session(local_server, sid)
@@ -158,7 +112,7 @@ def test_sessions_of_stateless_calls_close_after_their_idle_timeout(tmp_path: Pa
     idle_s = 4
     with (
         own_server("interp-mcp-idle-", cull_interval_s=0.2) as broker,
-        _mcp_http(broker, tmp_path / "mcp.stderr", "--stateless-idle-timeout", str(idle_s)) as url,
+        mcp_http(broker, tmp_path / "mcp.stderr", "--stateless-idle-timeout", str(idle_s)) as url,
     ):
 
         async def main() -> tuple[list[str], str]:
@@ -222,12 +176,12 @@ def test_clients_with_a_current_session_are_told_of_it_as_before(
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "interpreter", "mcp", "--keep-sessions"],
-            env=_env(local_server),
+            env=mcp_env(local_server),
             cwd=str(REPO),
         )
         sid = anyio.run(main, params)
     else:
-        with _mcp_http(local_server, tmp_path / "mcp.stderr", "--keep-sessions") as url:
+        with mcp_http(local_server, tmp_path / "mcp.stderr", "--keep-sessions") as url:
             sid = anyio.run(main, url)
     record = _session(local_server, sid)
     assert record["status"] != "closed" and record["idle_timeout_s"] is None, record
