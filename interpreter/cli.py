@@ -152,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="No progress messages, for the client commands (as their own -q).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not ``required``: argparse would then say a COMMAND is missing before an unknown
+    # option it met (``interp --bogus``); :func:`parse_args` says each in turn.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser(
         "serve", help="Run the HTTP service. Every setting is a flag here and an INTERP_* variable."
@@ -278,9 +280,23 @@ def _root_connection(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own usage, not the top-level one
+        _chosen(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command is None:
+        parser.error("the following arguments are required: COMMAND")
     _root_connection(parser, args)
     return args
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)command parser that ``args`` went through last."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if name in action.choices:
+                return _chosen(action.choices[name], args)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

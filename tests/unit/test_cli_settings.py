@@ -152,6 +152,30 @@ def test_url_and_key_before_the_subcommand_go_to_the_client_commands(
         assert f"{flag} before the command is for the client commands" in err, err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # argparse said "the following arguments are required: COMMAND" for this one.
+        (["--bogus"], "interp: error: unrecognized arguments: --bogus"),
+        # and "interp: error: ..." under the top-level usage for these.
+        (["serve", "--bogus"], "interp serve: error: unrecognized arguments: --bogus"),
+        (["audit", "verify", "-x"], "interp audit verify: error: unrecognized arguments: -x"),
+        ([], "interp: error: the following arguments are required: COMMAND"),
+        (["-q"], "interp: error: the following arguments are required: COMMAND"),
+    ],
+)
+def test_an_unknown_option_is_named_by_the_command_it_was_given_to(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == said, err
+    usage = said.split(":")[0].removeprefix("interp").strip()
+    assert err.startswith(f"usage: interp {usage}".rstrip() + " "), err
+
+
 def test_every_subcommand_has_a_description() -> None:
     subs = _subparsers(cli.build_parser())
     assert {"serve", "run", "mcp", "replay", "images", "images build"} <= set(subs)
