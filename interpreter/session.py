@@ -279,6 +279,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             handle.continue_ids(_ids_spent(execution))
             # A rebuild's or recovery's re-run stays marked as one.
             handle.extra_meta.update(meta, note=RESUMED_NOTE)
+            if execution.policy is not None and "policy" not in meta:
+                # Brokers up to c737bbf kept no cell metadata; the cell shows its decision
+                # as every other does (and as its chain links cover it).
+                handle.extra_meta["policy"] = execution.policy.model_dump(mode="json")
             self.executions.put(handle)
         self._kernel_ready()
         if in_flight:

@@ -669,7 +669,8 @@ class Store:
         """Executions a broker that stopped left unfinished, marked for what is known.
 
         A ``running`` one had reached the kernel: ``unknown`` (docs/security.md R-07), never
-        re-run. A ``queued`` (or ``pending_approval``) one never reached it: ``cancelled``.
+        re-run. A ``queued`` (or ``pending_approval``) one never reached it: ``cancelled``,
+        as an ``unknown`` one that never started.
         Both with reason ``broker_restarted``.
 
         An ``unknown`` one is still in flight, and returned again, until a broker settles it
@@ -691,8 +692,10 @@ class Store:
         changed = []
         for row in rows:
             ex = Execution.model_validate_json(row["data_json"])
-            # Left running (or kept running by a shutdown): it reached the kernel.
-            if ex.status in ("running", "unknown"):
+            # Left running (or kept running by a shutdown): it reached the kernel. Brokers
+            # up to c737bbf also left a cell held for approval ``unknown`` at a shutdown
+            # that kept kernels; it never started, so it never reached one.
+            if ex.status == "running" or (ex.status == "unknown" and ex.started_at is not None):
                 ex.status, ex.duration_ms = "unknown", None
             else:
                 ex.status = "cancelled"

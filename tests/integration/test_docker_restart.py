@@ -23,7 +23,7 @@ from tests.conftest import KEY, REPO, require_docker, run, serve_argv, spawn_ser
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-Start = Callable[[], tuple[subprocess.Popen[str], str]]
+Start = Callable[..., tuple[subprocess.Popen[str], str]]
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 def broker(data_dir: Path) -> Iterator[Start]:
     procs: list[subprocess.Popen[str]] = []
 
-    def start() -> tuple[subprocess.Popen[str], str]:
+    def start(*extra: str) -> tuple[subprocess.Popen[str], str]:
         proc, url = spawn_serve(
             "--backend",
             "docker",
@@ -52,6 +52,7 @@ def broker(data_dir: Path) -> Iterator[Start]:
             KEY,
             "--pool-size",
             "0",
+            *extra,
         )
         procs.append(proc)
         return proc, url
@@ -180,6 +181,64 @@ def test_sigkill_mid_execution_reattaches_and_reports_unknown(broker: Start) -> 
         # The interrupted code ran once and was never run again.
         assert run(api, sid, "runs")["outputs"][0]["data"]["text/plain"] == "1"
         api.delete(f"/v1/sessions/{sid}")
+
+
+def test_a_cell_an_older_broker_left_running_keeps_its_policy_in_the_notebook(
+    broker: Start, data_dir: Path, tmp_path: Path
+) -> None:
+    """Brokers up to c737bbf kept no cell metadata in the store. A cell one of them left
+    running under a policy was written into the notebook by the next broker without its
+    policy decision, so `interp audit verify` called the session BROKEN ("its policy
+    decision differs from its chain link's")."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[policies.default]\ndefault = "allow"\n\n[[policies.default.rules]]\n'
+        'id = "no-subprocess"\ndecision = "deny"\nmessage = "no"\n'
+        'match.imports = ["subprocess"]\n'
+    )
+    proc, url = broker("--policy-file", str(policy))
+    with client(url) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        with api.stream(
+            "POST",
+            f"/v1/sessions/{sid}/execute",
+            headers={"Accept": "text/event-stream"},
+            json={"code": "print('go', flush=True)\nimport time\ntime.sleep(2)"},
+        ) as resp:
+            execution_id = resp.headers["X-Execution-Id"]
+            next(line for line in resp.iter_lines() if "go" in line)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    db = sqlite3.connect(data_dir / "state.db")
+    with db:  # as an older broker left it
+        (meta,) = db.execute(
+            "SELECT cell_meta FROM executions WHERE id = ?", (execution_id,)
+        ).fetchone()
+        assert "policy" in json.loads(meta)
+        db.execute("UPDATE executions SET cell_meta = NULL WHERE id = ?", (execution_id,))
+    db.close()
+    proc, url = broker("--policy-file", str(policy))
+    with client(url) as api:
+        reattached(api, sid)
+        deadline = time.monotonic() + 60
+        while api.get(f"/v1/sessions/{sid}").json()["status"] != "idle":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        cell = next(
+            c
+            for c in api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+            if c["metadata"].get("interp", {}).get("execution_id") == execution_id
+        )
+        assert cell["metadata"]["interp"]["policy"]["decision"] == "allow"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    verify = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Path) -> None:

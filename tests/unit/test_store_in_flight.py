@@ -62,3 +62,23 @@ def test_an_older_database_gets_the_timeout_column(tmp_path: Path) -> None:
     store = Store(path)
     assert store.timeout_of("ex_old") is None  # not recorded: the service maximum applies
     store.close()
+
+
+def test_a_held_cell_an_older_broker_left_unknown_is_cancelled(tmp_path: Path) -> None:
+    """Brokers up to c737bbf left a cell held for approval ``unknown`` (reason
+    ``broker_shutdown``) at a shutdown that kept kernels. The next broker took it as in
+    flight, waited for it and wrote it into the notebook as "the broker restarted while
+    this cell ran", though it never started."""
+    store = _store(tmp_path / "state.db")
+    held = Execution(id="ex_h", session_id="s_1", status="unknown", code="os.remove('f')")
+    held.reason = "broker_shutdown"
+    store.save_execution(1, held, timeout_s=20)
+    ran = Execution(id="ex_r", session_id="s_1", status="unknown", code="loop()", started_at=T0)
+    ran.reason = "broker_shutdown"
+    store.save_execution(2, ran, timeout_s=20)
+    left = {u.execution.id: u.execution for u in store.mark_unfinished()}
+    assert (left["ex_h"].status, left["ex_h"].reason) == ("cancelled", "broker_restarted")
+    assert (left["ex_r"].status, left["ex_r"].reason) == ("unknown", "broker_restarted")
+    # Cancelled is settled: the next start leaves it alone; the one that ran stays in flight.
+    assert [u.execution.id for u in store.mark_unfinished()] == ["ex_r"]
+    store.close()
