@@ -4,6 +4,7 @@ an interrupt ends a cell even when it is blocked in a call."""
 from __future__ import annotations
 
 import threading
+from types import TracebackType
 from typing import Any, TextIO
 
 from ipykernel.ipkernel import IPythonKernel
@@ -39,6 +40,10 @@ class InterpreterKernel(IPythonKernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        # IPython shows the frame an exception was raised in even when it is hidden
+        # (``__tracebackhide__``), so the traceback of ``input()`` ended in this module.
+        if self.shell is not None:
+            self.shell.set_custom_exc((StdinNotImplementedError,), _without_our_frame)
         self._waker = InterruptWaker()
         self._request: object | None = None
         self._sigint_open = False
@@ -104,3 +109,24 @@ class InterpreterKernel(IPythonKernel):
             StdinNotImplementedError: always, with :data:`INPUT_NOT_SUPPORTED`.
         """
         raise StdinNotImplementedError(INPUT_NOT_SUPPORTED)
+
+
+def _without_our_frame(
+    shell: Any,
+    etype: type[BaseException],
+    value: BaseException,
+    tb: TracebackType | None,
+    tb_offset: int | None = None,
+) -> None:
+    """Show IPython's traceback of ``value`` (as for any error), less its last frame when
+    that is :meth:`InterpreterKernel.raw_input` or :meth:`~InterpreterKernel.getpass`:
+    the cell's ``input()`` call is where it ends, as for a built-in that fails."""
+    before, last = None, tb
+    while last is not None and last.tb_next is not None:
+        before, last = last, last.tb_next
+    if before is not None and last is not None and last.tb_frame.f_code in _OURS:
+        before.tb_next = None
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+
+
+_OURS = frozenset({InterpreterKernel.raw_input.__code__, InterpreterKernel.getpass.__code__})

@@ -257,6 +257,12 @@ async def test_interactive_input_fails_at_once(kernel: Kernel, code: str) -> Non
     assert run.reply["content"]["status"] == "error"
     assert run.error["ename"] == "StdinNotImplementedError"
     assert run.error["evalue"] == INPUT_NOT_SUPPORTED
+    # The traceback ends at the cell's call, as for a built-in that fails; it ended in a
+    # frame of the kernel's own module (interpreter_kernel/kernel.py, in raw_input).
+    frames = [line for line in run.error["traceback"] if line.lstrip().startswith(("Cell", "File"))]
+    assert len(frames) == 1 and frames[0].startswith("Cell In["), run.error["traceback"]
+    assert "interpreter_kernel" not in "".join(run.error["traceback"])
+    assert run.reply["content"]["ename"] == "StdinNotImplementedError"
 
 
 async def test_stdin_reads_are_empty_not_blocking(kernel: Kernel) -> None:
