@@ -276,11 +276,41 @@ class RebuildCell(BaseModel):
     rerun_execution_id: str | None = Field(
         None, description="The re-run's execution in the rebuilt session."
     )
+    first_line: str = Field(
+        "", description="The first line of its code that is not blank (at most 60 characters)."
+    )
+
+    def label(self) -> str:
+        """How a summary names it: see :func:`cell_label`."""
+        return cell_label(self.index, self.execution_count, self.first_line)
+
+
+#: The most characters of a cell's first line that a rebuild's words quote.
+FIRST_LINE_CHARS = 60
+
+
+def first_line(source: str) -> str:
+    """The first line of ``source`` that is not blank, cut to :data:`FIRST_LINE_CHARS`."""
+    line = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
+    return line if len(line) <= FIRST_LINE_CHARS else line[: FIRST_LINE_CHARS - 3] + "..."
+
+
+def cell_label(index: int, execution_count: int | None, line: str) -> str:
+    """A cell as a rebuild's summary and notebook note name it: ``In [2] `1/0` ``.
+
+    By its ``In [n]`` as recorded, the number the tools and JupyterLab showed for it (the
+    index among a notebook's cells is shown by neither), with its first line of code, as
+    numbers repeat after a restart; ``cell #i`` (its index) when it has no number.
+    """
+    name = f"In [{execution_count}]" if execution_count is not None else f"cell #{index}"
+    quoted = line.replace("`", "'")
+    return f"{name} `{quoted}`" if line else name
 
 
 class RebuildReport(BaseModel):
-    """How a session's state was rebuilt from a notebook. Cells are named by their index in
-    the source notebook (markdown cells count), as ``cells`` and the notebook note do."""
+    """How a session's state was rebuilt from a notebook. Its lists hold cells' indexes in
+    the source notebook (markdown cells count); ``cells`` names them by ``In [n]`` and code
+    too, as the summary and the notebook note do."""
 
     source: str = Field(..., description="'session:<id>' or 'notebook'.")
     cells_total: int = 0
@@ -317,18 +347,20 @@ class RebuildReport(BaseModel):
         """What happened, in a few sentences for a person or a model (the tools say it)."""
         named = {c.index: c for c in self.cells}
 
+        def called(i: int) -> str:
+            return named[i].label() if i in named else f"cell #{i}"
+
         def listed(indexes: list[int], with_ids: bool = False) -> str:
             words = []
             for i in indexes[:20]:
                 rerun = named[i].rerun_execution_id if i in named else None
-                words.append(f"{i} (execution {rerun})" if with_ids and rerun else str(i))
+                words.append(
+                    f"{called(i)} (execution {rerun})" if with_ids and rerun else called(i)
+                )
             more = f" and {len(indexes) - 20} more" if len(indexes) > 20 else ""
-            return f"{'cell' if len(indexes) == 1 else 'cells'} {', '.join(words)}{more}"
+            return f"{', '.join(words)}{more}"
 
-        text = (
-            f"{self.cells_ran} of {self.cells_total} cells re-ran (cells are numbered by "
-            "their index in the source notebook)"
-        )
+        text = f"{self.cells_ran} of {self.cells_total} cells re-ran"
         if self.errors_again:
             text += (
                 f"; {listed(self.errors_again)} raised the error recorded for "
@@ -339,12 +371,12 @@ class RebuildReport(BaseModel):
             text += f"; {listed(self.failed, with_ids=True)} failed"
         if self.not_rerun:
             stopped = ", ".join(
-                f"{i} ({named[i].recorded_status})" if i in named else str(i)
+                f"{called(i)} ({named[i].recorded_status})" if i in named else called(i)
                 for i in self.not_rerun[:20]
             )
             text += (
-                f"; not re-run: {'cell' if len(self.not_rerun) == 1 else 'cells'} {stopped}, "
-                "stopped before the end when recorded: names defined there may be missing"
+                f"; not re-run: {stopped}, stopped before the end when recorded: names "
+                "defined there may be missing"
             )
         other = {k: v for k, v in self.skipped_because.items() if k != "recorded_failure" and v}
         if other:

@@ -13,6 +13,7 @@ notebook) and stay runnable.
 from __future__ import annotations
 
 from interpreter.cells import CellPlan
+from interpreter.models import cell_label, first_line
 
 #: First line of a recovered cell; the code follows, commented out.
 RERUN_HEADER = (
@@ -91,35 +92,38 @@ def broker_restart_note(
 def rebuild_note(source: str, own: bool, cells: list[CellPlan]) -> str:
     """The markdown before a rebuild's re-run cells: what is re-run, from where, and why.
 
-    Cells are named by their index in the source notebook (for a recovery, this one), as
-    the rebuild report names them: ``In [n]`` numbers repeat after a restart.
+    Cells are named as the rebuild report's summary names them (:func:`cell_label`): by
+    the ``In [n]`` JupyterLab showed for them, with their first line of code.
 
     Args:
         source: ``session:<id>`` or ``notebook``.
         own: whether the session re-runs its own cells (a recovery).
         cells: the plan of the source's code cells (:func:`interpreter.cells.plan`).
     """
-    rerun = [c.index for c in cells if c.rerun]
-    errors = [c.index for c in cells if c.rerun and c.status == "error"]
+    rerun = [c for c in cells if c.rerun]
+    errors = [c for c in cells if c.rerun and c.status == "error"]
     stopped = [c for c in cells if c.skip == "recorded_failure"]
     others = sum(1 for c in cells if c.skip in ("never_ran", "own_rerun"))
-    lost = [c.index for c in cells if c.skip == "state_lost"]
-    which = f"{len(rerun)} {_cell_list(rerun)}" if rerun else "no cells"
+    lost = [c for c in cells if c.skip == "state_lost"]
+    which = (
+        f"{len(rerun)} cell{'s' if len(rerun) != 1 else ''} ({_cells(rerun)})"
+        if rerun
+        else "no cells"
+    )
     parts = []
     if errors:
         parts.append(
-            f"{_cell_list(errors)} raised an error when recorded and "
+            f"{_cells(errors, named=True)} raised an error when recorded and "
             f"{'is' if len(errors) == 1 else 'are'} re-run up to it"
         )
     if stopped:
-        listed = ", ".join(f"{c.index} ({c.status})" for c in stopped[:20])
+        listed = ", ".join(f"{_label(c)} ({c.status})" for c in stopped[:20])
         parts.append(
-            f"not re-run: {'cell' if len(stopped) == 1 else 'cells'} {listed}, stopped "
-            "before the end; names defined there may be missing"
+            f"not re-run: {listed}, stopped before the end; names defined there may be missing"
         )
     if lost:
         parts.append(
-            f"not re-run: {_cell_list(lost)}, whose state a later restart on request or "
+            f"not re-run: {_cells(lost, named=True)}, whose state a later restart on request or "
             "exit() cleared"
         )
     if others:
@@ -136,8 +140,15 @@ def rebuild_note(source: str, own: bool, cells: list[CellPlan]) -> str:
     return f"**Rebuilt from {origin}**: {which} of its notebook re-run below{more}."
 
 
-def _cell_list(indexes: list[int]) -> str:
-    """``cell 3`` or ``cells 0, 1, 3`` (the first 20, then how many more)."""
-    listed = ", ".join(str(i) for i in indexes[:20])
-    more = f" and {len(indexes) - 20} more" if len(indexes) > 20 else ""
-    return f"{'cell' if len(indexes) == 1 else 'cells'} {listed}{more}"
+def _label(cell: CellPlan) -> str:
+    return cell_label(cell.index, cell.execution_count, first_line(cell.source))
+
+
+def _cells(cells: list[CellPlan], named: bool = False) -> str:
+    """``In [1] `x = 1`, In [3] `y = 2` `` (the first 20, then how many more); without
+    ``named``, their ``In [n]`` alone."""
+    listed = ", ".join(
+        _label(c) if named else cell_label(c.index, c.execution_count, "") for c in cells[:20]
+    )
+    more = f" and {len(cells) - 20} more" if len(cells) > 20 else ""
+    return listed + more

@@ -25,7 +25,7 @@ from interpreter.cells import (
 )
 from interpreter.errors import ValidationFailed
 from interpreter.handle import ExecutionHandle
-from interpreter.models import Execution, RebuildCell, RebuildReport
+from interpreter.models import Execution, RebuildCell, RebuildReport, first_line
 from interpreter.notes import rebuild_note
 from interpreter.session import LiveSession
 
@@ -127,4 +127,5 @@ def _named(cell: CellPlan, status: str | None, rerun_id: str | None) -> RebuildC
         recorded_status=cell.status,
         status=status,
         rerun_execution_id=rerun_id,
+        first_line=first_line(cell.source),
     )

@@ -318,10 +318,11 @@ UNKNOWN_ENDING = (
 
 
 def execution_header(execution: Execution) -> str:
-    """``status: ok (cell 3, 41 ms)`` plus a warning when state was lost."""
+    """``status: ok (In [3], 41 ms)`` plus a warning when state was lost: the cell named
+    as the notebook and a rebuild's summary name it."""
     bits = []
     if execution.execution_count is not None:
-        bits.append(f"cell {execution.execution_count}")
+        bits.append(f"In [{execution.execution_count}]")
     if execution.duration_ms is not None:
         bits.append(f"{execution.duration_ms:.0f} ms")
     head = f"status: {execution.status}" + (f" ({', '.join(bits)})" if bits else "")

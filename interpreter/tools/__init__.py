@@ -1,9 +1,9 @@
 """Tools for function-calling models: definitions, parsing, results and executors.
 
-The same eight tools back ``interp tools``, the MCP server and any agent loop built on the
-SDK. Definitions are written for a model to read. An executor takes a tool call exactly as
-a model emits it (OpenAI or Anthropic shape), runs it against the service through the
-public SDK and returns the result as text and images.
+The same tools (:data:`TOOL_NAMES`) back ``interp tools``, the MCP server and any agent loop
+built on the SDK. Definitions are written for a model to read. An executor takes a tool call
+exactly as a model emits it (OpenAI or Anthropic shape), runs it against the service through
+the public SDK and returns the result as text and images.
 
 Example:
     >>> from interpreter.client import Client
@@ -12,7 +12,7 @@ Example:
     >>> executor = ToolExecutor(Client())  # doctest: +SKIP
     >>> call = {"type": "tool_use", "id": "t1", "name": "run_code", "input": {"code": "1+1"}}
     >>> executor.execute(call).text  # doctest: +SKIP
-    'status: ok (cell 1, 4 ms)\\n\\nresult:\\n2'
+    'status: ok (In [1], 4 ms)\\n\\nresult:\\n2'
 """
 
 from __future__ import annotations

@@ -154,10 +154,9 @@ def test_mcp_rebuilds_a_session_from_a_notebook_in_its_workspace(local_server: S
                 rebuilt = await client.call_tool("rebuild_from_notebook", {"path": "earlier.ipynb"})
                 assert not rebuilt.is_error, _texts(rebuilt)
                 assert _texts(rebuilt) == (
-                    f"Session {sid} rebuilt from earlier.ipynb: 3 of 3 cells re-ran (cells "
-                    "are numbered by their index in the source notebook); cell 1 raised the "
-                    "error recorded for it again, as expected: what ran before the error is "
-                    "restored; none failed."
+                    f"Session {sid} rebuilt from earlier.ipynb: 3 of 3 cells re-ran; In [2] "
+                    "`undefined_name + 1` raised the error recorded for it again, as "
+                    "expected: what ran before the error is restored; none failed."
                 )
                 used = await client.call_tool("run_code", {"code": "base + n"})
                 assert not used.is_error and "242" in _texts(used), _texts(used)

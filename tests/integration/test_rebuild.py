@@ -70,7 +70,8 @@ def test_fork_from_session_replays_good_cells_and_copies_files(
         assert nb["metadata"]["interp"]["source"] == {"from": f"session:{src}"}
         note, *code = nb["cells"]
         assert note["cell_type"] == "markdown" and note["source"].startswith(
-            f"**Rebuilt from session `{src}`**: 3 cells 0, 1, 2 of its notebook re-run below"
+            f"**Rebuilt from session `{src}`**: 3 cells (In [1], In [2], In [3]) of its notebook"
+            " re-run below"
         )
         assert [c["metadata"]["interp"].get("replay_of") for c in code] == [0, 1, 2, None]
         # The source is untouched.
@@ -208,7 +209,9 @@ def test_rebuild_a_session_from_a_notebook_that_reads_an_uploaded_file(
     assert _value(api, sid, "total, by_region") == "(22, {'north': 17, 'south': 5})"
     nb = api.get(f"/v1/sessions/{sid}/notebook").json()
     note, *code = nb["cells"]
-    assert note["source"].startswith("**Rebuilt from a notebook**: 3 cells 0, 1, 2")
+    assert note["source"].startswith(
+        "**Rebuilt from a notebook**: 3 cells (cell #0, cell #1, cell #2)"
+    )
     assert [c["metadata"]["interp"].get("replay_of") for c in code] == [0, 1, 2, None]
 
 
@@ -366,7 +369,10 @@ def test_recover_and_fork_bring_back_the_state_since_the_last_restart_on_request
     assert _defined(api, fork, "secret", "kept") == [False, True]
     notebook = api.get(f"/v1/sessions/{sid}/notebook").json()
     note = next(c for c in notebook["cells"] if c["source"].startswith("**Recovery**"))
-    assert "not re-run: cell 0, whose state a later restart on request" in note["source"]
+    assert (
+        "not re-run: In [1] `secret = 'cleared'`, whose state a later restart on request"
+        in (note["source"])
+    )
     assert note["metadata"]["interp"] == {"event": "recovery"}
     # A kernel that died is not a state cleared on purpose: recovering it is the point.
     run(api, sid, "import os; os._exit(1)")

@@ -37,25 +37,36 @@ def test_notes_say_what_happened() -> None:
     assert restart_note("requested", 2).startswith("**Kernel restarted** on request (generation 2)")
     assert "could not be interrupted" in restart_note("timeout", 3)
     assert "after it died (oom_killed)" in restart_note("oom_killed", 4)
-    # Cells are named by their index in the source notebook, as the rebuild report names
-    # them: In [n] numbers repeat after a restart.
+    # Cells are named as JupyterLab and the tools showed them, by In [n], with their first
+    # line of code (numbers repeat after a restart); by their index only without a number.
+    # They were named by their index alone, which neither shows.
     cells = [
-        CellPlan(0, "a = 1", "ok", None),
-        CellPlan(2, "def f(): ...\nf(0)", "error", None),
-        CellPlan(3, "sleep(99)", "timeout", "recorded_failure"),
+        CellPlan(0, "a = 1", "ok", None, execution_count=1),
+        CellPlan(2, "\ndef f(): ...\nf(0)", "error", None, execution_count=2),
+        CellPlan(
+            3, "sleep(99)  # `a` " + "x" * 80, "timeout", "recorded_failure", execution_count=3
+        ),
         CellPlan(4, "rm()", "denied", "never_ran"),
         CellPlan(5, "b = f(1)", "ok", None),
     ]
     recovery = rebuild_note("session:s_me", True, cells)
-    assert recovery.startswith("**Recovery**: 3 cells 0, 2, 5 of this notebook re-run below")
-    assert "cell 2 raised an error when recorded and is re-run up to it" in recovery
-    assert "not re-run: cell 3 (timeout), stopped before the end" in recovery
+    assert recovery.startswith(
+        "**Recovery**: 3 cells (In [1], In [2], cell #5) of this notebook re-run below"
+    )
+    assert "; In [2] `def f(): ...` raised an error when recorded and is re-run up to it" in (
+        recovery
+    )
+    stopped = "In [3] `sleep(99)  # 'a' " + "x" * 40 + "...` (timeout)"
+    assert f"not re-run: {stopped}, stopped before the end" in recovery
     assert "names defined there may be missing" in recovery
     assert "1 cell not re-run (never ran" in recovery and "commented out" in recovery
     fork = rebuild_note("session:s_parent", False, cells[:1] + cells[-1:])
-    assert fork == "**Rebuilt from session `s_parent`**: 2 cells 0, 5 of its notebook re-run below."
+    assert fork == (
+        "**Rebuilt from session `s_parent`**: 2 cells (In [1], cell #5) of its notebook re-run"
+        " below."
+    )
     assert rebuild_note("notebook", False, cells[:1]).startswith(
-        "**Rebuilt from a notebook**: 1 cell 0 of its notebook"
+        "**Rebuilt from a notebook**: 1 cell (In [1]) of its notebook"
     )
 
 

@@ -46,9 +46,23 @@ REBUILD = {
     "errors_again": [1],
     "not_rerun": [6],
     "cells": [
-        {"index": 1, "recorded_status": "error", "status": "error", "rerun_execution_id": "e_r1"},
-        {"index": 4, "recorded_status": "ok", "status": "error", "rerun_execution_id": "e_r4"},
-        {"index": 6, "execution_id": "e_6", "recorded_status": "timeout"},
+        {
+            "index": 1,
+            "execution_count": 2,
+            "first_line": "1/0",
+            "recorded_status": "error",
+            "status": "error",
+            "rerun_execution_id": "e_r1",
+        },
+        {
+            "index": 4,
+            "execution_count": 4,
+            "first_line": "y = f()",
+            "recorded_status": "ok",
+            "status": "error",
+            "rerun_execution_id": "e_r4",
+        },
+        {"index": 6, "execution_id": "e_6", "execution_count": 5, "recorded_status": "timeout"},
     ],
 }
 
@@ -507,14 +521,15 @@ def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService)
     created = run(executor, "create_session").text
     assert "Created session s1" in created
     forked = run(executor, "create_session", from_session="s1").text
-    # Cells are named as in the source notebook, with the failed re-run's execution; the
-    # model learns that a recorded error raised again is expected and what was not re-run.
+    # Cells are named as run_code named them (cell 2 is In [2]), with their first line of
+    # code and the failed re-run's execution; the model learns that a recorded error raised
+    # again is expected and what was not re-run. They were named by their index in the
+    # notebook, which no tool shows: "cell 1 raised the error" for the model's cell 2.
     assert (
-        "Rebuilt from session:x: 2 of 4 cells re-ran (cells are numbered by their index in "
-        "the source notebook); cell 1 raised the error recorded for it again, as expected: "
-        "what ran before the error is restored; cell 4 (execution e_r4) failed; not re-run: "
-        "cell 6 (timeout), stopped before the end when recorded: names defined there may "
-        "be missing." in forked
+        "Rebuilt from session:x: 2 of 4 cells re-ran; In [2] `1/0` raised the error recorded "
+        "for it again, as expected: what ran before the error is restored; In [4] `y = f()` "
+        "(execution e_r4) failed; not re-run: In [5] (timeout), stopped before the end when "
+        "recorded: names defined there may be missing." in forked
     )
     assert executor.session_id == "s2r"
     listing = run(executor, "list_sessions").text
@@ -525,7 +540,7 @@ def test_sessions_restart_notebook(executor: ToolExecutor, service: ToolService)
     )
     restarted = run(executor, "restart", recover=True).text
     assert "restarted and rebuilt: 2 of 4 cells re-ran" in restarted
-    assert "cell 4 (execution e_r4) failed" in restarted
+    assert "In [4] `y = f()` (execution e_r4) failed" in restarted
     text = run(executor, "get_notebook").text
     assert "In [1] (ok):\nprint(1)" in text and "[image: image/png]" in text
     assert "[error] ZeroDivisionError" in text
