@@ -20,7 +20,7 @@ from __future__ import annotations
 from interpreter.tools.calls import ToolCall, ToolCallError, parse_tool_call, validate_arguments
 from interpreter.tools.executors import AsyncToolExecutor, ToolExecutor
 from interpreter.tools.logic import RunStep, notebook_transcript
-from interpreter.tools.results import ImagePart, TextPart, ToolResult
+from interpreter.tools.results import ImagePart, TextPart, ToolResult, openai_messages
 from interpreter.tools.specs import TOOL_NAMES, TOOLS, ToolFormat, ToolSpec, tool_definitions
 from interpreter.tools.structured import RUN_CODE_OUTPUT_SCHEMA, execution_data
 
@@ -40,6 +40,7 @@ __all__ = [
     "ToolSpec",
     "execution_data",
     "notebook_transcript",
+    "openai_messages",
     "parse_tool_call",
     "tool_definitions",
     "validate_arguments",

@@ -89,20 +89,40 @@ class ToolResult:
 
     def to_openai(self) -> list[dict[str, Any]]:
         """Chat Completions messages: the ``tool`` message, then a ``user`` message that
-        carries the images (tool messages may only hold text)."""
-        messages: list[dict[str, Any]] = [
-            {"role": "tool", "tool_call_id": self.call_id, "content": self.text}
-        ]
-        if self.images:
-            parts: list[dict[str, Any]] = [
-                {"type": "text", "text": f"Images returned by tool call {self.call_id}:"}
-            ]
+        carries the images (tool messages may only hold text).
+
+        For an assistant turn with several tool calls, use :func:`openai_messages` on all
+        their results: Chat Completions refuses a ``user`` message between the ``tool``
+        messages of one turn.
+        """
+        return openai_messages([self])
+
+
+def openai_messages(results: list[ToolResult]) -> list[dict[str, Any]]:
+    """The Chat Completions answer to one assistant turn's tool calls: a ``tool`` message
+    per result, in order, then one ``user`` message with every result's images (each
+    introduced by its call's id), if any have images.
+
+    Chat Completions requires all ``tool`` messages answering a turn to follow it
+    directly, so appending each result's :meth:`ToolResult.to_openai` in turn gave an
+    invalid request as soon as one of several parallel calls drew a plot.
+    """
+    messages: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": r.call_id, "content": r.text} for r in results
+    ]
+    parts: list[dict[str, Any]] = []
+    for result in results:
+        if result.images:
+            parts.append(
+                {"type": "text", "text": f"Images returned by tool call {result.call_id}:"}
+            )
             parts.extend(
                 {"type": "image_url", "image_url": {"url": f"data:{img.mime};base64,{img.base64}"}}
-                for img in self.images
+                for img in result.images
             )
-            messages.append({"role": "user", "content": parts})
-        return messages
+    if parts:
+        messages.append({"role": "user", "content": parts})
+    return messages
 
 
 def _responses_output(result: ToolResult) -> str | list[dict[str, Any]]:

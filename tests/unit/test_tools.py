@@ -29,6 +29,7 @@ from interpreter.tools import (
     ToolExecutor,
     ToolResult,
     notebook_transcript,
+    openai_messages,
     parse_tool_call,
     tool_definitions,
     validate_arguments,
@@ -560,6 +561,34 @@ def test_result_rendering_for_each_api() -> None:
     assert messages[1]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
     assert ToolResult([TextPart("x")], is_error=True).to_anthropic()["is_error"] is True
     assert len(ToolResult([TextPart("x")]).to_openai()) == 1
+
+
+def test_one_turns_parallel_calls_answer_with_every_tool_message_first() -> None:
+    """Each result's to_openai() appended in turn put a user message (a plot's image)
+    between the tool messages of one assistant turn, which Chat Completions refuses
+    (found by an outside agent tester)."""
+    plot = ToolResult([TextPart("a plot"), ImagePart("image/png", PNG)], call_id="call_1")
+    text = ToolResult([TextPart("rows 5000")], call_id="call_2")
+    chart = ToolResult([TextPart("b"), ImagePart("image/png", PNG)], call_id="call_3")
+    messages = openai_messages([plot, text, chart])
+    assert [(m["role"], m.get("tool_call_id")) for m in messages] == [
+        ("tool", "call_1"),
+        ("tool", "call_2"),
+        ("tool", "call_3"),
+        ("user", None),
+    ]
+    said = [p.get("text") for p in messages[-1]["content"]]
+    assert said == [
+        "Images returned by tool call call_1:",
+        None,
+        "Images returned by tool call call_3:",
+        None,
+    ]
+    assert (
+        openai_messages([text])
+        == text.to_openai()
+        == [{"role": "tool", "tool_call_id": "call_2", "content": "rows 5000"}]
+    )
 
 
 async def test_async_executor(service: ToolService) -> None:
