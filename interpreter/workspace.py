@@ -328,8 +328,8 @@ class Workspace:
         except OSError as exc:
             if exc.errno == errno.ENOTDIR and self._is_file(parts):
                 raise BadRequest(
-                    f"'{path}' is a file, not a directory: download it from files/{path}, "
-                    "or list its directory."
+                    f"'{path}' is a file, not a directory: read it as a file, or list its "
+                    "directory."
                 ) from exc
             raise _os_error(exc, path) from exc
         entries.sort(key=_order)
@@ -424,7 +424,7 @@ class Workspace:
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             if stat.S_ISDIR(st.st_mode):
-                raise BadRequest(f"'{path}' is a directory; list it with ?path= instead.")
+                raise BadRequest(f"'{path}' is a directory, not a file: list its files instead.")
             raise PathNotAllowed(f"'{path}' is not a regular file.")
         if max_bytes is not None and st.st_size > max_bytes:
             os.close(fd)

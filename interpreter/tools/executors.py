@@ -134,10 +134,24 @@ TOO_MANY_SESSIONS_HINT = (
 )
 
 
+#: Words of the service's errors, and the tools' words for them (a model lists its sessions
+#: with ``list_sessions``, not an HTTP route; it reads a file with ``read_file``).
+_IN_TOOL_WORDS = (
+    ("with GET /v1/sessions", "with the list_sessions tool"),
+    (
+        "read it as a file, or list its directory.",
+        "read it with read_file, or list its directory with list_files.",
+    ),
+    ("list its files instead.", "list its files with list_files instead."),
+)
+
+
 def api_error_text(exc: APIError) -> str:
     """The service's error as a tool says it: its message, in the tools' words where the
-    message names an HTTP route (a model lists its sessions with ``list_sessions``)."""
-    message = exc.message.replace("with GET /v1/sessions", "with the list_sessions tool")
+    message says what to do (:data:`_IN_TOOL_WORDS`)."""
+    message = exc.message
+    for said, meant in _IN_TOOL_WORDS:
+        message = message.replace(said, meant)
     if exc.code == "too_many_sessions":
         message += TOO_MANY_SESSIONS_HINT
     return f"{message} ({exc.code})"

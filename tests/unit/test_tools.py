@@ -8,6 +8,7 @@ import re
 import struct
 import zlib
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -643,6 +644,31 @@ def test_a_service_error_names_the_tool_where_it_names_a_route() -> None:
         "No session 's_x' (or it belongs to another key). List yours with the list_sessions "
         "tool. (session_not_found)"
     )
+
+
+def test_a_file_or_directory_mixed_up_is_said_in_the_tools_words(tmp_path: Path) -> None:
+    """read_file on a directory and list_files on a file told the model to use "?path="
+    and "files/<path>", which no tool takes (found by an outside agent tester)."""
+    from interpreter.client import BadRequestError
+    from interpreter.errors import BadRequest
+    from interpreter.tools.executors import api_error_text
+    from interpreter.workspace import Workspace
+
+    (tmp_path / "ws").mkdir()
+    ws = Workspace(tmp_path / "ws")
+    (ws.root / "out").mkdir()
+    (ws.root / "out" / "r.csv").write_text("a\n")
+    said = []
+    for attempt in (lambda: ws.open_read("out"), lambda: ws.listing("out/r.csv")):
+        with pytest.raises(BadRequest) as refused:
+            attempt()
+        exc = BadRequestError(str(refused.value), status=400, code="bad_request")
+        said.append(api_error_text(exc))
+    assert said == [
+        "'out' is a directory, not a file: list its files with list_files instead. (bad_request)",
+        "'out/r.csv' is a file, not a directory: read it with read_file, or list its directory "
+        "with list_files. (bad_request)",
+    ]
 
 
 def test_a_session_id_that_is_none_is_refused_before_sending(
