@@ -40,6 +40,10 @@ MAX_RICH_VALUE_CHARS = 16 << 20
 #: and a 750 MB notebook when metadata was counted nowhere). What is kept counts toward
 #: the cell's rich budget, :data:`RICH_LIMIT`, as the values do.
 MAX_METADATA_CHARS = 64 << 10
+#: Characters of metadata all of one execution's outputs keep at most (past it, later
+#: outputs' metadata is dropped, their values kept, with a notice): a thousand displays of
+#: 60,000 characters of metadata each were 60 MB per cell, kept for the session's life.
+MAX_CELL_METADATA_CHARS = 1 << 20
 #: Characters of rich output one execution holds at once at most (images are also
 #: artifacts): what it shows now, not what it showed. A value cleared (``clear_output``) or
 #: replaced (``update_display_data``, a display with a known id) gives its characters back,
@@ -319,6 +323,9 @@ class ExecutionRecorder:
         self._dropped_notices: list[tuple[str, int, str, Callable[[int, int], str]]] = []
         #: JupyterLab's ``metadata.execution`` timing: message times by their usual keys.
         self.timing: dict[str, str] = {}
+        #: Characters of the metadata of the outputs kept so far
+        #: (:data:`MAX_CELL_METADATA_CHARS`).
+        self.metadata_chars = 0
 
     # -- state ---------------------------------------------------------------------------
 
@@ -586,7 +593,8 @@ class ExecutionRecorder:
             size += length
             clean[mime] = value
         metadata = self._metadata(content.get("metadata"))
-        size += json_size(metadata) if metadata else 0
+        metadata_size = json_size(metadata) if metadata else 0
+        size += metadata_size
         if self.rich_chars - held + size > self.rich_limit:
             self.rich_dropped += size
             limit = self.rich_limit
@@ -608,6 +616,7 @@ class ExecutionRecorder:
                 )
             )
             return None
+        self.metadata_chars += metadata_size
         return clean, metadata, size
 
     def _metadata(self, metadata: object) -> dict[str, Any]:
@@ -624,6 +633,18 @@ class ExecutionRecorder:
                     "\n[output metadata dropped: an output's metadata is larger than the "
                     f"broker's limit of {MAX_METADATA_CHARS} characters; its values were kept]\n",
                     _metadata_dropped,
+                )
+            )
+            return {}
+        if self.metadata_chars + length > MAX_CELL_METADATA_CHARS:
+            self._dropped_notices.append(
+                (
+                    "metadata_total",
+                    0,
+                    "\n[output metadata dropped: this cell's outputs' metadata went past the "
+                    f"broker's limit of {MAX_CELL_METADATA_CHARS} characters; the values were "
+                    "kept]\n",
+                    _cell_metadata_dropped,
                 )
             )
             return {}
@@ -759,6 +780,9 @@ class ExecutionRecorder:
         texts = [_cut_error(text, ERROR_TEXT_LIMIT) for text in texts]
         if omitted:
             texts.insert(head, f"[... {omitted} more traceback lines omitted by the service ...]")
+        if sum(map(len, texts)) > TRACEBACK_CHARS:
+            texts = _lines_within(texts, TRACEBACK_CHARS)
+            self.error_cut = True
         self.error = ErrorEvent(
             ename=clean_text(content.get("ename", "Error"), 1000),
             evalue=evalue,
@@ -952,6 +976,14 @@ def _metadata_dropped(count: int, chars: int) -> str:
     )
 
 
+def _cell_metadata_dropped(count: int, chars: int) -> str:
+    """The notice of ``count`` outputs' metadata past the cell's limit, collapsed."""
+    return (
+        f"\n[output metadata dropped: {count} outputs' metadata, past the broker's limit of "
+        f"{MAX_CELL_METADATA_CHARS} characters for this cell's outputs; their values were kept]\n"
+    )
+
+
 def json_size(value: Any, limit: int | None = None, depth: int = 0) -> int:
     """About the characters of ``value``'s JSON form (strings counted unescaped), or a
     number past ``limit`` as soon as it is known to be past it: a large value is not
@@ -1001,7 +1033,36 @@ def _as_text(value: Any) -> str:
 ERROR_TEXT_LIMIT = 100_000
 #: Traceback lines kept at most (the first and the last half).
 TRACEBACK_LINES = 500
+#: Characters of one traceback kept at most, its lines together (the first and the last
+#: lines that fit in half each): 500 lines of 100,000 characters were 50 MB per cell, which
+#: no output budget counted and a session kept for its life.
+TRACEBACK_CHARS = 1 << 20
 _CUT_TAIL_MARK = " characters of this error text omitted by the service ...]"
+
+
+def _lines_within(lines: list[str], limit: int) -> list[str]:
+    """The first and the last of ``lines`` that fit in half of ``limit`` characters each,
+    with a notice of how many lines (and characters) between them the service left out."""
+    half = limit // 2
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) > half:
+            break
+        head.append(line)
+        used += len(line)
+    tail: list[str] = []
+    used = 0
+    for line in reversed(lines[len(head) :]):
+        if used + len(line) > half:
+            break
+        tail.append(line)
+        used += len(line)
+    tail.reverse()
+    gone = lines[len(head) : len(lines) - len(tail)]
+    chars = sum(map(len, gone))
+    notice = f"[... {len(gone)} traceback lines, {chars} characters, omitted by the service ...]"
+    return [*head, notice, *tail]
 
 
 def _cut_error(text: str, limit: int) -> str:

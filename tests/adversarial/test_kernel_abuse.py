@@ -237,6 +237,35 @@ def test_output_metadata_is_bounded_and_the_notebook_stays_small(
     nbformat.validate(nbformat.reads(nb.text, as_version=4))
 
 
+def test_a_huge_traceback_is_cut_to_its_ends_and_the_notebook_stays_small(
+    adv: Broker, attack: Attack
+) -> None:
+    """Errors were counted by no budget: a traceback through 60 frames whose source lines
+    carry 99,000 characters each was 6 MB per cell, and a kernel sending its own error
+    message 30 MB, which a session kept for its life (R-01; found by an outside security
+    tester). The traceback keeps its first and last lines within 1 MiB."""
+    sid = attack.session()
+    code = (
+        "line = 'def f{0}():\\n    return f{1}()  # ' + 'c' * 99_000 + '\\n'\n"
+        "src = ''.join(line.format(i, i + 1) for i in range(60))\n"
+        "open('deepmod.py', 'w').write(src + 'def f60():\\n    raise ValueError(\"deep\")\\n')\n"
+        "import deepmod\n"
+        "deepmod.f0()"
+    )
+    resp = attack.api.post(f"/v1/sessions/{sid}/execute", json={"code": code})
+    assert resp.status_code == 200 and len(resp.content) < 2_500_000, len(resp.content)
+    result = resp.json()
+    assert result["status"] == "error" and result["truncated"] is True, result["status"]
+    error = result["error"]
+    assert (error["ename"], error["evalue"]) == ("ValueError", "deep")
+    assert error["traceback"][-1] == "ValueError: deep"
+    assert any("traceback lines," in line and "omitted" in line for line in error["traceback"])
+    assert attack.text(sid, "'after'") == "'after'"
+    nb = attack.api.get(f"/v1/sessions/{sid}/notebook")
+    assert nb.status_code == 200 and len(nb.content) < 2_500_000, len(nb.content)
+    nbformat.validate(nbformat.reads(nb.text, as_version=4))
+
+
 def test_forged_kernel_messages_are_dropped(adv: Broker, attack: Attack) -> None:
     """The kernel holds the HMAC key, so it can sign anything: messages for no request,
     unsigned junk, a reply of the wrong type, a parent header that is no object or whose

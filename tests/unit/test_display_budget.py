@@ -19,7 +19,13 @@ from typing import Any
 import nbformat
 
 from interpreter.artifacts import ArtifactStore
-from interpreter.execution import MAX_METADATA_CHARS, ExecutionRecorder, json_size
+from interpreter.execution import (
+    MAX_CELL_METADATA_CHARS,
+    MAX_METADATA_CHARS,
+    TRACEBACK_CHARS,
+    ExecutionRecorder,
+    json_size,
+)
 from interpreter.handle import ExecutionHandle, OutputAdded
 from interpreter.models import Execution
 from interpreter.outputs import OutputCapture
@@ -290,6 +296,55 @@ def test_metadata_counts_toward_the_cells_rich_budget() -> None:
     assert 5 <= held <= 10
     assert rec.rich_chars <= 10 * MAX_METADATA_CHARS
     assert stderr_of(rec).count("[output dropped") == 1
+
+
+def test_the_metadata_of_all_a_cells_outputs_is_bounded_and_said_once(tmp_path: Path) -> None:
+    """A thousand displays of 60,000 characters of metadata each, under the per-output
+    limit: 60 MB per cell, and a session kept every cell's (found by an outside security
+    tester: the broker grew 120 MB a cell). Past the cell's limit, metadata is dropped, the
+    values kept, with one notice."""
+    data = recording("plot")
+    rec = ExecutionRecorder(data["msg_id"])
+    template = of_type(data, "display_data")
+    meta = {"a": "m" * 60_000}
+    for step in range(1000):
+        rec.feed_iopub(with_metadata(template, step, meta))
+    rec.feed_reply(data["reply"])
+    ex, outputs = finish(rec, tmp_path)
+    assert [o.data["text/plain"] for o in ex.outputs] == [str(i) for i in range(1000)]
+    kept = [o for o in ex.outputs if o.metadata]
+    assert len(kept) == MAX_CELL_METADATA_CHARS // 60_000
+    assert ex.stderr.count("[output metadata dropped") == 1
+    assert f"{1000 - len(kept)} outputs' metadata, past the broker's limit of" in ex.stderr
+    assert len(json.dumps(outputs)) < 2 * MAX_CELL_METADATA_CHARS
+    nb_valid(outputs)
+
+
+def test_a_huge_traceback_keeps_its_ends_within_the_limit(tmp_path: Path) -> None:
+    """An error of 300 lines of 99,000 characters each (a kernel may send any): 30 MB per
+    cell that no budget counted, kept for the session's life (found by an outside security
+    tester: the broker grew 60 MB a cell, the notebook past its budget to 237 MB). The
+    traceback keeps its first and last lines within its limit, and says what it left out."""
+    data = recording("error")
+    rec = ExecutionRecorder(data["msg_id"])
+    msg = of_type(data, "error")
+    lines = [f"{i:03d}" + "y" * 99_000 for i in range(299)] + ["E: the last line"]
+    msg["content"].update(ename="E", evalue="v", traceback=lines)
+    rec.feed_iopub(msg)
+    assert rec.error is not None and rec.error_cut
+    kept = rec.error.traceback
+    assert sum(map(len, kept)) <= TRACEBACK_CHARS + 200
+    assert kept[0].startswith("000") and kept[-1] == "E: the last line"
+    (notice,) = [t for t in kept if t.startswith("[... ")]
+    gone = 300 - (len(kept) - 1)
+    assert (
+        notice.startswith(f"[... {gone} traceback lines, ") and "omitted by the service" in notice
+    )
+    rec.feed_reply(data["reply"])
+    ex, outputs = finish(rec, tmp_path)
+    assert ex.truncated
+    assert len(json.dumps(outputs)) < 2 * TRACEBACK_CHARS
+    nb_valid(outputs)
 
 
 def test_json_size_stops_early_past_its_limit() -> None:
