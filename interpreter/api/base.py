@@ -21,7 +21,7 @@ from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from interpreter import storage_floor
-from interpreter.api import access, json_body
+from interpreter.api import access, browser_guard, json_body
 from interpreter.api.connections import mark_authenticated
 from interpreter.api.ranges import byte_range
 from interpreter.body_encoding import IDENTITY
@@ -187,6 +187,10 @@ class BaseHandler(tornado.web.RequestHandler):
                     "the UTF-8 bytes of each path segment."
                 )
             length = self.content_length()
+            if not self.conf.api_keys:
+                refused = browser_guard.refusal(self.request.headers)
+                if refused is not None:
+                    raise Forbidden(refused)
             self.check_auth()
             if length is not None and length > self.body_limit:
                 self._too_large = True
