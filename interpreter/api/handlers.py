@@ -263,6 +263,15 @@ class FileHandler(UploadReceiver[Upload]):
                 "A PUT body is the file's bytes, sent as they are (application/octet-stream): "
                 f"a {content_type.split(';')[0].strip()[:60]} body is not unpacked here."
             )
+        if content_type.lower().lstrip().startswith("application/x-www-form-urlencoded"):
+            # What ``curl -d @file`` sends, the file's line breaks taken out: a CSV became
+            # one line, stored with 201 (``--data-binary`` sends the same type, intact).
+            raise UnsupportedEncoding(
+                "A PUT body is the file's bytes, sent as they are (application/octet-stream), "
+                "not a form (application/x-www-form-urlencoded): curl -d takes the line "
+                "breaks out of a file. Send it with curl -T FILE URL, or --data-binary @FILE "
+                "with -H 'Content-Type: application/octet-stream'."
+            )
         workspace = await self.broker.workspace(self.owner, self.path_kwargs["session_id"])
         return await asyncio.to_thread(Upload, workspace, self.path_kwargs["path"], self.body_limit)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gzip
+import json
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import run
+from tests.conftest import Server, run
 
 GZIP = {"Content-Encoding": "gzip"}
 
@@ -120,6 +123,37 @@ def test_a_multipart_put_is_refused_not_stored_as_its_envelope(
     assert "form.csv" not in names
     raw = api.put(f"/v1/sessions/{shared_session}/files/form.csv", content=b"a,b\n1,2\n")
     assert raw.status_code == 201, raw.text
+
+
+def test_curl_d_is_refused_and_curl_t_stores_the_file_as_it_is(
+    server: Server, shared_session: str, tmp_path: Path
+) -> None:
+    """``curl -d @sales.csv`` (what a curl user tries first) takes the file's line breaks
+    out and sends a form type: it was stored with 201, a CSV became one line, and pandas
+    read 0 rows (found by an outside agent tester). Real curl, as a user runs it."""
+    csv = tmp_path / "sales.csv"
+    csv.write_bytes(b"city,sales\nOslo,3\nLima,5\n")
+    url = f"{server.url}/v1/sessions/{shared_session}/files/sales.csv"
+    auth = ["-H", f"Authorization: Bearer {server.api_key}"]
+    form = subprocess.run(
+        ["curl", "-s", "-XPUT", "-d", f"@{csv}", *auth, "-w", "\n%{http_code}", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    body, status = form.stdout.rsplit("\n", 1)
+    assert status == "415", form.stdout
+    assert "curl -T FILE URL" in json.loads(body)["error"]["message"]
+    put = subprocess.run(
+        ["curl", "-s", "-T", str(csv), *auth, "-w", "\n%{http_code}", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert put.stdout.rsplit("\n", 1)[1] == "201", put.stdout
+    with server.client() as api:
+        stored = api.get(f"/v1/sessions/{shared_session}/files/sales.csv").content
+    assert stored == csv.read_bytes()
 
 
 def test_a_directory_is_listed_in_pages(api: httpx.Client, new_session: Callable[..., str]) -> None:
