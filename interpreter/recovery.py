@@ -35,6 +35,7 @@ from typing import Any
 
 from interpreter import restore_cells
 from interpreter.artifacts import remove_temporaries
+from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
 from interpreter.cells import RESTART_EVENT, note_event
@@ -338,7 +339,8 @@ def _close_files(
         layouts=store.cell_layouts(session_id),
         chained=store.chained(session_id),
     )
-    for _, ex in in_flight:
+    settled: list[tuple[int, Execution, str]] = []
+    for seq, ex in in_flight:
         kept = _cell_of(recorder, ex.id)
         if kept is not None:
             # Recorded, with what it had printed, by an earlier broker that shut down and
@@ -348,10 +350,12 @@ def _close_files(
             )
             recorder.cell_changed(kept)
         else:
+            # What it printed up to its last progress write (see LiveSession._run).
+            outputs = restore_cells.outputs_of(ex, session_dir / "artifacts")
+            digest = cell_digest(ex.code, outputs)
             recorder.add_cell(
                 ex.code,
-                # What it printed up to its last progress write (see LiveSession._run).
-                restore_cells.outputs_of(ex, session_dir / "artifacts"),
+                outputs,
                 execution_id=ex.id,
                 execution_count=ex.execution_count,
                 status=ex.status,
@@ -360,11 +364,18 @@ def _close_files(
                 state_lost=True,
                 reason=ex.reason,
                 # A rebuild's or recovery's re-run stays marked (and commented) as one.
-                extra={**store.cell_meta_of(ex.id), "note": CLOSED_NOTE},
+                extra={**store.cell_meta_of(ex.id), "note": CLOSED_NOTE, "audit_sha256": digest},
             )
+            settled.append((seq, ex, digest))
         recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
     if restored or in_flight:
         recorder.save()
+    # Settled, with its cell's digest: no longer in flight. Left as it was, a session given a
+    # fresh kernel kept it in flight, and each later start attached it to that kernel,
+    # rewrote its record (a duration, state_lost false) and its note as if it had run on.
+    for seq, ex, digest in settled:
+        ex.state_lost = True
+        store.save_execution(seq, ex, notebook_sha256=digest)
 
 
 def _cell_of(recorder: NotebookRecorder, execution_id: str) -> Any | None:

@@ -241,6 +241,62 @@ def test_a_cell_an_older_broker_left_running_keeps_its_policy_in_the_notebook(
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+def test_a_cell_whose_kernel_was_gone_is_settled_once_and_not_attached_later(
+    broker: Start, data_dir: Path
+) -> None:
+    """SIGKILL mid-cell, then the container dies while no broker runs. The next broker
+    gives the session a fresh kernel and writes the cell down (unknown, state lost); but
+    it left the cell in flight in the store, so every later start attached it to the
+    fresh kernel and rewrote its record (a duration, state_lost false) and notebook note
+    as if it had run on (found by an outside operations tester)."""
+    proc, url = broker()
+    with client(url) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        run(api, sid, "z = 5")
+        with api.stream(
+            "POST",
+            f"/v1/sessions/{sid}/execute",
+            headers={"Accept": "text/event-stream"},
+            json={
+                "code": "import time\nfor i in range(20):\n    print(i, flush=True); time.sleep(1)"
+            },
+        ) as resp:
+            execution_id = resp.headers["X-Execution-Id"]
+            next(line for line in resp.iter_lines() if "0" in line)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for container in list_broker_containers(broker_id_for(data_dir)):
+        remove_container(container.id)
+
+    def record_and_notes(api: httpx.Client) -> tuple[dict[str, Any], list[str]]:
+        ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
+        cells = api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+        return ex, [c["source"] for c in cells if c["cell_type"] == "markdown"]
+
+    proc, url = broker()
+    with client(url) as api:
+        assert reattached(api, sid)["generation"] == 2
+        first, notes = record_and_notes(api)
+    assert (first["status"], first["duration_ms"], first["state_lost"]) == ("unknown", None, True)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    proc, url = broker()
+    with client(url) as api:
+        assert reattached(api, sid)["status"] == "idle"
+        again, notes_again = record_and_notes(api)
+        assert again == first
+        assert notes_again == notes
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    verify = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Path) -> None:
     proc, url = broker()
     with client(url) as api:
