@@ -268,7 +268,8 @@ class SessionFactory:
         image = recorder.nb.metadata.get("interp", {}).get("image")
         if self.backend.isolated and isinstance(image, str) and image:
             options.image = image
-        return self._build(record, options, LiveNotebook(recorder, record.id))
+        lost = await asyncio.to_thread(self.store.state_lost_pending, record.id)
+        return self._build(record, options, LiveNotebook(recorder, record.id), state_lost=lost)
 
     def _new_notebook(
         self,
@@ -293,7 +294,11 @@ class SessionFactory:
         return LiveNotebook(recorder, session_id)
 
     def _build(
-        self, record: SessionRecord, options: LaunchOptions, notebook: LiveNotebook
+        self,
+        record: SessionRecord,
+        options: LaunchOptions,
+        notebook: LiveNotebook,
+        state_lost: bool = False,
     ) -> LiveSession:
         return LiveSession(
             record,
@@ -304,6 +309,7 @@ class SessionFactory:
             store=self.store,
             writer=self.writer,
             metrics=self.metrics,
+            state_lost_pending=state_lost,
         )
 
 

@@ -129,6 +129,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         store: Store,
         writer: Writer,
         metrics: Metrics,
+        state_lost_pending: bool = False,
     ) -> None:
         self.record = record
         self.id = record.id
@@ -184,7 +185,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         self._note_restarts: list[str] = []
         self._worker: asyncio.Task[None] | None = None
         self.executions = ExecutionQueue(settings.queue_size)
-        self._state_lost_pending = False
+        #: The next cell runs on a kernel that started empty after a loss (it reports
+        #: ``state_lost``); a restored session learns it from its record
+        #: (:meth:`Store.state_lost_pending`).
+        self._state_lost_pending = state_lost_pending
         #: Clear while the kernel is being replaced: the worker starts no cell meanwhile.
         self._replaced = asyncio.Event()
         self._replaced.set()
@@ -294,8 +298,8 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         """Start a fresh kernel for a session whose kernel did not outlive an earlier
         broker process (R-07): as after a death, its next cell reports ``state_lost``.
         Raises KernelStartFailed."""
+        self._state_lost_pending = True  # before the start, which records it with the kernel
         await self.start()
-        self._state_lost_pending = True
 
     async def cancel_queued(self, reason: str) -> None:
         """Cancel the cells that never reached the kernel: those waiting in the queue and
@@ -322,6 +326,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 connection=connection,
                 provisioner=provisioner,
                 generation=self.generation,
+                state_lost=self._state_lost_pending,
             )
         )
 

@@ -101,6 +101,9 @@ _ADDED_COLUMNS = {
         # When it was closed; NULL for one closed before the column (its last activity
         # stands in for it) or not closed.
         "closed_at": "TEXT",
+        # The generation whose kernel started empty after a loss (a death, a kernel gone
+        # at a broker restart): its first cell reports state_lost (:meth:`state_lost_pending`).
+        "lost_generation": "INTEGER",
     },
     "executions": {
         "prev_hash": "TEXT",
@@ -379,18 +382,35 @@ class Store:
         connection: dict[str, Any],
         provisioner: dict[str, Any],
         generation: int,
+        state_lost: bool = False,
     ) -> None:
-        """Record a (re)started kernel: what it is and how to find it again."""
+        """Record a (re)started kernel: what it is and how to find it again, and whether
+        it started empty after a loss (``state_lost``: its first cell is told)."""
         self._update(
             session_id,
             "status = ?, kernel_json = ?, connection_json = ?, provisioner_json = ?,"
-            " generation = ?",
+            " generation = ?, lost_generation = CASE WHEN ? THEN ? ELSE lost_generation END",
             status,
             kernel.model_dump_json(),
             json.dumps(connection),
             json.dumps(provisioner, default=str),
             generation,
+            state_lost,
+            generation,
         )
+
+    def state_lost_pending(self, session_id: str) -> bool:
+        """Whether the session's kernel started empty after a loss and no cell has run on
+        it yet: its next cell reports ``state_lost``, also after a broker restart."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM sessions s WHERE id = ? AND lost_generation = generation"
+                " AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.session_id = s.id"
+                " AND json_extract(e.data_json, '$.generation') = s.generation"
+                " AND json_extract(e.data_json, '$.started_at') IS NOT NULL)",
+                (session_id,),
+            ).fetchone()
+        return row is not None
 
     def save_activity(self, session_id: str, activity: Activity) -> None:
         with self._tx() as db:
