@@ -561,6 +561,76 @@ def test_keys_separate_sandboxes(e2b: E2BServer, sbx: Sandbox) -> None:
     assert anonymous.status_code == 401
 
 
+def test_an_access_token_reaches_its_own_sandbox_only(e2b: E2BServer) -> None:
+    """Before, one sandbox's envdAccessToken stood for the whole API key: it wrote files
+    into, ran code in and killed the key's other sandboxes, created and listed sandboxes,
+    and went on doing so after its own sandbox was killed (found by an outside security
+    tester)."""
+    mine, other = e2b.sandbox(), e2b.sandbox()
+    other.files.write("kept.txt", "other's")
+    token = {"X-Access-Token": mine._envd_access_token}
+    traffic = {"E2B-Traffic-Access-Token": mine._envd_access_token}
+    at_other = {"E2b-Sandbox-Id": other.sandbox_id}
+
+    def refused(resp: httpx.Response, says: str) -> None:
+        assert resp.status_code == 401, resp.text
+        assert resp.json()["code"] == 401 and says in resp.json()["message"]
+
+    def tried_everything(raw: httpx.Client, headers: dict[str, str]) -> None:
+        for name, resp in {
+            "write": raw.post(
+                "/files",
+                params={"path": "kept.txt"},
+                content=b"overwritten",
+                headers={**headers, **at_other, "Content-Type": "application/octet-stream"},
+            ),
+            "read": raw.get("/files", params={"path": "kept.txt"}, headers={**headers, **at_other}),
+            "run": raw.post("/execute", json={"code": "1"}, headers={**headers, **at_other}),
+            "stat": raw.post(
+                "/filesystem.Filesystem/Stat",
+                json={"path": "kept.txt"},
+                headers={**headers, **at_other},
+            ),
+            "contexts": raw.post("/contexts", json={}, headers={**headers, **at_other}),
+            "health": raw.get("/health", headers={**headers, **at_other}),
+        }.items():
+            assert resp.status_code == 401, (name, resp.text)
+            assert f"not '{other.sandbox_id}'" in resp.json()["message"], name
+        for resp in (
+            raw.post("/sandboxes", json={}, headers=headers),
+            raw.post("/v2/sandboxes", json={}, headers=headers),
+            raw.get("/v2/sandboxes", headers=headers),
+            raw.get(f"/sandboxes/{other.sandbox_id}", headers=headers),
+            raw.post(
+                f"/sandboxes/{other.sandbox_id}/timeout", json={"timeout": 9}, headers=headers
+            ),
+            raw.post(f"/sandboxes/{other.sandbox_id}/connect", json={}, headers=headers),
+            raw.post(f"/sandboxes/{other.sandbox_id}/pause", headers=headers),
+            raw.delete(f"/sandboxes/{other.sandbox_id}", headers=headers),
+            raw.delete(f"/sandboxes/{mine.sandbox_id}", headers=headers),
+        ):
+            refused(resp, "need the API key")
+
+    with e2b.v1() as v1:
+        sessions_before = {s["id"] for s in v1.get("/v1/sessions").json()["sessions"]}
+    with httpx.Client(base_url=e2b.e2b_url, timeout=30) as raw:
+        for headers in (token, traffic):
+            tried_everything(raw, headers)
+        # Its own sandbox, as the SDK calls it: served.
+        own = {**token, "E2b-Sandbox-Id": mine.sandbox_id}
+        assert raw.post("/execute", json={"code": "1"}, headers=own).status_code == 200
+        mine.kill()
+        # Killed: its own routes say it is not running (the SDK's contract), the rest 401.
+        gone = raw.get("/files", params={"path": "kept.txt"}, headers=own)
+        assert gone.status_code == 502 and "was not found" in gone.json()["message"]
+        tried_everything(raw, token)
+    assert other.files.read("kept.txt") == "other's" and other.is_running()
+    assert other.run_code("1 + 1").text == "2"
+    with e2b.v1() as v1:
+        assert {s["id"] for s in v1.get("/v1/sessions").json()["sessions"]} == sessions_before
+    other.kill()
+
+
 def test_create_timeout_info_and_kill(e2b: E2BServer) -> None:
     with pytest.raises(SandboxException, match="'PATH' is reserved"):
         e2b.sandbox(envs={"PATH": "/x"})

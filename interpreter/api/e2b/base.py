@@ -3,9 +3,12 @@
 Auth follows ``/v1``: without configured keys every request is the anonymous owner (and
 the service binds loopback only); with keys, a request carries one of them (``X-API-Key``
 as E2B's control plane gets it, or ``Authorization: Bearer``), or the access token of a
-sandbox the control plane made (``X-Access-Token``, ``E2B-Traffic-Access-Token``), which
-acts for the key that created it (an ``Authorization: Basic`` header, envd's choice of
-user, is not a key and is ignored: there is one user). Errors are
+sandbox the control plane made (``X-Access-Token``, ``E2B-Traffic-Access-Token``). A
+token is that one sandbox's, as E2B's envd token is: it reaches the data-plane routes
+for that sandbox only (another ``E2b-Sandbox-Id`` is 401), never the control plane
+(401: the SDK sends the API key there), and once its sandbox is gone its routes answer
+that it is not running (an ``Authorization: Basic`` header, envd's choice of user, is not
+a key and is ignored: there is one user). Errors are
 ``{"code": <status>, "message": ...}``, the body E2B's API and envd answer with, plus our
 ``type``.
 """
@@ -18,7 +21,12 @@ from typing import Any
 import tornado.web
 
 from interpreter.api.base import BaseHandler, _matching
-from interpreter.api.e2b.sandboxes import E2BSandbox, Sandboxes, SandboxNotFound
+from interpreter.api.e2b.sandboxes import (
+    DEBUG_SANDBOX_ID,
+    E2BSandbox,
+    Sandboxes,
+    SandboxNotFound,
+)
 from interpreter.broker import SessionBroker, owner_of
 from interpreter.errors import InterpreterError, NotFound, Unauthorized
 from interpreter.settings import Settings
@@ -59,6 +67,13 @@ class SandboxNotRunning(InterpreterError):
 
 
 class E2BHandler(BaseHandler):
+    #: Whether a sandbox's access token may authenticate this route (the data plane);
+    #: the control plane's handlers say False and need an API key.
+    accepts_token = True
+    #: The sandbox whose access token authenticated this request (None: a key did, or
+    #: there are no keys): the only sandbox the request reaches.
+    token_sandbox: E2BSandbox | None = None
+
     def initialize(  # type: ignore[override]
         self, broker: SessionBroker, settings: Settings, sandboxes: Sandboxes, route: str = ""
     ) -> None:
@@ -86,7 +101,15 @@ class E2BHandler(BaseHandler):
             token = headers.get(name)
             sandbox = self.sandboxes.by_token(token) if token else None
             if sandbox is not None:
+                if not self.accepts_token:
+                    raise Unauthorized(
+                        f"{name} is a sandbox's access token: it reaches that sandbox's "
+                        "files and code only. Creating, listing, connecting to, timing out "
+                        "and killing sandboxes need the API key: send 'X-API-Key: <key>' "
+                        "(E2B_API_KEY)."
+                    )
                 self.owner = self.key_id = sandbox.owner
+                self.token_sandbox = sandbox
                 return
         if self.get_query_argument("signature", None) is not None:
             raise Unauthorized(
@@ -98,10 +121,26 @@ class E2BHandler(BaseHandler):
             "a sandbox created through this service's control plane (E2B_API_URL)."
         )
 
+    def sandbox_id(self) -> str | None:
+        """The sandbox this data-plane request names (``E2b-Sandbox-Id``; None: none, or
+        the debug id). With an access token: the token's sandbox, and 401 for another."""
+        named = self.request.headers.get(SANDBOX_HEADER)
+        if named in (None, "", DEBUG_SANDBOX_ID):
+            named = None
+        own = self.token_sandbox
+        if own is None:
+            return named
+        if named is not None and named != own.id:
+            raise Unauthorized(
+                f"The access token is sandbox '{own.id}''s: it reaches that sandbox only, "
+                f"not '{named[:100]}'. Send that sandbox's own access token, or the API key."
+            )
+        return own.id
+
     async def sandbox(self) -> E2BSandbox:
         """The running sandbox this data-plane request is for (debug clients: the key's
         default); :class:`SandboxNotRunning` for one that is gone or not this key's."""
-        sandbox_id = self.request.headers.get(SANDBOX_HEADER)
+        sandbox_id = self.sandbox_id()
         try:
             sandbox = await self.sandboxes.resolve(self.owner, sandbox_id)
         except SandboxNotFound as exc:

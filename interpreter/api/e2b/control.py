@@ -3,7 +3,8 @@ and kill sandboxes.
 
 ``POST /sandboxes`` (and ``/v2/sandboxes``, which newer SDKs call) creates a session; its
 ``timeout`` becomes the session's idle timeout, ``envVars`` its kernel environment. The
-answer carries an access token that the SDK sends with every data-plane request;
+answer carries an access token that the SDK sends with every data-plane request for
+that sandbox (it opens no route here: every one needs the API key);
 ``POST /sandboxes/{id}/connect`` gives it again for a running sandbox of the same key, and
 ``GET /v2/sandboxes`` lists the key's running sandboxes. Other sandbox actions (pause,
 resume, metrics, fork, snapshots, network) answer 501 naming the action.
@@ -96,7 +97,14 @@ class Unsupported(InterpreterError):
 MAX_LIMIT = 100
 
 
-class SandboxesHandler(E2BHandler):
+class ControlHandler(E2BHandler):
+    """A control-plane route: an API key, never a sandbox's access token (E2B's SDK
+    sends ``X-API-Key`` here)."""
+
+    accepts_token = False
+
+
+class SandboxesHandler(ControlHandler):
     async def get(self) -> None:
         """The key's running sandboxes, oldest first, filtered as E2B's list filters
         (``metadata``, ``state``, ``template``, ``startedAfter``), a page at a time
@@ -149,7 +157,7 @@ class SandboxesHandler(E2BHandler):
         self.send_json(sandbox_json(sandbox), 201)
 
 
-class SandboxHandler(E2BHandler):
+class SandboxHandler(ControlHandler):
     async def get(self, sandbox_id: str) -> None:
         sandbox = self.sandboxes.get(self.owner, sandbox_id)
         if not self.sandboxes.running(sandbox):
@@ -162,7 +170,7 @@ class SandboxHandler(E2BHandler):
         self.finish()
 
 
-class SandboxTimeoutHandler(E2BHandler):
+class SandboxTimeoutHandler(ControlHandler):
     async def post(self, sandbox_id: str) -> None:
         body = self.parse(SetTimeout)
         await self.sandboxes.set_timeout(self.owner, sandbox_id, body.timeout)
@@ -170,14 +178,14 @@ class SandboxTimeoutHandler(E2BHandler):
         self.finish()
 
 
-class SandboxConnectHandler(E2BHandler):
+class SandboxConnectHandler(ControlHandler):
     async def post(self, sandbox_id: str) -> None:
         body = self.parse(ConnectBody, optional=True)
         sandbox = await self.sandboxes.connect(self.owner, sandbox_id, body.timeout)
         self.send_json(sandbox_json(sandbox))
 
 
-class SandboxActionHandler(E2BHandler):
+class SandboxActionHandler(ControlHandler):
     """Sandbox actions this service has no equivalent for: 501, never a 404 that the SDK
     would read as "sandbox not found"."""
 

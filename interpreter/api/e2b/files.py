@@ -112,6 +112,7 @@ class HealthHandler(E2BHandler):
     async def get(self) -> None:
         sandbox_id = self.request.headers.get(SANDBOX_HEADER)
         if sandbox_id and sandbox_id != DEBUG_SANDBOX_ID:
+            self.sandbox_id()  # an access token asks of its own sandbox only
             try:
                 sandbox = self.sandboxes.get(self.owner, sandbox_id, killed=True)
             except InterpreterError:

@@ -5,9 +5,10 @@ further context (``create_code_context``) is a session of its own, so contexts n
 state, as in E2B. Debug-mode clients (``E2B_DEBUG``) name no sandbox: each key gets one
 default sandbox, created on first use and created again once its session has closed.
 
-A sandbox made through the control plane gets an access token; data-plane requests that
-carry it (``X-Access-Token``, or ``E2B-Traffic-Access-Token``) act with the key that
-created the sandbox, since the SDK sends no API key there. The registry lives in memory:
+A sandbox made through the control plane gets an access token; data-plane requests for
+that sandbox that carry it (``X-Access-Token``, or ``E2B-Traffic-Access-Token``) act with
+the key that created it, since the SDK sends no API key there; it reaches no other
+sandbox and not the control plane (``base.E2BHandler``). The registry lives in memory:
 after a broker restart, sessions stay readable through ``/v1`` but not as sandboxes.
 """
 
@@ -158,7 +159,8 @@ class Sandboxes:
 
     async def kill(self, owner: str, sandbox_id: str) -> None:
         sandbox = self.get(owner, sandbox_id)
-        # Kept, marked: its token still names its key, and its health answers 502.
+        # Kept, marked: its data-plane calls, the token's only ones, answer 502 (it is
+        # not running), as E2B's proxy does and the SDK expects.
         sandbox.killed = True
         for session_id in [*sandbox.contexts, sandbox.id]:
             if session_id in self.broker.live:
