@@ -169,8 +169,9 @@ class CreateSessionRequest(_Request):
                     f"invalid variable name {key[:60]!r}: letters, digits and '_', not "
                     "starting with a digit"
                 )
-            if key.upper().startswith(("JPY_", "INTERP_")) or key in _RESERVED_ENV:
-                raise ValueError(f"variable {key!r} is reserved")
+            why = reserved_env(key)
+            if why is not None:
+                raise ValueError(f"variable {key!r} is reserved: {why}")
         return env
 
 
@@ -181,21 +182,71 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_ENV_ENTRY_BYTES = 32 << 10
 MAX_ENV_BYTES = 256 << 10
 
-_RESERVED_ENV = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONNOUSERSITE",
-        "PYTHONSTARTUP",
-        "IPYTHONDIR",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "JUPYTER_RUNTIME_DIR",
-        "MPLBACKEND",
-    }
-)
+#: Why a variable is not the client's to set: the service sets it, or it names code,
+#: a command or a library that Python, IPython or a package in the image runs, imports
+#: or loads on its own, so that innocent-looking code (``breakpoint()``, ``import
+#: antigravity``, ``help(x)``, a kernel restart) would run what no policy read.
+_SERVICE_SETS = "the service sets it for every kernel"
+_PYTHON_IMPORTS = "it decides where Python finds the code it imports (the service sets it)"
+_ENV_NAMES_CODE = {
+    "PATH": "the service sets where commands are found",
+    "HOME": "the service sets the kernel's home directory",
+    "PYTHONPATH": _PYTHON_IMPORTS,
+    "PYTHONHOME": _PYTHON_IMPORTS,
+    "PYTHONPLATLIBDIR": _PYTHON_IMPORTS,
+    "PYTHONUSERBASE": _PYTHON_IMPORTS,
+    "PYTHONNOUSERSITE": _PYTHON_IMPORTS,
+    "PYTHONSAFEPATH": _PYTHON_IMPORTS,
+    "PYTHONPYCACHEPREFIX": "Python would load compiled code from the directory it names",
+    "PYTHONSTARTUP": "the kernel runs the file it names when it starts",
+    "PYTHONBREAKPOINT": "breakpoint() calls the function it names (os.system runs a command)",
+    "PYTHONWARNINGS": "Python imports a module it names when the kernel starts",
+    "_PYTHON_SYSCONFIGDATA_NAME": "sysconfig imports the module it names",
+    "PYZMQ_BACKEND": "pyzmq imports the module it names when the kernel starts",
+    "LOKY_PICKLER": "joblib imports the module it names",
+    "IPYTHONDIR": "it names where IPython reads the code it runs at start",
+    "MPLBACKEND": "matplotlib imports the module it names (the service sets it)",
+    "MPLCONFIGDIR": "it names where matplotlib reads matplotlibrc, which names programs it runs",
+    "MATPLOTLIBRC": "it names the matplotlibrc matplotlib reads, which names programs it runs",
+    "XDG_CONFIG_HOME": "it names where matplotlib and others read settings that name "
+    "programs they run",
+    "BROWSER": "webbrowser (import antigravity, a plot shown in a browser) runs the command "
+    "it names",
+    "PAGER": "pydoc's pager (help()) runs the command it names",
+    "MANPAGER": "pydoc's pager (help()) runs the command it names",
+    "LESSOPEN": "the pager less runs the command it names",
+    "LESSCLOSE": "the pager less runs the command it names",
+    "EDITOR": "editing tools run the command it names",
+    "VISUAL": "editing tools run the command it names",
+    "SHELL": "IPython runs shell commands with the program it names",
+    "BASH_ENV": "a shell runs the script it names when it starts",
+    "ENV": "an interactive shell runs the script it names when it starts",
+    "CC": "a build (sympy's autowrap, an extension) runs the compiler it names",
+    "CXX": "a build (sympy's autowrap, an extension) runs the compiler it names",
+    "LDSHARED": "a build (sympy's autowrap, an extension) runs the linker it names",
+    "X12PATH": "statsmodels runs the X-12/X-13ARIMA program it names",
+    "X13PATH": "statsmodels runs the X-12/X-13ARIMA program it names",
+    "OPENSSL_CONF": "OpenSSL loads the modules its file names when Python starts",
+    "OPENSSL_MODULES": "OpenSSL loads modules from the directory it names",
+    "OPENSSL_ENGINES": "OpenSSL loads modules from the directory it names",
+    "GCONV_PATH": "the C library loads conversion modules from the directory it names",
+}
+#: Prefixes of reserved names, and why.
+_RESERVED_PREFIXES = {
+    "JPY_": _SERVICE_SETS,
+    "INTERP_": _SERVICE_SETS,
+    "JUPYTER_": "it configures the service's Jupyter set-up",
+    "LD_": "the dynamic loader loads the libraries it names into every program",
+}
+
+
+def reserved_env(name: str) -> str | None:
+    """Why the kernel environment variable ``name`` is not the client's to set (a
+    session's ``env``, E2B's ``envs``), or None when it may be set."""
+    if name in _ENV_NAMES_CODE:
+        return _ENV_NAMES_CODE[name]
+    upper = name.upper()
+    return next((why for p, why in _RESERVED_PREFIXES.items() if upper.startswith(p)), None)
 
 
 class ExecuteRequest(_Request):

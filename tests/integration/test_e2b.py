@@ -530,6 +530,24 @@ def test_error_answers_say_why_in_their_status_line(e2b: E2BServer, sbx: Sandbox
         assert reserved.status_code == 422 and "'PATH' is reserved" in reserved.reason_phrase
 
 
+def test_envs_cannot_name_code_that_later_code_runs(e2b: E2BServer, sbx: Sandbox) -> None:
+    """A sandbox's envs and a run's envs could set PYTHONBREAKPOINT=os.system, after which
+    breakpoint("id") ran a command (found by an outside security tester): refused, saying
+    why, as /v1 refuses it."""
+    with pytest.raises(SandboxException, match="'PYTHONBREAKPOINT' is reserved: breakpoint"):
+        e2b.sandbox(envs={"PYTHONBREAKPOINT": "os.system"})
+    headers = {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sbx.sandbox_id}
+    with httpx.Client(base_url=e2b.e2b_url, headers=headers, timeout=30) as raw:
+        for name, value in (("PYTHONBREAKPOINT", "os.system"), ("BROWSER", "sh -c id %s")):
+            run = raw.post(
+                "/execute",
+                json={"code": 'breakpoint("echo ran")', "env_vars": {name: value}},
+            )
+            assert run.status_code == 422 and f"'{name}' is reserved: " in run.reason_phrase
+    assert sbx.run_code("import os; os.environ.get('PYTHONBREAKPOINT')").text is None
+    assert sbx.run_code("1", envs={"RUN_LABEL": "x"}).text == "1"
+
+
 def test_signed_file_urls_are_refused_saying_so(e2b: E2BServer) -> None:
     sandbox = e2b.sandbox(secure=True)
     sandbox.files.write("signed.txt", "s")

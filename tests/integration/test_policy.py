@@ -872,6 +872,52 @@ def test_the_readme_tight_policy_denies_each_way_a_tester_started_a_process(
             client.delete(f"/v1/sessions/{sid}")
 
 
+#: Variables that name what Python, IPython or a package of the image runs, imports or
+#: loads by itself, and a word of the reason each is refused with.
+HOOK_ENV = {
+    "PYTHONBREAKPOINT": ("os.system", "breakpoint() calls the function it names"),
+    "BROWSER": ('sh -c "id > b.txt" %s', "webbrowser"),
+    "PAGER": ("sh -c id", "pydoc's pager"),
+    "MANPAGER": ("sh -c id", "pydoc's pager"),
+    "EDITOR": ("sh -c id", "editing tools run"),
+    "VISUAL": ("sh -c id", "editing tools run"),
+    "SHELL": ("/workspace/sh", "IPython runs shell commands"),
+    "PYTHONWARNINGS": ("ignore::evil.Warning", "imports a module"),
+    "PYZMQ_BACKEND": ("evil", "pyzmq imports the module"),
+    "LOKY_PICKLER": ("evil", "joblib imports the module"),
+    "PYTHONSAFEPATH": ("", "where Python finds the code it imports"),
+    "PYTHONPYCACHEPREFIX": ("/workspace/c", "compiled code"),
+    "MPLCONFIGDIR": ("/workspace", "matplotlibrc"),
+    "OPENSSL_CONF": ("/workspace/o.cnf", "OpenSSL loads"),
+    "LD_AUDIT": ("/workspace/a.so", "dynamic loader"),
+    "JUPYTER_CONFIG_DIR": ("/workspace", "Jupyter set-up"),
+    "BASH_ENV": ("/workspace/x.sh", "a shell runs the script"),
+    "X13PATH": ("/workspace", "statsmodels runs"),
+}
+
+
+def test_a_session_env_cannot_name_code_that_later_code_runs(policy_server: Server) -> None:
+    """Under the README's tight policy, {"env": {"PYTHONBREAKPOINT": "os.system"}} then
+    breakpoint("id"), or BROWSER="sh -c ..." then import antigravity, ran commands the
+    policy never saw (found by an outside security tester). Such variables are refused
+    with a 422 that says why, for every key and in every place a client sets variables
+    (E2B's envs: tests/integration/test_e2b.py); other names are still taken."""
+    with policy_server.client(TIGHT) as client:
+        before = client.get("/v1/sessions").json()["sessions"]
+        for name, (value, why) in HOOK_ENV.items():
+            resp = client.post("/v1/sessions", json={"env": {"OK_NAME": "1", name: value}})
+            assert resp.status_code == 422, (name, resp.text)
+            message = resp.json()["error"]["message"]
+            assert f"variable '{name}' is reserved: " in message and why in message, message
+        assert client.get("/v1/sessions").json()["sessions"] == before  # none started
+        sid = _session(client, env={"REPORT_TITLE": "Q3", "PYTHONHASHSEED": "0"})
+        try:
+            ex = _run(client, sid, "import sys\nsys.flags.hash_randomization")
+            assert ex["outputs"][0]["data"]["text/plain"] == "0", ex
+        finally:
+            client.delete(f"/v1/sessions/{sid}")
+
+
 def test_a_key_that_is_agent_and_operator_cannot_decide_its_own_code_and_the_decision_is_chained(
     policy_server: Server, tmp_path: Path
 ) -> None:
