@@ -115,6 +115,7 @@ def _openapi(args: argparse.Namespace) -> int:
 
 def _audit_verify(args: argparse.Namespace) -> int:
     from interpreter.audit_verify import format_report, verify
+    from interpreter.terminal import visible
 
     report = verify(Path(args.data_dir).expanduser(), args.session)
     if args.json:
@@ -124,7 +125,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
         # command's, said as the others are, and not the exit status of a broken chain.
         print(f"interp: error: {report.error}", file=sys.stderr)
     else:
-        print(format_report(report))
+        print(visible(format_report(report), lines=True))
     if report.error is not None:
         return 2
     return 0 if report.ok else 1

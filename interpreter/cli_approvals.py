@@ -11,16 +11,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from interpreter.client import API_KEY_ENV, Client, ClientError
 from interpreter.models import Approval
+from interpreter.terminal import visible
 
 OPERATOR_KEY_ENV = "INTERP_OPERATOR_KEY"
 #: Seconds each long poll of the live view waits on the service.
 WATCH_POLL_S = 30.0
+#: The most characters of held code's first line that the list shows.
+CODE_CHARS = 100
+#: What ends a line of Python source.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: The help of this command's ``--api-key`` (its connection options are built with it).
 KEY_HELP = f"Operator key (default ${OPERATOR_KEY_ENV}; ${API_KEY_ENV} is not used)."
 Command = Callable[[argparse.Namespace], int]
@@ -112,9 +118,22 @@ def _print(approvals: list[Approval], as_json: bool) -> None:
             decided = f" by {a.outcome.decided_by}" + (
                 f" ({a.outcome.comment})" if a.outcome.comment else ""
             )
-        first = a.code.strip().splitlines()[0] if a.code.strip() else ""
-        print(
+        head = (
             f"{a.id}  {a.status}{decided}  key={a.key} session={a.session_id} "
-            f"rule={a.rule or '(default)'} expires={a.expires_at:%H:%M:%S}\n    {first[:100]}",
-            flush=True,
+            f"rule={a.rule or '(default)'} expires={a.expires_at:%H:%M:%S}"
         )
+        print(f"{visible(head)}\n    {code_line(a.code, a.id)}", flush=True)
+
+
+def code_line(code: str, approval_id: str) -> str:
+    """The first line of held code as the list shows it: its control characters
+    escaped (an agent wrote it: an escape sequence in a comment could erase and rewrite
+    what the operator reads), cut at :data:`CODE_CHARS`, and how many lines follow (as
+    Python reads the lines: a carriage return ends one)."""
+    lines = _LINE_BREAK.split(code.strip())
+    first = lines[0] if len(lines[0]) <= CODE_CHARS else lines[0][: CODE_CHARS - 3] + "..."
+    more = len(lines) - 1
+    if more:
+        plural = "s" if more > 1 else ""
+        return f"{visible(first)}  [+{more} line{plural}: interp approvals show {approval_id}]"
+    return visible(first)

@@ -45,6 +45,7 @@ from interpreter.client.render import readable_text, strip_ansi
 from interpreter.mime import is_image
 from interpreter.models import Approval
 from interpreter.policy.explain import policy_text
+from interpreter.terminal import visible
 
 EXIT_OK, EXIT_FAILED, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: ``interp run`` stopped by SIGTERM (128 + 15, as a shell reports it).
@@ -128,9 +129,9 @@ def _print_output(event: OutputEvent, images_dir: Path | None, session: Session)
 
 def say_held(approval: Approval, what: str = "") -> None:
     """Say on stderr that code waits for an operator's decision (else nothing shows)."""
+    why = visible(approval.message or approval.rule or "rule (default)")
     print(
-        f"interp: {what}held for approval {approval.id} "
-        f"({approval.message or approval.rule}); waiting for an operator",
+        f"interp: {what}held for approval {approval.id} ({why}); waiting for an operator",
         file=sys.stderr,
         flush=True,
     )
@@ -553,7 +554,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         print(info.model_dump_json(indent=2))
     else:
         summary = report.summary() if report is not None else "no cells ran."
-        print(f"Rebuilt from {args.notebook}: {summary}")
+        # The summary quotes the cells' first lines: an agent's text.
+        print(f"Rebuilt from {args.notebook}: {visible(summary)}")
         print(f"session: {info.id}")
     return EXIT_FAILED if report is not None and report.failed else EXIT_OK
 

@@ -29,6 +29,7 @@ from interpreter.cells import CellPlan, notebook_problem, plan
 from interpreter.client import ApprovalRequiredEvent, Client, DoneEvent, Session
 from interpreter.models import Approval, Execution
 from interpreter.replay.compare import compare_outputs, outputs_from_cell, outputs_from_execution
+from interpreter.terminal import visible
 
 CellStatus = Literal["match", "mismatch", "recorded_failure", "skipped"]
 
@@ -317,11 +318,12 @@ def print_cell(cell: CellReport) -> None:
         f"{_seconds(cell.replay_ms)} (recorded {_seconds(cell.recorded_ms).strip()})  "
         f"{cell.source}"
     )
-    print(line.rstrip())
+    # The notebook's code and outputs are an agent's text: shown, never obeyed.
+    print(visible(line.rstrip()))
     if cell.note:
-        print(f"      {cell.note}")
+        print(f"      {visible(cell.note)}")
     for diff in cell.differences:
-        print(f"      - {diff}")
+        print(f"      - {visible(diff)}")
     sys.stdout.flush()
 
 

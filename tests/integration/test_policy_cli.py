@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from interpreter.broker import owner_of
+from interpreter.terminal import visible
 from tests.conftest import KEY, REPO, Server, serve_argv, start_server
 from tests.integration.test_cli import cli_env, interp, one_cell_notebook
 
@@ -415,3 +416,79 @@ def test_the_sdk_watches_approvals_with_one_waiting_request_per_change(
         assert {first_sid, second_sid} <= set(asyncio.run(async_first()))
         for approval in client.list_approvals():
             client.deny(approval.id)
+
+
+#: The outside tester's code: escape sequences in a comment that, printed raw, move the
+#: cursor up, erase the approval's line and write another (a harmless rule, harmless code).
+DISGUISED = (
+    '__import__("os").remove("db")#\x1b[A\x1b[2K\x1b[Gap_x pending rule=(default)'
+    "\x1b[B\x1b[2K\x1b[G    x = 1 \u202e\x9b2J\x07\n"
+    "print('second line')\n"
+)
+
+
+def test_the_approvals_text_views_show_an_agents_control_characters_escaped(
+    held_server: Server, tmp_path: Path
+) -> None:
+    """`interp approvals` (list, --watch, approve/deny) printed the held code's first line
+    raw: an escape sequence in a comment erased and rewrote what the operator read before
+    deciding (found by an outside security tester). Every text view now shows each
+    control character as its escape, and says that more lines follow."""
+    operator = {"INTERP_OPERATOR_KEY": OPERATOR}
+    with held_server.client(KEY) as client, ExitStack() as stack:
+        sid = client.post("/v1/sessions", json={}).json()["id"]
+        stack.callback(client.delete, f"/v1/sessions/{sid}")
+        env = {**cli_env(held_server), **operator}
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "interpreter", "approvals", "--watch"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        )  # fmt: skip
+        stack.callback(watch.kill)
+        held = stack.enter_context(
+            client.stream("POST", f"/v1/sessions/{sid}/execute", json={"code": DISGUISED})
+        )
+        assert held.status_code == 200
+        assert watch.stdout is not None
+        watched = watch.stdout.readline() + watch.stdout.readline()
+        approval_id = watched.split()[0]
+        listed = interp(held_server, "approvals", env_extra=operator)
+        denied = interp(held_server, "approvals", "deny", approval_id, env_extra=operator)
+        assert listed.returncode == 0 and denied.returncode == 0, listed.stderr + denied.stderr
+        for shown in (watched, listed.stdout, denied.stdout):
+            head, code, *rest = shown.splitlines()
+            assert not rest, shown
+            assert head.startswith(approval_id) and "rule=delete-needs-approval" in head
+            assert visible(shown, lines=True) == shown  # nothing a terminal acts on
+            assert code == (
+                '    __import__("os").remove("db")#\\x1b[A\\x1b[2K\\x1b[Gap_x pending '
+                "rule=(default)\\x1b[B\\x1b[2K\\x1b[G    x = 1 \\u202e\\x9b2J\\x07"
+                f"  [+1 line: interp approvals show {approval_id}]"
+            )
+        # The JSON view was already escaped (json.dumps), and is the whole code.
+        whole = interp(held_server, "approvals", "show", approval_id, env_extra=operator)
+        assert json.loads(whole.stdout)["code"] == DISGUISED
+        assert "\x1b" not in whole.stdout
+
+
+def test_replay_and_rebuild_show_a_notebooks_control_characters_escaped(
+    held_server: Server, tmp_path: Path
+) -> None:
+    """`interp replay` printed a cell's first line, and `interp rebuild` its summary
+    quoting cells' first lines, as the notebook had them: an agent's escape sequences
+    reached the terminal."""
+    code = "x = 1  # \x1b]0;title\x07\x1b[2K\nprint('now')"
+    recorded = {"output_type": "stream", "name": "stdout", "text": "then\n"}
+    notebook = tmp_path / "escapes.ipynb"
+    notebook.write_text(json.dumps(one_cell_notebook(code, [recorded])))
+    replayed = interp(held_server, "replay", str(notebook))
+    assert replayed.returncode == 1, replayed.stderr
+    assert "\x1b" not in replayed.stdout, replayed.stdout
+    assert "x = 1  # \\x1b]0;title\\x07\\x1b[2K" in replayed.stdout
+    assert "stdout differs" in replayed.stdout
+    notebook.write_text(json.dumps(one_cell_notebook(code + "\n1/0", [recorded])))
+    rebuilt = interp(held_server, "rebuild", str(notebook), "--quiet")
+    assert "\x1b" not in rebuilt.stdout, rebuilt.stdout
+    assert "`x = 1  # \\x1b]0;title\\x07\\x1b[2K`" in rebuilt.stdout, rebuilt.stdout
+    sid = rebuilt.stdout.split("session: ")[1].split()[0]
+    with held_server.client(KEY) as client:
+        client.delete(f"/v1/sessions/{sid}")

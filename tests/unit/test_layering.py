@@ -57,6 +57,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.models", "base"),
     ("interpreter.settings", "base"),
     ("interpreter.mime", "base"),
+    ("interpreter.terminal", "base"),
     ("interpreter.exposure", "base"),
     ("interpreter.cells", "base"),
     ("interpreter.endings", "base"),
