@@ -132,8 +132,8 @@ class E2BHandler(BaseHandler):
             return named
         if named is not None and named != own.id:
             raise Unauthorized(
-                f"The access token is sandbox '{own.id}''s: it reaches that sandbox only, "
-                f"not '{named[:100]}'. Send that sandbox's own access token, or the API key."
+                f"The access token belongs to sandbox '{own.id}': it reaches that sandbox "
+                f"only, not '{named[:100]}'. Send that sandbox's own access token."
             )
         return own.id
 
