@@ -112,7 +112,8 @@ class Client:
         Args:
             idle_timeout_s: Close the session after this many idle seconds; 0 never.
             limits: Resource limits, e.g. ``{"memory_mb": 512, "cpus": 1, "pids": 128}``.
-            env: Extra environment variables for the kernel.
+            env: Extra environment variables for the kernel (reserved names, such as
+                PATH or PYTHONBREAKPOINT, are refused with a 422 saying why).
             metadata: Free-form labels stored with the session.
             from_session: Rebuild the state of this session by re-running its good cells
                 (a fork); its workspace files are copied.
