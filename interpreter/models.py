@@ -330,6 +330,11 @@ class RebuildCell(BaseModel):
     first_line: str = Field(
         "", description="The first line of its code that is not blank (at most 60 characters)."
     )
+    error: str | None = Field(
+        None,
+        description="How a failed re-run ended: its error's 'ename: evalue' (at most 200 "
+        "characters), else its status and reason.",
+    )
 
     def label(self) -> str:
         """How a summary names it: see :func:`cell_label`."""
@@ -419,7 +424,21 @@ class RebuildReport(BaseModel):
                 "what ran before the error is restored"
             )
         if self.failed:
-            text += f"; {listed(self.failed, with_ids=True)} failed"
+            why = [
+                f"{called(i)} failed"
+                + (
+                    f" (execution {named[i].rerun_execution_id})"
+                    if i in named and named[i].rerun_execution_id
+                    else ""
+                )
+                + (f": {named[i].error}" if i in named and named[i].error else "")
+                for i in self.failed[:20]
+            ]
+            more = f" and {len(self.failed) - 20} more failed" if len(self.failed) > 20 else ""
+            text += (
+                "; the state is NOT fully restored (what the failed cells define, and what "
+                f"later cells built on it, may be missing): {'; '.join(why)}{more}"
+            )
         if self.not_rerun:
             stopped = ", ".join(
                 f"{called(i)} ({named[i].recorded_status})" if i in named else called(i)

@@ -107,7 +107,24 @@ def report_rerun(report: RebuildReport, cell: CellPlan, execution: Execution) ->
     ename = execution.error.ename if execution.error is not None else None
     again = status == "error" and cell.status == "error" and ename == cell.ename
     (report.errors_again if again else report.failed).append(cell.index)
-    report.cells.append(_named(cell, status, execution.id))
+    named = _named(cell, status, execution.id)
+    if not again:
+        named.error = failure_of(execution)
+    report.cells.append(named)
+
+
+def failure_of(execution: Execution) -> str:
+    """How a re-run ended, in a line: its error's ``ename: evalue`` (cut), else its status
+    and reason (a timeout, a dead kernel, ``exit()``)."""
+    error = execution.error
+    if error is not None and (error.ename or error.evalue):
+        text = f"{error.ename}: {error.evalue}" if error.evalue else error.ename
+        return text if len(text) <= FAILURE_CHARS else text[: FAILURE_CHARS - 3] + "..."
+    return execution.status + (f" ({execution.reason})" if execution.reason else "")
+
+
+#: Characters of a failed re-run's error a rebuild's report quotes at most.
+FAILURE_CHARS = 200
 
 
 def report_not_rerun(report: RebuildReport, cells: list[CellPlan]) -> None:

@@ -127,6 +127,12 @@ def test_rebuild_from_notebook_json_reports_failures(api: httpx.Client) -> None:
             f"/v1/sessions/{session['id']}/executions/{failed['rerun_execution_id']}"
         ).json()
         assert error["code"] == "missing_function()"
+        # The report says why it failed, and the summary a model reads says so first.
+        assert failed["error"] == "NameError: name 'missing_function' is not defined"
+        summary = RebuildReport.model_validate(session["rebuild"]).summary()
+        assert "the state is NOT fully restored" in summary
+        assert "`missing_function()` failed (execution ex_" in summary
+        assert summary.endswith("NameError: name 'missing_function' is not defined.")
         assert _value(api, session["id"], "result") == "20"
     finally:
         api.delete(f"/v1/sessions/{session['id']}")
