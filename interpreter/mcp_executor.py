@@ -3,7 +3,10 @@
 MCP hosts time a tool call out (often after 60 s) unless progress notifications keep
 arriving, and they cancel calls the user gave up on. So ``run_code`` streams the
 execution through the SDK: every output becomes a progress notification, and a
-heartbeat sends one every :data:`HEARTBEAT_S` seconds while the code is silent. When
+heartbeat sends one every :data:`HEARTBEAT_S` seconds while the code is silent. Code the
+service's policy holds for a person's approval is said to be so as soon as the stream
+says it (the rule and its message), and the heartbeat then says how long it has waited,
+until the service says it is no longer held. When
 the host cancels the request, the kernel is interrupted (state kept) and the call waits,
 within a bound, for the execution to end, so the session is free for the next call.
 """
@@ -19,6 +22,7 @@ from typing import Any
 import anyio
 
 from interpreter.client import (
+    ApprovalRequiredEvent,
     AsyncClient,
     AsyncSession,
     ClientError,
@@ -28,7 +32,7 @@ from interpreter.client import (
     StderrEvent,
     StdoutEvent,
 )
-from interpreter.models import TERMINAL_STATUSES, Execution
+from interpreter.models import TERMINAL_STATUSES, Approval, Execution
 from interpreter.tools import AsyncToolExecutor, RunStep
 from interpreter.tools.logic import Step
 
@@ -59,17 +63,52 @@ def _event_message(event: object) -> str | None:
         return f"output: {', '.join(sorted(event.output.data))[:200]}"
     if isinstance(event, ErrorEvent):
         return f"error: {event.error.ename}"
+    if isinstance(event, ApprovalRequiredEvent):
+        return held_message(event.approval)
     return None
 
 
-class _Progress:
-    """Strictly increasing progress values (seconds since the start), sent one at a time."""
+def held_message(approval: Approval) -> str:
+    """What a host shows when the policy holds the code for a person's approval."""
+    why = approval.message or "the service's policy asks for it"
+    rule = f"rule '{approval.rule}': " if approval.rule else ""
+    return (
+        f"waiting for a person's approval ({rule}{why[:200]}); "
+        f"the code has not started (approval {approval.id})"
+    )
 
-    def __init__(self, send: Reporter) -> None:
+
+#: Asks the service whether the execution is still held: its status (``pending_approval``).
+StatusCheck = Callable[[str], Awaitable[str]]
+
+
+class _Progress:
+    """Strictly increasing progress values (seconds since the start), sent one at a time.
+
+    While the code is held for approval (:meth:`held`), the heartbeat says so, and asks
+    the service at each beat whether it still is; once it is not, "running for" counts
+    from then.
+    """
+
+    def __init__(self, send: Reporter, status: StatusCheck) -> None:
         self._send = send
+        self._status = status
         self._lock = anyio.Lock()
         self._started = anyio.current_time()
         self._last = 0.0
+        #: The execution held for approval, and since when; None when not held.
+        self._held: str | None = None
+        self._held_since = 0.0
+        self._running_since = self._started
+
+    def held(self, execution_id: str) -> None:
+        """The stream said the code waits for a person's approval."""
+        self._held, self._held_since = execution_id, anyio.current_time()
+
+    def moving(self) -> None:
+        """The stream carried something the code did: it is no longer held."""
+        if self._held is not None:
+            self._held, self._running_since = None, anyio.current_time()
 
     async def __call__(self, message: str) -> None:
         async with self._lock:
@@ -83,7 +122,21 @@ class _Progress:
     async def heartbeat(self) -> None:
         while True:
             await anyio.sleep(HEARTBEAT_S)
-            await self(f"running for {anyio.current_time() - self._started:.0f} s")
+            await self(await self._beat())
+
+    async def _beat(self) -> str:
+        held = self._held
+        if held is not None:
+            try:
+                status = await self._status(held)
+            except ClientError:
+                status = "pending_approval"  # unknown: as it was
+            if self._held is not None and status == "pending_approval":
+                return f"waiting for approval for {anyio.current_time() - self._held_since:.0f} s"
+            self.moving()
+            if status not in ("queued", "running"):
+                return f"no longer waiting for approval ({status})"
+        return f"running for {anyio.current_time() - self._running_since:.0f} s"
 
 
 class StreamingToolExecutor(AsyncToolExecutor):
@@ -115,7 +168,13 @@ class StreamingToolExecutor(AsyncToolExecutor):
     async def run(self, step: RunStep) -> Execution:
         session = await self._handle(step.session_id)
         send = reporter.get()
-        progress = _Progress(send) if send is not None else None
+        progress = None
+        if send is not None:
+
+            async def status(execution_id: str) -> str:
+                return (await session.execution(execution_id)).status
+
+            progress = _Progress(send, status)
         started: list[str] = []
         outcome: Execution | ClientError
         try:
@@ -159,6 +218,11 @@ class StreamingToolExecutor(AsyncToolExecutor):
         async for event in stream:
             if isinstance(event, DoneEvent):
                 return event.execution
+            if progress is not None:
+                if isinstance(event, ApprovalRequiredEvent):
+                    progress.held(event.approval.execution_id)
+                else:
+                    progress.moving()
             message = _event_message(event)
             if progress is not None and message is not None:
                 await progress(message)

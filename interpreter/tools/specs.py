@@ -106,8 +106,9 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "timeout_s": {
                     "type": "number",
                     "exclusiveMinimum": 0,
-                    "description": "Wall-clock limit in seconds (the service default if "
-                    "omitted). Raise it for long computations.",
+                    "description": "Wall-clock limit in seconds, counted from when the code "
+                    "starts (the service default if omitted; time waiting for a person's "
+                    "approval does not count). Raise it for long computations.",
                 },
             },
             "required": ["code"],
