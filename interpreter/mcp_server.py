@@ -162,8 +162,8 @@ def mcp_tools(
     tools = []
     for t in specs:
         description = t.description
-        if t.name == "run_code" and facts is not None:
-            description += "\n\n" + facts.describe()
+        if t.name == "run_code" and facts is not None and (about := facts.describe()):
+            description += "\n\n" + about
         tools.append(
             types.Tool(
                 name=t.name,

@@ -58,3 +58,29 @@ def test_allowed_images_come_comma_separated() -> None:
     settings = Settings(docker_images="a:1, b:2")  # type: ignore[arg-type]
     assert settings.docker_images == ["a:1", "b:2"]
     assert Settings().docker_images == []
+
+
+def test_run_code_says_how_the_model_lists_packages_and_no_list_that_is_not_there() -> None:
+    """The description, written for the model, sent it to /v1/info (an HTTP route it has
+    no tool for) and said the packages were "listed below" when nothing was (found by an
+    outside agent tester). ``%pip list`` in run_code lists them, as the kernel's own
+    refusal of ``%pip install`` says."""
+    from interpreter.mcp_server import mcp_tools
+    from interpreter.mcp_sessions import stateless_tools
+
+    descriptions = []
+    for packages in (None, {"pandas": "2.3.3"}):
+        for fmt in ("openai", "openai-responses", "anthropic"):
+            [tool] = tool_definitions(fmt, ["run_code"], packages=packages)
+            descriptions.append(tool.get("function", tool)["description"])
+    for facts in (None, ServiceFacts(), ServiceFacts(backend="local", packages={"numpy": "2"})):
+        for specs in (TOOLS, stateless_tools()):
+            [run_code] = [t for t in mcp_tools(facts, specs=specs) if t.name == "run_code"]
+            descriptions.append(run_code.description or "")
+    for text in descriptions:
+        assert "/v1/" not in text and "listed below" not in text, text
+        assert "run %pip list" in text
+        assert not text.endswith("\n")
+    # A list is named only where one follows: the kernel's packages when they are known.
+    assert "Packages:" not in descriptions[0]
+    assert descriptions[3].endswith("\n\nPackages: pandas 2.3.3.")
