@@ -369,20 +369,7 @@ class _ToolLogic:
     def _tool_list_files(self, path: str = "", session_id: str | None = None) -> _Steps:
         sid = yield from self._session(session_id)
         listing: FileList = yield proto.list_files(sid, path, limit=LIST_FILES_MOST)
-        where = listing.path or "workspace root"
-        if not listing.entries:
-            return ToolResult([TextPart(f"{where}: empty")])
-        lines = [f"{where}:"]
-        for e in listing.entries:
-            size = "" if e.type == "directory" else f"{e.size} bytes"
-            when = e.modified_at.isoformat(timespec="seconds")
-            lines.append(f"{e.type:9}  {size:>14}  {when}  {e.path}")
-        if listing.next is not None:
-            lines.append(
-                f"(the first {LIST_FILES_MOST} entries, directories first, then by name; more "
-                "follow. To find or count files among them, use run_code: glob, os.scandir.)"
-            )
-        return ToolResult([TextPart("\n".join(lines))])
+        return ToolResult([TextPart(listing_text(listing, self.max_chars))])
 
     # -- notebook ---------------------------------------------------------------------------
 
@@ -431,8 +418,46 @@ class _ToolLogic:
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 #: The largest workspace image read_file shows (what model APIs take per image is of this order).
 FILE_IMAGE_BYTES = 20 << 20
-#: Most entries list_files gives a model (one line each: about 80 characters).
+#: Most entries list_files asks the service for; the text shows as many as max_chars holds.
 LIST_FILES_MOST = 500
+#: Characters list_files keeps for its last line, which says what was left out.
+_LISTING_NOTE_CHARS = 300
+
+
+def listing_text(listing: FileList, max_chars: int) -> str:
+    """A directory listing for a model, within ``max_chars``: one line per entry, its name
+    relative to the listed directory (which the first line names once), and a last line
+    saying how many entries were left out and how to look at them all."""
+    where = listing.path or "workspace root"
+    if not listing.entries:
+        return f"{where}: empty"
+    lines = [f"{where}:"]
+    budget = max_chars - len(lines[0]) - _LISTING_NOTE_CHARS
+    for e in listing.entries:
+        name = e.name + ("/" if e.type == "directory" else "")
+        size = "" if e.type == "directory" else f"{e.size} bytes"
+        when = e.modified_at.isoformat(timespec="seconds")
+        line = f"{e.type:9}  {size:>14}  {when}  {name}"
+        budget -= len(line) + 1
+        if budget < 0:
+            break
+        lines.append(line)
+    shown, fetched = len(lines) - 1, len(listing.entries)
+    more = listing.next is not None
+    if shown == fetched and not more:
+        return "\n".join(lines)
+    if shown == fetched:
+        left = "more follow"
+    else:
+        left = f"{fetched - shown} more left out to keep this answer short"
+        left += ", and more after them" if more else ""
+    lines.append(
+        f"(the first {shown} entries, directories first, then by name; {left}. To find or "
+        "count files among them, use run_code: glob, os.scandir.)"
+    )
+    return "\n".join(lines)
+
+
 #: Bytes read_file reads at least, to tell text from binary data.
 TEXT_SAMPLE_BYTES = 64 << 10
 #: The largest notebook rebuild_from_notebook reads (the service's own limit applies after:

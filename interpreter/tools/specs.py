@@ -246,7 +246,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "list_files",
         "List a directory of the session workspace: each entry's type, size in bytes, "
-        "modification time and path.",
+        "modification time and name (directories end in /). A long listing is cut short "
+        "and says how many entries were left out; use run_code (glob, os.scandir) to search "
+        "or count a large directory.",
         {
             "type": "object",
             "properties": {

@@ -1,0 +1,66 @@
+"""The workspace as the function-calling tools see it, against a real broker (local
+backend): a listing a model reads keeps its text budget (found by an outside agent
+tester)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from interpreter.client import Client
+from interpreter.tools import ToolExecutor, ToolResult
+from tests.conftest import Server
+
+#: A dataset folder as data analysis makes them: many files with long names.
+DATASET = "dataset/images/train/class_golden_retriever_outdoor_photos"
+MAKE_DATASET = (
+    "import os\n"
+    f"os.makedirs({DATASET!r}, exist_ok=True)\n"
+    "os.makedirs(os.path.join({d!r}, 'augmented'), exist_ok=True)\n"
+    "for i in range(2000):\n"
+    "    name = f'img_{{i:05d}}_augmented_rotation_15deg_flip_horizontal.jpg'\n"
+    "    open(os.path.join({d!r}, name), 'wb').write(b'x')\n"
+).format(d=DATASET)
+
+
+@pytest.fixture(scope="module")
+def client(local_server: Server) -> Iterator[Client]:
+    with Client(local_server.url, api_key=local_server.api_key, max_retries=0) as c:
+        yield c
+
+
+def call(executor: ToolExecutor, name: str, **arguments: Any) -> ToolResult:
+    return executor.execute({"type": "tool_use", "id": "t", "name": name, "input": arguments})
+
+
+def test_list_files_keeps_the_text_budget_with_names_and_a_count(client: Client) -> None:
+    """2000 files were listed as 500 lines of full paths: 84,000 characters, four times
+    the 20,000 every other tool keeps to."""
+    for max_chars in (20_000, 3_000):
+        with contextlib.closing(ToolExecutor(client, max_chars=max_chars)) as executor:
+            made = call(executor, "run_code", code=MAKE_DATASET)
+            assert not made.is_error, made.text
+            listing = call(executor, "list_files", path=DATASET)
+            text = listing.text
+            assert not listing.is_error and len(text) <= max_chars, len(text)
+            lines = text.splitlines()
+            assert lines[0] == f"{DATASET}:"
+            # Directories first, each name relative to the listed directory.
+            assert lines[1].startswith("directory") and lines[1].endswith("  augmented/")
+            assert lines[2].endswith("  img_00000_augmented_rotation_15deg_flip_horizontal.jpg")
+            assert DATASET not in "\n".join(lines[1:-1])
+            shown = len(lines) - 2
+            assert lines[-1] == (
+                f"(the first {shown} entries, directories first, then by name; "
+                f"{500 - shown} more left out to keep this answer short, and more after "
+                "them. To find or count files among them, use run_code: glob, os.scandir.)"
+            )
+            # A small directory is listed whole, with no note.
+            whole = call(executor, "list_files", path="dataset/images").text
+            assert whole.splitlines()[0] == "dataset/images:"
+            assert whole.splitlines()[1].endswith("  train/") and len(whole.splitlines()) == 2
+            # 'data/' is 'data', as listings always took it.
+            assert call(executor, "list_files", path="dataset/images/").text == whole
