@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from interpreter.errors import BadRequest, PayloadTooLarge, WorkspaceChanged
 from interpreter.models import FileEntry
-from interpreter.workspace import Workspace, os_error
+from interpreter.workspace import Workspace, file_path, os_error
 
 #: Prefix of the temporary files uploads write (in the workspace's top directory).
 TEMP_PREFIX = ".upload-"
@@ -46,7 +46,7 @@ class Upload:
 
     def __init__(self, workspace: Workspace, path: str, limit: int) -> None:
         # Resolved once: an existing entry named exactly so is replaced, else the NFKC name.
-        self.parts = workspace.resolve(path)
+        self.parts = workspace.resolve(file_path(path))
         self.path = path
         self.limit = limit
         self.size = 0

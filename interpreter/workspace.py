@@ -95,6 +95,21 @@ def split_path(path: str, *, allow_root: bool = False) -> list[str]:
     return _checked_parts(unicodedata.normalize("NFKC", path), allow_root=allow_root)
 
 
+def file_path(path: str) -> str:
+    """``path``, when it can be the name of a file to write; 400 when it ends in '/'.
+
+    Listings take ``data/`` for ``data``, but a file written to ``report/`` was a file
+    named ``report``, where the client meant a file in that directory.
+    """
+    if path.endswith("/") and path.strip("/"):
+        shown = path[:200]
+        raise BadRequest(
+            f"'{shown}' ends in '/', so it names a directory, not a file: give the file's "
+            f"name, e.g. '{shown.rstrip('/')}/out.csv'."
+        )
+    return path
+
+
 def given_parts(path: str) -> list[str] | None:
     """The components of ``path`` exactly as given, when that is not its NFKC form and they
     pass every check of :func:`split_path` as they are; else None."""
@@ -444,7 +459,7 @@ class Workspace:
 
     def write(self, path: str, chunks: Iterable[bytes]) -> int:
         """Create or replace a file atomically (parents created). Returns its size."""
-        parts = self.resolve(path)
+        parts = self.resolve(file_path(path))
         name = parts[-1]
         tmp = f".upload-{secrets.token_hex(8)}.tmp"
         with self.gate.writing():

@@ -318,10 +318,17 @@ def test_broken_uploads_are_refused_and_leave_nothing(e2b: E2BServer, sbx: Sandb
         assert resp.status_code == 413 and resp.json()["type"] == "payload_too_large"
         resp = envd.post("/files", content=b"no path", headers=raw)
         assert resp.status_code == 400 and "needs ?path=" in resp.json()["message"]
+        # A path ending in '/' names a directory: it made a file of the directory's name.
+        resp = envd.post("/files", params={"path": "report/"}, content=b"x", headers=raw)
+        assert resp.status_code == 400, resp.text
+        assert "give the file's name, e.g. 'report/out.csv'" in resp.json()["message"]
+        slash = head.format("/home/user/rep/") + f"x\r\n--{boundary}--\r\n"
+        resp = envd.post("/files", content=slash, headers=multipart)
+        assert resp.status_code == 400 and "'/home/user/rep/' ends in '/'" in resp.text
     listing = sbx.run_code(
         "import os\nsorted(n for _, _, fs in os.walk('.') for n in fs "
-        "if n in ('twice.txt', 'a', 'b', 'cut.txt', 'e.txt', 'g.txt', 'bomb.bin') "
-        "or n.startswith('.upload-'))"
+        "if n in ('twice.txt', 'a', 'b', 'cut.txt', 'e.txt', 'g.txt', 'bomb.bin', 'report', "
+        "'rep') or n.startswith('.upload-'))"
     )
     assert listing.text == "[]"
 

@@ -1,5 +1,6 @@
-"""The workspace as the function-calling tools see it, against a real broker (local
-backend): a listing a model reads keeps its text budget (found by an outside agent
+"""The workspace as the function-calling tools, the SDK and HTTP clients see it, against a
+real broker (local backend): a listing a model reads keeps its text budget, and a file
+cannot be written to a path that names a directory (both found by an outside agent
 tester)."""
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
-from interpreter.client import Client
+from interpreter.client import BadRequestError, Client
 from interpreter.tools import ToolExecutor, ToolResult
 from tests.conftest import Server
 
@@ -64,3 +66,34 @@ def test_list_files_keeps_the_text_budget_with_names_and_a_count(client: Client)
             assert whole.splitlines()[1].endswith("  train/") and len(whole.splitlines()) == 2
             # 'data/' is 'data', as listings always took it.
             assert call(executor, "list_files", path="dataset/images/").text == whole
+
+
+def test_a_file_path_ending_in_a_slash_is_refused_everywhere(
+    client: Client, local_server: Server
+) -> None:
+    """'report/' made a FILE named 'report', and the tool answered "Wrote 5 bytes to
+    report/."; a later open('report/x.csv') then failed."""
+    advice = "'report/' ends in '/', so it names a directory, not a file: give the file's name"
+    with contextlib.closing(ToolExecutor(client)) as executor:
+        tool = call(executor, "upload_file", path="report/", content="hello")
+        assert tool.is_error and advice in tool.text, tool.text
+        assert "e.g. 'report/out.csv'" in tool.text
+        session = client.get_session(executor.session_id or "")
+        with pytest.raises(BadRequestError, match="'results/' ends in '/'") as refused:
+            session.upload("results/", b"abc")
+        assert refused.value.status == 400
+        with httpx.Client(
+            base_url=local_server.url,
+            headers={"Authorization": f"Bearer {local_server.api_key}"},
+            timeout=60,
+        ) as http:
+            put = http.put(f"/v1/sessions/{session.id}/files/report/", content=b"hello")
+            assert put.status_code == 400 and advice in put.json()["error"]["message"]
+            assert put.json()["error"]["type"] == "bad_request"
+        assert session.list_files().entries == []  # nothing was written
+        # The file's name works, and its directory lists with or without the slash.
+        ok = call(executor, "upload_file", path="report/out.csv", content="a\n1\n")
+        assert not ok.is_error and "report/out.csv" in ok.text
+        assert [e.path for e in session.list_files("report/").entries] == ["report/out.csv"]
+        opened = call(executor, "run_code", code="open('report/out.csv').read()")
+        assert "'a\\n1\\n'" in opened.text

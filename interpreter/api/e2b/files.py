@@ -22,6 +22,7 @@ from interpreter.api.uploads import Receiving, UploadReceiver
 from interpreter.errors import BadRequest, InterpreterError, PathNotAllowed
 from interpreter.form_upload import FormUpload
 from interpreter.upload import Upload
+from interpreter.workspace import file_path
 
 HOME = "/home/user"
 
@@ -53,6 +54,12 @@ def workspace_path(path: str, *, home: bool = False) -> str:
     return relative
 
 
+def _file_target(path: str) -> str:
+    """The workspace path of an E2B path to write a file to: as :func:`workspace_path`,
+    which cleans a trailing '/' away, but refused with one (it names a directory)."""
+    return workspace_path(file_path(path))
+
+
 class FilesHandler(E2BHandler, UploadReceiver[Receiving]):
     """``GET /files`` reads a file; ``POST /files`` writes one or several, streamed to disk
     as the body arrives (an octet-stream body, or each file part of a multipart one) and
@@ -67,16 +74,14 @@ class FilesHandler(E2BHandler, UploadReceiver[Receiving]):
         workspace = await self.broker.workspace(self.owner, sandbox.id)
         if content_type.lower().startswith("multipart/"):
             return await asyncio.to_thread(
-                FormUpload, workspace, content_type, self.body_limit, workspace_path, query_path
+                FormUpload, workspace, content_type, self.body_limit, _file_target, query_path
             )
         if query_path is None:
             raise BadRequest(
                 "An application/octet-stream upload needs ?path= (or send multipart/form-data "
                 "with the path as each part's file name)."
             )
-        return await asyncio.to_thread(
-            Upload, workspace, workspace_path(query_path), self.body_limit
-        )
+        return await asyncio.to_thread(Upload, workspace, _file_target(query_path), self.body_limit)
 
     async def get(self) -> None:
         sandbox = await self.sandbox()
