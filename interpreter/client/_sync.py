@@ -517,8 +517,9 @@ class Session:
         """Write a file into the session's workspace (text is stored as UTF-8).
 
         ``path`` is relative to the workspace: a path with ``.`` or ``..`` components is
-        refused by the service (:class:`BadRequestError`, ``path_not_allowed``), an empty
-        or absolute one raises :class:`InvalidArgumentError`.
+        refused by the service (:class:`BadRequestError`, ``path_not_allowed``), and so is
+        one ending in ``/``, which names a directory (``BadRequestError``: give the file's
+        name); an empty or absolute one raises :class:`InvalidArgumentError`.
 
         Example:
             >>> session.upload("data/sales.csv", open("sales.csv", "rb"))  # doctest: +SKIP
