@@ -646,9 +646,9 @@ class SessionBroker:
         if self.closing:
             raise ShuttingDown("The service is shutting down; retry shortly.", retry_after=5)
         timeout = self.policy.timeout(owner, timeout_s, self.settings.default_timeout_s)
-        if timeout > self.settings.max_timeout_s:
+        if timeout > (most := self.settings.max_timeout_s):
             raise ValidationFailed(
-                f"timeout_s {timeout:g} exceeds the server maximum {self.settings.max_timeout_s:g}."
+                f"timeout_s {timeout:g} exceeds the server maximum {most:g}; give at most {most:g}."
             )
         session = await self.require_live(owner, session_id)
         self.policy.count_execution(owner)

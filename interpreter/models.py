@@ -253,8 +253,13 @@ class ExecuteRequest(_Request):
     """Body of ``POST /v1/sessions/{id}/execute``."""
 
     code: str = Field(..., max_length=1_000_000, description="Python source to run.")
+    # No upper bound here: the server's maximum (max_timeout_s, GET /v1/info) is the only
+    # one, so a refusal names it (a bound of 86400 here was told first, then the server's).
     timeout_s: float | None = Field(
-        None, gt=0, le=86400, description="Wall-clock limit; on expiry interrupt, then restart."
+        None,
+        gt=0,
+        description="Wall-clock limit in seconds, at most the server's max_timeout_s "
+        "(GET /v1/info); on expiry interrupt, then restart.",
     )
     on_disconnect: Literal["continue", "interrupt"] = Field(
         "continue",
