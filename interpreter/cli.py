@@ -321,8 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not _refused_by_the_sdk(exc):
             raise
-        # Refused before anything was sent (an API key that cannot be one, ...).
-        print(f"interp: {exc}", file=sys.stderr)
+        # Refused before anything was sent (an API key that cannot be one, ...), or an
+        # answer a command did not expect.
+        from interpreter.cli_client import service_error_text
+
+        print(f"interp: {service_error_text(exc)}", file=sys.stderr)
         return 2
     return int(result or 0)
 

@@ -30,6 +30,7 @@ from interpreter.client import (
     API_KEY_ENV,
     DEFAULT_URL,
     URL_ENV,
+    APIError,
     ApprovalRequiredEvent,
     Artifact,
     Client,
@@ -102,8 +103,19 @@ def _explicit_url(args: argparse.Namespace) -> str | None:
     return args.url or os.environ.get(URL_ENV) or None
 
 
+def service_error_text(exc: Exception) -> str:
+    """What ``interp`` says of an SDK error: its text, except where the SDK's advice is
+    for code (``api_key=``) and a person at the shell needs the CLI's own (``--api-key``)."""
+    if isinstance(exc, APIError) and exc.details.get("api_key_sent") is False:
+        return (
+            f"this service needs an API key and none was sent: give --api-key KEY or set "
+            f"{API_KEY_ENV} ({exc.code}, HTTP {exc.status})"
+        )
+    return str(exc)
+
+
 def _service_error(exc: ClientError) -> int:
-    print(f"interp: {exc}", file=sys.stderr)
+    print(f"interp: {service_error_text(exc)}", file=sys.stderr)
     return EXIT_SERVICE
 
 

@@ -149,11 +149,22 @@ class BaseHandler(tornado.web.RequestHandler):
         raise Unauthorized("Invalid API key.")
 
     def bearer_token(self) -> str:
-        header = self.request.headers.get("Authorization", "")
+        header = self.request.headers.get("Authorization", "").strip()
         scheme, _, token = header.partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        if not header:
             raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+        # What was sent is not repeated: without a scheme, the first word is the key.
+        if scheme.lower() != "bearer":
+            raise Unauthorized(
+                "The Authorization header does not use the Bearer scheme: send "
+                "'Authorization: Bearer <key>' (the word Bearer, a space, then the key)."
+            )
+        if not token:
+            raise Unauthorized(
+                "The Authorization header has no key after 'Bearer': send "
+                "'Authorization: Bearer <key>'."
+            )
         return token
 
     #: Set by :meth:`decode_argument` when a path segment is not UTF-8 (checked in prepare).

@@ -36,7 +36,8 @@ class APIError(ClientError):
         message: The service's human-readable explanation.
         retry_after: Seconds to wait before retrying, when the service said so.
         details: Further fields of the error body, e.g. ``execution_id`` and
-            ``running_for_s`` of a ``session_running`` refusal.
+            ``running_for_s`` of a ``session_running`` refusal; ``api_key_sent`` False
+            on a 401 to a request that carried no API key.
     """
 
     def __init__(

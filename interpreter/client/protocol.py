@@ -305,8 +305,29 @@ _STATUS_CLASSES: dict[int, type[APIError]] = {
 }
 
 
+#: What a 401 says to an SDK user when no key was sent: the service's own words are for
+#: HTTP clients ("send 'Authorization: Bearer <key>'"), which the SDK writes itself.
+NO_KEY_ADVICE = (
+    "This service needs an API key and none was sent: pass api_key= to Client or "
+    "AsyncClient, or set INTERP_API_KEY."
+)
+
+
+def _sent_no_key(resp: httpx.Response) -> bool:
+    """Whether the request ``resp`` answers carried no Authorization header at all."""
+    try:
+        return "authorization" not in resp.request.headers
+    except RuntimeError:  # a response built without its request
+        return False
+
+
 def error_from_response(resp: httpx.Response) -> APIError:
-    """The exception for an error answer (body already read), with the service's message."""
+    """The exception for an error answer (body already read), with the service's message.
+
+    A 401 to a request that carried no key says how an SDK user gives one instead
+    (:data:`NO_KEY_ADVICE`), with ``details["api_key_sent"]`` False; ``interp`` says it in
+    its own words.
+    """
     code, message = "http_error", ""
     details: dict[str, Any] = {}
     try:
@@ -319,6 +340,9 @@ def error_from_response(resp: httpx.Response) -> APIError:
         message = resp.text.strip()[:500]
     if not message:
         message = resp.reason_phrase or f"HTTP {resp.status_code}"
+    if resp.status_code == 401 and _sent_no_key(resp):
+        message = NO_KEY_ADVICE
+        details["api_key_sent"] = False
     retry_after = parse_retry_after(resp.headers.get("retry-after"))
     if resp.status_code >= 500:
         cls: type[APIError] = ServerError
