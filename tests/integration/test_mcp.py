@@ -94,7 +94,7 @@ async def _session_walk(client: MCPClient) -> None:
 
     await client.call_tool("upload_file", {"path": "in/data.csv", "content": "a\n1\n"})
     listing = await client.call_tool("list_files", {"path": "in"})
-    assert "in/data.csv" in _texts(listing)
+    assert _texts(listing).startswith("in:\n") and _texts(listing).endswith("  data.csv")
     read = await client.call_tool("read_file", {"path": "in/data.csv"})
     assert _texts(read) == "a\n1\n"
     notebook = await client.call_tool("get_notebook", {})
