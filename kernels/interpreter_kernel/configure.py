@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from .chart_marks import install_matplotlib, install_seaborn
 from .formatters import register_formatters
 from .imports import when_imported
+from .inline_kept import keep_inline_switch, keep_inline_use
 from .interrupts import InterruptWaker, interrupt_before_code, interrupt_shell_commands
 from .mpl_compat import install_axes, install_pyplot
 from .oom_watch import install as watch_oom_kills
@@ -80,6 +81,9 @@ def setup(shell: InteractiveShell) -> None:
     # boxplot(labels=...) as matplotlib before 3.11 took it (mpl_compat).
     when_imported("matplotlib.axes", install_axes)
     when_imported("matplotlib.pyplot", install_pyplot)
+    # matplotlib.use("Agg") keeps the inline backend: figures still come back (inline_kept).
+    when_imported("matplotlib", keep_inline_use)
+    when_imported("matplotlib.pyplot", keep_inline_switch)
     # PIL's Image.show() displays in the cell, never in a viewer of the host (local backend).
     when_imported("PIL.ImageShow", show_pil_images_inline)
     when_imported("seaborn", install_seaborn)

@@ -238,6 +238,32 @@ async def test_plot_sends_png_and_chart_in_one_message(kernel: Kernel) -> None:
     assert after.stdout.strip() == "0"
 
 
+async def test_a_file_backend_asked_for_keeps_the_cells_figures(kernel: Kernel) -> None:
+    """``matplotlib.use("Agg")``, as scripts (and models) write it, switched the session
+    away from the inline backend: every later plot showed nothing, and the figures came out
+    in a later cell that chose inline again (found by an outside agent tester)."""
+
+    def pngs(run: Run) -> int:
+        return sum("image/png" in m["content"]["data"] for m in run.of_type("display_data"))
+
+    first = await kernel.run(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3]); plt.savefig('agg.png'); print('saved')"
+    )
+    assert first.stdout == "saved\n" and pngs(first) == 1
+    assert (kernel.home / "agg.png").stat().st_size > 0
+    for code in (
+        "plt.figure(); plt.plot([3, 2, 1]); plt.show()",
+        "plt.switch_backend('agg'); plt.figure(); plt.plot([1]); plt.show()",
+        "matplotlib.use('svg', force=True); plt.figure(); plt.plot([2]); plt.show()",
+    ):
+        assert pngs(await kernel.run(code)) == 1, code
+    # One figure per cell: none held back for a later one.
+    later = await kernel.run("%matplotlib inline\nplt.figure(); plt.plot([0]); plt.show()")
+    assert pngs(later) == 1
+    assert "inline" in (await kernel.run("print(matplotlib.get_backend())")).stdout
+
+
 async def test_implicit_figure_at_cell_end_is_captured(kernel: Kernel) -> None:
     run = await kernel.run("import matplotlib.pyplot as plt\nplt.hist([1, 2, 2, 3, 3, 3], bins=3)")
     [display] = run.of_type("display_data")
