@@ -22,8 +22,11 @@ when ``arr`` is a module the cell imports.
 The literal source given to ``exec``/``eval``/``compile`` is analysed as code too (nested
 up to :data:`MAX_NESTED_SOURCE` deep). What cannot be known without running the code (an
 import whose name is a variable, ``getattr`` with a computed name, ``eval`` of a string
-built at run time) is reported in :attr:`Facts.unknown` instead of guessed. A policy is
-not a sandbox: README "Policies" lists what this analysis does not catch.
+built at run time) is reported in :attr:`Facts.unknown` instead of guessed; so is such a
+function used as a value rather than called (``r = exec``: a later cell's ``r(text)`` is a
+call no rule reads) and an attribute of the interpreter's machinery
+(:data:`INTROSPECTION_ATTRIBUTES`: ``__subclasses__``, ``__globals__``, frames). A policy
+is not a sandbox: README "Policies" lists what this analysis does not catch.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ _CELL_RUNNERS = frozenset({"run_cell", "run_cell_async", "ex", "ev"})
 #: and ``%sx`` are ``getoutput``), and those that look up a magic to call it.
 _SHELL_METHODS = frozenset({"system", "getoutput", "system_piped", "system_raw"})
 _MAGIC_FINDERS = frozenset({"find_line_magic", "find_cell_magic", "find_magic"})
+_MAGIC_RUNNERS = frozenset({"run_line_magic", "run_cell_magic", "magic"})
 #: IPython's own functions that run a shell command (what ``get_ipython().system`` uses).
 _IPYTHON_SHELL_FUNCTIONS = frozenset(
     {"IPython.utils.process.system", "IPython.utils.process.getoutput",
@@ -101,6 +105,16 @@ _MODULE_FINDERS = frozenset(
 _IMPORTERS = frozenset(
     {"__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__",
      "__builtins__.__import__"}
+)  # fmt: skip
+#: Attributes that reach into the interpreter's own machinery: a class's subclasses (every
+#: class loaded, ``os._wrap_close`` among them), a function's module globals and code, the
+#: builtins of a module or of a builtin function (``len.__self__``), a frame's or a
+#: generator's namespaces. Reading or writing one is ``unknown: introspection``: what it
+#: leads to is found by running code (``().__class__.__base__.__subclasses__()``).
+INTROSPECTION_ATTRIBUTES = frozenset(
+    {"__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__self__",
+     "f_globals", "f_locals", "f_builtins", "f_back", "f_code", "gi_frame", "gi_code",
+     "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next"}
 )  # fmt: skip
 #: Modules whose names, reached as an attribute of another module's chain, are taken to be
 #: that module re-exported (``os.path.os`` is ``os``, ``shutil.os`` is ``os``), also with
@@ -155,7 +169,8 @@ class Facts:
         dynamic_exec: ``eval``/``exec``/``compile`` of something other than a literal.
         writes_outside_workspace: literal paths opened for writing outside the workspace.
         unknown: what could not be determined (``import``, ``getattr``, ``write_path``,
-            ``exec_source``); a rule can match on it.
+            ``exec_source``, ``introspection``, ``magic``, ``star_import``); a rule can
+            match on it.
     """
 
     syntax_error: bool = False
@@ -256,6 +271,32 @@ def _module_named(attr: str) -> str | None:
     return None
 
 
+def _builtin(path: str) -> str:
+    """``path`` without a leading ``builtins.`` or ``__builtins__.`` (``__builtins__.exec``
+    is ``exec``)."""
+    for prefix in ("builtins.", "__builtins__."):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path
+
+
+def _value_kind(path: str) -> str | None:
+    """The ``unknown`` kind of a function that runs or imports code given to it, or reads a
+    computed attribute, when it is used as a value (assigned, passed, put in a container)
+    instead of being called: what it is given is then decided where it is called, which
+    may be a later cell (``r = exec``, then ``r("import o" + "s")``). None for any other."""
+    name = _builtin(path)
+    if name in _IMPORTERS:
+        return "import"
+    if name in _DYNAMIC_RUNNERS or name in _TEXT_RUNNERS:
+        return "exec_source"
+    if name == "getattr":
+        return "getattr"
+    if path in ("__builtins__", "builtins"):
+        return "introspection"  # the builtins themselves: exec, __import__ by attribute
+    return None
+
+
 #: Statements and patterns that bind the name they carry (``def f``, ``except E as e``).
 _NAMED_BINDERS = (
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
@@ -295,6 +336,8 @@ class _Walker(ast.NodeVisitor):
         #: How deep in literal ``exec`` sources the walk is, and how much it has read.
         self.depth = 0
         self.nested_chars = 0
+        #: Nodes that are called or read an attribute or item of, not used as values.
+        self.used: set[int] = set()
 
     def facts(self) -> Facts:
         shell = bool(self.magics & (SHELL_MAGICS | {"!"}))
@@ -374,7 +417,7 @@ class _Walker(ast.NodeVisitor):
             return self._item_path(node.value, node.slice)
         if isinstance(node, ast.Call):
             inner = self.resolve(node.func)
-            if inner == "getattr":
+            if inner is not None and _builtin(inner) == "getattr":
                 return self._getattr_path(node)
             if (
                 isinstance(node.func, ast.Attribute)
@@ -384,7 +427,12 @@ class _Walker(ast.NodeVisitor):
             ):
                 # ``sys.modules.get("os")``, ``vars(os).get("system")``: as an item.
                 return self._item_path(node.func.value, node.args[0])
-            if inner in _IMPORTERS and node.args and _literal_str(node.args[0]) is not None:
+            if (
+                inner is not None
+                and _builtin(inner) in _IMPORTERS
+                and node.args
+                and _literal_str(node.args[0]) is not None
+            ):
                 return _literal_str(node.args[0])
             if inner in ("get_ipython", "IPython.get_ipython") or (
                 inner is not None and inner.endswith("InteractiveShell.instance")
@@ -449,6 +497,8 @@ class _Walker(ast.NodeVisitor):
         if attr is None:
             self.unknown.add("getattr")
             return None
+        if attr in INTROSPECTION_ATTRIBUTES:
+            self.unknown.add("introspection")
         if base is None:
             return None
         self._reach(base, attr)
@@ -506,9 +556,14 @@ class _Walker(ast.NodeVisitor):
         self._bind(node.target, node.value)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.used.add(id(node.value))
         self.generic_visit(node)
+        if node.attr in INTROSPECTION_ATTRIBUTES:
+            self.unknown.add("introspection")  # read, written or deleted
         if not isinstance(node.ctx, ast.Load):
             return
+        if id(node) not in self.used:
+            self._value(node)
         module = _module_named(node.attr)
         if module is not None:
             base = self.resolve(node.value)
@@ -521,9 +576,54 @@ class _Walker(ast.NodeVisitor):
         elif node.attr == "magics_manager" and self.resolve(node.value) == "get_ipython()":
             self.unknown.add("magic")  # its table of magics, called by hand
 
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load) or id(node) in self.used:
+            return
+        if node.id in self.aliases or node.id not in self.bound:
+            self._value(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.used.add(id(node.value))
+        self.generic_visit(node)
+        if isinstance(node.ctx, ast.Load) and id(node) not in self.used:
+            self._value(node)  # ``vars(builtins)["exec"]`` as a value
+
+    def _value(self, node: ast.AST) -> None:
+        """A name, attribute or item used as a value, not called: a function that runs,
+        imports or looks up code given to it is ``unknown`` of its kind (the shell's
+        methods are the shell), since where it is called no rule may see it."""
+        path = self.resolve(node)
+        if path is not None:
+            self._value_path(path)
+
+    def _value_path(self, path: str) -> None:
+        while path.endswith(".__call__"):
+            path = path.removesuffix(".__call__")
+        path = self.normal(path)
+        if path.startswith("get_ipython()."):
+            method = path.removeprefix("get_ipython().").removeprefix("kernel.shell.")
+            if method in _SHELL_METHODS:
+                self.magics.add("!")
+            elif method in _CELL_RUNNERS:
+                self.dynamic_exec = True
+                self.unknown.add("exec_source")
+            elif method in _MAGIC_FINDERS or method in _MAGIC_RUNNERS:
+                self.unknown.add("magic")
+            return
+        kind = _value_kind(path)
+        if kind is not None:
+            self.unknown.add(kind)
+            if kind == "exec_source":
+                self.dynamic_exec = True
+
     # -- calls
 
     def visit_Call(self, node: ast.Call) -> None:
+        func: ast.AST = node.func
+        self.used.add(id(func))
+        while isinstance(func, ast.Attribute) and func.attr == "__call__":
+            func = func.value  # ``exec.__call__(...)`` calls exec
+            self.used.add(id(func))
         self.generic_visit(node)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _DATA_WRITERS:
             self._data_write(node)
@@ -538,6 +638,11 @@ class _Walker(ast.NodeVisitor):
         name = self.normal(raw)
         self.calls.add(raw)
         self.calls.add(name)
+        if name.startswith(("builtins.", "__builtins__.")):
+            name = _builtin(name)  # ``__builtins__.exec(...)`` is ``exec(...)``
+            self.calls.add(name)
+        if name == "getattr" and len(node.args) > 1:
+            self._getattr_value(node)
         if name in _IMPORTERS:
             module = _literal_str(node.args[0]) if node.args else None
             if module is None:
@@ -569,6 +674,17 @@ class _Walker(ast.NodeVisitor):
             self.magics.add("!")  # what `!cmd` runs, called by hand
         self._check_write(name, node)
 
+    def _getattr_value(self, node: ast.Call) -> None:
+        """``getattr(x, "__globals__")`` reads that attribute; ``getattr(builtins, "exec")``
+        not called at once is ``exec`` used as a value."""
+        attr = _literal_str(node.args[1])
+        if attr in INTROSPECTION_ATTRIBUTES:
+            self.unknown.add("introspection")
+        if attr is not None and id(node) not in self.used:
+            base = self.resolve(node.args[0])
+            if base is not None:
+                self._value_path(f"{base}.{attr}")
+
     def _attrgetter(self, node: ast.Call) -> None:
         """``operator.attrgetter("os.system")(pathlib)``: attribute access by another name,
         of an object the analyser does not see; a module named in it is reached."""
@@ -578,6 +694,8 @@ class _Walker(ast.NodeVisitor):
                 self.unknown.add("getattr")
                 continue
             for part in dotted.split("."):
+                if part in INTROSPECTION_ATTRIBUTES:
+                    self.unknown.add("introspection")
                 module = _module_named(part)
                 if module is not None and module not in OBJECT_ATTRIBUTES:
                     self._import(module)
@@ -632,7 +750,7 @@ class _Walker(ast.NodeVisitor):
                 self.unknown.add("exec_source")
             else:
                 self._nested(_python_of(source))
-        elif method in ("run_line_magic", "run_cell_magic", "magic"):
+        elif method in _MAGIC_RUNNERS:
             magic = _literal_str(node.args[0]) if node.args else None
             if magic is None:
                 self.unknown.add("magic")

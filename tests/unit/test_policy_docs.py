@@ -98,6 +98,18 @@ STARTS_A_PROCESS = [
     ("x = %sx id", "no-shell"),
     ("%system id", "no-shell"),
     ("!id", "no-shell"),
+    # An outside security tester's: the subclass walk, __import__ passed to map, and exec,
+    # eval or __import__ kept under another name for a later cell to call.
+    (
+        "w = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close']"
+        "[0]\nw.__init__.__globals__['system']('id')",
+        "nothing-unread",
+    ),
+    ("m = list(map(__import__, ['os']))[0]\nm.system('id')", "nothing-unread"),
+    ("r = exec", "nothing-unread"),
+    ("ev = eval", "nothing-unread"),
+    ("imp = __import__", "nothing-unread"),
+    ("__builtins__.exec('import o' + 's')", "nothing-unread"),
 ]
 
 
