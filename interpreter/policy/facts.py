@@ -122,7 +122,9 @@ INTROSPECTION_ATTRIBUTES = frozenset(
 #: every module name: ``numpy.random`` or ``pandas.io`` are not ``random``/``io``.
 REEXPORTED_MODULES = frozenset(
     {"os", "posix", "sys", "subprocess", "shutil", "socket", "ctypes", "importlib", "builtins",
-     "pty", "pickle", "marshal", "multiprocessing", "asyncio", "_posixsubprocess"}
+     "pty", "pickle", "marshal", "multiprocessing", "asyncio", "_posixsubprocess",
+     # Packages of the kernel image with functions that run a command they are given.
+     "pexpect", "ptyprocess", "psutil", "tornado", "jupyter_client"}
 )  # fmt: skip
 #: Of those, names that common objects have as attributes (a numpy array's ``.ctypes``):
 #: the module only in a chain that starts at a module the cell itself imports.

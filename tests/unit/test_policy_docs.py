@@ -90,6 +90,23 @@ STARTS_A_PROCESS = [
     ("from imaplib import IMAP4_stream\nIMAP4_stream('id')", "no-command-runners"),
     ("import uuid\nuuid._get_command_stdout('id')", "no-command-runners"),
     ("import webbrowser\nwebbrowser.get('id %s').open('x')", "no-command-runners"),
+    # Packages of the kernel image that run a command (an outside security tester's).
+    ("import pexpect\nprint(pexpect.run('id'))", "no-command-packages"),
+    ("import ptyprocess\nptyprocess.PtyProcess.spawn(['id']).read()", "no-command-packages"),
+    (
+        "import tornado.process\ntornado.process.Subprocess(['id']).proc.wait()",
+        "no-command-packages",
+    ),
+    (
+        "from matplotlib.testing import subprocess_run_for_testing as r\nr(['id'])",
+        "no-command-packages",
+    ),
+    (
+        "from jupyter_client.launcher import launch_kernel\nlaunch_kernel(['id']).wait()",
+        "no-command-packages",
+    ),
+    ("import psutil\npsutil.Popen(['id'])", "no-command-packages"),
+    ("import ipykernel.kernelbase as k\nk.psutil.Popen(['id'])", "no-command-packages"),
     ("get_ipython().system('id')", "no-shell"),
     ("print(get_ipython().getoutput('id'))", "no-shell"),
     ("get_ipython().run_cell('!id')", "no-shell"),

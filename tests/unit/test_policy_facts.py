@@ -328,6 +328,13 @@ def test_a_broken_cell_still_shows_its_line_magics() -> None:
 # row it belongs to (the text of its first cell), the code, the fact a rule would want, and
 # what the analyser reports instead ("unknown" kinds, or nothing);
 # tests/unit/test_policy_docs.py checks the README's table against these rows.
+#: A row of the README's table: names kept by one cell, used by a later one.
+CROSS_CELL = (
+    "a module or function kept under a name by an earlier cell and used through it in a "
+    'later one: `import pydoc as p`, then `p.pipepager("", "ls")`; '
+    '`c = asyncio.create_subprocess_exec`, then `await c("ls")`; `import builtins as b`, '
+    "then `b.exec(text)`"
+)
 EVASIONS = [
     (
         '`getattr(os, "sys" + "tem")("ls")`',
@@ -449,6 +456,24 @@ EVASIONS = [
         set(),
     ),
     (
+        '`pexpect.run("ls")`, `ptyprocess.PtyProcess.spawn`, `psutil.Popen`, '
+        "`tornado.process.Subprocess`, `jupyter_client.launcher.launch_kernel`, "
+        "`matplotlib.testing.subprocess_run_for_testing`: other packages of the kernel image "
+        "that run a command they are given",
+        "import pexpect\npexpect.run('ls')",
+        "subprocess",
+        set(),
+    ),
+    (
+        '`pexpect.run("ls")`, `ptyprocess.PtyProcess.spawn`, `psutil.Popen`, '
+        "`tornado.process.Subprocess`, `jupyter_client.launcher.launch_kernel`, "
+        "`matplotlib.testing.subprocess_run_for_testing`: other packages of the kernel image "
+        "that run a command they are given",
+        "import matplotlib\nmatplotlib.rcParams['animation.ffmpeg_path'] = 'ls'",
+        "subprocess",
+        set(),
+    ),
+    (
         '`Path("~/x").expanduser().write_text(...)`: a path made by a method',
         "from pathlib import Path\nPath('~/x').expanduser().write_text('x')",
         "~/x",
@@ -464,6 +489,24 @@ EVASIONS = [
         '`plt.savefig("/etc/x.png")`, `image.save(...)`: writers of other libraries',
         "import matplotlib.pyplot as plt\nplt.savefig('/etc/x.png')",
         "/etc/x.png",
+        set(),
+    ),
+    (
+        CROSS_CELL,
+        "p.pipepager('', 'ls')",
+        "pydoc.pipepager",
+        set(),
+    ),
+    (
+        CROSS_CELL,
+        "await c('ls')",
+        "asyncio.create_subprocess_exec",
+        set(),
+    ),
+    (
+        CROSS_CELL,
+        "b.exec(text)",
+        "exec",
         set(),
     ),
 ]
