@@ -38,6 +38,8 @@ DUAL = "test-key-ops-and-agent"
 STRICT = "test-key-delta"
 #: Bound to the README's example "tight" policy, appended to the file as written there.
 TIGHT = "test-key-echo"
+#: Bound to the same policy: its own executions per minute, for a second test.
+TIGHT_TOO = "test-key-foxtrot"
 
 
 def _prefix(key: str) -> str:
@@ -74,6 +76,11 @@ policy = "strict"
 [[keys]]
 name = "agent-echo"
 sha256 = "{_prefix(TIGHT)}"
+policy = "tight"
+
+[[keys]]
+name = "agent-foxtrot"
+sha256 = "{_prefix(TIGHT_TOO)}"
 policy = "tight"
 
 [policies.default]
@@ -210,7 +217,7 @@ def policy_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     srv = start_server(
         request.param,
         root / "data",
-        api_keys=[KEY, OTHER_KEY, LIMITED, DUAL, STRICT, TIGHT],
+        api_keys=[KEY, OTHER_KEY, LIMITED, DUAL, STRICT, TIGHT, TIGHT_TOO],
         operator_keys=[OPERATOR, DUAL],
         policy_file=root / "policy.toml",
         policy_poll_s=0.2,
@@ -914,6 +921,91 @@ def test_a_session_env_cannot_name_code_that_later_code_runs(policy_server: Serv
         try:
             ex = _run(client, sid, "import sys\nsys.flags.hash_randomization")
             assert ex["outputs"][0]["data"]["text/plain"] == "0", ex
+
+
+#: Cells an outside security tester ran past the README's "tight" policy (made to leave a
+#: file ``u<n>.txt``), in groups run in order, and the rule that now denies a group's first
+#: cell: an introspection walk, ``__import__`` given to ``map``, ``exec``/``eval``/
+#: ``__import__`` kept under a name for a later cell (which then has no such name), and
+#: packages of the kernel image that run a command.
+TIGHT_EVASIONS = [
+    (
+        [
+            "w = [c for c in ().__class__.__base__.__subclasses__()"
+            " if c.__name__ == '_wrap_close'][0]\n"
+            "w.__init__.__globals__['system']('touch u1.txt')"
+        ],
+        "nothing-unread",
+    ),
+    (["m = list(map(__import__, ['os']))[0]\nm.system('touch u2.txt')"], "nothing-unread"),
+    (["r = exec", "r('import o' + 's; o' + 's.system(\"touch u3.txt\")')"], "nothing-unread"),
+    (["imp = __import__", "imp('os').system('touch u4.txt')"], "nothing-unread"),
+    (
+        ["ev = eval", "ev('__im' + 'port__(\"o\" + \"s\")').system('touch u5.txt')"],
+        "nothing-unread",
+    ),
+    (
+        ["__builtins__.exec('import o' + 's; o' + 's.system(\"touch u6.txt\")')"],
+        "nothing-unread",
+    ),
+    (["import pexpect\npexpect.run('touch u7.txt')"], "no-command-packages"),
+    (
+        ["import ptyprocess\nptyprocess.PtyProcess.spawn(['touch', 'u8.txt']).wait()"],
+        "no-command-packages",
+    ),
+    (
+        ["import tornado.process\ntornado.process.Subprocess(['touch', 'u9.txt']).proc.wait()"],
+        "no-command-packages",
+    ),
+    (
+        [
+            "from matplotlib.testing import subprocess_run_for_testing as run\n"
+            "run(['touch', 'u10.txt'])"
+        ],
+        "no-command-packages",
+    ),
+    (
+        [
+            "from jupyter_client.launcher import launch_kernel\n"
+            "launch_kernel(['touch', 'u11.txt']).wait()"
+        ],
+        "no-command-packages",
+    ),
+    (["import psutil\npsutil.Popen(['touch', 'u12.txt']).wait()"], "no-command-packages"),
+]
+_U_FILES = "from pathlib import Path\nprint(*sorted(p.name for p in Path('.').glob('u*.txt')))"
+
+
+def test_the_readme_tight_policy_denies_introspection_aliases_and_packages_that_run_commands(
+    policy_server: Server,
+) -> None:
+    """Each group of cells leaves its file under a key whose policy allows it; under the
+    README's "tight" policy its first cell is denied, a later one finds no alias to call,
+    and no file appears (found by an outside security tester)."""
+    every = sorted(f"u{n}.txt" for n in range(1, len(TIGHT_EVASIONS) + 1))
+    with policy_server.client(OTHER_KEY) as client:
+        sid = _session(client)
+        try:
+            for cells, _rule in TIGHT_EVASIONS:
+                for code in cells:
+                    ex = _run(client, sid, code)
+                    assert _decided(ex) == ("ok", None), (code, ex)
+            listed = _run(client, sid, _U_FILES)
+            assert listed["stdout"] == " ".join(every) + "\n", listed
+        finally:
+            client.delete(f"/v1/sessions/{sid}")
+    with policy_server.client(TIGHT_TOO) as client:
+        sid = _session(client)
+        try:
+            for (first, *later), rule in TIGHT_EVASIONS:
+                ex = _run(client, sid, first)
+                assert _decided(ex) == ("denied", rule), (first, ex)
+                for code in later:
+                    ex = _run(client, sid, code)
+                    assert ex["status"] == "error" and ex["error"]["ename"] == "NameError", ex
+            listed = _run(client, sid, _U_FILES)
+            assert _decided(listed) == ("ok", None), listed
+            assert listed["stdout"] == "\n", listed
         finally:
             client.delete(f"/v1/sessions/{sid}")
 
