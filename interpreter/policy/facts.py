@@ -25,7 +25,9 @@ import whose name is a variable, ``getattr`` with a computed name, ``eval`` of a
 built at run time) is reported in :attr:`Facts.unknown` instead of guessed; so is such a
 function used as a value rather than called (``r = exec``: a later cell's ``r(text)`` is a
 call no rule reads) and an attribute of the interpreter's machinery
-(:data:`INTROSPECTION_ATTRIBUTES`: ``__subclasses__``, ``__globals__``, frames). A policy
+(:data:`INTROSPECTION_ATTRIBUTES`: ``__subclasses__``, ``__globals__``, frames), also
+named by a string. Methods that only the IPython shell has (``getoutput``, ``run_cell``)
+are the shell's on any object, as a shell kept by an earlier cell (``ip``) is. A policy
 is not a sandbox: README "Policies" lists what this analysis does not catch.
 """
 
@@ -61,6 +63,12 @@ _CELL_RUNNERS = frozenset({"run_cell", "run_cell_async", "ex", "ev"})
 _SHELL_METHODS = frozenset({"system", "getoutput", "system_piped", "system_raw"})
 _MAGIC_FINDERS = frozenset({"find_line_magic", "find_cell_magic", "find_magic"})
 _MAGIC_RUNNERS = frozenset({"run_line_magic", "run_cell_magic", "magic"})
+#: Of those, the names no other common object has: called or used as a value on any object,
+#: they are the shell's (``ip = get_ipython()`` in an earlier cell, ``ip.getoutput("ls")``).
+_IPYTHON_ONLY_METHODS = frozenset(
+    {"getoutput", "system_piped", "system_raw", "run_cell", "run_cell_async",
+     "find_line_magic", "find_cell_magic", "find_magic", "run_line_magic", "run_cell_magic"}
+)  # fmt: skip
 #: IPython's own functions that run a shell command (what ``get_ipython().system`` uses).
 _IPYTHON_SHELL_FUNCTIONS = frozenset(
     {"IPython.utils.process.system", "IPython.utils.process.getoutput",
@@ -594,9 +602,18 @@ class _Walker(ast.NodeVisitor):
         """A name, attribute or item used as a value, not called: a function that runs,
         imports or looks up code given to it is ``unknown`` of its kind (the shell's
         methods are the shell), since where it is called no rule may see it."""
+        if isinstance(node, ast.Attribute) and node.attr in _IPYTHON_ONLY_METHODS:
+            self._value_path(f"get_ipython().{node.attr}")
+            return
         path = self.resolve(node)
         if path is not None:
             self._value_path(path)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if node.value in INTROSPECTION_ATTRIBUTES:
+            # Such a name as text: ``vars(type)["__subclasses__"]``,
+            # ``object.__getattribute__(f, "__globals__")``, ``reduce(getattr, [...], x)``.
+            self.unknown.add("introspection")
 
     def _value_path(self, path: str) -> None:
         while path.endswith(".__call__"):
@@ -632,6 +649,8 @@ class _Walker(ast.NodeVisitor):
         if isinstance(node.func, ast.Attribute) and node.func.attr in _LOOP_SPAWNERS:
             self.calls.add(f"asyncio.AbstractEventLoop.{node.func.attr}")
         raw = self.resolve(node.func)
+        if isinstance(node.func, ast.Attribute):
+            self._method_of_any(node.func.attr, raw, node)
         if raw is None:
             return
         # ``f.__call__(x)`` is ``f(x)``.
@@ -675,6 +694,18 @@ class _Walker(ast.NodeVisitor):
         elif name in _IPYTHON_SHELL_FUNCTIONS or name.startswith(_IPYTHON_PROCESS_MODULES):
             self.magics.add("!")  # what `!cmd` runs, called by hand
         self._check_write(name, node)
+
+    def _method_of_any(self, method: str, raw: str | None, node: ast.Call) -> None:
+        """A method known by its name, whatever it is called on: the IPython shell's own
+        (``ip.getoutput("ls")``, ``ip.run_cell(text)``) and ``__getattribute__``, which
+        is ``getattr`` (a computed name is ``unknown: getattr``)."""
+        if method in _IPYTHON_ONLY_METHODS:
+            if raw is None or not (
+                self.normal(raw).startswith("get_ipython().") or raw.split(".")[0] in self.imports
+            ):
+                self._ipython_call(method, node)  # not a module's own (subprocess.getoutput)
+        elif method == "__getattribute__" and node.args and _literal_str(node.args[-1]) is None:
+            self.unknown.add("getattr")
 
     def _getattr_value(self, node: ast.Call) -> None:
         """``getattr(x, "__globals__")`` reads that attribute; ``getattr(builtins, "exec")``

@@ -924,54 +924,60 @@ def test_a_session_env_cannot_name_code_that_later_code_runs(policy_server: Serv
 
 
 #: Cells an outside security tester ran past the README's "tight" policy (made to leave a
-#: file ``u<n>.txt``), in groups run in order, and the rule that now denies a group's first
-#: cell: an introspection walk, ``__import__`` given to ``map``, ``exec``/``eval``/
-#: ``__import__`` kept under a name for a later cell (which then has no such name), and
-#: packages of the kernel image that run a command.
-TIGHT_EVASIONS = [
-    (
-        [
+#: file ``u<n>.txt``), in groups run in order, each with what the policy now does with it: the
+#: rule that denies it, ``NameError`` (a later cell calling what a denied one was to name),
+#: or ``ok``. An introspection walk, ``__import__`` given to ``map``, ``exec``/``eval``/
+#: ``__import__`` kept under a name for a later cell, packages of the kernel image that run a
+#: command, and the IPython shell kept by an earlier cell.
+TIGHT_EVASIONS: list[list[tuple[str, str]]] = [
+    [
+        (
             "w = [c for c in ().__class__.__base__.__subclasses__()"
             " if c.__name__ == '_wrap_close'][0]\n"
-            "w.__init__.__globals__['system']('touch u1.txt')"
-        ],
-        "nothing-unread",
-    ),
-    (["m = list(map(__import__, ['os']))[0]\nm.system('touch u2.txt')"], "nothing-unread"),
-    (["r = exec", "r('import o' + 's; o' + 's.system(\"touch u3.txt\")')"], "nothing-unread"),
-    (["imp = __import__", "imp('os').system('touch u4.txt')"], "nothing-unread"),
-    (
-        ["ev = eval", "ev('__im' + 'port__(\"o\" + \"s\")').system('touch u5.txt')"],
-        "nothing-unread",
-    ),
-    (
-        ["__builtins__.exec('import o' + 's; o' + 's.system(\"touch u6.txt\")')"],
-        "nothing-unread",
-    ),
-    (["import pexpect\npexpect.run('touch u7.txt')"], "no-command-packages"),
-    (
-        ["import ptyprocess\nptyprocess.PtyProcess.spawn(['touch', 'u8.txt']).wait()"],
-        "no-command-packages",
-    ),
-    (
-        ["import tornado.process\ntornado.process.Subprocess(['touch', 'u9.txt']).proc.wait()"],
-        "no-command-packages",
-    ),
-    (
-        [
+            "w.__init__.__globals__['system']('touch u1.txt')",
+            "nothing-unread",
+        )
+    ],
+    [("m = list(map(__import__, ['os']))[0]\nm.system('touch u2.txt')", "nothing-unread")],
+    [
+        ("r = exec", "nothing-unread"),
+        ("r('import o' + 's; o' + 's.system(\"touch u3.txt\")')", "NameError"),
+    ],
+    [("imp = __import__", "nothing-unread"), ("imp('os').system('touch u4.txt')", "NameError")],
+    [
+        ("ev = eval", "nothing-unread"),
+        ("ev('__im' + 'port__(\"o\" + \"s\")').system('touch u5.txt')", "NameError"),
+    ],
+    [("__builtins__.exec('import o' + 's; o' + 's.system(\"touch u6.txt\")')", "nothing-unread")],
+    [("import pexpect\npexpect.run('touch u7.txt')", "no-command-packages")],
+    [
+        (
+            "import ptyprocess\nptyprocess.PtyProcess.spawn(['touch', 'u8.txt']).wait()",
+            "no-command-packages",
+        )
+    ],
+    [
+        (
+            "import tornado.process\ntornado.process.Subprocess(['touch', 'u9.txt']).proc.wait()",
+            "no-command-packages",
+        )
+    ],
+    [
+        (
             "from matplotlib.testing import subprocess_run_for_testing as run\n"
-            "run(['touch', 'u10.txt'])"
-        ],
-        "no-command-packages",
-    ),
-    (
-        [
+            "run(['touch', 'u10.txt'])",
+            "no-command-packages",
+        )
+    ],
+    [
+        (
             "from jupyter_client.launcher import launch_kernel\n"
-            "launch_kernel(['touch', 'u11.txt']).wait()"
-        ],
-        "no-command-packages",
-    ),
-    (["import psutil\npsutil.Popen(['touch', 'u12.txt']).wait()"], "no-command-packages"),
+            "launch_kernel(['touch', 'u11.txt']).wait()",
+            "no-command-packages",
+        )
+    ],
+    [("import psutil\npsutil.Popen(['touch', 'u12.txt']).wait()", "no-command-packages")],
+    [("ip = get_ipython()", "ok"), ("ip.getoutput('touch u13.txt')", "no-shell")],
 ]
 _U_FILES = "from pathlib import Path\nprint(*sorted(p.name for p in Path('.').glob('u*.txt')))"
 
@@ -980,14 +986,15 @@ def test_the_readme_tight_policy_denies_introspection_aliases_and_packages_that_
     policy_server: Server,
 ) -> None:
     """Each group of cells leaves its file under a key whose policy allows it; under the
-    README's "tight" policy its first cell is denied, a later one finds no alias to call,
-    and no file appears (found by an outside security tester)."""
+    README's "tight" policy the cell that would run a command, or keep a function that
+    runs code for a later cell, is denied, and no file appears (found by an outside
+    security tester)."""
     every = sorted(f"u{n}.txt" for n in range(1, len(TIGHT_EVASIONS) + 1))
     with policy_server.client(OTHER_KEY) as client:
         sid = _session(client)
         try:
-            for cells, _rule in TIGHT_EVASIONS:
-                for code in cells:
+            for cells in TIGHT_EVASIONS:
+                for code, _verdict in cells:
                     ex = _run(client, sid, code)
                     assert _decided(ex) == ("ok", None), (code, ex)
             listed = _run(client, sid, _U_FILES)
@@ -997,12 +1004,16 @@ def test_the_readme_tight_policy_denies_introspection_aliases_and_packages_that_
     with policy_server.client(TIGHT_TOO) as client:
         sid = _session(client)
         try:
-            for (first, *later), rule in TIGHT_EVASIONS:
-                ex = _run(client, sid, first)
-                assert _decided(ex) == ("denied", rule), (first, ex)
-                for code in later:
+            for cells in TIGHT_EVASIONS:
+                for code, verdict in cells:
                     ex = _run(client, sid, code)
-                    assert ex["status"] == "error" and ex["error"]["ename"] == "NameError", ex
+                    if verdict == "ok":
+                        assert _decided(ex) == ("ok", None), (code, ex)
+                    elif verdict == "NameError":
+                        assert ex["status"] == "error", (code, ex)
+                        assert ex["error"]["ename"] == "NameError", (code, ex)
+                    else:
+                        assert _decided(ex) == ("denied", verdict), (code, ex)
             listed = _run(client, sid, _U_FILES)
             assert _decided(listed) == ("ok", None), listed
             assert listed["stdout"] == "\n", listed

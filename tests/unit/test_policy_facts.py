@@ -221,7 +221,7 @@ def test_a_module_reached_without_its_own_import_counts_as_imported(code: str, m
     facts = analyse(code)
     assert module in facts.imports, facts
     # A function's globals or a module's builtins read as an attribute are introspection.
-    introspects = ".__globals__" in code or ".__builtins__" in code
+    introspects = any(n in code for n in (".__globals__", ".__builtins__", "'__builtins__'"))
     assert facts.unknown == ({"introspection"} if introspects else set()), facts
 
 
@@ -330,10 +330,10 @@ def test_a_broken_cell_still_shows_its_line_magics() -> None:
 # tests/unit/test_policy_docs.py checks the README's table against these rows.
 #: A row of the README's table: names kept by one cell, used by a later one.
 CROSS_CELL = (
-    "a module or function kept under a name by an earlier cell and used through it in a "
-    'later one: `import pydoc as p`, then `p.pipepager("", "ls")`; '
+    "a module, function or object kept under a name by an earlier cell and used through "
+    'it in a later one: `import pydoc as p`, then `p.pipepager("", "ls")`; '
     '`c = asyncio.create_subprocess_exec`, then `await c("ls")`; `import builtins as b`, '
-    "then `b.exec(text)`"
+    'then `b.exec(text)`; `ip = get_ipython()`, then `ip.system("ls")`'
 )
 EVASIONS = [
     (
@@ -507,6 +507,19 @@ EVASIONS = [
         CROSS_CELL,
         "b.exec(text)",
         "exec",
+        set(),
+    ),
+    (
+        CROSS_CELL,
+        "ip.system('ls')",
+        "!",
+        set(),
+    ),
+    (
+        '`open("m.py", "w").write(text)`, then `import m` or `runpy.run_path("m.py")`: code '
+        "written to a file, then imported or run",
+        "open('m.py', 'w').write('import os; os.system(1)')\nimport m",
+        "os.system",
         set(),
     ),
 ]
@@ -702,6 +715,9 @@ def test_those_functions_called_or_shadowed_are_not_values(code: str) -> None:
         "getattr(f, '__globals__')",
         "import operator\noperator.attrgetter('__init__.__globals__')(c)",
         "pathlib.__builtins__",
+        "vars(type)['__subclasses__'](object)",
+        "object.__getattribute__(f, '__globals__')",
+        "from functools import reduce\nreduce(getattr, ['__init__', '__globals__'], c)",
         "try:\n    1 / 0\nexcept Exception as e:\n    e.__traceback__.tb_frame.f_globals",
     ],
 )
@@ -710,3 +726,28 @@ def test_introspection_of_the_interpreters_machinery_is_unknown(code: str) -> No
     started a process with no fact a rule could match, not even ``unknown`` (found by an
     outside security tester)."""
     assert "introspection" in analyse(code).unknown
+
+
+@pytest.mark.parametrize(
+    ("code", "shell", "unknown"),
+    [
+        ("ip.getoutput('id')", True, set()),
+        ("shell.system_piped('id')", True, set()),
+        ("ip.run_cell(text)", False, {"exec_source"}),
+        ("r = ip.run_cell", False, {"exec_source"}),
+        ("ip.run_line_magic('sx', 'id')", True, set()),
+        ("ip.find_line_magic(name)('id')", False, {"magic"}),
+        ("ip.run_line_magic('matplotlib', 'inline')", False, set()),
+        ("import subprocess\nsubprocess.getoutput('true')", False, set()),
+        ("object.__getattribute__(f, '__glo' + 'bals__')", False, {"getattr"}),
+        ("x.__getattribute__('a')", False, set()),
+    ],
+)
+def test_methods_known_by_their_name_on_any_object(
+    code: str, shell: bool, unknown: set[str]
+) -> None:
+    """The IPython shell kept by an earlier cell (``ip = get_ipython()``) ran a command or
+    built text past every rule: its methods that no other object has are the shell's on
+    whatever object; ``__getattribute__`` with a computed name is ``getattr``'s."""
+    facts = analyse(code)
+    assert facts.shell == shell and facts.unknown == unknown, facts
