@@ -36,7 +36,9 @@ class Match(_Strict):
     dynamic_exec: bool | None = None
     writes_outside_workspace: bool | None = None
     unknown: list[str] | None = Field(
-        None, description="Undetermined facts: import, getattr, exec_source, write_path, magic, *"
+        None,
+        description="Undetermined facts: import, getattr, exec_source, introspection, "
+        "write_path, magic, star_import, *",
     )
     syntax_error: bool | None = None
     keys: list[str] | None = Field(None, description="Key names (fnmatch).")

@@ -978,6 +978,13 @@ TIGHT_EVASIONS: list[list[tuple[str, str]]] = [
     ],
     [("import psutil\npsutil.Popen(['touch', 'u12.txt']).wait()", "no-command-packages")],
     [("ip = get_ipython()", "ok"), ("ip.getoutput('touch u13.txt')", "no-shell")],
+    [
+        ("import asyncio as a", "ok"),
+        (
+            "p = await a.create_subprocess_exec('touch', 'u14.txt')\nawait p.wait()",
+            "no-async-processes",
+        ),
+    ],
 ]
 _U_FILES = "from pathlib import Path\nprint(*sorted(p.name for p in Path('.').glob('u*.txt')))"
 

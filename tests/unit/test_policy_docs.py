@@ -77,6 +77,8 @@ STARTS_A_PROCESS = [
         "no-async-processes",
     ),
     ("import asyncio\nawait asyncio.create_subprocess_shell('id')", "no-async-processes"),
+    ("await a.create_subprocess_exec('id')", "no-async-processes"),  # import asyncio as a
+    ("await create_subprocess_shell('id')", "no-async-processes"),  # imported by a cell before
     (
         "from asyncio import get_running_loop\nloop = get_running_loop()\n"
         "await loop.subprocess_shell(P, 'id')",
