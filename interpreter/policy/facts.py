@@ -347,7 +347,7 @@ class _Walker(ast.NodeVisitor):
         self.depth = 0
         self.nested_chars = 0
         #: Nodes that are called or read an attribute or item of, not used as values.
-        self.used: set[int] = set()
+        self.used: set[ast.AST] = set()  # the nodes themselves: an id may be reused
 
     def facts(self) -> Facts:
         shell = bool(self.magics & (SHELL_MAGICS | {"!"}))
@@ -566,13 +566,13 @@ class _Walker(ast.NodeVisitor):
         self._bind(node.target, node.value)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        self.used.add(id(node.value))
+        self.used.add(node.value)
         self.generic_visit(node)
         if node.attr in INTROSPECTION_ATTRIBUTES:
             self.unknown.add("introspection")  # read, written or deleted
         if not isinstance(node.ctx, ast.Load):
             return
-        if id(node) not in self.used:
+        if node not in self.used:
             self._value(node)
         module = _module_named(node.attr)
         if module is not None:
@@ -587,15 +587,15 @@ class _Walker(ast.NodeVisitor):
             self.unknown.add("magic")  # its table of magics, called by hand
 
     def visit_Name(self, node: ast.Name) -> None:
-        if not isinstance(node.ctx, ast.Load) or id(node) in self.used:
+        if not isinstance(node.ctx, ast.Load) or node in self.used:
             return
         if node.id in self.aliases or node.id not in self.bound:
             self._value(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        self.used.add(id(node.value))
+        self.used.add(node.value)
         self.generic_visit(node)
-        if isinstance(node.ctx, ast.Load) and id(node) not in self.used:
+        if isinstance(node.ctx, ast.Load) and node not in self.used:
             self._value(node)  # ``vars(builtins)["exec"]`` as a value
 
     def _value(self, node: ast.AST) -> None:
@@ -639,10 +639,10 @@ class _Walker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func: ast.AST = node.func
-        self.used.add(id(func))
+        self.used.add(func)
         while isinstance(func, ast.Attribute) and func.attr == "__call__":
             func = func.value  # ``exec.__call__(...)`` calls exec
-            self.used.add(id(func))
+            self.used.add(func)
         self.generic_visit(node)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _DATA_WRITERS:
             self._data_write(node)
@@ -713,7 +713,7 @@ class _Walker(ast.NodeVisitor):
         attr = _literal_str(node.args[1])
         if attr in INTROSPECTION_ATTRIBUTES:
             self.unknown.add("introspection")
-        if attr is not None and id(node) not in self.used:
+        if attr is not None and node not in self.used:
             base = self.resolve(node.args[0])
             if base is not None:
                 self._value_path(f"{base}.{attr}")

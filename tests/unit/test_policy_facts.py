@@ -661,6 +661,7 @@ def test_known_evasions_are_not_caught(row: str, code: str, wanted: str, unknown
         ("r = vars(__builtins__)['exec']", "exec_source"),
         ("b = __builtins__", "introspection"),
         ("f = get_ipython().find_line_magic", "magic"),
+        ("exec('x.y(1)')\nexec('r = exec')", "exec_source"),  # in literal sources too
     ],
 )
 def test_a_function_that_runs_or_imports_code_used_as_a_value_is_unknown(
