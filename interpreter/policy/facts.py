@@ -507,8 +507,6 @@ class _Walker(ast.NodeVisitor):
         if attr is None:
             self.unknown.add("getattr")
             return None
-        if attr in INTROSPECTION_ATTRIBUTES:
-            self.unknown.add("introspection")
         if base is None:
             return None
         self._reach(base, attr)
@@ -708,11 +706,9 @@ class _Walker(ast.NodeVisitor):
             self.unknown.add("getattr")
 
     def _getattr_value(self, node: ast.Call) -> None:
-        """``getattr(x, "__globals__")`` reads that attribute; ``getattr(builtins, "exec")``
-        not called at once is ``exec`` used as a value."""
+        """``getattr(builtins, "exec")`` not called at once is ``exec`` used as a value (a
+        literal such as ``"__globals__"`` is seen as text: :meth:`visit_Constant`)."""
         attr = _literal_str(node.args[1])
-        if attr in INTROSPECTION_ATTRIBUTES:
-            self.unknown.add("introspection")
         if attr is not None and node not in self.used:
             base = self.resolve(node.args[0])
             if base is not None:
