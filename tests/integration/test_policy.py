@@ -921,6 +921,8 @@ def test_a_session_env_cannot_name_code_that_later_code_runs(policy_server: Serv
         try:
             ex = _run(client, sid, "import sys\nsys.flags.hash_randomization")
             assert ex["outputs"][0]["data"]["text/plain"] == "0", ex
+        finally:
+            client.delete(f"/v1/sessions/{sid}")
 
 
 #: Cells an outside security tester ran past the README's "tight" policy (made to leave a
