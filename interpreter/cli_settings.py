@@ -118,6 +118,11 @@ def _source(field: str, from_flags: set[str]) -> str:
 #: the value out are refused.
 WHY_WITHIN = {
     "max_output_bytes": "a result cannot show inline more text than the broker keeps",
+    "max_notebook_body_bytes": "one notebook body must fit in what the broker holds of "
+    "such bodies at once, and in one key's share of it",
+    "max_large_bodies_bytes_per_key": "a key's share cannot be more than the whole",
+    "max_concurrent_uploads_per_key": "a key's share cannot be more than the whole",
+    "max_connections_per_key": "a key's share cannot be more than the whole",
 }
 
 

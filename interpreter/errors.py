@@ -24,10 +24,15 @@ InterpreterError
 │   └── IdempotencyKeyReused
 ├── SessionBusy (429)
 ├── TooManySessions (429)
+├── TooManyConnections (429)
 ├── KernelStartFailed (503)
 ├── BackendUnavailable (503)
 ├── ShuttingDown (503)
 ├── SessionReattaching (503)
+├── TooManyUploads (503)
+│   └── KeyUploadsFull (429)
+├── LargeBodiesBusy (503)
+│   └── KeyLargeBodiesFull (429)
 ├── AuditDegraded (507)
 ├── StorageFull (507)
 └── DiskQuotaExceeded (507)
@@ -269,6 +274,13 @@ class TooManySessions(InterpreterError):
     code, status = "too_many_sessions", 429
 
 
+class TooManyConnections(InterpreterError):
+    """The API key already holds its share of the broker's connections, each with a
+    request in progress: the connection is closed after this answer."""
+
+    code, status = "too_many_connections", 429
+
+
 class KernelStartFailed(InterpreterError):
     code, status = "kernel_start_failed", 503
 
@@ -321,10 +333,22 @@ class TooManyUploads(InterpreterError):
     code, status = "too_many_uploads", 503
 
 
+class KeyUploadsFull(TooManyUploads):
+    """The API key already sends its share of the concurrent uploads."""
+
+    status = 429
+
+
 class LargeBodiesBusy(InterpreterError):
     """The broker already holds its budget of large (notebook) request bodies."""
 
     code, status = "too_many_large_bodies", 503
+
+
+class KeyLargeBodiesFull(LargeBodiesBusy):
+    """The API key's requests already hold its share of the budget of large bodies."""
+
+    status = 429
 
 
 class StorageFull(InterpreterError):

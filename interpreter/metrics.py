@@ -21,6 +21,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from interpreter.shares import SharedBudget
+
 #: Statuses of live sessions (a closed session leaves the broker: see ``sessions_closed``).
 SESSION_STATUSES = ("starting", "idle", "busy", "dead")
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -84,13 +86,14 @@ class _GaugesCollector(Collector):
         )
         yield GaugeMetricFamily(
             "interp_uploads_receiving",
-            "File uploads whose body is being received (capped by max_concurrent_uploads).",
+            "File uploads whose body is being received (capped by max_concurrent_uploads, "
+            "and per key by max_concurrent_uploads_per_key).",
             value=uploads,
         )
         yield GaugeMetricFamily(
             "interp_large_body_bytes",
             "Bytes of request bodies over max_body_bytes (notebooks) held now (capped by "
-            "max_large_bodies_bytes).",
+            "max_large_bodies_bytes, and per key by max_large_bodies_bytes_per_key).",
             value=large,
         )
 
@@ -115,10 +118,12 @@ class Metrics:
         max_timeout_s: float = 3600.0,
         process: bool = True,
     ) -> None:
-        #: Uploads being received now (the API counts them against its cap).
-        self.uploads_receiving = 0
-        #: Bytes of large (notebook) request bodies held now (the API's budget of them).
-        self.large_body_bytes = 0
+        #: Uploads being received now, in all and by key (the API counts them against
+        #: its caps).
+        self.uploads = SharedBudget()
+        #: Bytes of large (notebook) request bodies held now, in all and by key (the API's
+        #: budget of them).
+        self.large_bodies = SharedBudget()
         self.registry = CollectorRegistry(auto_describe=True)
         self.executions = Counter(
             "interp_executions",
@@ -174,8 +179,8 @@ class Metrics:
             session_counts,
             queued,
             warm_kernels,
-            lambda: self.uploads_receiving,
-            lambda: self.large_body_bytes,
+            lambda: self.uploads.held,
+            lambda: self.large_bodies.held,
         )
         self.registry.register(self._gauges)
         if process:

@@ -256,7 +256,7 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": _body(models.RebuildRequest),
                 "responses": {
                     "200": _json(models.Session, "Session"),
-                    **_errors(401, 404, 409, 410, 413, 422, 503, 507),
+                    **_errors(401, 404, 409, 410, 413, 422, 429, 503, 507),
                 },
             },
         },
@@ -343,10 +343,11 @@ def openapi_document() -> dict[str, Any]:
                     }
                 },
                 # 415: a Content-Encoding other than gzip; 503: max_concurrent_uploads
-                # are being received (Retry-After).
+                # are being received, 429: the key's max_concurrent_uploads_per_key are
+                # (Retry-After).
                 "responses": {
                     "201": {"description": "Stored"},
-                    **_errors(400, 401, 404, 413, 415, 503),
+                    **_errors(400, 401, 404, 413, 415, 429, 503),
                 },
             },
             "delete": {

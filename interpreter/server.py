@@ -140,6 +140,7 @@ def connection_options(settings: Settings, cap: int) -> dict[str, Any]:
         "body_timeout": settings.body_timeout_s,
         "max_connections": settings.max_connections,
         "max_unauthenticated": settings.max_unauthenticated_connections,
+        "max_per_key": settings.max_connections_per_key,
     }
 
 

@@ -32,6 +32,12 @@ DEFAULT_WITHIN_MAX: tuple[tuple[str, str], ...] = (
     ("default_disk_mb", "max_disk_mb"),
     # One notebook body must fit in what all of them may hold at once.
     ("max_notebook_body_bytes", "max_large_bodies_bytes"),
+    # A key's share of what all keys share is no more than the whole, and one notebook
+    # body fits in it.
+    ("max_large_bodies_bytes_per_key", "max_large_bodies_bytes"),
+    ("max_notebook_body_bytes", "max_large_bodies_bytes_per_key"),
+    ("max_concurrent_uploads_per_key", "max_concurrent_uploads"),
+    ("max_connections_per_key", "max_connections"),
     # A result's inline text is taken from what the broker keeps in memory.
     ("max_output_bytes", "max_output_hard_bytes"),
 )
@@ -189,6 +195,13 @@ class Settings(BaseSettings):
         "at once, across requests, until each request is answered; past it 503 with "
         "Retry-After. A notebook's JSON takes up to ten times its size once parsed.",
     )
+    max_large_bodies_bytes_per_key: int = Field(
+        64 << 20,
+        ge=1024,
+        description="Of max_large_bodies_bytes, what the requests of one API key hold at once "
+        "(its share; at least max_notebook_body_bytes); past it that key gets 429 with "
+        "Retry-After, so that one key cannot take the whole budget.",
+    )
     max_upload_bytes: int = Field(100 << 20, ge=1, description="File upload limit.")
     max_output_bytes: int = Field(
         100_000, ge=1000, description="Inline stdout+stderr per execution before head/tail cut."
@@ -246,6 +259,14 @@ class Settings(BaseSettings):
         ge=8,
         description="Open HTTP connections at most (lowered to half the descriptor limit).",
     )
+    max_connections_per_key: int = Field(
+        128,
+        ge=1,
+        description="Of max_connections, the connections whose last request came with one "
+        "API key (its share; lowered in proportion with max_connections). A connection "
+        "past it closes that key's longest idle one, or, when all of them have a request "
+        "in progress, is answered 429 with Retry-After and closed.",
+    )
     max_unauthenticated_connections: int = Field(
         64,
         ge=1,
@@ -257,6 +278,13 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(600.0, gt=0, description="Time to send a request's body.")
     max_concurrent_uploads: int = Field(
         16, ge=1, description="Uploads received at once; past it 503 with Retry-After."
+    )
+    max_concurrent_uploads_per_key: int = Field(
+        8,
+        ge=1,
+        description="Of max_concurrent_uploads, the uploads one API key sends at once (its "
+        "share); past it that key gets 429 with Retry-After, so that one key cannot take "
+        "every upload slot.",
     )
 
     # Docker backend.

@@ -31,6 +31,7 @@ from interpreter.errors import (
     Conflict,
     Forbidden,
     InterpreterError,
+    KeyLargeBodiesFull,
     LargeBodiesBusy,
     NotFound,
     PayloadTooLarge,
@@ -121,14 +122,15 @@ class BaseHandler(tornado.web.RequestHandler):
     def check_auth(self) -> None:
         keys = self.conf.api_keys
         if not keys:
+            # Without keys every client is one tenant, "anonymous", with a key's share.
             self.key_id = self.owner
-            mark_authenticated(self.request)
+            mark_authenticated(self.request, self.owner)
             return
         key = _matching(self.bearer_token(), keys)
         if key is None:
             raise Unauthorized("Invalid API key.")
         self.owner = self.key_id = owner_of(key)
-        mark_authenticated(self.request)
+        mark_authenticated(self.request, self.owner)
 
     def check_operator_auth(self) -> None:
         """Auth of operator routes (``/metrics``): with ``metrics_key`` set only that key
@@ -209,8 +211,8 @@ class BaseHandler(tornado.web.RequestHandler):
                     f"Request body is {self.request.headers['Content-Length'][:40]} bytes; "
                     f"the limit here is {self.body_limit} ({self.body_limit_setting})."
                 )
-            if length is not None and not self._hold_large(length):
-                raise self._large_bodies_busy()
+            if length is not None:
+                self._hold_large(length)
         except InterpreterError as exc:
             self._reject_after_body(exc)
 
@@ -259,8 +261,10 @@ class BaseHandler(tornado.web.RequestHandler):
         if self._received > self.body_limit:
             self.refuse_oversized_body()
             return None
-        if not self._hold_large(self._received):
-            self.refuse_oversized_body(self._large_bodies_busy())
+        try:
+            self._hold_large(self._received)
+        except LargeBodiesBusy as exc:
+            self.refuse_oversized_body(exc)
             return None
         self._chunks.append(chunk)
         return None
@@ -275,34 +279,44 @@ class BaseHandler(tornado.web.RequestHandler):
     #: Whether the handler took the body (:meth:`raw_body`): it is held until the answer.
     _body_taken = False
 
-    def _hold_large(self, size: int) -> bool:
+    def _hold_large(self, size: int) -> None:
         """Count a body of ``size`` bytes (so far, or announced) against the broker's budget
-        of large bodies, if it is larger than ``max_body_bytes``: False when it does not
-        fit. Ordinary bodies are never counted; only a notebook's route takes larger ones.
+        of large bodies and the key's share of it, if it is larger than ``max_body_bytes``;
+        :class:`LargeBodiesBusy` (503, or 429 past the key's share) when it does not fit.
+        Ordinary bodies are never counted; only a notebook's route takes larger ones.
         """
         more = size - self._held_large
         if not self.holds_body or size <= self.conf.max_body_bytes or more <= 0:
-            return True
-        metrics = self.broker.metrics
-        if metrics.large_body_bytes + more > self.conf.max_large_bodies_bytes:
-            return False
-        metrics.large_body_bytes += more
+            return
+        budget, conf = self.broker.metrics.large_bodies, self.conf
+        refusal = budget.refusal(
+            self.owner,
+            more,
+            most=conf.max_large_bodies_bytes,
+            share=conf.max_large_bodies_bytes_per_key,
+        )
+        if refusal == "key":
+            raise KeyLargeBodiesFull(
+                f"This API key's requests already hold {budget.of(self.owner)} bytes of large "
+                f"request bodies, and this one needs {more} more: past the key's share of "
+                f"{conf.max_large_bodies_bytes_per_key} bytes "
+                f"({ENV_PREFIX}MAX_LARGE_BODIES_BYTES_PER_KEY); retry once they are answered.",
+                retry_after=2,
+            )
+        if refusal == "service":
+            raise LargeBodiesBusy(
+                f"The service already holds {budget.held} of the "
+                f"{conf.max_large_bodies_bytes} bytes it takes in large request bodies at "
+                f"once ({ENV_PREFIX}MAX_LARGE_BODIES_BYTES); retry shortly.",
+                retry_after=2,
+            )
+        budget.take(self.owner, more)
         self._held_large += more
-        return True
 
     def _release_large(self) -> None:
         if self._held_large:
-            self.broker.metrics.large_body_bytes -= self._held_large
+            self.broker.metrics.large_bodies.give_back(self.owner, self._held_large)
             self._held_large = 0
-
-    def _large_bodies_busy(self) -> LargeBodiesBusy:
-        budget = self.conf.max_large_bodies_bytes
-        return LargeBodiesBusy(
-            f"The service already holds {self.broker.metrics.large_body_bytes} of the "
-            f"{budget} bytes it takes in large request bodies at once "
-            f"({ENV_PREFIX}MAX_LARGE_BODIES_BYTES); retry shortly.",
-            retry_after=2,
-        )
 
     def on_finish(self) -> None:
         self._release_large()

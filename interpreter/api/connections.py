@@ -1,4 +1,4 @@
-"""Connections the broker holds: capped overall and before authentication.
+"""Connections the broker holds: capped overall, before authentication, and per API key.
 
 A client that opens connections and never finishes a request (one byte, then silence)
 costs a descriptor each. Without a bound, a thousand of them exhaust the process's
@@ -9,13 +9,21 @@ descriptors and the broker stops answering anyone. :class:`GatedHTTPServer` boun
   request and unless a whole request head waits on it (a client that connects and sends
   its request at once is never the one closed, even when the broker is slow to read it;
   a connection that sent one byte and stalled is);
+* at most ``max_per_key`` belong to one API key (the key of their last request): a key's
+  connection past it closes that key's longest idle connection (idle for
+  ``EVICTION_GRACE_S`` at least, between requests, with no request waiting), or, when
+  there is none, its request is answered 429 and the connection closed after it. A key
+  that opens connections and keeps them alive (a request every few seconds) cannot take
+  every connection of the broker and lock out the other keys and ``/healthz``;
 * at most ``max_connections`` are open; past it a new connection evicts the oldest
-  unauthenticated connection without a request waiting (however young), or is closed at
-  once when there is none.
+  unauthenticated connection without a request waiting (however young); when there is
+  none, the longest idle connection of the key holding the most connections; it is
+  closed at once when none is idle.
 * when accepting fails for want of descriptors (``EMFILE``), accepting pauses briefly
   instead of spinning on a listening socket that stays readable.
 
-Header and body read timeouts are tornado's (``idle_connection_timeout``, ``body_timeout``).
+A connection with a request in progress is never the one closed. Header and body read
+timeouts are tornado's (``idle_connection_timeout``, ``body_timeout``).
 """
 
 from __future__ import annotations
@@ -31,10 +39,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from tornado import httputil
+from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
 from tornado.httputil import HTTPServerRequest
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
+
+from interpreter.errors import TooManyConnections
+from interpreter.settings import ENV_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +72,14 @@ def connection_cap(wanted: int) -> int:
     return max(8, min(wanted, soft // 2))
 
 
+def key_share(wanted: int, max_connections: int, cap: int) -> int:
+    """The connections one key may hold: ``wanted`` of ``max_connections``, lowered in
+    proportion when the descriptor limit lowered ``max_connections`` to ``cap``."""
+    return max(1, min(cap, wanted * cap // max_connections))
+
+
 class GatedHTTPServer(HTTPServer):
-    """tornado's HTTP server with connection caps (two more keyword arguments)."""
+    """tornado's HTTP server with connection caps (three more keyword arguments)."""
 
     #: Connections closed by the caps (refused at the door or evicted), for tests and logs.
     refused = 0
@@ -72,15 +90,23 @@ class GatedHTTPServer(HTTPServer):
         *args: Any,
         max_connections: int = 512,
         max_unauthenticated: int = 64,
+        max_per_key: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().initialize(*args, **kwargs)
-        self.max_connections = connection_cap(max_connections)
-        self.max_unauthenticated = min(max_unauthenticated, self.max_connections)
+        cap = connection_cap(max_connections)
+        self.max_connections = cap
+        self.max_unauthenticated = min(max_unauthenticated, cap)
+        wanted = max_connections if max_per_key is None else max_per_key
+        self.max_per_key = key_share(wanted, max_connections, cap)
         # Insertion-ordered (the first is the oldest): stream -> when it was accepted.
         self._unauthenticated: dict[IOStream, float] = {}
-        #: Connections that sent a request with a valid key: never evicted.
-        self._trusted: set[IOStream] = set()
+        #: Connections that sent a request with a valid key: the key (its owner id).
+        self._key_of: dict[IOStream, str] = {}
+        #: The same, by key.
+        self._of_key: dict[str, set[IOStream]] = {}
+        #: Authenticated connections between two requests: since when.
+        self._idle: dict[IOStream, float] = {}
         self._last_warning = -math.inf  # the first warning is logged, however soon after boot
 
     # -- accepting ---------------------------------------------------------------------
@@ -134,9 +160,14 @@ class GatedHTTPServer(HTTPServer):
         return stop
 
     def handle_stream(self, stream: IOStream, address: tuple[Any, ...]) -> None:
-        if len(self._connections) >= self.max_connections and not self._evict_oldest(grace=0):
+        if len(self._connections) >= self.max_connections and not (
+            self._evict_oldest(grace=0) or self._evict_idle_of_largest()
+        ):
             self.refused += 1
-            self._warn(f"{self.max_connections} connections open; refusing new ones")
+            self._warn(
+                f"{self.max_connections} connections open, each with a request in progress; "
+                "refusing new ones"
+            )
             stream.close()
             return
         super().handle_stream(stream, address)
@@ -154,7 +185,10 @@ class GatedHTTPServer(HTTPServer):
         stream = getattr(request_conn, "stream", None)
         if not isinstance(stream, IOStream):
             return delegate
-        if stream not in self._trusted:
+        if stream in self._key_of:
+            # Between two requests (the last one is answered): idle until the next head.
+            self._idle[stream] = time.monotonic()
+        else:
             # Waiting for a request again without ever having authenticated: evictable.
             self._unauthenticated.setdefault(stream, time.monotonic())
         return _RequestTracker(self, stream, delegate)
@@ -162,13 +196,23 @@ class GatedHTTPServer(HTTPServer):
     def request_started(self, stream: IOStream) -> None:
         """A request head arrived: the connection is busy, not stalled."""
         self._unauthenticated.pop(stream, None)
+        self._idle.pop(stream, None)
 
     def on_close(self, server_conn: object) -> None:
         stream = getattr(server_conn, "stream", None)
         if stream is not None:
-            self._trusted.discard(stream)
-            self._unauthenticated.pop(stream, None)
+            self._forget(stream)
         super().on_close(server_conn)
+
+    def _forget(self, stream: IOStream) -> None:
+        self._unauthenticated.pop(stream, None)
+        self._idle.pop(stream, None)
+        key = self._key_of.pop(stream, None)
+        if key is not None:
+            held = self._of_key[key]
+            held.discard(stream)
+            if not held:
+                del self._of_key[key]
 
     def _evict_oldest(self, grace: float) -> bool:
         """Close the oldest connection that has not authenticated within ``grace`` seconds
@@ -192,9 +236,57 @@ class GatedHTTPServer(HTTPServer):
         stream.close()
         return True
 
-    def authenticated(self, stream: IOStream) -> None:
+    def _evict_idle(self, streams: Iterable[IOStream], grace: float) -> bool:
+        """Close the longest idle of ``streams`` that has been idle for ``grace`` seconds
+        and has no request waiting; False if there is none."""
+        now = time.monotonic()
+        idle = sorted((self._idle[s], id(s), s) for s in streams if s in self._idle)
+        for since, _, stream in idle:
+            if now - since < grace:
+                return False  # the rest went idle later still
+            if not _request_waiting(stream):
+                self._forget(stream)
+                self.evicted += 1
+                stream.close()
+                return True
+        return False
+
+    def _evict_idle_of_largest(self) -> bool:
+        """At the cap: close the longest idle connection of the key that holds the most
+        (of the next one if none of that key's is idle); False if none is idle."""
+        for key in sorted(self._of_key, key=lambda k: len(self._of_key[k]), reverse=True):
+            if self._evict_idle(self._of_key[key], grace=0):
+                self._warn(
+                    f"{self.max_connections} connections open; closing an idle connection "
+                    f"of the key that holds the most (key_id {key}, {len(self._of_key[key])} "
+                    "connections left)"
+                )
+                return True
+        return False
+
+    def authenticated(self, stream: IOStream, key: str) -> bool:
+        """``stream``'s request came with ``key``: it counts as the key's from now on.
+        False when the key already holds its share and none of those is idle: the
+        connection is then not counted, and is to be closed after its answer."""
         self._unauthenticated.pop(stream, None)
-        self._trusted.add(stream)
+        before = self._key_of.get(stream)
+        if before == key:
+            return True
+        if before is not None:
+            self._forget(stream)  # a proxy's connection, carrying another key's request
+        held = self._of_key.setdefault(key, set())
+        if len(held) >= self.max_per_key and not self._evict_idle(held, EVICTION_GRACE_S):
+            if not held:
+                del self._of_key[key]
+            self.refused += 1
+            self._warn(
+                f"key_id {key} already holds {self.max_per_key} connections, each with a "
+                "request in progress; refusing one more (429)"
+            )
+            return False
+        held.add(stream)
+        self._key_of[stream] = key
+        return True
 
     def _warn(self, message: str) -> None:
         now = time.monotonic()
@@ -240,10 +332,27 @@ def _request_waiting(stream: IOStream) -> bool:
     return b"\r\n\r\n" in pending or b"\n\n" in pending
 
 
-def mark_authenticated(request: HTTPServerRequest) -> None:
-    """The request's connection passed authentication: it no longer counts (or is evicted)
-    as unauthenticated."""
-    stream = getattr(request.connection, "stream", None)
+def mark_authenticated(request: HTTPServerRequest, key: str) -> None:
+    """The request's connection passed authentication with ``key`` (its owner id): it no
+    longer counts (or is evicted) as unauthenticated, and counts as one of the key's.
+
+    Raises :class:`TooManyConnections` (429) when the key already holds its share of the
+    connections and none of them is idle; the connection is closed after that answer.
+    """
+    connection = request.connection
+    stream = getattr(connection, "stream", None)
     gate = getattr(stream, _GATE_ATTR, None)
-    if isinstance(gate, GatedHTTPServer) and stream is not None:
-        gate.authenticated(stream)
+    if not isinstance(gate, GatedHTTPServer) or stream is None:
+        return
+    if gate.authenticated(stream, key):
+        return
+    if isinstance(connection, HTTP1Connection):
+        # tornado then answers with "Connection: close" and closes once it is sent.
+        connection._disconnect_on_finish = True
+    raise TooManyConnections(
+        f"This API key already holds {gate.max_per_key} connections to the service, its "
+        f"share ({ENV_PREFIX}MAX_CONNECTIONS_PER_KEY), each with a request in progress; "
+        "this connection is closed after this answer. Send requests over the connections "
+        "you hold (keep-alive), or retry once one of them is done.",
+        retry_after=1,
+    )

@@ -4,8 +4,10 @@ The body never sits in memory: each piece tornado reads is written (off the loop
 the next is read, so a slow disk slows the client instead of growing the broker. A
 gzip-encoded body (``Content-Encoding: gzip``) is undone piece by piece, its limit applying
 to what comes out. The number of uploads received at once is capped per broker (503 with
-Retry-After past it). Handlers say what receives the body (:meth:`UploadReceiver.open_upload`:
-one file, or a multipart body of several) and commit it in their method.
+Retry-After past it) and per API key, a share of that cap (429 with Retry-After past it:
+one key's trickling uploads cannot hold every slot). Handlers say what receives the body
+(:meth:`UploadReceiver.open_upload`: one file, or a multipart body of several) and commit
+it in their method.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from interpreter.api.base import BaseHandler
 from interpreter.body_encoding import GzipDecoder, decoder_for
 from interpreter.broker import SessionBroker
-from interpreter.errors import InterpreterError, TooManyUploads
+from interpreter.errors import InterpreterError, KeyUploadsFull, TooManyUploads
+from interpreter.settings import ENV_PREFIX
 
 #: Clean-ups of abandoned uploads still running (referenced so they finish).
 _cleanups: set[asyncio.Future[None]] = set()
@@ -24,7 +27,7 @@ _cleanups: set[asyncio.Future[None]] = set()
 
 def active_uploads(broker: SessionBroker) -> int:
     """Uploads the broker is receiving now (also the ``interp_uploads_receiving`` gauge)."""
-    return broker.metrics.uploads_receiving
+    return broker.metrics.uploads.held
 
 
 class Receiving(Protocol):
@@ -51,7 +54,8 @@ class UploadReceiver(BaseHandler, Generic[R]):
     upload_method = "PUT"
     _upload: R | None = None
     _decoder: GzipDecoder | None = None
-    _counted = False
+    #: The key whose upload slot this request holds (None: it holds none).
+    _counted: str | None = None
     _writing: asyncio.Future[None] | None = None
 
     async def open_upload(self) -> R:
@@ -67,19 +71,38 @@ class UploadReceiver(BaseHandler, Generic[R]):
         ):
             return
         try:
-            if active_uploads(self.broker) >= self.conf.max_concurrent_uploads:
-                raise TooManyUploads(
-                    f"The service already receives {self.conf.max_concurrent_uploads} uploads "
-                    "at once; retry shortly.",
-                    retry_after=2,
-                )
-            self.broker.metrics.uploads_receiving += 1
-            self._counted = True
+            self._take_slot()
             self._decoder = decoder_for(self.request.headers.get("Content-Encoding"))
             self._upload = await self.open_upload()
         except InterpreterError as exc:
             self._release()
             self._reject_after_body(exc)
+
+    def _take_slot(self) -> None:
+        """Count this upload against the broker's cap and its key's share of it."""
+        slots, conf = self.broker.metrics.uploads, self.conf
+        refusal = slots.refusal(
+            self.owner,
+            1,
+            most=conf.max_concurrent_uploads,
+            share=conf.max_concurrent_uploads_per_key,
+        )
+        if refusal == "key":
+            raise KeyUploadsFull(
+                f"This API key already sends {slots.of(self.owner)} uploads at once, its "
+                f"share of the service's {conf.max_concurrent_uploads} "
+                f"({ENV_PREFIX}MAX_CONCURRENT_UPLOADS_PER_KEY); retry once one of them is "
+                "done.",
+                retry_after=2,
+            )
+        if refusal == "service":
+            raise TooManyUploads(
+                f"The service already receives {conf.max_concurrent_uploads} uploads "
+                "at once; retry shortly.",
+                retry_after=2,
+            )
+        slots.take(self.owner, 1)
+        self._counted = self.owner
 
     def data_received(self, chunk: bytes) -> Any:
         upload = self._upload
@@ -112,9 +135,9 @@ class UploadReceiver(BaseHandler, Generic[R]):
         return upload
 
     def _release(self) -> None:
-        if self._counted:
-            self._counted = False
-            self.broker.metrics.uploads_receiving -= 1
+        if self._counted is not None:
+            self.broker.metrics.uploads.give_back(self._counted, 1)
+            self._counted = None
 
     def _drop_upload(self) -> None:
         """Give up an upload that will not be committed (after any write in progress)."""

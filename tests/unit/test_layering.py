@@ -65,6 +65,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.execution", "base"),
     ("interpreter.overwrite", "base"),
     ("interpreter.metrics", "base"),
+    ("interpreter.shares", "base"),
     ("interpreter.logs", "base"),
     ("interpreter.audit", "base"),
     ("interpreter.notebook_repair", "base"),
