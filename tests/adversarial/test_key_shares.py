@@ -347,3 +347,39 @@ def test_one_key_announcing_large_bodies_holds_only_its_share_of_the_budget(
         while _gauge(mine, "interp_large_body_bytes") != 0:
             assert time.monotonic() < deadline, "the held bytes were not given back"
             time.sleep(0.02)
+
+
+def test_the_e2b_surface_counts_a_key_connections_against_its_share() -> None:
+    with own_server(
+        "interp-keyshare-e2b-",
+        max_connections=CAP,
+        max_connections_per_key=SHARE,
+        e2b_port=0,
+        pool_size=0,
+    ) as srv:
+        url = srv.thread.e2b_urls[0]
+        body = json.dumps({"timeout": 10}).encode()
+        busy = []
+        for _ in range(SHARE):
+            sock = _connect(url)
+            head = _head("POST", "/sandboxes/nosuchsandbox/timeout", None, len(body))
+            sock.sendall(head.replace(b"Host: x\r\n", f"Host: x\r\nX-API-Key: {KEY}\r\n".encode()))
+            _continued(sock)
+            busy.append(sock)
+        with _connect(url) as extra:
+            extra.sendall(
+                f"GET /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: {KEY}\r\n\r\n".encode()
+            )
+            refused = _read_answer(extra)
+            assert refused is not None and refused.status == 429, refused and refused.body
+            assert refused.json()["code"] == 429
+            assert "INTERP_MAX_CONNECTIONS_PER_KEY" in refused.json()["message"]
+            assert extra.recv(1) == b""
+        with _connect(url) as other:
+            other.sendall(
+                f"GET /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: {OTHER_KEY}\r\n\r\n".encode()
+            )
+            assert _status(_read_answer(other)) == 200
+        for sock in busy:
+            answer = _finish(sock, body)
+            assert answer.status == 404, answer.body

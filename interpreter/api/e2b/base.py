@@ -21,6 +21,7 @@ from typing import Any
 import tornado.web
 
 from interpreter.api.base import BaseHandler, _matching
+from interpreter.api.connections import mark_authenticated
 from interpreter.api.e2b.sandboxes import (
     DEBUG_SANDBOX_ID,
     E2BSandbox,
@@ -81,6 +82,11 @@ class E2BHandler(BaseHandler):
         self.sandboxes = sandboxes
 
     def check_auth(self) -> None:
+        self._identify()
+        # The connection is the key's from now on, as on /v1 (its share of them).
+        mark_authenticated(self.request, self.owner)
+
+    def _identify(self) -> None:
         keys = self.conf.api_keys
         if not keys:
             self.key_id = self.owner
