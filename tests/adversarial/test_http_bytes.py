@@ -189,7 +189,8 @@ def test_concurrent_uploads_into_one_folder_all_answer_their_file(
             resp = api.put(f"/v1/sessions/{sid}/files/many/f{i}.bin", content=bytes([i]) * 50_000)
             return resp.status_code, resp.text
 
-    with ThreadPoolExecutor(12) as pool:
+    # As many at once as one key may send (max_concurrent_uploads_per_key).
+    with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(upload, range(48)))
     assert [code for code, _ in answers] == [201] * 48, [a for a in answers if a[0] != 201][:3]
     with server.client() as api:

@@ -43,6 +43,8 @@ def broker(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[st
         *("--pool-size", "0", "--backend", request.param, "--data-dir", str(data_dir)),
         *("--no-keep-containers-on-shutdown", "--max-upload-bytes", str(64 << 20)),
         *("--max-concurrent-uploads", "32", "--default-memory-mb", "256"),
+        # The 20 uploads come with one key: all of them at once are its share.
+        *("--max-concurrent-uploads-per-key", "32"),
         env=env,
     )
     try:
