@@ -254,12 +254,13 @@ class GatedHTTPServer(HTTPServer):
     def _evict_idle_of_largest(self) -> bool:
         """At the cap: close the longest idle connection of the key that holds the most
         (of the next one if none of that key's is idle); False if none is idle."""
-        for key in sorted(self._of_key, key=lambda k: len(self._of_key[k]), reverse=True):
-            if self._evict_idle(self._of_key[key], grace=0):
+        holders = sorted(self._of_key.items(), key=lambda item: len(item[1]), reverse=True)
+        for key, held in holders:
+            count = len(held)
+            if self._evict_idle(held, grace=0):
                 self._warn(
                     f"{self.max_connections} connections open; closing an idle connection "
-                    f"of the key that holds the most (key_id {key}, {len(self._of_key[key])} "
-                    "connections left)"
+                    f"of the key that holds the most (key_id {key}, of its {count})"
                 )
                 return True
         return False
@@ -280,8 +281,8 @@ class GatedHTTPServer(HTTPServer):
                 del self._of_key[key]
             self.refused += 1
             self._warn(
-                f"key_id {key} already holds {self.max_per_key} connections, each with a "
-                "request in progress; refusing one more (429)"
+                f"key_id {key} already holds {self.max_per_key} connections, none idle for "
+                f"{EVICTION_GRACE_S} s; refusing one more (429)"
             )
             return False
         held.add(stream)
@@ -351,8 +352,9 @@ def mark_authenticated(request: HTTPServerRequest, key: str) -> None:
         connection._disconnect_on_finish = True
     raise TooManyConnections(
         f"This API key already holds {gate.max_per_key} connections to the service, its "
-        f"share ({ENV_PREFIX}MAX_CONNECTIONS_PER_KEY), each with a request in progress; "
-        "this connection is closed after this answer. Send requests over the connections "
-        "you hold (keep-alive), or retry once one of them is done.",
+        f"share ({ENV_PREFIX}MAX_CONNECTIONS_PER_KEY), none of them idle (each has a "
+        "request in progress or was answered just now); this connection is closed after "
+        "this answer. Send requests over the connections you hold (keep-alive), or retry "
+        "once one of them is done.",
         retry_after=1,
     )

@@ -227,6 +227,24 @@ def test_at_the_cap_healthz_closes_an_idle_connection_of_the_key_holding_the_mos
             sock.close()
 
 
+def test_at_the_cap_of_many_keys_of_one_connection_each_healthz_is_served() -> None:
+    keys = [f"test-key-{i:02d}" for i in range(8)]
+    with own_server("interp-keyshare-many-", api_keys=keys, max_connections=8, pool_size=0) as srv:
+        held = []
+        for key in keys:
+            sock = _connect(srv.url)
+            assert _status(_ask(sock, "/v1/info", key)) == 200
+            held.append(sock)
+        assert _fresh(srv.url, "/healthz", None) == 200
+        alive = sum(
+            _status(_ask(sock, "/v1/info", key)) == 200
+            for sock, key in zip(held, keys, strict=True)
+        )
+        assert alive == len(keys) - 1
+        for sock in held:
+            sock.close()
+
+
 # -- uploads and large bodies ------------------------------------------------------------
 
 
