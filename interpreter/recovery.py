@@ -46,6 +46,7 @@ from interpreter.notes import broker_restart_note, restart_note
 from interpreter.release import release_disk
 from interpreter.session import LiveSession
 from interpreter.store import SessionRecord, Store, Unfinished, Writer, utcnow
+from interpreter.upload import remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +321,7 @@ def _close_files(
     with a note; remove what the previous broker was writing in its artifact directory
     (spill files)."""
     remove_temporaries(session_dir / "artifacts")
+    remove_leftovers(session_dir / "workspace")
     path = session_dir / NOTEBOOK_NAME
     try:
         recorder = NotebookRecorder.load(path)

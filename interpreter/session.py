@@ -70,6 +70,7 @@ from interpreter.settings import Settings
 from interpreter.snapshot import output_so_far
 from interpreter.spill import StreamSpill
 from interpreter.store import Activity, SessionRecord, Store, Writer, utcnow
+from interpreter.upload import remove_leftovers
 from interpreter.workspace import Workspace
 from interpreter.write_gate import WriteGate, refusal
 
@@ -272,8 +273,10 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         broker could have given it (:meth:`ExecutionHandle.continue_ids`).
         """
         await self.kernel.attach(connection, provisioner)
-        # What the previous broker was writing when it stopped (a spill, half an artifact).
+        # What the previous broker was writing when it stopped (a spill, half an artifact,
+        # half an upload).
         await asyncio.to_thread(remove_temporaries, self.capture.artifacts.root)
+        await asyncio.to_thread(remove_leftovers, self.options.workspace)
         for seq, execution in in_flight or []:
             timeout_s = await asyncio.to_thread(self.store.timeout_of, execution.id)
             meta = await asyncio.to_thread(self.store.cell_meta_of, execution.id)

@@ -18,11 +18,13 @@ Everything here is synchronous; the API calls it through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 import threading
 from contextlib import suppress
 from datetime import UTC, datetime
+from pathlib import Path
 
 from interpreter.errors import BadRequest, PayloadTooLarge, WorkspaceChanged
 from interpreter.models import FileEntry
@@ -30,11 +32,35 @@ from interpreter.workspace import Workspace, file_path, os_error
 
 #: Prefix of the temporary files uploads write (in the workspace's top directory).
 TEMP_PREFIX = ".upload-"
+#: A whole temporary file's name, as :class:`Upload` makes it.
+_TEMP_NAME = re.compile(r"\.upload-[0-9a-f]{16}\.tmp")
 #: Times a commit makes the target's directories and renames, when code in the session
 #: removes a directory on the way each time (measured: a loop doing nothing but remove and
 #: make it again wins about one race in three).
 COMMIT_ATTEMPTS = 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_leftovers(workspace: Path) -> int:
+    """Remove the temporary files of uploads a stopped broker left in the top directory of
+    ``workspace`` (none can be arriving before a broker serves it); returns how many. A
+    broker killed during an upload left its part for good: in listings, in the kernel's
+    view and counted in the quota."""
+    removed = 0
+    try:
+        entries = list(os.scandir(workspace))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not _TEMP_NAME.fullmatch(entry.name):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 class Upload:
