@@ -173,7 +173,14 @@ def verify(data_dir: Path, session_id: str | None = None) -> AuditReport:
         if purged and session_id is None:
             report.purged = db.execute("SELECT count(*) FROM purged_sessions").fetchone()[0]
         for sid in ids:
-            report.sessions.append(_verify_session(db, data_dir / "sessions" / sid, sid, chained))
+            # One read transaction per session: its chain, its head and its records are
+            # read as of one moment, whatever a running broker writes meanwhile.
+            db.execute("BEGIN")
+            try:
+                session_dir = data_dir / "sessions" / sid
+                report.sessions.append(_verify_session(db, session_dir, sid, chained))
+            finally:
+                db.execute("ROLLBACK")
         return report
     except sqlite3.DatabaseError as exc:
         return AuditReport(error=f"cannot read {db_path}: {exc}")
@@ -233,7 +240,37 @@ def _check_links(db: sqlite3.Connection, sid: str, result: SessionAudit) -> dict
         expected_prev = row["hash"]
         first = latest[eid].first if eid in latest else row["idx"]
         latest[eid] = _Link(row["idx"], eid, row["prev_hash"], row["hash"], content, first)
+    _check_head(db, sid, rows, result)
     return latest
+
+
+def _check_head(
+    db: sqlite3.Connection, sid: str, rows: list[sqlite3.Row], result: SessionAudit
+) -> None:
+    """The chain ends at the link the session's row names (``audit_head``, written with
+    each link): the last links removed, with their records and cells, left a shorter chain
+    that was whole in itself. Rows of brokers before the column name none."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
+    if "audit_head" not in columns:
+        return
+    row = db.execute("SELECT audit_head FROM sessions WHERE id = ?", (sid,)).fetchone()
+    head = row[0] if row is not None else None
+    if not isinstance(head, str):
+        return
+    idx_text, _, digest = head.partition(":")
+    last = rows[-1] if rows else None
+    if last is not None and str(last["idx"]) == idx_text and last["hash"] == digest:
+        return
+    ends = f"link {last['idx']}" if last is not None else "no link"
+    eid = last["execution_id"] if last is not None else None
+    where = last["idx"] if last is not None else None
+    message = (
+        f"the chain ends at {ends}, but the session's record says it reached link "
+        f"{idx_text}: its last links were removed"
+        if idx_text.isdigit() and (last is None or int(idx_text) > last["idx"])
+        else f"the chain's last link is not the one the session's record names (link {idx_text})"
+    )
+    result.problems.append(Problem(sid, "chain", message, eid, where))
 
 
 def _check_records(

@@ -104,6 +104,9 @@ _ADDED_COLUMNS = {
         # The generation whose kernel started empty after a loss (a death, a kernel gone
         # at a broker restart): its first cell reports state_lost (:meth:`state_lost_pending`).
         "lost_generation": "INTEGER",
+        # The last link of the session's chain, "<idx>:<hash>", written with it: a chain
+        # whose last links were removed no longer ends there (audit_verify).
+        "audit_head": "TEXT",
     },
     "executions": {
         "prev_hash": "TEXT",
@@ -856,6 +859,7 @@ def _chain(
         " content_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (sid, idx, execution.id, prev, digest, content, utcnow().isoformat()),
     )
+    db.execute("UPDATE sessions SET audit_head = ? WHERE id = ?", (f"{idx}:{digest}", sid))
     return prev, digest
 
 

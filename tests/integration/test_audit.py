@@ -310,6 +310,14 @@ def test_stripped_hashes_are_broken_not_pre_chain(written: dict[str, Any], copy:
     code, out = cli(copy, "--session", sid)
     assert code == 1 and f"{sid}: BROKEN" in out, out
     problems = verify(copy, sid).sessions[0].problems
+    # The session's row still names the chain's last link.
+    (head,) = [p for p in problems if p.where == "chain"]
+    assert head.message.startswith("the chain ends at no link, but the session's record says")
+    db = sqlite3.connect(copy / "state.db")
+    db.execute("UPDATE sessions SET audit_head = NULL WHERE id = ?", (sid,))
+    db.commit()
+    db.close()
+    problems = verify(copy, sid).sessions[0].problems
     assert sorted(str(p.execution_id) for p in problems) == sorted(written["ids"])
     assert all(
         "carries an audit digest but its execution has no chain link" in p.message for p in problems

@@ -109,6 +109,48 @@ def test_a_deleted_record_is_named(tmp_path: Path) -> None:
     assert (problem.link, problem.message) == (1, "the record is gone")
 
 
+def test_the_last_links_removed_with_their_records_are_named(tmp_path: Path) -> None:
+    """Removing a session's newest executions (links and records) left a shorter chain
+    that was whole in itself, and audit verify said ok (found by an outside security
+    tester). The session's row names the last link, written with it."""
+    store = new_store(tmp_path)
+    for n in range(1, 4):
+        store.save_execution(
+            n, Execution(id=f"ex_{n}", session_id="s_1", status="ok", code=f"print({n})")
+        )
+    store.close()
+    assert verify(tmp_path).sessions[0].ok
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("DELETE FROM audit_links WHERE idx >= 2")
+    db.execute("DELETE FROM executions WHERE seq >= 2")
+    db.commit()
+    db.close()
+    (problem,) = verify(tmp_path).sessions[0].problems
+    assert (problem.where, problem.link, problem.execution_id) == ("chain", 1, "ex_1")
+    assert problem.message == (
+        "the chain ends at link 1, but the session's record says it reached link 3: its last "
+        "links were removed"
+    )
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("DELETE FROM audit_links")
+    db.execute("DELETE FROM executions")
+    db.commit()
+    db.close()
+    (problem,) = verify(tmp_path).sessions[0].problems
+    assert problem.message.startswith("the chain ends at no link, but the session's record")
+
+
+def test_a_session_from_before_the_head_is_checked_as_before(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    store.save_execution(1, Execution(id="ex_1", session_id="s_1", status="ok", code="1"))
+    store.close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("UPDATE sessions SET audit_head = NULL")  # as a broker before the column left it
+    db.commit()
+    db.close()
+    assert verify(tmp_path).sessions[0].ok
+
+
 def test_differences_name_the_fields_in_order() -> None:
     ex = Execution(id="ex_a", session_id="s", status="ok", code="x", stdout="1")
     forged = ex.model_copy(update={"status": "error", "stdout": "2"})
@@ -227,6 +269,7 @@ def _rechain(data: Path, change: Any) -> None:
     digest = link_hash(genesis("s_1"), old_json)
     db.execute("UPDATE audit_links SET content_json = ?, hash = ?", (old_json, digest))
     db.execute("UPDATE executions SET hash = ?", (digest,))
+    db.execute("UPDATE sessions SET audit_head = NULL")  # such a broker wrote none
     db.commit()
     db.close()
 
