@@ -144,6 +144,12 @@ class RestartBudget:
         self._times.append(now)
         return True
 
+    def refund(self) -> None:
+        """Give back the last restart counted: it never got to start a kernel (the
+        Docker engine did not answer), so it says nothing of the kernel crash-looping."""
+        if self._times:
+            self._times.pop()
+
 
 class Restart(Enum):
     """How a restart ended."""
@@ -153,6 +159,9 @@ class Restart(Enum):
     OVER_BUDGET = "over_budget"
     #: The new kernel did not start.
     FAILED = "failed"
+    #: No new kernel could start because the backend does not answer (the Docker engine):
+    #: not counted in the restart budget.
+    BACKEND_DOWN = "backend_down"
     #: The kernel was stopped for good (its session closed): none was started.
     STOPPED = "stopped"
 
@@ -323,6 +332,13 @@ class Kernel:
                         # It died before replying, or its container went while it started
                         # (removed, killed): one more fresh kernel, as at start.
                         continue
+                    if not await self.backend.reachable(fresh=True):
+                        log.warning(
+                            "session %s: no kernel restart: the Docker engine does not answer",
+                            self.name,
+                        )
+                        self.budget.refund()
+                        return Restart.BACKEND_DOWN
                     log.exception("session %s: kernel restart failed", self.name)
                     return Restart.FAILED
             return Restart.FAILED

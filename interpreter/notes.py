@@ -57,6 +57,18 @@ def replacement_failed_note(reason: str) -> str:
     )
 
 
+def backend_down_note(reason: str) -> str:
+    """The markdown saying that the kernel ended and the Docker engine did not answer when
+    a new one was to start (written once per outage)."""
+    why = _RESTART_REASONS.get(reason) or f"after it died ({reason})"
+    return (
+        f"**Kernel lost**: it was to be restarted {why}, but the Docker engine did not "
+        "answer, so no new kernel could start. Variables, imports and loaded data from the "
+        "cells above are gone; workspace files are kept. Cells sent until the engine answers "
+        "again are not run; the first one after starts a new kernel."
+    )
+
+
 def broker_restart_note(
     *, kernel_survived: bool, closed: bool = False, kept_before: bool = False
 ) -> str:

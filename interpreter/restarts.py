@@ -34,7 +34,7 @@ from interpreter.kernel import Kernel, Restart
 from interpreter.metrics import Metrics
 from interpreter.models import ErrorInfo, ExecutionStatus, SessionStatus
 from interpreter.notebook import LiveNotebook
-from interpreter.notes import replacement_failed_note, restart_note
+from interpreter.notes import backend_down_note, replacement_failed_note, restart_note
 from interpreter.settings import Settings
 from interpreter.store import Store, Writer
 
@@ -83,6 +83,8 @@ class KernelLifecycle:
     _note_restarts: list[str]
     _recovery: asyncio.Task[None] | None
     _state_lost_pending: bool
+    #: The last restart found the Docker engine not answering (said once per outage).
+    backend_down: bool
 
     def touch(self) -> None:
         raise NotImplementedError
@@ -114,6 +116,17 @@ class KernelLifecycle:
             if outcome is Restart.OVER_BUDGET:
                 await self._fail("restart_limit")
                 return
+            if outcome is Restart.BACKEND_DOWN:
+                # Not a restart, not the kernel's doing: said once per outage.
+                self.status = "dead"
+                if not self.backend_down:
+                    self.backend_down = True
+                    await self.writer.run(partial(self.store.set_status, self.id, "dead"))
+                    note = backend_down_note(reason)
+                    self._note = note if self._note is None else f"{self._note}\n\n{note}"
+                    self._note_restarts.append(reason)
+                return
+            self.backend_down = False
             self.metrics.restarts.labels(reason.split(":")[0]).inc()
             if outcome is Restart.FAILED:
                 self.status = "dead"

@@ -51,6 +51,7 @@ from interpreter.kernel import Kernel, RestartBudget
 from interpreter.late import LateWrites
 from interpreter.metrics import Metrics
 from interpreter.models import (
+    ErrorInfo,
     Execution,
     ExecutionStatus,
     PolicyResult,
@@ -86,6 +87,13 @@ RESUMED_KEPT_NOTE = (
     "The broker restarted while this cell ran: its outcome is unknown. Its output before "
     "the restart and after the new broker attached is kept here; a line in its output marks "
     "where what it printed in between is missing."
+)
+#: What a cell sent while the Docker engine does not answer is told (it is not run).
+BACKEND_DOWN_TEXT = (
+    "Not run: the session's kernel had ended, and the Docker engine does not answer, so no "
+    "new kernel could start. Variables, imports and loaded data are gone; workspace files "
+    "are kept. Send the code again once the engine answers (/healthz says "
+    "backend_reachable): the next cell starts a new kernel."
 )
 #: Seconds between two writes of a running cell's output so far (when it printed).
 PROGRESS_SAVE_S = 2.0
@@ -190,6 +198,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         #: ``state_lost``); a restored session learns it from its record
         #: (:meth:`Store.state_lost_pending`).
         self._state_lost_pending = state_lost_pending
+        self.backend_down = False
         #: Clear while the kernel is being replaced: the worker starts no cell meanwhile.
         self._replaced = asyncio.Event()
         self._replaced.set()
@@ -796,6 +805,15 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await self._write_note()
         if self.failed_reason is not None:
             await self._cancel_failed(handle)  # no kernel: the session gave up on it
+            return
+        if self.status == "dead" and self.backend_down:
+            # Not run: no kernel could start; the code may be sent again once one can.
+            handle.execution.error = ErrorInfo(
+                ename="BackendUnavailable",
+                evalue=BACKEND_DOWN_TEXT,
+                traceback=[],
+            )
+            await self._abandon(handle, "cancelled", "backend_unavailable")
             return
         if self.status == "dead":
             await self._abandon(handle, "kernel_died", "restart_failed")
