@@ -40,7 +40,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """``interp mcp [--http PORT]``: serve the tools over MCP."""
     try:
         from interpreter.mcp_auth import TOKEN_ENV
-        from interpreter.mcp_server import Target, run
+        from interpreter.mcp_server import HttpStartFailed, Target, run
     except ImportError as exc:
         print(
             f"interp mcp needs the mcp package, version 2.3 or later ({exc}): "
@@ -72,12 +72,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     }
     if args.stateless_idle_timeout is not None:
         options["stateless_idle_timeout_s"] = args.stateless_idle_timeout
-    if url:
-        # Refused here in one line, not in the server's task group as an exception group.
-        check_url(url, "--url" if args.url else f"${URL_ENV}")
-        return run(Target(url, key), **options)
-    with args.embed() as (embedded_url, embedded_key):
-        return run(Target(embedded_url, embedded_key), **options)
+    try:
+        if url:
+            # Refused here in one line, not in the server's task group as an exception group.
+            check_url(url, "--url" if args.url else f"${URL_ENV}")
+            return run(Target(url, key), **options)
+        with args.embed() as (embedded_url, embedded_key):
+            return run(Target(embedded_url, embedded_key), **options)
+    except HttpStartFailed as exc:
+        print(f"interp: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def add_mcp_command(

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import logging
+import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -364,9 +367,11 @@ async def serve_http(
     port: int,
     tokens: list[str] | None = None,
     options: Options | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve MCP over streamable HTTP at ``http://host:port/mcp``; with ``tokens``, every
-    request needs ``Authorization: Bearer <one of them>``."""
+    """Serve MCP over streamable HTTP at ``http://host:port/mcp`` (on ``sock`` when given,
+    bound there already); with ``tokens``, every request needs ``Authorization: Bearer
+    <one of them>``."""
     import uvicorn
 
     opts = options or Options(transport="http")
@@ -379,7 +384,29 @@ async def serve_http(
     print(
         f"MCP (streamable HTTP) on http://{host}:{port}/mcp ({auth})", file=sys.stderr, flush=True
     )
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
+
+
+class HttpStartFailed(Exception):
+    """The MCP server's port could not be bound: the one line that says why."""
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, bound before the server says it serves there;
+    :class:`HttpStartFailed` saying why not (a port in use was uvicorn's raw line after
+    the announcement, with exit status 3)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=128)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            hint = "stop what listens there, or choose another port (--http PORT)"
+        elif exc.errno == errno.EACCES:
+            hint = "ports below 1024 need privileges; choose a higher port"
+        else:
+            hint = "check the address (--host), or choose another"
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise HttpStartFailed(f"cannot serve MCP on {host}:{port}: {why}; {hint}.") from None
 
 
 def run(
@@ -400,11 +427,17 @@ def run(
             transport="http",
             stateless_idle_timeout_s=stateless_idle_timeout_s,
         )
-        anyio.run(_serve_http, target, host, http_port, tokens, options)
+        sock = listening_socket(host, http_port)
+        anyio.run(_serve_http, target, host, http_port, tokens, options, sock)
     return 0
 
 
 async def _serve_http(
-    target: Target, host: str, port: int, tokens: list[str] | None, options: Options
+    target: Target,
+    host: str,
+    port: int,
+    tokens: list[str] | None,
+    options: Options,
+    sock: socket.socket,
 ) -> None:
-    await serve_http(target, host=host, port=port, tokens=tokens, options=options)
+    await serve_http(target, host=host, port=port, tokens=tokens, options=options, sock=sock)

@@ -474,6 +474,22 @@ def test_serve_on_a_busy_port_or_a_file_as_data_dir_is_one_line_and_exit_2(
     )
 
 
+def test_mcp_http_on_a_busy_port_is_one_line_and_exit_2(local_server: Server) -> None:
+    """It said it served MCP there, then ended with uvicorn's raw bind error and exit
+    status 3 (found by an outside operations tester)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = interp(local_server, "mcp", "--http", str(port))
+    assert taken.returncode == 2, taken.stderr
+    assert "MCP (streamable HTTP) on" not in taken.stderr, taken.stderr
+    assert taken.stderr.splitlines()[-1] == (
+        f"interp: error: cannot serve MCP on 127.0.0.1:{port}: Address already in use; "
+        "stop what listens there, or choose another port (--http PORT)."
+    )
+
+
 def test_local_mistakes_are_one_line_never_a_traceback(
     local_server: Server, kept_session: Session, tmp_path: Path
 ) -> None:
