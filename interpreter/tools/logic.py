@@ -612,14 +612,23 @@ def _fail(message: str) -> _Steps:
 
 
 def _without_images(nb: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a notebook whose binary image data is replaced by a size note."""
+    """A copy of a notebook without its binary image data: each image's MIME entry goes,
+    and its ``text/plain`` says what was left out. A size note kept under the image's own
+    type was not base64, so every renderer (JupyterLab, ``interp html``) showed a broken
+    image."""
     copy: dict[str, Any] = json.loads(json.dumps(nb))
     for cell in copy.get("cells", []):
         for output in cell.get("outputs", []) or []:
             data = output.get("data") or {}
-            for mime in list(data):
-                if is_image(mime) and mime != SVG_MIME:
-                    data[mime] = f"<{mime} omitted, {len(bundle_text(data[mime]))} base64 chars>"
+            notes = [
+                f"[{mime} left out of this copy, {len(bundle_text(data.pop(mime)))} base64 "
+                "characters: the service's notebook has it]"
+                for mime in list(data)
+                if is_image(mime) and mime != SVG_MIME
+            ]
+            if notes:
+                plain = bundle_text(data.get("text/plain", ""))
+                data["text/plain"] = "\n".join([*notes, plain] if plain else notes)
     return copy
 
 
