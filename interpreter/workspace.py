@@ -405,11 +405,16 @@ class Workspace:
         src, dst = self.resolve(source), self.resolve(destination)
         if dst[: len(src)] == src:
             raise BadRequest(f"Cannot move '{source}' into itself ('{destination}').")
+        # The path an error names: the destination's while its directories are walked (a
+        # link on its way named the source, which sent the user to the wrong path).
+        blame = source
         with self.gate.writing():
             try:
                 with self._walk(src[:-1]) as sfd:
                     os.stat(src[-1], dir_fd=sfd, follow_symlinks=False)  # a missing source: 404
+                    blame = destination
                     with self._walk(dst[:-1], create=True) as dfd:
+                        blame = source
                         try:
                             # rename() moves a symlink itself and replaces one at the destination.
                             os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
@@ -421,7 +426,7 @@ class Workspace:
                                 "and the other is not, or the destination directory is not empty."
                             ) from exc
             except OSError as exc:
-                raise self.write_error(exc, source) from exc
+                raise self.write_error(exc, blame) from exc
 
     def open_read(self, path: str, max_bytes: int | None = None) -> tuple[BinaryIO, int]:
         """Open a regular file for reading; the caller closes it."""

@@ -135,3 +135,18 @@ def test_copies_keep_holes_so_a_sparse_giant_costs_what_it_occupies(tmp_path: Pa
         fh.seek(1 << 40)
         assert fh.read() == b"tail"
     assert (tmp_path / "dst" / "dense.bin").read_bytes() == bytes(range(256)) * 4096
+
+
+def test_a_move_through_a_link_names_the_path_that_has_it(ws: Workspace, tmp_path: Path) -> None:
+    """A move into a linked directory named the source: "'plain.txt' goes through a
+    symbolic link" (found by an outside security tester)."""
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", ws.root / "etclink")
+    ws.write("plain.txt", [b"x"])
+    with pytest.raises(PathNotAllowed, match=r"^'etclink/plain\.txt' goes through a symbolic"):
+        ws.rename("plain.txt", "etclink/plain.txt")
+    assert not (tmp_path / "elsewhere" / "plain.txt").exists()
+    with pytest.raises(PathNotAllowed, match=r"^'etclink/x' goes through a symbolic"):
+        ws.rename("etclink/x", "y.txt")
+    with pytest.raises(FileNotFoundInWorkspace, match=r"No file 'nothing\.txt'"):
+        ws.rename("nothing.txt", "etclink/z.txt")
