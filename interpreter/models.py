@@ -396,6 +396,15 @@ class RebuildReport(BaseModel):
         default_factory=list,
         description="The cells of failed, errors_again and not_rerun, with execution ids.",
     )
+    stopped: str | None = Field(
+        None,
+        description="Why the re-runs stopped before the last cell, when they did: the "
+        "kernel was replaced while one ran (its reason: 'oom_killed', 'exit:1', a timeout's "
+        "restart), so the state they had rebuilt is gone and the cells after were not run.",
+    )
+    stopped_at: int | None = Field(
+        None, description="The source notebook index of the cell whose run replaced the kernel."
+    )
     skipped_because: dict[str, int] = Field(
         default_factory=dict,
         description="The skipped cells counted by why they were not re-run: 'state_lost' "
@@ -422,6 +431,14 @@ class RebuildReport(BaseModel):
             return f"{', '.join(words)}{more}"
 
         text = f"{self.cells_ran} of {self.cells_total} cells re-ran"
+        if self.stopped is not None:
+            at = called(self.stopped_at) if self.stopped_at is not None else "a cell"
+            left = self.cells_total - self.cells_skipped - self.cells_ran
+            text += (
+                f"; the re-runs STOPPED at {at}: the kernel was replaced while it ran "
+                f"({self.stopped}), so nothing the re-run cells rebuilt is left in the "
+                f"session, and {left} cell{'' if left == 1 else 's'} after it did not run"
+            )
         if self.errors_again:
             text += (
                 f"; {listed(self.errors_again)} raised the error recorded for "

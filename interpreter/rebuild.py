@@ -85,6 +85,7 @@ async def replay_into(
     await session.notebook.add_markdown(
         rebuild_note(source, own, cells), note_event(RECOVERY_EVENT if own else REBUILD_EVENT)
     )
+    generation = session.generation
     for cell in sources:
         handle = await submit(
             cell.source, timeout_s, extra_meta={"replay_of": cell.index, "replay_source": source}
@@ -92,6 +93,21 @@ async def replay_into(
         await handle.finished.wait()
         report.cells_ran += 1
         report_rerun(report, cell, handle.execution)
+        if session.generation != generation:
+            # Its kernel was replaced (it died, or a timeout needed a restart): what the
+            # cells before had rebuilt is gone, and the cells after would run without it.
+            ex = handle.execution
+            report.stopped = ex.reason or ex.status
+            report.stopped_at = cell.index
+            left = len(sources) - report.cells_ran
+            await session.notebook.add_markdown(
+                f"**{'Recovery' if own else 'Rebuild'} stopped**: the kernel was replaced while "
+                f"the cell above ran ({report.stopped}), so what the re-run cells had rebuilt "
+                f"is gone; the {left} cell{'' if left == 1 else 's'} after it "
+                f"{'was' if left == 1 else 'were'} not re-run.",
+                note_event(RECOVERY_EVENT if own else REBUILD_EVENT),
+            )
+            break
     report_not_rerun(report, cells)
     return report
 

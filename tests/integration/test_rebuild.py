@@ -412,3 +412,32 @@ def test_a_cell_that_called_exit_is_never_re_run(
     assert resp.status_code == 201, resp.text
     assert resp.json()["rebuild"]["failed"] == [1]
     api.delete(f"/v1/sessions/{resp.json()['id']}")
+
+
+def test_a_recovery_whose_kernel_dies_stops_and_says_the_state_is_gone(
+    api: httpx.Client, new_session: Callable[..., str]
+) -> None:
+    """The kernel died while a recovery re-ran its second cell: it went on re-running the
+    rest on the fresh kernel, without what the cells before had rebuilt, and reported
+    "all re-ran; one failed" (found by an outside operations tester)."""
+    sid = new_session()
+    run(api, sid, "a = 1")
+    run(api, sid, "import os\nif os.path.exists('die'):\n    os._exit(1)\nb = 2")
+    run(api, sid, "c = a + b")
+    assert api.put(f"/v1/sessions/{sid}/files/die", content=b"").status_code == 201
+    resp = api.post(f"/v1/sessions/{sid}/restart", json={"recover": True})
+    assert resp.status_code == 200, resp.text
+    report = resp.json()["rebuild"]
+    assert (report["cells_total"], report["cells_ran"], report["stopped"]) == (3, 2, "exit:1")
+    summary = RebuildReport.model_validate(report).summary()
+    assert "the re-runs STOPPED at In [2] `import os`" in summary, summary
+    assert "1 cell after it did not run" in summary, summary
+    # Nothing rebuilt is left, and the next cell is told.
+    after = run(api, sid, "a")
+    assert (after["status"], after["state_lost"]) == ("error", True), after
+    notes = [
+        c["source"]
+        for c in api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+        if c["cell_type"] == "markdown"
+    ]
+    assert any(n.startswith("**Recovery stopped**: the kernel was replaced") for n in notes)
