@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import logging
-import os
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -53,6 +51,7 @@ from mcp.server.stdio import stdio_server
 
 from interpreter._version import __version__
 from interpreter.client import AsyncClient, ClientError
+from interpreter.exposure import cannot_bind
 from interpreter.mcp_auth import BearerAuth
 from interpreter.mcp_executor import StreamingToolExecutor, client_error, reporter
 from interpreter.mcp_service import ServiceFacts, service_facts
@@ -399,14 +398,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         return socket.create_server((host, port), family=family, backlog=128)
     except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            hint = "stop what listens there, or choose another port (--http PORT)"
-        elif exc.errno == errno.EACCES:
-            hint = "ports below 1024 need privileges; choose a higher port"
-        else:
-            hint = "check the address (--host), or choose another"
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise HttpStartFailed(f"cannot serve MCP on {host}:{port}: {why}; {hint}.") from None
+        raise HttpStartFailed(cannot_bind("MCP", host, port, exc, "--http PORT")) from None
 
 
 def run(

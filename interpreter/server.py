@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import signal
 import socket
@@ -86,15 +85,7 @@ def _bind(settings: Settings, port: int, what: str) -> list[socket.socket]:
     try:
         return bind_sockets(port, settings.host, backlog=LISTEN_BACKLOG)
     except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            hint = "stop what listens there, or choose another port"
-        elif exc.errno == errno.EACCES:
-            hint = "ports below 1024 need privileges; choose a higher port"
-        else:
-            hint = "check the address, or choose another"
-        raise StartupFailed(
-            f"cannot serve {what} on {settings.host}:{port}: {exc.strerror or exc}; {hint}."
-        ) from None
+        raise StartupFailed(exposure.cannot_bind(what, settings.host, port, exc)) from None
 
 
 @dataclass

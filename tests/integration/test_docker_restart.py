@@ -79,6 +79,19 @@ def reattached(api: httpx.Client, sid: str, within_s: float = 60) -> dict[str, A
         time.sleep(0.1)
 
 
+def _stop_and_verify(proc: subprocess.Popen[str], data_dir: Path) -> None:
+    """Stop the broker (SIGTERM, a clean exit), then ``interp audit verify`` its data."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    verify = subprocess.run(
+        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def test_sigterm_then_restart_keeps_variables(broker: Start) -> None:
     proc, url = broker()
     with client(url) as api:
@@ -230,15 +243,7 @@ def test_a_cell_an_older_broker_left_running_keeps_its_policy_in_the_notebook(
             if c["metadata"].get("interp", {}).get("execution_id") == execution_id
         )
         assert cell["metadata"]["interp"]["policy"]["decision"] == "allow"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
-    verify = subprocess.run(
-        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    _stop_and_verify(proc, data_dir)
 
 
 def test_a_cell_whose_kernel_was_gone_is_settled_once_and_not_attached_later(
@@ -290,15 +295,7 @@ def test_a_cell_whose_kernel_was_gone_is_settled_once_and_not_attached_later(
         # broker had restarted in between).
         lost = run(api, sid, "z")
         assert (lost["status"], lost["state_lost"]) == ("error", True), lost
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
-    verify = subprocess.run(
-        [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    _stop_and_verify(proc, data_dir)
 
 
 def test_state_lost_is_told_to_the_next_cell_after_a_broker_restart(
