@@ -956,6 +956,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         started = ex.started_at or utcnow()
         ran_for = (utcnow() - started).total_seconds()
         settled = asyncio.ensure_future(self.kernel.settle())
+        # Its output so far is written as it comes, as for any running cell: a broker
+        # killed again lost all this one had received, though clients had been shown it.
+        progress = asyncio.ensure_future(self._save_progress(handle, rec))
         try:
             ending = await waiting.until_settled(
                 handle,
@@ -966,6 +969,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             )
         finally:
             settled.cancel()
+            progress.cancel()
         if ending.kind in ("timeout", "died"):
             await self._restart("timeout" if ending.kind == "timeout" else ending.reason or "died")
         ex.state_lost = ending.kind != "done"

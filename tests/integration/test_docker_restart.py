@@ -331,6 +331,79 @@ def test_state_lost_is_told_to_the_next_cell_after_a_broker_restart(
         api.delete(f"/v1/sessions/{sid}")
 
 
+def test_what_a_reattached_cell_prints_survives_the_next_broker_kill(
+    broker: Start, data_dir: Path
+) -> None:
+    """A broker that reattached a running cell wrote none of its output as it came: killed
+    in turn, it lost all it had received, which clients had been shown (found by an
+    outside operations tester)."""
+    code = (
+        "import os, time\nprint('start', flush=True)\nmarked = False\n"
+        "while not os.path.exists('go'):\n"
+        "    if os.path.exists('mark') and not marked:\n"
+        "        print('MARK', flush=True); marked = True\n"
+        "    time.sleep(0.2)\n"
+        "print('done', flush=True)"
+    )
+    proc, url = broker()
+    with client(url) as api:
+        sid = api.post("/v1/sessions").json()["id"]
+        with api.stream(
+            "POST",
+            f"/v1/sessions/{sid}/execute",
+            headers={"Accept": "text/event-stream"},
+            json={"code": code, "on_disconnect": "continue"},
+        ) as resp:
+            execution_id = resp.headers["X-Execution-Id"]
+            next(line for line in resp.iter_lines() if "start" in line)
+            _until_stored(data_dir, execution_id, "start")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    workspace = data_dir / "sessions" / sid / "workspace"
+    proc, url = broker()
+    with client(url) as api:
+        reattached(api, sid)
+        (workspace / "mark").write_text("")
+        # Until this broker has written what it received: its record in the store.
+        _until_stored(data_dir, execution_id, "MARK")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    proc, url = broker()
+    with client(url) as api:
+        reattached(api, sid)
+        (workspace / "go").write_text("")
+        deadline = time.monotonic() + 60
+        while api.get(f"/v1/sessions/{sid}").json()["status"] != "idle":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        ex = api.get(f"/v1/sessions/{sid}/executions/{execution_id}").json()
+        assert ex["status"] == "unknown", ex
+        assert ex["stdout"] == "start\nMARK\ndone\n", ex
+        # Each outage said where it was.
+        assert ex["stderr"].count("what the cell printed meanwhile is missing") == 2, ex
+        assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    _stop_and_verify(proc, data_dir)
+
+
+def _until_stored(data_dir: Path, execution_id: str, text: str) -> None:
+    """Wait (bounded) until the execution's record in the store has ``text`` in its stdout:
+    a broker's write of the cell's output so far."""
+    deadline = time.monotonic() + 60
+    while True:
+        db = sqlite3.connect(f"{(data_dir / 'state.db').as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute(
+                "SELECT json_extract(data_json, '$.stdout') FROM executions WHERE id = ?",
+                (execution_id,),
+            ).fetchone()
+        finally:
+            db.close()
+        if row and text in str(row[0] or ""):
+            return
+        assert time.monotonic() < deadline, f"{text!r} was never written to the record"
+        time.sleep(0.2)
+
+
 def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Path) -> None:
     proc, url = broker()
     with client(url) as api:
