@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from interpreter import quota
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from interpreter.ids import broker_id_for
 from tests.conftest import KEY, require_docker, run, spawn_serve, stop_serve
@@ -143,3 +144,6 @@ def test_an_engine_outage_leaves_the_session_open_and_says_why_cells_did_not_run
         stop_serve(proc)
         for container in list_broker_containers(broker_id_for(data)):
             remove_container(container.id)
+        # A session left open keeps its workspace quota mounted: released, so that
+        # pytest can remove the directory.
+        quota.sweep(data / "sessions", set())
