@@ -584,14 +584,17 @@ class Store:
                     execution.duration_ms,
                     data,
                     notebook_sha256,
-                    *(link or (None, None)),
+                    *(link[:2] if link else (None, None)),
                     timeout_s,
                     cell_layout,
                     cell_meta,
                 ),
             )
+            head = link[2] if link else None
             if activity is not None:
-                _save_activity(db, execution.session_id, activity)
+                _save_activity(db, execution.session_id, activity, head)
+            elif head is not None:
+                _save_head(db, execution.session_id, head)
 
     def executions_of(self, session_id: str) -> list[Execution]:
         """Every execution recorded for ``session_id``, in order."""
@@ -724,7 +727,10 @@ class Store:
                 ex.status = "cancelled"
             ex.reason = "broker_restarted"
             with self._tx() as db:
-                prev, digest = _chain(db, ex, row["notebook_sha256"]) or (None, None)
+                link = _chain(db, ex, row["notebook_sha256"])
+                prev, digest = link[:2] if link else (None, None)
+                if link is not None:
+                    _save_head(db, row["session_id"], link[2])
                 db.execute(
                     "UPDATE executions SET status = ?, duration_ms = ?, data_json = ?,"
                     " prev_hash = coalesce(?, prev_hash), hash = coalesce(?, hash) WHERE id = ?",
@@ -819,23 +825,36 @@ def _log_write_failure(future: Future[object]) -> None:
         log.error("a store write failed: %r", exc)
 
 
-def _save_activity(db: sqlite3.Connection, session_id: str, activity: Activity) -> None:
+def _save_activity(
+    db: sqlite3.Connection, session_id: str, activity: Activity, head: str | None = None
+) -> None:
+    """The session's activity, and its chain's new head when a link was just appended (one
+    statement: an execution's final write stays two transactions of few statements)."""
     db.execute(
-        "UPDATE sessions SET status = ?, execution_count = ?, last_activity_at = ? WHERE id = ?",
+        "UPDATE sessions SET status = ?, execution_count = ?, last_activity_at = ?,"
+        " audit_head = coalesce(?, audit_head) WHERE id = ?",
         (
             activity.status,
             activity.execution_count,
             activity.last_activity_at.isoformat(),
+            head,
             session_id,
         ),
     )
 
 
+def _save_head(db: sqlite3.Connection, session_id: str, head: str) -> None:
+    """The last link of the session's chain (``audit_verify`` checks the chain ends there)."""
+    db.execute("UPDATE sessions SET audit_head = ? WHERE id = ?", (head, session_id))
+
+
 def _chain(
     db: sqlite3.Connection, execution: Execution, notebook_sha256: str | None
-) -> tuple[str, str] | None:
+) -> tuple[str, str, str] | None:
     """Append a link for a final execution whose covered content changed (``audit.py``);
-    returns the link's previous and own hash for the execution's row, or None if none."""
+    returns the link's previous and own hash for the execution's row, and the session's
+    new ``audit_head`` (``<idx>:<hash>``, for the caller to write in the same
+    transaction), or None if none."""
     if execution.status in audit.UNFINISHED:
         return None
     content = audit.canonical(audit.content_of(execution, notebook_sha256))
@@ -859,8 +878,7 @@ def _chain(
         " content_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (sid, idx, execution.id, prev, digest, content, utcnow().isoformat()),
     )
-    db.execute("UPDATE sessions SET audit_head = ? WHERE id = ?", (f"{idx}:{digest}", sid))
-    return prev, digest
+    return prev, digest, f"{idx}:{digest}"
 
 
 def _decode(row: sqlite3.Row) -> SessionRecord:
