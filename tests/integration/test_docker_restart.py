@@ -92,6 +92,31 @@ def _stop_and_verify(proc: subprocess.Popen[str], data_dir: Path) -> None:
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+def _kill_mid_cell(
+    proc: subprocess.Popen[str],
+    api: httpx.Client,
+    sid: str,
+    code: str,
+    seen: str,
+    data_dir: Path | None = None,
+) -> str:
+    """Run ``code`` in ``sid``, streamed; once it printed ``seen`` (and, with ``data_dir``,
+    once that is in its record in the store), SIGKILL the broker. Returns the execution's id."""
+    with api.stream(
+        "POST",
+        f"/v1/sessions/{sid}/execute",
+        headers={"Accept": "text/event-stream"},
+        json={"code": code, "on_disconnect": "continue"},
+    ) as resp:
+        execution_id = resp.headers["X-Execution-Id"]
+        next(line for line in resp.iter_lines() if seen in line)
+        if data_dir is not None:
+            _until_stored(data_dir, execution_id, seen)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return execution_id
+
+
 def test_sigterm_then_restart_keeps_variables(broker: Start) -> None:
     proc, url = broker()
     with client(url) as api:
@@ -173,16 +198,9 @@ def test_sigkill_mid_execution_reattaches_and_reports_unknown(broker: Start) -> 
     with client(url) as api:
         sid = api.post("/v1/sessions").json()["id"]
         run(api, sid, "x = 5\nruns = 0")
-        with api.stream(
-            "POST",
-            f"/v1/sessions/{sid}/execute",
-            headers={"Accept": "text/event-stream"},
-            json={"code": "runs += 1\nprint('go', flush=True)\nimport time\ntime.sleep(3)"},
-        ) as resp:
-            execution_id = resp.headers["X-Execution-Id"]
-            next(line for line in resp.iter_lines() if "go" in line)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        execution_id = _kill_mid_cell(
+            proc, api, sid, "runs += 1\nprint('go', flush=True)\nimport time\ntime.sleep(3)", "go"
+        )
     _, url = broker()
     with client(url) as api:
         reattached(api, sid)
@@ -212,16 +230,9 @@ def test_a_cell_an_older_broker_left_running_keeps_its_policy_in_the_notebook(
     proc, url = broker("--policy-file", str(policy))
     with client(url) as api:
         sid = api.post("/v1/sessions").json()["id"]
-        with api.stream(
-            "POST",
-            f"/v1/sessions/{sid}/execute",
-            headers={"Accept": "text/event-stream"},
-            json={"code": "print('go', flush=True)\nimport time\ntime.sleep(2)"},
-        ) as resp:
-            execution_id = resp.headers["X-Execution-Id"]
-            next(line for line in resp.iter_lines() if "go" in line)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        execution_id = _kill_mid_cell(
+            proc, api, sid, "print('go', flush=True)\nimport time\ntime.sleep(2)", "go"
+        )
     db = sqlite3.connect(data_dir / "state.db")
     with db:  # as an older broker left it
         (meta,) = db.execute(
@@ -258,18 +269,13 @@ def test_a_cell_whose_kernel_was_gone_is_settled_once_and_not_attached_later(
     with client(url) as api:
         sid = api.post("/v1/sessions").json()["id"]
         run(api, sid, "z = 5")
-        with api.stream(
-            "POST",
-            f"/v1/sessions/{sid}/execute",
-            headers={"Accept": "text/event-stream"},
-            json={
-                "code": "import time\nfor i in range(20):\n    print(i, flush=True); time.sleep(1)"
-            },
-        ) as resp:
-            execution_id = resp.headers["X-Execution-Id"]
-            next(line for line in resp.iter_lines() if "0" in line)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        execution_id = _kill_mid_cell(
+            proc,
+            api,
+            sid,
+            "import time\nfor i in range(20):\n    print(i, flush=True); time.sleep(1)",
+            "0",
+        )
     for container in list_broker_containers(broker_id_for(data_dir)):
         remove_container(container.id)
 
@@ -348,17 +354,7 @@ def test_what_a_reattached_cell_prints_survives_the_next_broker_kill(
     proc, url = broker()
     with client(url) as api:
         sid = api.post("/v1/sessions").json()["id"]
-        with api.stream(
-            "POST",
-            f"/v1/sessions/{sid}/execute",
-            headers={"Accept": "text/event-stream"},
-            json={"code": code, "on_disconnect": "continue"},
-        ) as resp:
-            execution_id = resp.headers["X-Execution-Id"]
-            next(line for line in resp.iter_lines() if "start" in line)
-            _until_stored(data_dir, execution_id, "start")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        execution_id = _kill_mid_cell(proc, api, sid, code, "start", data_dir)
     workspace = data_dir / "sessions" / sid / "workspace"
     proc, url = broker()
     with client(url) as api:
