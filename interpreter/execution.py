@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -307,6 +308,12 @@ class ExecutionRecorder:
         #: Per stream, the URL of the artifact with its whole text, once stored: a text
         #: cut for the notebook says where the rest is.
         self.stream_urls: dict[str, str] = {}
+        #: Streams whose text an earlier broker had already cut (:meth:`seed_cut`): no
+        #: artifact holds their full text; each maps to the artifact of the text up to
+        #: the shutdown that an earlier broker stored, if there is one (else None).
+        self.cut_before: dict[str, str | None] = {}
+        #: Characters of each such stream the earlier broker's cut kept (head and tail).
+        self._kept_before: dict[str, int] = {}
         self._unreadable_told = False
         self.reply: dict[str, Any] | None = None
         self.idle = False
@@ -809,6 +816,33 @@ class ExecutionRecorder:
         """Put ``text`` of the broker's own on the cell's stderr, as a kernel's would go."""
         return self._stream({"name": "stderr", "text": text})
 
+    def seed_cut(self, name: str, cut: CutText) -> None:
+        """Take, as the start of stream ``name``, a text an earlier broker kept of this
+        cell already cut (its head, the characters it left out, its tail; see
+        :func:`split_cut`): a broker that attaches a cell left running goes on from it.
+        Fed as text, its notice was read as what the cell printed and cut again, and
+        said only how much of the kept text the second cut left out; and the cut text
+        was stored as the stream's "full text". Kept so, the characters left out stay
+        counted in every later cut, whose notice says that no artifact holds the full
+        text (or names the earlier broker's artifact of it up to its shutdown)."""
+        if name not in ("stdout", "stderr"):
+            return
+        stream = _Stream(name, head=cut.head, omitted=cut.omitted)
+        stream.text.feed(cut.tail)
+        self.items.append(stream)
+        size = len(cut.head) + len(stream.text)
+        self.streams.seen += size + cut.omitted
+        self.streams.kept += size
+        self.cut_before.setdefault(name, cut.artifact)
+        self._kept_before[name] = self._kept_before.get(name, 0) + size
+
+    def cut_share(self, name: str, share: int) -> int:
+        """The characters of stream ``name`` to keep when its share of the output budget
+        is ``share``: a stream an earlier broker cut (:meth:`seed_cut`) keeps at least
+        what that cut kept, so that its head and tail are not cut again (and its notice's
+        count is the earlier one) unless what the cell printed since needs the room."""
+        return max(share, self._kept_before.get(name, 0))
+
     def stream_text(self, name: str) -> str:
         """All kept text of one stream, across the outputs not cleared, read as one stream:
         where the other stream came between two segments, a ``\\r`` at the start of the
@@ -834,7 +868,10 @@ class ExecutionRecorder:
 
     def _cut_notice(self, name: str, count: int) -> str:
         """The notice of ``count`` characters of stream ``name`` cut: its full-text artifact
-        holds what the cell printed until it finished, not its late output."""
+        holds what the cell printed until it finished, not its late output; a stream an
+        earlier broker had cut (:meth:`seed_cut`) has no full text."""
+        if name in self.cut_before:
+            return _omitted_lost(count, self.cut_before[name])
         late = self.streams.late.get(name, 0) > 0
         return _omitted(count, self.stream_urls.get(name), late=late)
 
@@ -1129,6 +1166,70 @@ def _omitted(count: int, artifact: str | None, *, late: bool = False) -> str:
         )
     where = "the artifact ..." if artifact is None else f"the artifact {artifact}"
     return f"[... {count} characters omitted; full text in {where}]"
+
+
+def _omitted_lost(count: int, artifact: str | None) -> str:
+    """The notice of ``count`` characters cut from a text whose full text no artifact holds:
+    the service restarted while its cell ran (the text an earlier broker had kept was
+    already cut). ``artifact``: the earlier broker's artifact of the text up to its
+    shutdown, if it stored one."""
+    if artifact is None:
+        return (
+            f"[... {count} characters omitted; the service restarted while the cell ran, "
+            "and its full text is lost]"
+        )
+    return (
+        f"[... {count} characters omitted; the service restarted while the cell ran: the "
+        f"artifact {artifact} holds its full text up to the restart, the rest is lost]"
+    )
+
+
+#: A cut notice of this module's (:func:`_omitted`, :func:`_omitted_lost`) on a line of
+#: its own: the count, and where it said the full text is.
+_CUT_NOTICE = re.compile(
+    r"\n\[\.\.\. (\d{1,15}) characters omitted; (full text in the artifact (\S+)"
+    r"|the service restarted while the cell ran[^\]\n]*)\]\n"
+)
+#: What a progress write's notice names as the artifact (none exists until the end).
+_NO_ARTIFACT_YET = "..."
+
+
+@dataclass(frozen=True)
+class CutText:
+    """A stream text as a broker kept it cut: ``head``, ``omitted`` characters, ``tail``;
+    ``artifact`` is the URL of an artifact an earlier broker stored with its full text
+    (up to that broker's shutdown), or None when no artifact holds it."""
+
+    head: str
+    omitted: int
+    tail: str
+    artifact: str | None
+
+
+def split_cut(text: str) -> CutText | None:
+    """``text`` read as a stream text a broker cut (the first notice of a cut in it), or
+    None when it has none. A running cell's notice (written by its progress writes)
+    promises an artifact built when the cell ends; a broker that did not end it has none."""
+    found = _CUT_NOTICE.search(text)
+    if found is None:
+        return None
+    artifact = found.group(3)
+    if artifact == _NO_ARTIFACT_YET:
+        artifact = None
+    elif artifact is None:
+        # Already said lost; an earlier artifact it named stays named.
+        named = re.search(r"the artifact (\S+) holds", found.group(2))
+        artifact = named.group(1) if named else None
+    return CutText(text[: found.start()], int(found.group(1)), text[found.end() :], artifact)
+
+
+def lost_cut(text: str) -> str:
+    """``text`` with a running cell's cut notice (the artifact it promises was never
+    built: its broker stopped) saying that the full text is lost; otherwise as it is."""
+    cut = split_cut(text)
+    if cut is None or cut.artifact is not None:
+        return text
+    return f"{cut.head}\n{_omitted_lost(cut.omitted, None)}\n{cut.tail}"
 
 
 def _joined(parts: Parts) -> Parts:

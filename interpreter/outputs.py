@@ -198,6 +198,11 @@ _DROPPED_BECAUSE: dict[StopReason | None, str] = {
     None: "it arrived while the execution was being finished",
 }
 NO_SPILL = "past max_output_hard_bytes, and spilling to disk is off: max_output_spill_bytes=0"
+#: Why, for a cell whose text an earlier broker had cut (its full text is lost anyway).
+LOST_NO_SPILL = (
+    "past max_output_hard_bytes; the service restarted while the cell ran, so no artifact "
+    "can hold its full text and none of it is kept on disk"
+)
 
 
 def limit_notice(stored: dict[str, tuple[int, ArtifactRef]], dropped: int, why: str) -> str:
@@ -483,8 +488,8 @@ class OutputCapture:
         if size_out + size_err > limit:
             ex.truncated = True
             share_out, share_err = stream_shares(size_out, size_err, limit)
-            ex.stdout = rec.stream_cut("stdout", share_out)
-            ex.stderr = rec.stream_cut("stderr", share_err)
+            ex.stdout = rec.stream_cut("stdout", rec.cut_share("stdout", share_out))
+            ex.stderr = rec.stream_cut("stderr", rec.cut_share("stderr", share_err))
             # The outputs' places in the text no longer hold.
             ex.outputs = [o.model_copy(update={"after": None}) for o in ex.outputs]
         else:
@@ -498,7 +503,10 @@ class OutputCapture:
         """Set ``ex.stdout`` and ``ex.stderr``; True when they were cut."""
         spilled = await spill.close() if spill is not None else None
         stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
-        cut = len(stdout) + len(stderr) > self.output_bytes or rec.overflowing
+        # A stream an earlier broker had cut (a cell left running across a restart) is
+        # cut already, and no artifact can hold its full text.
+        lost = rec.cut_before
+        cut = len(stdout) + len(stderr) > self.output_bytes or rec.overflowing or bool(lost)
         if cut:
             ex.truncated = True
             stored: dict[str, tuple[int, ArtifactRef]] = {}
@@ -507,7 +515,7 @@ class OutputCapture:
             for name, text in (("stdout", stdout), ("stderr", stderr)):
                 path = spilled.files.get(name) if spilled is not None else None
                 more = spilled.chars[name] if spilled is not None and path is not None else 0
-                if not text and path is None:
+                if (not text and path is None) or name in lost:
                     continue
                 try:
                     ref = await asyncio.to_thread(self._put_text, text, path)
@@ -527,15 +535,22 @@ class OutputCapture:
             tails = spilled.tails if spilled is not None else {}
             total_out = len(stdout) + given.get("stdout", 0)
             total_err = len(stderr) + given.get("stderr", 0)
+            if lost:
+                # Counted whole, with what the earlier cut left out.
+                total_out, total_err = rec.stream_size("stdout"), rec.stream_size("stderr")
             share_out, share_err = stream_shares(total_out, total_err, self.output_bytes)
             # A stream that went past the in-memory limit ends inline with what the cell
             # printed last (the spill's tail), not with the end of the in-memory part.
             url_out, url_err = rec.stream_urls.get("stdout"), rec.stream_urls.get("stderr")
-            if "stdout" in tails:
+            if "stdout" in lost:
+                stdout = rec.stream_cut("stdout", rec.cut_share("stdout", share_out))
+            elif "stdout" in tails:
                 stdout = cut_around(stdout, tails["stdout"], total_out, share_out, url_out)
             else:
                 stdout = cut_middle(stdout, share_out, url_out)
-            if "stderr" in tails:
+            if "stderr" in lost:
+                stderr = rec.stream_cut("stderr", rec.cut_share("stderr", share_err))
+            elif "stderr" in tails:
                 stderr = cut_around(stderr, tails["stderr"], total_err, share_err, url_err)
             else:
                 stderr = cut_middle(stderr, share_err, url_err)
@@ -554,7 +569,8 @@ class OutputCapture:
         uncopied: int,
     ) -> str:
         if spilled is None:
-            return limit_notice(stored, rec.streams.dropped, NO_SPILL)
+            why = LOST_NO_SPILL if rec.cut_before else NO_SPILL
+            return limit_notice(stored, rec.streams.dropped, why)
         why = _DROPPED_BECAUSE["disk_full" if uncopied else spilled.stopped]
         return limit_notice(stored, rec.streams.dropped + spilled.dropped + uncopied, why)
 

@@ -39,6 +39,7 @@ from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
 from interpreter.cells import RESTART_EVENT, note_event
+from interpreter.execution import lost_cut
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
@@ -352,7 +353,11 @@ def _close_files(
             )
             recorder.cell_changed(kept)
         else:
-            # What it printed up to its last progress write (see LiveSession._run).
+            # What it printed up to its last progress write (see LiveSession._run). Cut,
+            # its notice promised the full text in an artifact made when the cell ended:
+            # no broker ended it, and its text past the cut is lost.
+            if ex.truncated:
+                ex.stdout, ex.stderr = lost_cut(ex.stdout), lost_cut(ex.stderr)
             outputs = restore_cells.outputs_of(ex, session_dir / "artifacts")
             digest = cell_digest(ex.code, outputs)
             recorder.add_cell(

@@ -43,7 +43,7 @@ from interpreter.errors import (
     SessionRunning,
     StorageFull,
 )
-from interpreter.execution import RICH_LIMIT, ExecutionRecorder
+from interpreter.execution import RICH_LIMIT, CutText, ExecutionRecorder, split_cut
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle, Saved
 from interpreter.ids import new_id
@@ -947,7 +947,15 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             root = self.capture.artifacts.root
             before = await asyncio.to_thread(outputs_of, ex, root, None)
         for output in before or []:
-            rec.feed_iopub(as_message(output))
+            cut = _cut_stream(output) if ex.truncated else None
+            if cut is None:
+                rec.feed_iopub(as_message(output))
+            else:
+                rec.seed_cut(str(output.get("name")), cut)
+        if rec.cut_before and handle.spill is not None:
+            # Its full text is lost: none of what it prints now is kept on disk for it.
+            rec.overflow, spill, handle.spill = None, handle.spill, None
+            await spill.discard()
         if before is not None:
             handle.extra_meta["note"] = RESUMED_KEPT_NOTE
             gap = {"output_type": "stream", "name": "stderr", "text": RESUMED_GAP}
@@ -987,6 +995,16 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
 
 #: The largest event id an SSE ``id:`` may carry (the API takes up to 12 digits).
 _MAX_EVENT_ID = 10**12 - 1
+
+
+def _cut_stream(output: dict[str, Any]) -> CutText | None:
+    """A stream output as a broker kept it cut (:func:`split_cut`), or None."""
+    if output.get("output_type") != "stream":
+        return None
+    text = output.get("text")
+    if isinstance(text, list):
+        text = "".join(part for part in text if isinstance(part, str))
+    return split_cut(text) if isinstance(text, str) else None
 
 
 def _running_for(handle: ExecutionHandle) -> float:

@@ -23,7 +23,10 @@ def output_so_far(handle: ExecutionHandle, *, output_bytes: int) -> Execution:
     if handle.finished.is_set() or rec is None:
         return ex
     stdout, stderr = rec.stream_text("stdout"), rec.stream_text("stderr")
-    truncated = bool(rec.overflowing or rec.rich_dropped)
+    # A stream an earlier broker had cut (a cell left running across a restart) counts
+    # what that cut left out, and is cut again as parts, that count kept.
+    lost = rec.cut_before
+    truncated = bool(rec.overflowing or rec.rich_dropped or lost)
     # Past the in-memory limit the text goes to the spill, which keeps its last part: the
     # output so far ends with what the cell printed last, not where memory stopped.
     spilled = handle.spill
@@ -31,14 +34,20 @@ def output_so_far(handle: ExecutionHandle, *, output_bytes: int) -> Execution:
     tail_err = spilled.tail("stderr") if spilled is not None else None
     total_out = len(stdout) + (tail_out[1] if tail_out else 0)
     total_err = len(stderr) + (tail_err[1] if tail_err else 0)
+    if lost:
+        total_out, total_err = rec.stream_size("stdout"), rec.stream_size("stderr")
     if total_out + total_err > output_bytes:
         truncated = True
         share_out, share_err = stream_shares(total_out, total_err, output_bytes)
-        if tail_out:
+        if "stdout" in lost:
+            stdout = rec.stream_cut("stdout", rec.cut_share("stdout", share_out))
+        elif tail_out:
             stdout = cut_around(stdout, tail_out[0], total_out, share_out)
         else:
             stdout = cut_middle(stdout, share_out)
-        if tail_err:
+        if "stderr" in lost:
+            stderr = rec.stream_cut("stderr", rec.cut_share("stderr", share_err))
+        elif tail_err:
             stderr = cut_around(stderr, tail_err[0], total_err, share_err)
         else:
             stderr = cut_middle(stderr, share_err)

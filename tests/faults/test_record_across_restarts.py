@@ -376,3 +376,75 @@ def test_output_printed_before_a_sigkill_stays_on_record(
             assert cell["execution_count"] is not None
         api.delete(f"/v1/sessions/{sid}")
     _audit_ok(broker, sid)
+
+
+#: Prints a 30,000-character line every 0.05 s until the test drops a file named ``stop``.
+FLOOD_LOOP = (
+    "import os, sys, time\ni = 0\nwhile not os.path.exists('stop'):\n"
+    "    sys.stdout.write('line %d ' % i + 'y' * 30000 + '\\n'); sys.stdout.flush()\n"
+    "    i += 1\n    time.sleep(0.05)\nprint('stopped', flush=True)"
+)
+_CUT = re.compile(r"\[\.\.\. (\d+) characters omitted; ([^\]]*)\]")
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_a_cut_output_saved_before_a_sigkill_counts_what_was_printed(
+    brokers: Callable[..., Broker], backend: str
+) -> None:
+    """The progress write of a cell that printed past the output budget keeps it cut, with
+    a notice promising the full text in an artifact made when the cell ends. Killed: the
+    next broker (Docker) fed that text back as printed, counted only what it cut of it
+    again ("139 characters omitted" of megabytes), and stored the 100 KB as the "full
+    text"; the local backend's closed cell kept promising an artifact that never came
+    (found by an outside operations tester). The notice now counts every character
+    printed and not shown, says the full text is lost, and no artifact claims it."""
+    if backend == "docker":
+        require_docker()
+    port = str(_free_port())
+    broker = brokers(backend, "--port", port)
+    with broker.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        _, eid = _start(broker, sid, FLOOD_LOOP)
+    # A progress write that cut about ten lines (300 KB) printed so far.
+    wait_for(
+        lambda: (
+            (found := _CUT.search(_stored_stdout(broker, eid))) is not None
+            and int(found.group(1)) > 200_000
+        ),
+        what="a cut progress write",
+    )
+    saved = int(_CUT.findall(_stored_stdout(broker, eid))[0][0])
+    broker.kill()
+    broker = brokers(backend, "--port", port)
+    with broker.client() as api:
+        wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] != "starting")
+        if backend == "docker":
+            _stop(broker, sid)
+            wait_for(lambda: api.get(f"/v1/sessions/{sid}").json()["status"] == "idle")
+        ex = _execution(api, sid, eid)
+        assert ex["status"] == "unknown" and ex["truncated"], ex["status"]
+        ((count, where),) = _CUT.findall(ex["stdout"])
+        assert "full text is lost" in where, where
+        assert int(count) >= saved, count
+        if backend == "local":
+            # Every line up to the last one shown was printed (30,008 characters or more
+            # each). (Docker: what it printed while no broker ran is missing, and said so.)
+            last = max(int(n) for n in re.findall(r"^line (\d+) ", ex["stdout"], flags=re.M))
+            assert int(count) >= (last + 1) * 30_008 - len(ex["stdout"]), count
+        cell = notebook_cell(api, sid, eid)
+        texts = [o["text"] for o in cell["outputs"] if o.get("name") == "stdout"]
+        assert texts and all("full text in the artifact" not in t for t in texts), texts[0][:300]
+        ((nb_count, nb_where),) = _CUT.findall(texts[0])
+        assert nb_where == where and int(nb_count) >= saved
+        if backend == "docker":
+            assert "the service restarted here" in ex["stderr"]
+            assert ex["stdout"].endswith("stopped\n")
+        # No artifact of the execution calls the kept text the cell's full text.
+        for ref in ex["artifacts"]:
+            assert (
+                not (broker.session_dir(sid) / "artifacts" / ref["id"])
+                .read_bytes()
+                .startswith(b"line 0 ")
+            ), ref
+        api.delete(f"/v1/sessions/{sid}")
+    _audit_ok(broker, sid)
