@@ -314,6 +314,9 @@ class ExecutionRecorder:
         self.cut_before: dict[str, str | None] = {}
         #: Characters of each such stream the earlier broker's cut kept (head and tail).
         self._kept_before: dict[str, int] = {}
+        #: Streams whose full-text artifact could not be stored, and why (the data disk
+        #: was full): a notice of their cut says no artifact holds their full text.
+        self.unstored_text: dict[str, str] = {}
         self._unreadable_told = False
         self.reply: dict[str, Any] | None = None
         self.idle = False
@@ -866,12 +869,18 @@ class ExecutionRecorder:
         also those :meth:`compact` cut) and where the full text is."""
         return _cut_parts(self._merged()[0][name], limit, lambda n: self._cut_notice(name, n))
 
+    def cut_notice(self, name: str, count: int) -> str:
+        """The notice of ``count`` characters of stream ``name`` cut (see :meth:`_cut_notice`)."""
+        return self._cut_notice(name, count)
+
     def _cut_notice(self, name: str, count: int) -> str:
         """The notice of ``count`` characters of stream ``name`` cut: its full-text artifact
         holds what the cell printed until it finished, not its late output; a stream an
         earlier broker had cut (:meth:`seed_cut`) has no full text."""
         if name in self.cut_before:
             return _omitted_lost(count, self.cut_before[name])
+        if name in self.unstored_text:
+            return _omitted_unstored(count, self.unstored_text[name])
         late = self.streams.late.get(name, 0) > 0
         return _omitted(count, self.stream_urls.get(name), late=late)
 
@@ -1112,24 +1121,40 @@ def _cut_error(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {omitted}{_CUT_TAIL_MARK}\n{text[-half:]}"
 
 
-def cut_around(head: str, tail: str, total: int, limit: int, artifact: str | None = None) -> str:
+def cut_around(
+    head: str,
+    tail: str,
+    total: int,
+    limit: int,
+    artifact: str | None = None,
+    notice: Callable[[int], str] | None = None,
+) -> str:
     """Like :func:`cut_middle` for a text of ``total`` characters that is not whole in
-    memory: it starts with ``head`` and ends with ``tail``."""
+    memory: it starts with ``head`` and ends with ``tail``. ``notice`` (given the count)
+    writes the notice instead of the one naming ``artifact``."""
     half = max(limit // 2, 1)
     head, tail = _ends(head, tail, half)
     omitted = max(total - len(head) - len(tail), 0)
-    return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
+    said = notice(omitted) if notice is not None else _omitted(omitted, artifact)
+    return f"{head}\n{said}\n{tail}"
 
 
-def cut_middle(text: str, limit: int, artifact: str | None = None) -> str:
+def cut_middle(
+    text: str,
+    limit: int,
+    artifact: str | None = None,
+    notice: Callable[[int], str] | None = None,
+) -> str:
     """Keep the head and tail of ``text`` within about ``limit`` characters, with a notice
-    naming ``artifact`` (the URL of the whole text) when given."""
+    naming ``artifact`` (the URL of the whole text) when given, or written by ``notice``
+    (given the count)."""
     if len(text) <= limit:
         return text
     half = max(limit // 2, 1)
     head, tail = _ends(text, text, half)
     omitted = len(text) - len(head) - len(tail)
-    return f"{head}\n{_omitted(omitted, artifact)}\n{tail}"
+    said = notice(omitted) if notice is not None else _omitted(omitted, artifact)
+    return f"{head}\n{said}\n{tail}"
 
 
 def _ends(lead: str, trail: str, half: int) -> tuple[str, str]:
@@ -1182,6 +1207,12 @@ def _omitted_lost(count: int, artifact: str | None) -> str:
         f"[... {count} characters omitted; the service restarted while the cell ran: the "
         f"artifact {artifact} holds its full text up to the restart, the rest is lost]"
     )
+
+
+def _omitted_unstored(count: int, why: str) -> str:
+    """The notice of ``count`` characters cut from a text whose full-text artifact could not
+    be stored, because ``why`` (the data disk was full)."""
+    return f"[... {count} characters omitted; no artifact holds the full text: {why}]"
 
 
 #: A cut notice of this module's (:func:`_omitted`, :func:`_omitted_lost`) on a line of

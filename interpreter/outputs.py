@@ -32,6 +32,7 @@ import asyncio
 import logging
 import weakref
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -517,17 +518,16 @@ class OutputCapture:
                 more = spilled.chars[name] if spilled is not None and path is not None else 0
                 if (not text and path is None) or name in lost:
                     continue
-                try:
-                    ref = await asyncio.to_thread(self._put_text, text, path)
-                except OSError as exc:
-                    if path is None or storage_floor.failure_reason(exc) != "storage_full":
-                        raise
+                ref = await self._put_full_text(ex, name, text, path)
+                if ref is None and path is not None:
                     # The copy did not fit: the kept text alone, and the notice says so.
-                    log.warning("no room for a spilled %s artifact in %s", name, ex.id)
                     uncopied, more = uncopied + more, 0
-                    if not text:
-                        continue
-                    ref = await asyncio.to_thread(self._put_text, text, None)
+                    if text:
+                        ref = await self._put_full_text(ex, name, text, None)
+                if ref is None:
+                    # Not even that: its cut says that no artifact holds its full text.
+                    rec.unstored_text[name] = storage_floor.UNSTORED_BECAUSE
+                    continue
                 ex.artifacts.append(ref)
                 stored[name] = (len(text) + more, ref)
                 rec.stream_urls[name] = ref.url
@@ -542,18 +542,24 @@ class OutputCapture:
             # A stream that went past the in-memory limit ends inline with what the cell
             # printed last (the spill's tail), not with the end of the in-memory part.
             url_out, url_err = rec.stream_urls.get("stdout"), rec.stream_urls.get("stderr")
+            notice_out = partial(rec.cut_notice, "stdout")
+            notice_err = partial(rec.cut_notice, "stderr")
             if "stdout" in lost:
                 stdout = rec.stream_cut("stdout", rec.cut_share("stdout", share_out))
             elif "stdout" in tails:
-                stdout = cut_around(stdout, tails["stdout"], total_out, share_out, url_out)
+                stdout = cut_around(
+                    stdout, tails["stdout"], total_out, share_out, url_out, notice_out
+                )
             else:
-                stdout = cut_middle(stdout, share_out, url_out)
+                stdout = cut_middle(stdout, share_out, url_out, notice_out)
             if "stderr" in lost:
                 stderr = rec.stream_cut("stderr", rec.cut_share("stderr", share_err))
             elif "stderr" in tails:
-                stderr = cut_around(stderr, tails["stderr"], total_err, share_err, url_err)
+                stderr = cut_around(
+                    stderr, tails["stderr"], total_err, share_err, url_err, notice_err
+                )
             else:
-                stderr = cut_middle(stderr, share_err, url_err)
+                stderr = cut_middle(stderr, share_err, url_err, notice_err)
             rec.final_streams = (stdout, stderr)
             if rec.overflowing:
                 rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
@@ -573,6 +579,21 @@ class OutputCapture:
             return limit_notice(stored, rec.streams.dropped, why)
         why = _DROPPED_BECAUSE["disk_full" if uncopied else spilled.stopped]
         return limit_notice(stored, rec.streams.dropped + spilled.dropped + uncopied, why)
+
+    async def _put_full_text(
+        self, ex: Execution, name: str, text: str, spilled: Path | None
+    ) -> ArtifactRef | None:
+        """Store stream ``name``'s full-text artifact (:meth:`_put_text`); None when the data
+        disk has no room for it: the cell ran, and its record and notebook cell are made
+        without it (a failure there ended the cell as the broker's error, with no output
+        in its record and a notebook cell naming an artifact that did not exist)."""
+        try:
+            return await asyncio.to_thread(self._put_text, text, spilled)
+        except OSError as exc:
+            if storage_floor.failure_reason(exc) != "storage_full":
+                raise
+            log.warning("no room for the %s artifact of %s on the data disk", name, ex.id)
+            return None
 
     def _put_text(self, text: str, spilled: Path | None) -> ArtifactRef:
         """Store a stream's kept text, followed by its spill file if it has one."""

@@ -642,7 +642,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
                 log.exception("execution %s failed inside the broker", handle.execution.id)
                 if not handle.finished.is_set():
                     reason = storage_floor.failure_reason(exc)
-                    handle.execution.error = storage_floor.failure_error(reason)
+                    handle.execution.error = storage_floor.failure_error(reason, _ran(handle))
                     await self._keep_cell(handle, reason)
                     await self._abandon(handle, "error", reason)
             finally:
@@ -995,6 +995,14 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
 
 #: The largest event id an SSE ``id:`` may carry (the API takes up to 12 digits).
 _MAX_EVENT_ID = 10**12 - 1
+
+
+def _ran(handle: ExecutionHandle) -> storage_floor.Ran:
+    """How far ``handle``'s code got when the broker failed on it."""
+    rec = handle.recorder
+    if rec is None or handle.execution.started_at is None:
+        return "not_run"
+    return "ended" if rec.done else "started"
 
 
 def _cut_stream(output: dict[str, Any]) -> CutText | None:

@@ -14,6 +14,7 @@ import errno
 import os
 import sqlite3
 from pathlib import Path
+from typing import Literal
 
 from interpreter.errors import StorageFull
 from interpreter.models import ErrorInfo, Execution
@@ -76,22 +77,42 @@ def unrecorded_answer(execution: Execution) -> Execution:
         evalue=f"This code ran and ended '{execution.status}' (its output is here), but the "
         "service's data disk is full, so its record could not be written. The record is kept "
         "in memory and written once space is freed; GET this execution then gives it as "
-        "recorded. Do not run it again: it has run.",
+        "recorded (should the service stop first, it stays as last saved while the code "
+        "ran). Do not run it again: it has run.",
         traceback=[],
     )
     return told
 
 
-def failure_error(reason: str) -> ErrorInfo:
-    """The Execution's ``error`` for :func:`failure_reason` (never null, no host path)."""
+#: How far an execution the broker could not finish got: never sent to the kernel, sent
+#: (it may have run in part), or run to its end (the kernel said it was done).
+Ran = Literal["not_run", "started", "ended"]
+
+#: The error of an execution that did not fit on the data disk, by how far it got: one
+#: that ran must not be told to run again (it said "Free space and run it again" of a cell
+#: that had run to its end, found by an outside operations tester).
+_FULL_TEXT: dict[Ran, str] = {
+    "not_run": "The service's data disk is full, so this code was not run; earlier cells are "
+    "kept. Free space and send it again.",
+    "started": "This code was sent to the kernel and may have run, in whole or in part, but "
+    "the service's data disk is full, so its outputs could not all be kept: the output here "
+    "is what was kept; earlier cells are kept. Check the session's state before running it "
+    "again.",
+    "ended": "This code ran to its end, but the service's data disk is full, so its outputs "
+    "could not all be kept: the output here is what was kept; earlier cells are kept. Do not "
+    "run it again: it has run.",
+}
+
+
+#: Why a stream's full-text artifact was not stored, when it did not fit.
+UNSTORED_BECAUSE = "the service's data disk was full"
+
+
+def failure_error(reason: str, ran: Ran = "not_run") -> ErrorInfo:
+    """The Execution's ``error`` for :func:`failure_reason` (never null, no host path), for
+    an execution that got as far as ``ran``."""
     if reason == "storage_full":
-        return ErrorInfo(
-            ename="StorageFull",
-            evalue="The service's data disk is full: this execution's outputs could not be "
-            "kept, and what they would have added is lost; earlier cells are kept. Free space "
-            "and run it again.",
-            traceback=[],
-        )
+        return ErrorInfo(ename="StorageFull", evalue=_FULL_TEXT[ran], traceback=[])
     return ErrorInfo(
         ename="BrokerError",
         evalue="The service failed while handling this execution's outputs; see its log.",

@@ -229,7 +229,8 @@ def test_a_crashed_broker_releases_quotas_its_kernels_did_not_outlive(small_disk
 
 def test_outputs_that_no_longer_fit_on_the_data_disk_name_storage_full(small_disk: Path) -> None:
     """Below the floor nothing new starts; a run already admitted whose image does not fit
-    any more ends in an error that says so (not a bare broker_error), the notebook whole."""
+    any more ends in an error that says so (not a bare broker_error), and that the code ran
+    (found by an outside operations tester), the notebook whole."""
     broker = start_broker("docker", small_disk, "--min-free-mb", "0", "--default-disk-mb", "16")
     filler = small_disk / "filler"
     try:
@@ -247,6 +248,8 @@ def test_outputs_that_no_longer_fit_on_the_data_disk_name_storage_full(small_dis
             assert out["status"] == "error" and out["reason"] == "storage_full", out
             assert out["error"]["ename"] == "StorageFull"
             assert "disk" in out["error"]["evalue"]
+            # It ran to its end: not to be run again (it said "run it again").
+            assert "This code ran to its end" in out["error"]["evalue"], out["error"]
             nb = api.get(f"/v1/sessions/{sid}/notebook").json()
             nbformat.validate(nbformat.from_dict(nb))
             again = api.post(f"/v1/sessions/{sid}/execute", json={"code": "print(a)"}).json()

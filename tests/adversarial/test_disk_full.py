@@ -263,3 +263,59 @@ def test_starting_on_a_full_data_disk_is_one_line_that_says_so(tiny_disk: Path) 
             ], started.stderr
     finally:
         filler.unlink()
+
+
+#: Fills the data disk, then prints past the output budget and goes on to its end.
+FILL_THEN_PRINT = FILL + "print('x' * 200000)\nb = 2\nprint('end')\n"
+
+
+def test_a_cell_whose_full_text_does_not_fit_is_told_as_run_with_its_output(
+    tiny_disk: Path,
+) -> None:
+    """The data disk filled while a cell printed past the output budget: its full-text
+    artifact did not fit, which ended the cell as the broker's error: the answer and the
+    record had no stdout and said "Free space and run it again" of code that had run to
+    its end, while the notebook cell had the stdout and named a full-text artifact that
+    did not exist (found by an outside operations tester). The cell now ends as it ran,
+    cut, its notice saying that no artifact holds the full text, alike in the answer, the
+    record and the notebook; the answer says it ran and must not run again."""
+    broker: Broker = start_broker(
+        "local", tiny_disk, "--min-free-mb", "0", "--default-disk-mb", "0"
+    )
+    try:
+        with broker.client(timeout=60) as api:
+            sid = api.post("/v1/sessions", json={}).json()["id"]
+            fill = tiny_disk / "sessions" / sid / "workspace" / "fill.bin"
+            told = api.post(f"/v1/sessions/{sid}/execute", json={"code": FILL_THEN_PRINT}).json()
+            assert (told["status"], told["reason"]) == ("error", "storage_full"), told
+            assert "This code ran" in told["error"]["evalue"]
+            assert "Do not run it again" in told["error"]["evalue"]
+            stdout = told["stdout"]
+            assert stdout.startswith("filled ENOSPC\nxxx") and stdout.endswith("xxx\nend\n")
+            assert "no artifact holds the full text: the service's data disk was full" in stdout
+            assert "full text in the artifact" not in stdout
+            assert told["truncated"] and told["artifacts"] == []
+            fill.unlink()
+            after = api.post(f"/v1/sessions/{sid}/execute", json={"code": "print(b)"}).json()
+            assert (after["status"], after["stdout"]) == ("ok", "2\n"), after
+            got = api.get(f"/v1/sessions/{sid}/executions/{told['id']}").json()
+            assert (got["status"], got["stdout"], got["artifacts"]) == ("ok", stdout, []), got
+            nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+            (cell,) = [
+                c
+                for c in nb["cells"]
+                if c["metadata"].get("interp", {}).get("execution_id") == told["id"]
+            ]
+            text = "".join(o["text"] for o in cell["outputs"] if o.get("name") == "stdout")
+            assert text == stdout
+        assert broker.errors == []
+        stop_broker(broker)
+        verify = subprocess.run(
+            [sys.executable, "-m", "interpreter", "audit", "verify", "--data-dir", str(tiny_disk)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    finally:
+        stop_broker(broker)
