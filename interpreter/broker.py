@@ -41,7 +41,7 @@ from interpreter.idempotency import IdempotencyKeys, request_hash
 from interpreter.ids import broker_id_for
 from interpreter.launch import SessionFactory
 from interpreter.metrics import Metrics
-from interpreter.models import CreateSessionRequest, Execution, Limits
+from interpreter.models import CreateSessionRequest, Execution, Limits, RebuildReport
 from interpreter.models import Session as SessionModel
 from interpreter.notebook import NOTEBOOK_NAME, read_notebook_file
 from interpreter.policy.gate import PolicyGate
@@ -59,6 +59,8 @@ from interpreter.write_gate import refusal
 
 log = logging.getLogger(__name__)
 
+#: How long a shutdown waits for the rebuilds it stopped to record that they stopped.
+REPLAY_END_S = 10.0
 #: Closed reasons that mean the service ended the session on its own: 410 session_expired.
 EXPIRY_REASONS = frozenset({"idle_timeout", "max_lifetime"})
 
@@ -104,6 +106,8 @@ class SessionBroker:
         self._drained: asyncio.Future[None] | None = None
         self.reconcile_report: dict[str, list[str]] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        #: Rebuilds and recoveries under way: each is set once it has recorded its end.
+        self._replays: set[asyncio.Event] = set()
         #: Sessions out of ``live`` whose close is under way: their notebook file may still
         #: lack cells its in-memory notebook holds (saves are paced) until the close flushes.
         self._closing_sessions: dict[str, LiveSession] = {}
@@ -240,6 +244,12 @@ class SessionBroker:
             ),
             return_exceptions=True,
         )
+        if self._replays:
+            # A rebuild the closes cut off says so (its report, a notebook note) first.
+            waits = [asyncio.ensure_future(done.wait()) for done in self._replays]
+            _, pending = await asyncio.wait(waits, timeout=REPLAY_END_S)
+            for wait in pending:
+                wait.cancel()
         self.live.clear()
 
     async def _let_running_cells_finish(self, grace_s: float) -> None:
@@ -451,13 +461,54 @@ class SessionBroker:
         self, session: LiveSession, nb: dict[str, Any], source: str, *, first: bool = False
     ) -> None:
         """Re-run ``nb``'s good cells in ``session``; with ``first``, each ahead of the
-        waiting cells and outside the queue bound (a recovery, a rebuild on request)."""
+        waiting cells and outside the queue bound (a recovery, a rebuild on request).
+
+        Those (``first``) stop where the broker starts to shut down: the report and the
+        notebook say how far they got, and the caller is answered 503 ``shutting_down``
+        (the drain waits for them to say so). As they run, the report they would end with
+        if the broker were killed is kept on record, for the next broker to complete
+        (:mod:`interpreter.recovery`).
+        """
         submit = partial(self._submit, session, first=first)
-        report = await rebuild.replay_into(
-            session, nb, source, self.settings.default_timeout_s, submit
-        )
-        session.record.rebuild = report
-        await self.writer.run(partial(self.store.save_rebuild, session.id, report))
+        earlier = session.record.rebuild
+
+        async def progress(cut: RebuildReport) -> None:
+            await self.writer.run(partial(self.store.save_rebuild, session.id, cut, running=True))
+
+        done = asyncio.Event()
+        self._replays.add(done)
+        try:
+            try:
+                report = await rebuild.replay_into(
+                    session,
+                    nb,
+                    source,
+                    self.settings.default_timeout_s,
+                    submit,
+                    stopping=self._stop_reason if first else None,
+                    progress=progress,
+                )
+            except BaseException:
+                # Not cut by a broker stop: the report it kept while it ran is not one.
+                with contextlib.suppress(Exception):
+                    await self.writer.run(partial(self.store.save_rebuild, session.id, earlier))
+                raise
+            session.record.rebuild = report
+            await self.writer.run(partial(self.store.save_rebuild, session.id, report))
+            if report.stopped == "broker_shutdown":
+                await session.notebook.flush()  # its close flushed it before the note
+        finally:
+            done.set()
+            self._replays.discard(done)
+        if report.stopped == "broker_shutdown":
+            raise ShuttingDown(
+                "The service is shutting down: it stopped this rebuild; "
+                f"{report.summary().rstrip('.')}. The session's rebuild report says the same.",
+                retry_after=5,
+            )
+
+    def _stop_reason(self) -> str | None:
+        return "broker_shutdown" if self.closing else None
 
     async def _record(self, owner: str, session_id: str) -> SessionRecord:
         if len(session_id) > 100:

@@ -7,6 +7,7 @@ and non-finite numbers are refused. Response models are plain and permissive.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -394,16 +395,28 @@ class RebuildReport(BaseModel):
     )
     cells: list[RebuildCell] = Field(
         default_factory=list,
-        description="The cells of failed, errors_again and not_rerun, with execution ids.",
+        description="The cells of failed, errors_again, not_rerun and not_run, with execution ids.",
     )
     stopped: str | None = Field(
         None,
         description="Why the re-runs stopped before the last cell, when they did: the "
         "kernel was replaced while one ran (its reason: 'oom_killed', 'exit:1', a timeout's "
-        "restart), so the state they had rebuilt is gone and the cells after were not run.",
+        "restart), so the state they had rebuilt is gone and the cells after were not run; "
+        "or the broker stopped: 'broker_shutdown' (it was shut down, and said so to the "
+        "rebuild's caller with 503 shutting_down) or 'broker_restarted' (it was killed, and "
+        "the next broker wrote this report); the cells re-run before are in the kernel's "
+        "state if the kernel outlived the broker (the next cell's state_lost says if not).",
     )
     stopped_at: int | None = Field(
-        None, description="The source notebook index of the cell whose run replaced the kernel."
+        None,
+        description="The source notebook index of the cell that ran when the re-runs "
+        "stopped (its run replaced the kernel, or its broker stopped while it ran, so its "
+        "outcome is unknown); None when the broker stopped between two cells.",
+    )
+    not_run: list[int] = Field(
+        default_factory=list,
+        description="Cells that were to be re-run but were not, because the re-runs "
+        "stopped first (see stopped).",
     )
     skipped_because: dict[str, int] = Field(
         default_factory=dict,
@@ -431,7 +444,9 @@ class RebuildReport(BaseModel):
             return f"{', '.join(words)}{more}"
 
         text = f"{self.cells_ran} of {self.cells_total} cells re-ran"
-        if self.stopped is not None:
+        if self.stopped in BROKER_STOPS:
+            text += f"; the re-runs STOPPED {self.where_stopped(called)}"
+        elif self.stopped is not None:
             at = called(self.stopped_at) if self.stopped_at is not None else "a cell"
             left = self.cells_total - self.cells_skipped - self.cells_ran
             text += (
@@ -479,6 +494,45 @@ class RebuildReport(BaseModel):
             text += f"; skipped: {said}"
         return text + ("." if self.failed else "; none failed.")
 
+    def where_stopped(self, called: Callable[[int], str] | None = None) -> str:
+        """Where and why re-runs stopped by their broker stopped (:data:`BROKER_STOPS`),
+        in words: ``while In [5] `x = 1` re-ran: the broker shut down ...``; cells are
+        named by ``called`` (default: by index)."""
+        name = called or (lambda i: f"cell #{i}")
+        how = (
+            "the broker shut down"
+            if self.stopped == "broker_shutdown"
+            else "the broker was killed or crashed"
+        )
+        if self.stopped_at is not None:
+            status = next((c.status for c in self.cells if c.index == self.stopped_at), None)
+            outcome = "interrupted" if status == "interrupted" else "its outcome is unknown"
+            where = f"while {name(self.stopped_at)} re-ran ({outcome})"
+        elif self.cells_ran:
+            where = "between two cells"
+        else:
+            where = "before any cell re-ran"
+        left = len(self.not_run)
+        listed = ", ".join(name(i) for i in self.not_run[:20])
+        more = f" and {left - 20} more" if left > 20 else ""
+        after = " after it" if self.stopped_at is not None else ""
+        text = f"{where}: {how} ({self.stopped}), and " + (
+            f"{left} cell{'' if left == 1 else 's'}{after} {'was' if left == 1 else 'were'} "
+            f"not re-run: {listed}{more}"
+            if left
+            else "no cell was left to re-run"
+        )
+        if self.cells_ran:
+            text += (
+                ". What the cells re-run before did is in the session only if its kernel "
+                "outlived the broker (the next cell's state_lost says if not)"
+            )
+        return text + "; for all of it, rebuild again in a restarted or new session"
+
+
+#: A rebuild's ``stopped`` when its broker stopped while it re-ran cells: shut down, or
+#: killed (written by the next broker).
+BROKER_STOPS = frozenset({"broker_shutdown", "broker_restarted"})
 
 #: How the summary says why cells were skipped (``{s}``: the plural's ending).
 _SKIPPED_WHY = {

@@ -251,7 +251,9 @@ def openapi_document() -> dict[str, Any]:
                 "the files its cells read first), on top of its current state. 409 "
                 "session_running while other code runs or waits, or a restart or rebuild is "
                 "under way; cells sent during the rebuild wait for all of it. A later rebuild "
-                "replaces the report.",
+                "replaces the report. 503 shutting_down when the service's shutdown stopped "
+                "it before its last cell: the session's rebuild report says where "
+                "(stopped, stopped_at, not_run).",
                 "parameters": [generation],
                 "requestBody": _body(models.RebuildRequest),
                 "responses": {

@@ -33,15 +33,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from interpreter import restore_cells
+from interpreter import rebuild, restore_cells
 from interpreter.artifacts import remove_temporaries
 from interpreter.audit import cell_digest
 from interpreter.backends import Backend
 from interpreter.backends.base import Leftover
-from interpreter.cells import RESTART_EVENT, note_event
+from interpreter.cells import REBUILD_EVENT, RECOVERY_EVENT, RESTART_EVENT, note_event
 from interpreter.execution import lost_cut
 from interpreter.launch import SessionFactory
-from interpreter.models import Execution
+from interpreter.models import Execution, RebuildReport
 from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
 from interpreter.notes import broker_restart_note, restart_note
 from interpreter.release import release_disk
@@ -110,6 +110,9 @@ class Recovery:
     #: Sessions dealt with: adopted (reattached or revived) or closed.
     settled: set[str] = field(default_factory=set)
     _closed_as: dict[str, str] = field(default_factory=dict)
+    #: Rebuilds cut short by the earlier broker's end, their reports completed, until
+    #: noted in the notebook and stored.
+    _cuts: dict[str, RebuildReport] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pending = {r.id for r in self.records}
@@ -157,6 +160,7 @@ class Recovery:
                 continue
             in_flight = self._in_flight(record)
             try:
+                await self._cut_rebuild(record)
                 await self._close(record, in_flight, "broker_shutdown")
             except Exception:
                 log.exception("closing session %s at the shutdown failed", record.id)
@@ -177,6 +181,7 @@ class Recovery:
         """Reattach, revive or close one session; the leftover kernels it dealt with
         (reattached, or removed to make way for a fresh one) are :attr:`claimed`."""
         in_flight = self._in_flight(record)
+        await self._cut_rebuild(record)
         if not self.backend.can_reattach(record.backend):
             await self._close(record, in_flight, "broker_restarted")
             return
@@ -235,7 +240,9 @@ class Recovery:
             closed=False,
             inline_bytes=self.factory.settings.inline_rich_bytes,
             notebook_bytes=self.factory.settings.max_notebook_bytes,
+            then=self._cut_note(record),
         )
+        await self._cut_noted(record)
         session = await self.factory.restore(record)
         session.kernel.budget.allow(asyncio.get_running_loop().time())
         try:
@@ -273,7 +280,9 @@ class Recovery:
             closed=True,
             inline_bytes=self.factory.settings.inline_rich_bytes,
             notebook_bytes=self.factory.settings.max_notebook_bytes,
+            then=self._cut_note(record),
         )
+        await self._cut_noted(record)
         # Nothing left behind: its runtime directory, and its disk quota (files kept).
         options = self.factory.launch_options(record.id, record.owner)
         await asyncio.to_thread(release_disk, options)
@@ -300,10 +309,53 @@ class Recovery:
             log.warning("could not reattach session %s: %s", record.id, exc)
             session.kernel.close()
             return False
+        note = self._cut_note(record)
+        if note is not None:
+            # Its cell at the cut, if it still runs, is written below it when it ends.
+            await session.notebook.add_markdown(*note)
+            await session.notebook.flush()
+            await self._cut_noted(record)
         self.claimed.add(kernel)
         self.settled.add(record.id)
         self.adopt(session)
         return True
+
+    async def _cut_rebuild(self, record: SessionRecord) -> None:
+        """A rebuild the earlier broker was running when it was killed: its report (kept
+        on record as it ran) completed with how the cell it had sent last ended
+        (:func:`rebuild.cut_by_restart`), and the note the notebook gets, in
+        :attr:`_cuts` until written (:meth:`_cut_note`, :meth:`_cut_noted`)."""
+        report = record.rebuild
+        if not record.rebuild_running or report is None or record.id in self._cuts:
+            return
+        at = next(
+            (c.rerun_execution_id for c in report.cells if c.index == report.stopped_at),
+            None,
+        )
+        execution = await asyncio.to_thread(self.store.get_execution, record.id, at) if at else None
+        done = rebuild.cut_by_restart(report, execution)
+        self._cuts[record.id] = done
+        log.warning(
+            "session %s: a rebuild was under way when the broker stopped: %s",
+            record.id,
+            done.summary(),
+        )
+
+    def _cut_note(self, record: SessionRecord) -> tuple[str, dict[str, Any]] | None:
+        """The notebook note of a rebuild cut short by the earlier broker's end, if any."""
+        done = self._cuts.get(record.id)
+        if done is None or done.stopped is None:
+            return None
+        own = done.source == f"session:{record.id}"
+        event = note_event(RECOVERY_EVENT if own else REBUILD_EVENT)
+        return rebuild.stopped_note(done, own), {**event, "stopped": done.stopped}
+
+    async def _cut_noted(self, record: SessionRecord) -> None:
+        """Store the completed report of a rebuild cut short (once its note is written)."""
+        done = self._cuts.pop(record.id, None)
+        if done is not None:
+            await self.writer.run(partial(self.store.save_rebuild, record.id, done))
+            record.rebuild, record.rebuild_running = done, False
 
 
 def _close_files(
@@ -315,12 +367,13 @@ def _close_files(
     closed: bool,
     inline_bytes: int = 0,
     notebook_bytes: int = 0,
+    then: tuple[str, dict[str, Any]] | None = None,
 ) -> None:
     """Complete the notebook of a session whose kernel is gone (``closed``, or about to
     get a fresh one): the cells its file had not caught up with (from the store, within
     the notebook's output budget ``notebook_bytes``), and the cells that were running,
     with a note; remove what the previous broker was writing in its artifact directory
-    (spill files)."""
+    (spill files). ``then`` is a last note (text, event): a rebuild cut short."""
     remove_temporaries(session_dir / "artifacts")
     remove_leftovers(session_dir / "workspace")
     path = session_dir / NOTEBOOK_NAME
@@ -375,7 +428,9 @@ def _close_files(
             )
             settled.append((seq, ex, digest))
         recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
-    if restored or in_flight:
+    if then is not None:
+        recorder.add_markdown(*then)
+    if restored or in_flight or then is not None:
         recorder.save()
     # Settled, with its cell's digest: no longer in flight. Left as it was, a session given a
     # fresh kernel kept it in flight, and each later start attached it to that kernel,

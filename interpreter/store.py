@@ -174,6 +174,9 @@ class SessionRecord:
         connection: the kernel's connection info (ports or ipc paths, key), once started.
         provisioner: what the backend needs to find the kernel again.
         rebuild: the report of the replay that rebuilt it, if it was rebuilt.
+        rebuild_running: ``rebuild`` is the report a rebuild under way keeps on record
+            as it re-runs cells, saying where it stops if its broker is killed; the next
+            broker completes it (:func:`interpreter.rebuild.cut_by_restart`).
         generation: kernel incarnation (docs/security.md R-08): +1 at every (re)start.
     """
 
@@ -195,6 +198,7 @@ class SessionRecord:
     closed_reason: str | None = None
     generation: int = 0
     closed_at: datetime | None = None
+    rebuild_running: bool = False
 
     def to_model(self) -> Session:
         """The API form of the stored record (a session no broker runs shows as stored)."""
@@ -419,8 +423,19 @@ class Store:
         with self._tx() as db:
             _save_activity(db, session_id, activity)
 
-    def save_rebuild(self, session_id: str, report: RebuildReport) -> None:
-        self._update(session_id, "rebuild_json = ?", report.model_dump_json())
+    def save_rebuild(
+        self, session_id: str, report: RebuildReport | None, *, running: bool = False
+    ) -> None:
+        """Store ``report`` as the session's rebuild report (None: none). With ``running``,
+        it is the report a rebuild under way would end with if its broker were killed now
+        (:attr:`SessionRecord.rebuild_running`)."""
+        if report is None:
+            self._update(session_id, "rebuild_json = NULL")
+            return
+        data = report.model_dump(mode="json")
+        if running:
+            data["running"] = True
+        self._update(session_id, "rebuild_json = ?", json.dumps(data))
 
     def _update(self, session_id: str, assignments: str, *values: Any) -> None:
         with self._tx() as db:
@@ -887,6 +902,7 @@ def _decode(row: sqlite3.Row) -> SessionRecord:
         return json.loads(raw) if raw else None
 
     rebuild = load("rebuild_json")
+    running = bool(rebuild.pop("running", False)) if isinstance(rebuild, dict) else False
     return SessionRecord(
         id=row["id"],
         owner=row["owner"],
@@ -906,4 +922,5 @@ def _decode(row: sqlite3.Row) -> SessionRecord:
         closed_reason=row["closed_reason"],
         generation=row["generation"] or 0,
         closed_at=datetime.fromisoformat(row["closed_at"]) if row["closed_at"] else None,
+        rebuild_running=running,
     )
