@@ -497,6 +497,9 @@ class Session:
             ConflictError: Other code runs or waits in the session, or a restart or
                 rebuild is under way (``session_running``): wait or interrupt, then retry;
                 or the session is closed.
+            ServerError: The service shut down while the cells re-ran (503
+                ``shutting_down``): its message and, once the service is back, the
+                session's ``rebuild`` report say which cells re-ran and which did not.
 
         Example:
             >>> session.upload_file("sales.csv")  # doctest: +SKIP
