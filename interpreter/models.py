@@ -395,7 +395,8 @@ class RebuildReport(BaseModel):
     )
     cells: list[RebuildCell] = Field(
         default_factory=list,
-        description="The cells of failed, errors_again, not_rerun and not_run, with execution ids.",
+        description="The cells of failed, errors_again, not_rerun and (the first 20 of) "
+        "not_run, with execution ids.",
     )
     stopped: str | None = Field(
         None,

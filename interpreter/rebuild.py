@@ -167,7 +167,12 @@ def _stop(report: RebuildReport, left: list[CellPlan], why: str, at: int | None)
     report.stopped = why
     report.stopped_at = at
     report.not_run = [c.index for c in left]
-    report.cells.extend(_named(c, None, None) for c in left)
+    # Those its summary names: a report kept on record at every cell stays small.
+    report.cells.extend(_named(c, None, None) for c in left[:NAMED_NOT_RUN])
+
+
+#: The cells of ``not_run`` a report names in ``cells`` (as many as its summary names).
+NAMED_NOT_RUN = 20
 
 
 def if_killed(
