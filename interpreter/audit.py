@@ -25,6 +25,16 @@ null without a policy). Links written before the content had that field lack the
 field in :data:`SINCE_V2` is compared only when the link has it, so those links still
 verify (and do not cover the decision).
 
+The notes the service writes between cells (a restart, a recovery, a rebuild, a broker
+restart: markdown cells) have a chain of their own per session (table ``audit_notes``):
+note ``n`` holds its text, its ``metadata.interp`` event and the execution whose cell it
+follows (:func:`note_content`), chained as the links are (from :func:`notes_genesis`).
+Its cell carries ``metadata.interp.audit_note``: ``n``. The session's row names the last
+note (``notes_head``, ``<n>:<hash>``), set to ``0:<genesis>`` when the session is created:
+a session created by a broker from before the notes were chained has none, and its notes
+are *not covered*. Notes are rare; recording one is a write of its own, never part of an
+execution's.
+
 This is tamper *evidence* against edits of part of the record (a row, a cell, a file):
 nothing is keyed, so whoever can rewrite every piece consistently can rewrite the chain.
 """
@@ -79,6 +89,25 @@ def sha256_text(text: str) -> str:
 def genesis(session_id: str) -> str:
     """The ``prev_hash`` of a session's first link (binds the chain to its session)."""
     return sha256_text(f"interp-audit-v1:{session_id}")
+
+
+def notes_genesis(session_id: str) -> str:
+    """The ``prev_hash`` of a session's first note (:func:`notes_empty_head` names it)."""
+    return sha256_text(f"interp-audit-notes-v1:{session_id}")
+
+
+def notes_empty_head(session_id: str) -> str:
+    """The ``notes_head`` of a session whose notes are chained and that has none yet."""
+    return f"0:{notes_genesis(session_id)}"
+
+
+def note_content(
+    session_id: str, n: int, text: str, event: dict[str, Any] | None, after: str | None
+) -> dict[str, Any]:
+    """What note ``n`` of a session covers: its text, its event (the ``metadata.interp``
+    of its cell, without ``audit_note``) and the execution whose cell it follows (None:
+    it comes before every code cell)."""
+    return {"session_id": session_id, "n": n, "text": text, "event": event, "after": after}
 
 
 def link_hash(prev_hash: str, content_json: str) -> str:

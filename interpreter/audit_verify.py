@@ -11,7 +11,15 @@ For each session (or the one asked for), in this order:
 3. its notebook: each cell of a chained execution has the digest the chain recorded, and
    its source (as written: a recovery's re-runs commented out) and outputs still give
    that digest; a chained cell missing is reported;
-4. its artifacts: each file the chain names exists and its SHA-256 is its name.
+4. its artifacts: each file the chain names exists and its SHA-256 is its name;
+5. its notes (the markdown cells the service writes: a restart, a recovery, ...) against
+   their own chain (``audit_notes``): each note's cell is there, with the text, event and
+   place (the cell it follows) recorded, in order, and every markdown cell is one of them.
+   A session created by a broker from before the notes chain (no ``notes_head``) has its
+   notes counted as *not covered*, not broken.
+
+A chained cell's metadata is compared with its link too: status, reason, start time,
+duration, ``state_lost``, ``execution_count`` and the policy decision.
 
 A problem names the session, the link or execution and what differs. Records written
 before the chain existed (no hash) are counted as *not chained*, not as broken; so are
@@ -39,6 +47,7 @@ from pydantic import ValidationError
 from interpreter import audit
 from interpreter.audit import policy_covered
 from interpreter.models import Execution, PolicyResult
+from interpreter.notebook import NOTE_KEY
 from interpreter.notebook_repair import original_outputs
 from interpreter.notes import RERUN_HEADER, commented_rerun
 
@@ -48,7 +57,7 @@ class Problem:
     """One broken link: where, which execution, and what differs."""
 
     session_id: str
-    where: str  # chain, record, notebook or artifact
+    where: str  # chain, record, notebook, note or artifact
     message: str
     execution_id: str | None = None
     #: The chain link it concerns (problems are listed by link: the first is the first
@@ -71,6 +80,8 @@ class SessionAudit:
     not_chained: int = 0
     cells: int = 0
     cells_not_chained: int = 0
+    notes: int = 0
+    notes_not_covered: int = 0
     artifacts: int = 0
     problems: list[Problem] = field(default_factory=list)
 
@@ -105,6 +116,8 @@ class AuditReport:
                     "not_chained": s.not_chained,
                     "cells": s.cells,
                     "cells_not_chained": s.cells_not_chained,
+                    "notes": s.notes,
+                    "notes_not_covered": s.notes_not_covered,
                     "artifacts": s.artifacts,
                     "problems": [
                         {
@@ -199,7 +212,8 @@ def _verify_session(
     result = SessionAudit(sid)
     latest = _check_links(db, sid, result) if chained else {}
     order = _check_records(db, sid, latest, result)
-    _check_notebook(session_dir / "notebook.ipynb", sid, latest, result, order)
+    cells = _check_notebook(session_dir / "notebook.ipynb", sid, latest, result, order)
+    _check_notes(db, sid, cells, result)
     _check_artifacts(session_dir / "artifacts", sid, latest, result)
     # By link, earliest first (stable: for one link, chain, record, notebook, artifact).
     result.problems.sort(key=lambda p: p.link if p.link is not None else 1 << 62)
@@ -349,10 +363,11 @@ def _check_notebook(
     latest: dict[str, _Link],
     result: SessionAudit,
     order: dict[str, int] | None = None,
-) -> None:
+) -> list[Any] | None:
     """Check the notebook's cells against the chain: each chained cell's digest (source
-    and outputs), its status and policy decision as the chain has them, their order as
-    they ran (``order``), and that every code cell is one the service wrote."""
+    and outputs), its metadata as the chain has it, their order as they ran (``order``),
+    and that every code cell is one the service wrote. Returns the cells (None: no
+    readable notebook)."""
     expected = {eid: k for eid, k in latest.items() if k.content.get("notebook_sha256")}
     if not path.is_file():
         if expected:
@@ -360,13 +375,15 @@ def _check_notebook(
             result.problems.append(
                 Problem(sid, "notebook", f"{path.name} is missing", first.execution_id, first.idx)
             )
-        return
+        return None
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
         cells = nb["cells"]
+        if not isinstance(cells, list):
+            raise TypeError("its cells are not a list")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         result.problems.append(Problem(sid, "notebook", f"cannot read {path.name}: {exc}"))
-        return
+        return None
     found = set()
     last: tuple[int, int] | None = None  # the place and index of the last cell seen
     for index, cell in enumerate(cells):
@@ -404,7 +421,7 @@ def _check_notebook(
             result.cells_not_chained += 1
             continue
         found.add(eid)
-        for what in _meta_differences(meta, link.content):
+        for what in _meta_differences(meta, link.content, cell):
             message = f"cell {index}: its {what} differs from its chain link's"
             result.problems.append(Problem(sid, "notebook", message, eid, link.idx))
         # A repaired cell's digest covers the outputs it was recorded with (kept aside).
@@ -431,15 +448,26 @@ def _check_notebook(
     for eid, link in sorted(expected.items(), key=lambda item: item[1].idx):
         if eid not in found:
             result.problems.append(Problem(sid, "notebook", "its cell is missing", eid, link.idx))
+    return cells
 
 
-def _meta_differences(meta: dict[str, Any], chained: dict[str, Any]) -> list[str]:
-    """The fields of a cell's ``metadata.interp`` that say otherwise than its chain link:
-    its status, and its policy decision (whom an approval names, and why) when the link
-    covers one. The cell's digest covers only its source and outputs."""
+#: A cell's ``metadata.interp`` fields that its chain link also holds (absent: None).
+_META_FIELDS = ("reason", "started_at", "duration_ms", "state_lost")
+
+
+def _meta_differences(meta: dict[str, Any], chained: dict[str, Any], cell: Any) -> list[str]:
+    """The fields of a cell that say otherwise than its chain link: its status, reason,
+    start time, duration, ``state_lost`` (``metadata.interp``), ``execution_count`` and
+    its policy decision (whom an approval names, and why) when the link covers one. The
+    cell's digest covers only its source and outputs."""
     differ = []
     if "status" in meta and meta["status"] != chained.get("status"):
         differ.append("status")
+    for name in _META_FIELDS:
+        if name in chained and meta.get(name) != chained[name]:
+            differ.append(name)
+    if "execution_count" in chained and cell.get("execution_count") != chained["execution_count"]:
+        differ.append("execution_count")
     if "policy" in chained:
         try:
             shown = meta.get("policy")
@@ -449,6 +477,148 @@ def _meta_differences(meta: dict[str, Any], chained: dict[str, Any]) -> list[str
         if covered != chained["policy"]:
             differ.append("policy decision")
     return differ
+
+
+def _check_notes(
+    db: sqlite3.Connection, sid: str, cells: list[Any] | None, result: SessionAudit
+) -> None:
+    """Check the session's notes chain, and the notebook's notes (its markdown cells)
+    against it: each recorded note is there, as recorded (text, event, the cell it
+    follows), in order, and no markdown cell is one it has no record of."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
+    row = (
+        db.execute("SELECT notes_head FROM sessions WHERE id = ?", (sid,)).fetchone()
+        if "notes_head" in columns
+        else None
+    )
+    head = row[0] if row is not None else None
+    markdown = [
+        (i, c)
+        for i, c in enumerate(cells or [])
+        if isinstance(c, dict) and c.get("cell_type") == "markdown"
+    ]
+    result.notes = len(markdown)
+    if not isinstance(head, str):
+        result.notes_not_covered = len(markdown)  # a broker from before the notes chain
+        return
+    recorded = _walk_notes(db, sid, head, result)
+    if cells is None:
+        return
+    seen: set[int] = set()
+    after: str | None = None
+    last = 0
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict):
+            continue
+        if cell.get("cell_type") == "code":
+            eid = _interp_meta(cell).get("execution_id")
+            after = eid if isinstance(eid, str) else after
+            continue
+        if cell.get("cell_type") != "markdown":
+            continue
+        meta = dict(_interp_meta(cell))
+        n = meta.pop(NOTE_KEY, None)
+        text = _text(cell.get("source", ""))
+
+        def broken(message: str, index: int = index) -> None:
+            result.problems.append(Problem(sid, "note", f"cell {index}: {message}"))
+
+        content = recorded.get(n) if isinstance(n, int) and not isinstance(n, bool) else None
+        if content is None or not isinstance(n, int) or n in seen:
+            broken(f"a note the service has no record of (added, or copied): {_quote(text)}")
+            continue
+        seen.add(n)
+        if text != content.get("text"):
+            broken(
+                f"note {n} was edited: it reads {_quote(text)}, written as "
+                f"{_quote(content.get('text'))}"
+            )
+        if (meta or None) != content.get("event"):
+            broken(f"note {n}'s metadata (its event) differs from its record")
+        if content.get("after") != after:
+            where = content.get("after")
+            written = f"after the cell of execution {where}" if where else "before every cell"
+            broken(f"note {n} was moved: it was written {written}")
+        if n < last:
+            broken(f"note {n} comes after note {last} here, but was written before it")
+        last = max(last, n)
+    for n, content in sorted(recorded.items()):
+        if n not in seen:
+            message = f"note {n} is missing from the notebook: {_quote(content.get('text'))}"
+            result.problems.append(Problem(sid, "note", message))
+
+
+def _walk_notes(
+    db: sqlite3.Connection, sid: str, head: str, result: SessionAudit
+) -> dict[int, dict[str, Any]]:
+    """Walk the session's notes chain; returns each intact note's content by number."""
+    rows = (
+        db.execute(
+            "SELECT n, prev_hash, hash, content_json FROM audit_notes WHERE session_id = ?"
+            " ORDER BY n",
+            (sid,),
+        ).fetchall()
+        if _has_table(db, "audit_notes")
+        else []
+    )
+    recorded: dict[int, dict[str, Any]] = {}
+    expected_prev = audit.notes_genesis(sid)
+    for position, row in enumerate(rows, start=1):
+        n = row["n"]
+
+        def broken(message: str, n: int = n) -> None:
+            result.problems.append(Problem(sid, "note", f"note {n}: {message}"))
+
+        intact = True
+        if n != position:
+            broken(f"the note before it is missing from the notes chain (expected note {position})")
+        if row["prev_hash"] != expected_prev:
+            broken("its prev_hash is not the hash of the note before it")
+            intact = False
+        if audit.link_hash(row["prev_hash"], row["content_json"]) != row["hash"]:
+            broken("its hash does not match its content (its record was edited)")
+            intact = False
+        try:
+            content = json.loads(row["content_json"])
+        except (TypeError, ValueError):
+            content = None
+        if (
+            not isinstance(content, dict)
+            or content.get("session_id") != sid
+            or content.get("n") != n
+        ):
+            broken("its content belongs to another note or session")
+            content = {}
+        expected_prev = row["hash"]
+        if intact and content:
+            recorded[n] = content
+    last = rows[-1] if rows else None
+    ends = f"{last['n']}:{last['hash']}" if last is not None else audit.notes_empty_head(sid)
+    if ends != head:
+        said, _, _ = head.partition(":")
+        reached = last["n"] if last is not None else 0
+        message = (
+            f"the notes chain ends at note {reached}, but the session's record says it reached"
+            f" note {said}: its last notes were removed"
+            if said.isdigit() and int(said) > reached
+            else "the notes chain's last note is not the one the session's record names "
+            f"(note {said})"
+        )
+        result.problems.append(Problem(sid, "note", message))
+    return recorded
+
+
+def _text(source: Any) -> str:
+    """A cell's source as one string (nbformat allows a list of lines)."""
+    if isinstance(source, list):
+        return "".join(s for s in source if isinstance(s, str))
+    return source if isinstance(source, str) else ""
+
+
+def _quote(text: Any) -> str:
+    """A note named by its first words, on one line."""
+    line = " ".join(str(text).split())
+    return repr(line if len(line) <= 80 else line[:77] + "...")
 
 
 def _digest_of_uncommented(cell: dict[str, Any], outputs: list[dict[str, Any]]) -> str | None:
@@ -510,7 +680,8 @@ def format_report(report: AuditReport) -> str:
         lines.append(
             f"{s.session_id}: {state} ({_count(s.links, 'link')}, {_count(s.records, 'record')}"
             f" of which {s.not_chained} not chained, {_count(s.cells, 'notebook cell')}"
-            f" of which {s.cells_not_chained} not chained, {_count(s.artifacts, 'artifact')})"
+            f" of which {s.cells_not_chained} not chained, {_count(s.notes, 'note')}"
+            f" of which {s.notes_not_covered} not covered, {_count(s.artifacts, 'artifact')})"
         )
         for n, p in enumerate(s.problems):
             lead = "first broken link" if n == 0 else "also"

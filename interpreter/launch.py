@@ -250,6 +250,7 @@ class SessionFactory:
         digests = await asyncio.to_thread(self.store.cell_digests, record.id)
         layouts = await asyncio.to_thread(self.store.cell_layouts, record.id)
         chained = await asyncio.to_thread(self.store.chained, record.id)
+        notes = await asyncio.to_thread(self.store.notes_of, record.id)
         # Off the loop: it reads the artifacts of the cells it writes back.
         restored = await asyncio.to_thread(
             restore_cells.restore,
@@ -261,6 +262,7 @@ class SessionFactory:
             notebook_bytes=self.settings.max_notebook_bytes,
             layouts=layouts,
             chained=chained,
+            notes=notes,
         )
         if restored:
             log.warning("session %s: %d cells written back from the store", record.id, restored)

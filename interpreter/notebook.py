@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,9 @@ from interpreter.notebook_repair import KEPT, repair_cell
 from interpreter.notes import commented_rerun
 
 NOTEBOOK_NAME = "notebook.ipynb"
+#: ``metadata.interp`` key of a note the service wrote: its number in the session's notes
+#: chain (``interpreter/audit.py``).
+NOTE_KEY = "audit_note"
 #: When the file is written. A save rewrites the whole file (atomic replacement has no
 #: cheaper form), so its cost grows with the notebook; saving after every cell would make
 #: a long session's cells dearer than a new one's. So the file is saved once the changes
@@ -296,6 +299,15 @@ class NotebookRecorder:
         self.nb.cells.append(cell)
         return len(self.nb.cells) - 1
 
+    def last_execution_id(self) -> str | None:
+        """The execution of the last code cell that has one (what a note added now
+        follows), or None."""
+        for cell in reversed(self.nb.cells):
+            eid = _execution_id(cell) if cell.get("cell_type") == "code" else None
+            if isinstance(eid, str):
+                return eid
+        return None
+
     def cell_changed(self, cell: Any) -> None:
         """Forget the cached JSON of ``cell`` and validate it again at the next save: call
         after changing a recorded cell in place."""
@@ -493,10 +505,25 @@ class LiveNotebook:
                     return [json.loads(json.dumps(o)) for o in cell.get("outputs", [])]
         return None
 
-    async def add_markdown(self, text: str, event: dict[str, Any] | None = None) -> None:
-        """Append a markdown note (a restart, a recovery) with its ``event``; saved soon."""
+    async def add_markdown(
+        self,
+        text: str,
+        event: dict[str, Any] | None = None,
+        record: Callable[[str | None], Awaitable[int | None]] | None = None,
+    ) -> None:
+        """Append a markdown note (a restart, a recovery) with its ``event``; saved soon.
+
+        ``record``, given the execution whose cell the note follows (None: no code cell
+        yet), chains the note and returns its number (``audit_note`` in its metadata), or
+        None when the session's notes are not chained. It runs under the document's lock,
+        so no cell comes between the note as recorded and as written."""
         async with self._lock:
-            self.recorder.add_markdown(text, event)
+            meta = dict(event) if event is not None else None
+            if record is not None:
+                n = await record(self.recorder.last_execution_id())
+                if n is not None:
+                    meta = {**(meta or {}), NOTE_KEY: n}
+            self.recorder.add_markdown(text, meta)
         self.request_save()
 
     async def replace_outputs(

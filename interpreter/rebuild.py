@@ -101,7 +101,7 @@ async def replay_into(
             report.skipped_because[cell.skip] = report.skipped_because.get(cell.skip, 0) + 1
     own = source == f"session:{session.id}"
     event = note_event(RECOVERY_EVENT if own else REBUILD_EVENT)
-    await session.notebook.add_markdown(rebuild_note(source, own, cells), event)
+    await session.add_note(rebuild_note(source, own, cells), event)
     if progress is not None:
         # On file before any cell runs: a broker killed now leaves its cells under it.
         await session.notebook.flush()
@@ -145,7 +145,7 @@ async def replay_into(
             # cells before had rebuilt is gone, and the cells after would run without it.
             _stop(report, sources[at + 1 :], ex.reason or ex.status, cell.index)
             left = len(sources) - report.cells_ran
-            await session.notebook.add_markdown(
+            await session.add_note(
                 f"**{'Recovery' if own else 'Rebuild'} stopped**: the kernel was replaced while "
                 f"the cell above ran ({report.stopped}), so what the re-run cells had rebuilt "
                 f"is gone; the {left} cell{'' if left == 1 else 's'} after it "
@@ -155,9 +155,7 @@ async def replay_into(
             break
     report_not_rerun(report, cells)
     if report.stopped in BROKER_STOPS:
-        await session.notebook.add_markdown(
-            stopped_note(report, own), {**event, "stopped": report.stopped}
-        )
+        await session.add_note(stopped_note(report, own), {**event, "stopped": report.stopped})
     return report
 
 

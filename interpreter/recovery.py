@@ -42,7 +42,7 @@ from interpreter.cells import REBUILD_EVENT, RECOVERY_EVENT, RESTART_EVENT, note
 from interpreter.execution import lost_cut
 from interpreter.launch import SessionFactory
 from interpreter.models import Execution, RebuildReport
-from interpreter.notebook import NOTEBOOK_NAME, NotebookRecorder
+from interpreter.notebook import NOTE_KEY, NOTEBOOK_NAME, NotebookRecorder
 from interpreter.notes import broker_restart_note, restart_note
 from interpreter.release import release_disk
 from interpreter.session import LiveSession
@@ -254,7 +254,7 @@ class Recovery:
             self._closed(record.id, "start_failed")
             return
         self.factory.metrics.restarts.labels(REVIVED).inc()
-        await session.notebook.add_markdown(
+        await session.add_note(
             restart_note(REVIVED, session.generation), note_event(RESTART_EVENT, [REVIVED])
         )
         log.warning(
@@ -312,7 +312,7 @@ class Recovery:
         note = self._cut_note(record)
         if note is not None:
             # Its cell at the cut, if it still runs, is written below it when it ends.
-            await session.notebook.add_markdown(*note)
+            await session.add_note(*note)
             await session.notebook.flush()
             await self._cut_noted(record)
         self.claimed.add(kernel)
@@ -394,6 +394,7 @@ def _close_files(
         notebook_bytes=notebook_bytes,
         layouts=store.cell_layouts(session_id),
         chained=store.chained(session_id),
+        notes=store.notes_of(session_id),
     )
     settled: list[tuple[int, Execution, str]] = []
     for seq, ex in in_flight:
@@ -401,10 +402,23 @@ def _close_files(
         if kept is not None:
             # Recorded, with what it had printed, by an earlier broker that shut down and
             # kept its kernel: completed in place, never written twice.
-            kept.metadata["interp"].update(
-                status=ex.status, state_lost=True, reason=ex.reason, note=CLOSED_NOTE
+            # Its record says the same (``interp audit verify`` compares the two): state
+            # lost, and the duration its cell was written with.
+            meta = kept.metadata["interp"]
+            ex.state_lost = True
+            if ex.duration_ms is None and isinstance(meta.get("duration_ms"), (int, float)):
+                ex.duration_ms = meta["duration_ms"]
+            meta.update(
+                status=ex.status,
+                state_lost=True,
+                reason=ex.reason,
+                duration_ms=ex.duration_ms,
+                note=CLOSED_NOTE,
             )
             recorder.cell_changed(kept)
+            digest = meta.get("audit_sha256")
+            if isinstance(digest, str):
+                settled.append((seq, ex, digest))
         else:
             # What it printed up to its last progress write (see LiveSession._run). Cut,
             # its notice promised the full text in an artifact made when the cell ended:
@@ -427,9 +441,13 @@ def _close_files(
                 extra={**store.cell_meta_of(ex.id), "note": CLOSED_NOTE, "audit_sha256": digest},
             )
             settled.append((seq, ex, digest))
-        recorder.add_markdown(broker_restart_note(kernel_survived=False, closed=closed))
+        note = broker_restart_note(kernel_survived=False, closed=closed)
+        n = store.record_note(session_id, note, None, recorder.last_execution_id())
+        recorder.add_markdown(note, {NOTE_KEY: n} if n is not None else None)
     if then is not None:
-        recorder.add_markdown(*then)
+        text, event = then
+        n = store.record_note(session_id, text, event, recorder.last_execution_id())
+        recorder.add_markdown(text, {**event, NOTE_KEY: n} if n is not None else event)
     if restored or in_flight or then is not None:
         recorder.save()
     # Settled, with its cell's digest: no longer in flight. Left as it was, a session given a

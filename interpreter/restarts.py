@@ -175,9 +175,24 @@ class KernelLifecycle:
         note, self._note = self._note, None
         reasons, self._note_restarts = self._note_restarts, []
         if note is not None:
-            await self.notebook.add_markdown(
-                note, note_event(RESTART_EVENT, reasons) if reasons else None
-            )
+            await self.add_note(note, note_event(RESTART_EVENT, reasons) if reasons else None)
+
+    async def add_note(self, text: str, event: dict[str, Any] | None = None) -> None:
+        """Put a note of the service in the notebook, chained in the store first
+        (:meth:`Store.record_note`): ``interp audit verify`` then reports it removed, edited
+        or moved, and a note it has no record of. A note the store cannot take (a full
+        disk) is still written, and logged: verify will call it one with no record."""
+
+        async def record(after: str | None) -> int | None:
+            try:
+                return await self.writer.run(
+                    partial(self.store.record_note, self.id, text, event, after)
+                )
+            except Exception as exc:
+                log.warning("session %s: a note could not be recorded: %r", self.id, exc)
+                return None
+
+        await self.notebook.add_markdown(text, event, record)
 
     async def _fail(self, reason: str) -> None:
         """Give up on the kernel: the session is dead and the broker will close it."""

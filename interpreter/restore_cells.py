@@ -22,7 +22,7 @@ from interpreter import endings
 from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution, Output
-from interpreter.notebook import NotebookRecorder
+from interpreter.notebook import NOTE_KEY, NotebookRecorder
 from interpreter.notebook_budget import NotebookBudget, SetAside, set_aside_form, value_size
 from interpreter.notes import commented_rerun
 from interpreter.store import in_flight
@@ -59,6 +59,7 @@ def restore(
     notebook_bytes: int = 0,
     layouts: dict[str, str] | None = None,
     chained: set[str] | None = None,
+    notes: list[dict[str, Any]] | None = None,
 ) -> int:
     """Append a cell for each execution of :func:`missing`; returns how many.
 
@@ -72,8 +73,15 @@ def restore(
     ``chained`` (:meth:`~interpreter.store.Store.chained`), when given, are the executions
     with a chain link: only their cells get a digest (an execution of a broker from before
     the chain has none, and a digest without a link reads as a stripped link).
+    ``notes`` (:meth:`~interpreter.store.Store.notes_of`), the session's chained notes:
+    those the file lacks are written back too, each after the cell it followed.
     """
     added = missing(recorder, executions)
+    lost = missing_notes(recorder, notes or [])
+    after_restored = {ex.id for ex in added}
+    for note in lost:
+        if note.get("after") not in after_restored:
+            _add_note(recorder, note)  # it followed a cell the file has: it comes first
     budget = NotebookBudget(notebook_bytes if inline_bytes else 0)
     if budget.limit and added:
         budget.load(recorder.nb.cells)
@@ -120,7 +128,30 @@ def restore(
             if chained is not None and ex.id not in chained
             else {"restored_from": "store", "audit_sha256": cell_digest(source, outputs)},
         )
-    return len(added)
+        for note in lost:
+            if note.get("after") == ex.id:
+                _add_note(recorder, note)
+    return len(added) + len(lost)
+
+
+def missing_notes(recorder: NotebookRecorder, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chained ``notes`` that have no cell in the notebook, in order.
+
+    The file is a prefix of what the broker wrote (cells are only ever appended), so they
+    are the last of them: each goes back after the cell it followed, which is either in
+    the file (the note then comes before any cell written back) or written back too."""
+    present = {
+        c.metadata.get("interp", {}).get(NOTE_KEY)
+        for c in recorder.nb.cells
+        if c.get("cell_type") == "markdown"
+    }
+    return [n for n in notes if isinstance(n.get("n"), int) and n["n"] not in present]
+
+
+def _add_note(recorder: NotebookRecorder, note: dict[str, Any]) -> None:
+    event = note.get("event")
+    meta = {**(event if isinstance(event, dict) else {}), NOTE_KEY: note["n"]}
+    recorder.add_markdown(str(note.get("text", "")), meta)
 
 
 def _digests(

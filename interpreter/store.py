@@ -76,6 +76,15 @@ CREATE TABLE IF NOT EXISTS audit_links (
     PRIMARY KEY (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS audit_links_execution ON audit_links(session_id, execution_id, idx);
+CREATE TABLE IF NOT EXISTS audit_notes (
+    session_id TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    content_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, n)
+);
 CREATE TABLE IF NOT EXISTS idempotency (
     owner TEXT NOT NULL,
     scope TEXT NOT NULL,
@@ -107,6 +116,9 @@ _ADDED_COLUMNS = {
         # The last link of the session's chain, "<idx>:<hash>", written with it: a chain
         # whose last links were removed no longer ends there (audit_verify).
         "audit_head": "TEXT",
+        # The last note of the session's notes chain, "<n>:<hash>" ("0:<genesis>" before
+        # the first): NULL for a session created before notes were chained (not covered).
+        "notes_head": "TEXT",
     },
     "executions": {
         "prev_hash": "TEXT",
@@ -344,13 +356,14 @@ class Store:
             json.dumps(record.env),
             record.idle_timeout_s,
             record.generation,
+            audit.notes_empty_head(record.id),
         )
         with self._tx() as db:
             db.execute(
                 "INSERT INTO sessions (id, owner, status, backend, created_at,"
                 " last_activity_at, execution_count, kernel_json, metadata_json, limits_json,"
-                " env_json, idle_timeout_s, generation)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " env_json, idle_timeout_s, generation, notes_head)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
 
@@ -515,6 +528,7 @@ class Store:
                 (session_id, row[0], row[1], utcnow().isoformat()),
             )
             db.execute("DELETE FROM audit_links WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM audit_notes WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM executions WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         self._last_seq.pop(session_id, None)
@@ -640,6 +654,51 @@ class Store:
                 (session_id,),
             ).fetchall()
         return {row[0] for row in rows}
+
+    def record_note(
+        self, session_id: str, text: str, event: dict[str, Any] | None, after: str | None
+    ) -> int | None:
+        """Chain a note the service writes in the session's notebook (``audit.py``): its
+        ``text``, ``event`` and the execution whose cell it follows (``after``). Returns
+        its number, for its cell's ``metadata.interp.audit_note``; None for a session
+        created before notes were chained (its notes are not covered: none is recorded)."""
+        with self._tx() as db:
+            row = db.execute("SELECT notes_head FROM sessions WHERE id = ?", (session_id,))
+            head = row.fetchone()
+            if head is None or not head[0]:
+                return None
+            last = db.execute(
+                "SELECT n, hash FROM audit_notes WHERE session_id = ? ORDER BY n DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            n = last[0] + 1 if last else 1
+            prev = last[1] if last else audit.notes_genesis(session_id)
+            content = audit.canonical(audit.note_content(session_id, n, text, event, after))
+            digest = audit.link_hash(prev, content)
+            db.execute(
+                "INSERT INTO audit_notes (session_id, n, prev_hash, hash, content_json,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, n, prev, digest, content, utcnow().isoformat()),
+            )
+            db.execute(
+                "UPDATE sessions SET notes_head = ? WHERE id = ?", (f"{n}:{digest}", session_id)
+            )
+        return n
+
+    def notes_of(self, session_id: str) -> list[dict[str, Any]]:
+        """The chained notes of ``session_id`` (:func:`audit.note_content`), in order."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT content_json FROM audit_notes WHERE session_id = ? ORDER BY n",
+                (session_id,),
+            ).fetchall()
+        notes = []
+        for row in rows:
+            with contextlib.suppress(ValueError):
+                content = json.loads(row[0])
+                if isinstance(content, dict):
+                    notes.append(content)
+        return notes
 
     def cell_layouts(self, session_id: str) -> dict[str, str]:
         """The order of each execution's notebook outputs as its broker wrote them (see

@@ -282,11 +282,12 @@ def _recovered_notebook(data: Path, source: str, digest: str) -> None:
                 "execution_id": "ex_r",
                 "audit_sha256": digest,
                 "replay_source": "session:s_1",
+                "state_lost": False,  # as its record has it, with no execution count
             }
         },
         "source": source,
         "outputs": [],
-        "execution_count": 1,
+        "execution_count": None,
     }
     (data / "sessions" / "s_1").mkdir(parents=True)
     (data / "sessions" / "s_1" / "notebook.ipynb").write_text(json.dumps({"cells": [cell]}))
