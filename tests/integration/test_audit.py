@@ -86,6 +86,17 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             after = run(api, rec, "print(a + 1)")
             assert after["stdout"] == "2\n", after
             queued = _recover_with_cells_queued(srv)
+            # A kernel that died (its note, and a next cell with state_lost), then a
+            # restart on request (another note), as the outside tester had it.
+            died = api.post("/v1/sessions", json={}).json()["id"]
+            assert run(api, died, "x = 1")["status"] == "ok"
+            exited = run(api, died, "import os; os._exit(1)")
+            assert exited["reason"] == "exit:1", exited
+            lost = run(api, died, "print(2)")
+            assert lost["state_lost"] is True, lost
+            resp = api.post(f"/v1/sessions/{died}/restart", json={})
+            assert resp.status_code == 200, resp.text
+            assert run(api, died, "print(3)")["status"] == "ok"
     finally:
         srv.thread.stop()
     yield {
@@ -93,6 +104,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         "sid": sid,
         "recovered_sid": rec,
         "queued_sid": queued,
+        "died_sid": died,
+        "lost": lost["id"],
         "denied": denied["id"],
         "ids": [ok["id"], err["id"], cut["id"], late["id"], plot["id"]],
         "artifact": cut["artifacts"][0]["id"],
@@ -159,7 +172,12 @@ def test_an_untouched_record_verifies(written: dict[str, Any], copy: Path) -> No
     assert f"{written['sid']}: ok" in out
     report = verify(copy).to_dict()
     by_id = {s["session_id"]: s for s in report["sessions"]}
-    assert set(by_id) == {written["sid"], written["recovered_sid"], written["queued_sid"]}
+    assert set(by_id) == {
+        written["sid"],
+        written["recovered_sid"],
+        written["queued_sid"],
+        written["died_sid"],
+    }
     session = by_id[written["sid"]]
     assert session["records"] == 5 and session["not_chained"] == 0
     # Five final records, plus one amendment: the late output changed a finished cell.
@@ -458,3 +476,142 @@ def test_notebook_edits_outside_a_cells_digest_are_named(
     assert code == 1, out
     problems = verify(copy, sid).sessions[0].problems
     assert any(expected in p.message for p in problems), [p.message for p in problems]
+
+
+def _notes(nb: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+
+
+def test_the_services_notes_are_chained_and_verify(written: dict[str, Any], copy: Path) -> None:
+    """Each note the service wrote (a kernel's death, a restart on request, a recovery)
+    is a link of the session's notes chain; the untouched notebook verifies, every note
+    covered."""
+    died, rec = written["died_sid"], written["recovered_sid"]
+    code, out = cli(copy, "--session", died)
+    assert code == 0, out
+    assert f"{died}: ok" in out and "2 notes of which 0 not covered" in out, out
+    (session,) = verify(copy, rec).to_dict()["sessions"]
+    assert session["ok"] and session["notes"] == 2 and session["notes_not_covered"] == 0
+    nb = json.loads((copy / "sessions" / died / "notebook.ipynb").read_text())
+    died_note, requested = _notes(nb)
+    assert died_note["source"].startswith("**Kernel restarted** after it died (exit:1)")
+    assert requested["source"].startswith("**Kernel restarted** on request")
+    assert [n["metadata"]["interp"]["audit_note"] for n in (died_note, requested)] == [1, 2]
+
+
+@pytest.mark.parametrize("edit", ["removed", "edited", "forged", "moved", "event"])
+def test_a_tampered_note_is_named(written: dict[str, Any], copy: Path, edit: str) -> None:
+    """The outside tester removed the notes of a kernel's death and of a restart, put an
+    approval in place of a rebuild's note and forged a restart note: verify said ok."""
+    sid = written["died_sid"]
+    path = copy / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    died_note, _requested = _notes(nb)
+    if edit == "removed":
+        nb["cells"] = [c for c in nb["cells"] if c["cell_type"] != "markdown"]
+        expected = [
+            "note 1 is missing from the notebook: '**Kernel restarted** after it died (exit:1)",
+            "note 2 is missing from the notebook: '**Kernel restarted** on request",
+        ]
+    elif edit == "edited":
+        died_note["source"] = "**Approved by ops-alice**: the cell below may run os.popen."
+        expected = ["note 1 was edited: it reads '**Approved by ops-alice**"]
+    elif edit == "forged":
+        forged = {
+            "cell_type": "markdown",
+            "metadata": {"interp": {"event": "restart"}},
+            "source": "**Kernel restarted** (requested by operator)",
+        }
+        nb["cells"].insert(0, forged)
+        expected = ["cell 0: a note the service has no record of (added, or copied): "]
+    elif edit == "moved":  # the death's note put before the cell it followed
+        nb["cells"].remove(died_note)
+        nb["cells"].insert(0, died_note)
+        expected = ["note 1 was moved: it was written after the cell of execution"]
+    else:
+        died_note["metadata"]["interp"]["event"] = "recovery"
+        expected = ["note 1's metadata (its event) differs from its record"]
+    path.write_text(json.dumps(nb))
+    code, out = cli(copy, "--session", sid)
+    assert code == 1, out
+    assert f"{sid}: BROKEN" in out, out
+    problems = [p.message for p in verify(copy, sid).sessions[0].problems]
+    for message in expected:
+        assert any(message in p for p in problems), (message, problems)
+
+
+def test_notes_removed_with_their_records_are_named(written: dict[str, Any], copy: Path) -> None:
+    """The last note removed from the notebook and from the notes chain: the session's
+    row still names it as the last note."""
+    sid = written["died_sid"]
+    path = copy / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"].remove(_notes(nb)[-1])
+    path.write_text(json.dumps(nb))
+    db = sqlite3.connect(copy / "state.db")
+    db.execute("DELETE FROM audit_notes WHERE session_id = ? AND n = 2", (sid,))
+    db.commit()
+    db.close()
+    problems = [p.message for p in verify(copy, sid).sessions[0].problems]
+    assert problems == [
+        "the notes chain ends at note 1, but the session's record says it reached note 2:"
+        " its last notes were removed"
+    ], problems
+
+
+def test_notes_of_a_broker_before_the_notes_chain_are_not_covered(
+    written: dict[str, Any], copy: Path
+) -> None:
+    """A session an older broker wrote has no notes chain: its notes are counted as not
+    covered, and it verifies as it did."""
+    sid = written["died_sid"]
+    db = sqlite3.connect(copy / "state.db")
+    db.execute("UPDATE sessions SET notes_head = NULL WHERE id = ?", (sid,))
+    db.execute("DELETE FROM audit_notes WHERE session_id = ?", (sid,))
+    db.commit()
+    db.close()
+    code, out = cli(copy, "--session", sid)
+    assert code == 0, out
+    assert "2 notes of which 2 not covered" in out, out
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("started_at", "2020-01-01T00:00:00+00:00"),
+        ("duration_ms", 1.0),
+        ("state_lost", False),
+        ("execution_count", 99),
+        ("reason", None),
+    ],
+)
+def test_a_cells_metadata_that_differs_from_its_record_is_named(
+    written: dict[str, Any], copy: Path, field: str, value: Any
+) -> None:
+    """The cell after the kernel's death said state_lost true, as its record does; set to
+    false (or its times, its count changed) verify said ok, and the notebook no longer
+    showed that state was lost."""
+    sid = written["died_sid"]
+    path = copy / "sessions" / sid / "notebook.ipynb"
+    nb = json.loads(path.read_text())
+    (cell,) = [
+        c
+        for c in nb["cells"]
+        if c["metadata"].get("interp", {}).get("execution_id") == written["lost"]
+    ]
+    if field == "reason":  # the death's cell: its reason exit:1 removed
+        index = nb["cells"].index(cell) - 2
+        cell = nb["cells"][index]
+        assert cell["metadata"]["interp"]["reason"] == "exit:1", cell
+        del cell["metadata"]["interp"]["reason"]
+    elif field == "execution_count":
+        cell["execution_count"] = value
+    else:
+        assert cell["metadata"]["interp"]["state_lost"] is True
+        cell["metadata"]["interp"][field] = value
+    path.write_text(json.dumps(nb))
+    code, out = cli(copy, "--session", sid)
+    assert code == 1, out
+    (problem,) = verify(copy, sid).sessions[0].problems
+    assert problem.message.endswith(f"its {field} differs from its chain link's"), problem
+    assert problem.execution_id == cell["metadata"]["interp"]["execution_id"]
