@@ -36,10 +36,14 @@ def test_a_cell_kept_through_a_shutdown_is_completed_not_written_twice(tmp_path:
         duration_ms=None,
         state_lost=False,
         reason="broker_shutdown",
+        extra={"audit_sha256": "d" * 64},
     )
     notebook.save()
     _close_files(session_dir, "s_a", [(1, kept), (2, other)], store, closed=True)
+    # Its record says so too (audit verify compares the two; it stayed state_lost false).
+    recorded = store.get_execution("s_a", "ex_kept")
     store.close()
+    assert recorded is not None and recorded.state_lost is True
     cells = NotebookRecorder.load(session_dir / NOTEBOOK_NAME).nb.cells
     code = [c for c in cells if c.cell_type == "code"]
     assert [c.metadata["interp"]["execution_id"] for c in code] == ["ex_kept", "ex_other"]

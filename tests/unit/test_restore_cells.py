@@ -319,3 +319,60 @@ def test_a_cell_the_broker_failed_on_is_written_back_with_its_line(tmp_path: Pat
     assert new_cell.outputs == [{**plain, "traceback": [f"BrokerError: {error.evalue}"]}]
     assert old_cell.outputs == [{**plain, "traceback": []}]
     assert old_cell.metadata["interp"]["audit_sha256"] == digests["ex_o"]
+
+
+def test_notes_the_file_lacks_go_back_after_the_cell_they_followed(tmp_path: Path) -> None:
+    """A broker killed before its notebook's next save lost the notes since: they are
+    chained in the store, and written back in their place, so the session verifies (and
+    a note no file holds is not reported as removed)."""
+    from interpreter.audit_verify import verify
+    from interpreter.store import SessionRecord, Store
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    store = Store(tmp_path / "state.db")
+    store.insert_session(
+        SessionRecord(
+            id="s_1", owner="o", status="idle", backend="local", created_at=t0, last_activity_at=t0
+        )
+    )
+    session_dir = tmp_path / "sessions" / "s_1"
+    session_dir.mkdir(parents=True)
+    rec = NotebookRecorder.create(
+        session_dir / "notebook.ipynb", session_id="s_1", kernel_name="k", backend="local"
+    )
+    executions = []
+    for i, code in enumerate(["x = 1", "print(x)"], start=1):
+        ex = Execution(
+            id=f"ex_{i}", session_id="s_1", status="ok", code=code, started_at=t0, duration_ms=1.0
+        )
+        executions.append(ex)
+        store.save_execution(i, ex, notebook_sha256=cell_digest(code, []))
+    first = store.record_note("s_1", "**before any cell**", None, None)
+    second = store.record_note("s_1", "**Kernel restarted** ...", {"event": "restart"}, "ex_1")
+    third = store.record_note("s_1", "**Broker restarted** ...", None, "ex_2")
+    assert (first, second, third) == (1, 2, 3)
+    # The file as the killed broker last saved it: the first note and the first cell.
+    rec.add_markdown("**before any cell**", {"audit_note": 1})
+    ex = executions[0]
+    rec.add_cell(
+        ex.code,
+        [],
+        execution_id=ex.id,
+        execution_count=None,
+        status="ok",
+        started_at=t0,
+        duration_ms=1.0,
+        state_lost=False,
+        reason=None,
+        extra={"audit_sha256": cell_digest(ex.code, [])},
+    )
+    assert restore(rec, executions, tmp_path, notes=store.notes_of("s_1")) == 3
+    rec.save()
+    store.close()
+    cells = rec.nb.cells
+    assert [c.cell_type for c in cells] == ["markdown", "code", "markdown", "code", "markdown"]
+    assert cells[2].metadata["interp"] == {"event": "restart", "audit_note": 2}
+    assert cells[4].source == "**Broker restarted** ..."
+    report = verify(tmp_path)
+    assert report.ok, report
+    assert report.sessions[0].notes == 3
