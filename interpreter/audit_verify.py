@@ -464,7 +464,8 @@ def _meta_differences(meta: dict[str, Any], chained: dict[str, Any], cell: Any) 
     if "status" in meta and meta["status"] != chained.get("status"):
         differ.append("status")
     for name in _META_FIELDS:
-        if name in chained and meta.get(name) != chained[name]:
+        differs = name in chained and meta.get(name) != chained[name]
+        if differs and not _older_completion(name, meta, chained):
             differ.append(name)
     if "execution_count" in chained and cell.get("execution_count") != chained["execution_count"]:
         differ.append("execution_count")
@@ -477,6 +478,19 @@ def _meta_differences(meta: dict[str, Any], chained: dict[str, Any], cell: Any) 
         if covered != chained["policy"]:
             differ.append("policy decision")
     return differ
+
+
+def _older_completion(name: str, meta: dict[str, Any], chained: dict[str, Any]) -> bool:
+    """Whether ``name`` differs as brokers before this check left a cell that was running
+    when a broker stopped and that the next one completed in place (its kernel gone): the
+    cell said its state was lost and kept its duration, while its record stayed as the
+    restart marked it (``unknown``, ``broker_restarted``, no duration, ``state_lost``
+    false). Only that direction: a cell that shows less than its record is reported."""
+    if (chained.get("status"), chained.get("reason")) != ("unknown", "broker_restarted"):
+        return False
+    if name == "duration_ms":
+        return chained.get("duration_ms") is None
+    return name == "state_lost" and meta.get(name) is True and chained.get(name) is False
 
 
 def _check_notes(

@@ -343,3 +343,43 @@ def test_the_record_and_its_wal_files_are_the_owners_only(tmp_path: Path) -> Non
             assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
     finally:
         store.close()
+
+
+def test_a_cell_an_older_broker_completed_after_a_restart_verifies(tmp_path: Path) -> None:
+    """Brokers before the metadata check completed a cell that was running when a broker
+    stopped in its notebook (state lost, its duration kept) and left its record as the
+    restart marked it: that shape still verifies; the same cell of a record that ended
+    otherwise is reported."""
+    for status, ok in [("unknown", True), ("error", False)]:
+        data = tmp_path / status
+        store = new_store(data)
+        ex = Execution(
+            id="ex_k",
+            session_id="s_1",
+            status=status,
+            reason="broker_restarted",
+            code="print(1)",
+            started_at=T0,
+        )
+        store.save_execution(1, ex, notebook_sha256=cell_digest("print(1)", []))
+        store.close()
+        meta = {
+            "execution_id": "ex_k",
+            "audit_sha256": cell_digest("print(1)", []),
+            "status": status,
+            "reason": "broker_restarted",
+            "started_at": T0.isoformat(),
+            "duration_ms": 5.0,
+            "state_lost": True,
+        }
+        cell = {"cell_type": "code", "metadata": {"interp": meta}, "source": "print(1)"}
+        (data / "sessions" / "s_1").mkdir(parents=True)
+        nb = {"cells": [{**cell, "outputs": [], "execution_count": None}]}
+        (data / "sessions" / "s_1" / "notebook.ipynb").write_text(json.dumps(nb))
+        report = verify(data)
+        assert report.ok is ok, format_report(report)
+        if not ok:
+            assert [p.message for p in report.sessions[0].problems] == [
+                "cell 0: its duration_ms differs from its chain link's",
+                "cell 0: its state_lost differs from its chain link's",
+            ]
