@@ -750,7 +750,9 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
             await spill.discard()
         ex.status = status
         ex.reason = reason
-        if ex.started_at is not None:
+        if ex.started_at is not None and handle.notebook_sha256 is None:
+            # (A cell already in the notebook keeps the duration it was written with: its
+            # record says the same, which ``interp audit verify`` compares.)
             ex.duration_ms = (utcnow() - ex.started_at).total_seconds() * 1000
         self._report(handle)
         try:

@@ -379,7 +379,8 @@ def test_recover_and_fork_bring_back_the_state_since_the_last_restart_on_request
         "not re-run: In [1] `secret = 'cleared'`, whose state a later restart on request"
         in (note["source"])
     )
-    assert note["metadata"]["interp"] == {"event": "recovery"}
+    # Its event, and its number in the session's notes chain (the audit covers it).
+    assert note["metadata"]["interp"] == {"event": "recovery", "audit_note": 3}
     # A kernel that died is not a state cleared on purpose: recovering it is the point.
     run(api, sid, "import os; os._exit(1)")
     assert api.post(f"/v1/sessions/{sid}/restart", json={"recover": True}).status_code == 200
