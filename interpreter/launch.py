@@ -125,7 +125,7 @@ class SessionFactory:
             owner=owner,
             session_dir=session_dir,
             workspace=session_dir / "workspace",
-            runtime_dir=s.data_dir / "run" / session_id[-12:],
+            runtime_dir=self.backend.runtime_dir(session_id),
             env=dict(env or {}),
             memory_mb=memory,
             cpus=cpus,

@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8700, ge=0, le=65535, description="Port to bind; 0 picks a free one.")
     data_dir: Path = Field(Path(".data"), description="Root of all state (db, notebooks, ...).")
+    runtime_dir: Path | None = Field(
+        None,
+        description=(
+            "Where docker kernels' ipc directories go (each kernel sees its own path there); "
+            "default: $XDG_RUNTIME_DIR/interp, else interp-<uid> in the temporary directory."
+        ),
+    )
     backend: BackendName = Field(
         "auto", description="Kernel backend; 'auto' is docker when an engine answers, else local."
     )
@@ -328,9 +335,11 @@ class Settings(BaseSettings):
         True, description="On shutdown, leave docker kernels running so a restart reattaches."
     )
 
-    @field_validator("data_dir")
+    @field_validator("data_dir", "runtime_dir")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
         # Resolved once, here: kernels run in their workspace, where a relative path (and
         # the ipc socket paths built from it) would point somewhere else.
         return value.expanduser().absolute()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -321,6 +323,16 @@ def stop_serve(proc: subprocess.Popen[str], wait_s: float = 60) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+
+
+def runtime_dir_of(data_dir: Path, sid: str) -> Path:
+    """Where the session's kernel keeps its ipc sockets: recorded for a docker kernel (a
+    random path outside the data directory, docs/security.md H-30), derived for a local one."""
+    with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
+        row = db.execute("SELECT provisioner_json FROM sessions WHERE id = ?", (sid,)).fetchone()
+    saved = json.loads(row[0]) if row and row[0] else {}
+    recorded = (saved.get("docker") or {}).get("runtime_dir")
+    return Path(recorded) if recorded else data_dir / "run" / sid[-12:]
 
 
 def run(client: httpx.Client, sid: str, code: str, **body: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from interpreter.backends.base import LaunchOptions as LaunchOptions
@@ -57,6 +58,12 @@ class Backend(Protocol):
         session and for a reattached one. Also attaches what the provisioner needs beyond
         the session's values (the warm pool) to ``options``.
         """
+
+    def runtime_dir(self, session_id: str) -> Path:
+        """Where the next kernel of ``session_id`` keeps its connection material and ipc
+        sockets (not created). Called by the session factory for each launch options it
+        builds; the docker backend gives a fresh random path outside the data directory
+        (its kernel sees the path, docs/security.md H-30)."""
 
     async def start(self, template: LaunchOptions) -> None:
         """Start background parts (the warm pool, whose kernels are launched with

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -93,6 +94,9 @@ class LocalBackend:
         else:
             manager.transport = "tcp"
             manager.ip = "127.0.0.1"
+
+    def runtime_dir(self, session_id: str) -> Path:
+        return Path(self.settings.data_dir) / "run" / session_id[-12:]
 
     async def start(self, template: LaunchOptions) -> None:
         return None

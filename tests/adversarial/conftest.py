@@ -45,6 +45,7 @@ from tests.conftest import (
     OTHER_KEY,
     REPO,
     require_docker,
+    runtime_dir_of,
     spawn_serve,
     spawn_serve_announcing,
 )
@@ -399,7 +400,7 @@ def leftovers(broker: Broker, deleted: list[str]) -> list[str]:
                 left.append(f"container {container.name}")
     for sid in deleted:
         session_dir = broker.data_dir / "sessions" / sid
-        runtime = broker.data_dir / "run" / sid[-12:]
+        runtime = runtime_dir_of(broker.data_dir, sid)
         if runtime.exists():
             left.append(f"runtime dir of {sid}")
         left += [f"mount {m}" for m in mounts_under(session_dir)]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.adversarial.conftest import Attack, Broker, mounts_under
-from tests.conftest import KEY, require_quotas
+from tests.conftest import KEY, require_quotas, runtime_dir_of
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -135,7 +135,7 @@ def test_the_kernel_cannot_write_on_the_host_outside_its_quota(adv: Broker, atta
     writable, conn, moved = ast.literal_eval(attack.text(sid, code))
     assert writable == []
     assert conn == moved == "PermissionError"
-    runtime = adv.data_dir / "run" / sid[-12:]
+    runtime = runtime_dir_of(adv.data_dir, sid)
     st = os.stat(runtime / "kernel.json")
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o640)
     assert os.stat(runtime).st_uid == 0

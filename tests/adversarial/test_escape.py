@@ -9,11 +9,12 @@ the adversarial guard.
 from __future__ import annotations
 
 import ast
+import os
 
 import pytest
 
 from tests.adversarial.conftest import BROKER_SECRET, Attack, Broker
-from tests.conftest import REPO
+from tests.conftest import REPO, runtime_dir_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.parametrize("adv", ["docker"], indirect=True)]
 
@@ -116,3 +117,29 @@ def test_sessions_cannot_reach_each_other(adv: Broker, attack: Attack) -> None:
     assert "only_in_a.txt" not in listing
     assert found == []
     assert mounts == ["/workspace"]
+
+
+def test_mountinfo_names_neither_the_data_directory_nor_the_session(
+    adv: Broker, attack: Attack
+) -> None:
+    """``/proc/self/mountinfo`` shows the kernel the host path of each bind mount's source
+    (docs/security.md H-30). Its runtime directory was ``<data-dir>/run/<the last 12
+    characters of its session id>``: the kernel learnt where the broker keeps its data (a
+    home directory names its user) and part of its own id (found by an outside security
+    tester). Now it sees a random name in a neutral runtime directory, and its workspace
+    (a quota here) is the root of a filesystem of its own."""
+    sid = attack.session()
+    mountinfo: str = ast.literal_eval(attack.text(sid, "open('/proc/self/mountinfo').read()"))
+    binds = {line.split()[4]: line.split()[3] for line in mountinfo.splitlines()}
+    assert binds["/workspace"] == "/", mountinfo
+    runtime = binds["/run/interp"]
+    assert runtime.rsplit("/", 1)[1] not in sid and len(runtime) < 60, runtime
+    for path in (adv.data_dir, adv.data_dir.resolve()):
+        assert str(path) not in mountinfo and path.name not in mountinfo
+    token = sid.split("_", 1)[1]
+    pieces = {token[i : i + 8] for i in range(len(token) - 7)}
+    assert [p for p in pieces if p in mountinfo] == [], mountinfo
+    # The same directory as the broker recorded: the kernel's own, mode 0700 until locked.
+    recorded = runtime_dir_of(adv.data_dir, sid)
+    assert recorded.name == runtime.rsplit("/", 1)[1]
+    assert oct(os.stat(recorded.parent).st_mode & 0o777) == "0o700"

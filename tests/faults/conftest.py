@@ -26,7 +26,7 @@ import pytest
 
 from interpreter.ids import broker_id_for
 from interpreter.models import TERMINAL_STATUSES
-from tests.conftest import KEY, require_docker, run, spawn_serve
+from tests.conftest import KEY, require_docker, run, runtime_dir_of, spawn_serve
 
 #: Heartbeat pings 0.5 s apart, four misses: a frozen or vanished kernel is lost in ~2 s.
 FAST_HEARTBEAT = ("--heartbeat-interval-s", "0.5", "--heartbeat-misses", "4")
@@ -113,7 +113,7 @@ class Broker:
         return self.data_dir / "sessions" / sid
 
     def runtime_dir(self, sid: str) -> Path:
-        return self.data_dir / "run" / sid[-12:]
+        return runtime_dir_of(self.data_dir, sid)
 
 
 def assert_one_final_record_each(broker: Broker, sid: str, returned: dict[str, str]) -> None:

@@ -65,7 +65,11 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     kernel = provisioner.container
     assert kernel is not None
     assert kernel.container_id == pooled_id and kernel.pool_slot is not None
-    assert kernel.runtime_dir == options.runtime_dir and kernel.workspace == options.workspace
+    # The workspace moved to the session's; the runtime directory stays where the pool
+    # made it, under a random name that names neither a slot nor the session.
+    assert kernel.workspace == options.workspace
+    assert kernel.runtime_dir.parent == pool.run_root
+    assert kernel.pool_slot not in str(kernel.runtime_dir)
     assert claim_s < 2.0
     # The pool's warm-up cell left no trace: this is cell 1, with no earlier result or
     # history (pool.WARM_UP_CODE).
@@ -100,7 +104,7 @@ async def test_claim_is_fast_and_the_pool_refills(lab: Lab, pool: ContainerPool)
     await km.shutdown_kernel(now=True)
     with pytest.raises(docker.errors.NotFound):
         await asyncio.to_thread(docker_client().api.inspect_container, pooled_id)
-    assert not options.runtime_dir.exists()
+    assert not kernel.runtime_dir.exists()
     assert (options.workspace / "hello.txt").exists()
 
 

@@ -19,7 +19,15 @@ import pytest
 from interpreter import quota
 from interpreter.backends.docker.engine import list_broker_containers, remove_container
 from interpreter.ids import broker_id_for
-from tests.conftest import KEY, REPO, require_docker, run, serve_argv, spawn_serve
+from tests.conftest import (
+    KEY,
+    REPO,
+    require_docker,
+    run,
+    runtime_dir_of,
+    serve_argv,
+    spawn_serve,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -431,7 +439,7 @@ def test_orphans_and_lost_containers_are_cleaned_up(broker: Start, data_dir: Pat
         assert orphan_container not in remaining and lost_container not in remaining
         assert run(api, lost, "1 + 1")["state_lost"] is True
         assert api.delete(f"/v1/sessions/{lost}").status_code == 204
-        assert not (data_dir / "run" / lost[-12:]).exists()
+        assert not runtime_dir_of(data_dir, lost).exists()
     assert list_broker_containers(broker_id_for(data_dir)) == []
 
 

@@ -14,10 +14,11 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interpreter.backends.base import LaunchOptions, Leftover
-from interpreter.backends.docker import removals
+from interpreter.backends.docker import ipc, removals, rundirs
 from interpreter.backends.docker.config import (
     cgroup_parent_problem,
     missing_images_problem,
@@ -30,6 +31,7 @@ from interpreter.backends.docker.engine import (
     engine_info,
     engine_version,
     list_broker_containers,
+    mounted_runtime_dirs,
     remove_container,
     runtimes,
 )
@@ -37,7 +39,7 @@ from interpreter.backends.docker.patches import outdated
 from interpreter.backends.docker.pool import ContainerPool
 from interpreter.backends.docker.provisioner import reattach
 from interpreter.backends.docker.stamps import stamp_forever, stamp_interval
-from interpreter.errors import BackendUnavailable
+from interpreter.errors import BackendUnavailable, KernelStartFailed
 from interpreter.image import image_status
 from interpreter.image.packages import image_packages
 from interpreter.settings import Settings
@@ -91,6 +93,22 @@ class DockerBackend:
                 "the fix without changing the version).",
                 problem,
             )
+        try:
+            #: This broker's directory of kernel runtime directories (rundirs).
+            self.run_root = rundirs.broker_dir(
+                settings.runtime_dir or rundirs.default_root(), settings.data_dir
+            )
+        except (rundirs.RuntimeRootUnusable, KernelStartFailed) as exc:
+            raise BackendUnavailable(str(exc)) from None
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot make the kernels' runtime directory: {exc}; give a directory this "
+                "user can write in with --runtime-dir (INTERP_RUNTIME_DIR)"
+            ) from None
+        #: Runtime directories handed out before the start's sweep (which spares them).
+        self._handed: set[str] | None = set()
+        #: Leftover containers' runtime directories, removed with them.
+        self._leftover_dirs: dict[str, str] = {}
         self.pool: ContainerPool | None = None
         self._stamping: asyncio.Task[None] | None = None
         #: When the engine was last asked whether it answers, and its answer.
@@ -111,11 +129,26 @@ class DockerBackend:
         # The provisioner sets the transport (ipc in the runtime directory) at pre_launch.
         options.pool = self.pool
 
+    def runtime_dir(self, session_id: str) -> Path:
+        path = rundirs.new_kernel_dir(self.run_root)
+        if self._handed is not None:
+            self._handed.add(str(path))
+        return path
+
     async def start(self, template: LaunchOptions) -> None:
+        # What an earlier broker on this data directory left in its runtime directories:
+        # all but those a container still mounts (a kept kernel, one recovery reattaches
+        # or removes: see remove) and those handed out since this broker began.
+        listed = await asyncio.to_thread(rundirs.entries, self.run_root)
+        mounted = await asyncio.to_thread(mounted_runtime_dirs)
+        handed, self._handed = self._handed or set(), None
+        removed = await asyncio.to_thread(rundirs.sweep, listed, mounted | handed)
+        if removed:
+            log.info("removed %d stale kernel runtime directories", len(removed))
         orphan_after = self.settings.orphan_kernel_timeout_s
         if orphan_after > 0:
             self._stamping = asyncio.create_task(
-                stamp_forever(self.settings.data_dir, stamp_interval(orphan_after)),
+                stamp_forever(self.run_root, stamp_interval(orphan_after)),
                 name="broker-stamps",
             )
         if self.settings.pool_size <= 0:
@@ -126,6 +159,7 @@ class DockerBackend:
             self.settings.pool_size,
             template,
             self.settings.data_dir,
+            run_root=self.run_root,
             start_timeout_s=self.settings.kernel_start_timeout_s,
         )
         await pool.start()
@@ -166,6 +200,7 @@ class DockerBackend:
 
     async def leftovers(self, broker_id: str) -> list[Leftover]:
         containers = await asyncio.to_thread(list_broker_containers, broker_id)
+        self._leftover_dirs = {c.id: c.runtime_dir for c in containers if c.runtime_dir}
         return [Leftover(id=c.id, session_id=c.session_id or None) for c in containers]
 
     def matches(
@@ -182,3 +217,6 @@ class DockerBackend:
 
     async def remove(self, leftover: Leftover) -> None:
         await asyncio.to_thread(remove_container, leftover.id)
+        runtime_dir = self._leftover_dirs.pop(leftover.id, None)
+        if runtime_dir is not None and rundirs.owns(self.run_root, runtime_dir):
+            await asyncio.to_thread(ipc.remove_tree, Path(runtime_dir))

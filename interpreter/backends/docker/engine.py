@@ -137,6 +137,7 @@ class ContainerSummary:
         pool_slot: the pool slot for warm-pool containers, else None.
         status: Docker's state: ``running``, ``exited``, ``created``, ``paused``, ...
         created: creation time (UTC).
+        runtime_dir: the host source of its ``/run/interp`` bind mount, if it has one.
     """
 
     id: str
@@ -146,6 +147,7 @@ class ContainerSummary:
     pool_slot: str | None
     status: str
     created: datetime
+    runtime_dir: str | None = None
 
     @property
     def pooled(self) -> bool:
@@ -222,9 +224,30 @@ def list_broker_containers(broker_id: str) -> list[ContainerSummary]:
                 pool_slot=labels.get(LABEL_POOL),
                 status=row.get("State", "unknown"),
                 created=datetime.fromtimestamp(int(row.get("Created", 0)), tz=UTC),
+                runtime_dir=next(iter(_runtime_sources(row)), None),
             )
         )
     return summaries
+
+
+def mounted_runtime_dirs() -> set[str]:
+    """The host directories kernel containers of any broker on this engine, running or
+    not, have bind-mounted at ``/run/interp`` (synchronous).
+
+    Raises:
+        BackendUnavailable: the engine cannot be reached.
+    """
+    with docker_errors("list kernel containers"):
+        rows = docker_client().api.containers(all=True, filters={"label": LABEL_BROKER})
+    return {source for row in rows for source in _runtime_sources(row)}
+
+
+def _runtime_sources(row: dict[str, Any]) -> list[str]:
+    return [
+        str(mount["Source"])
+        for mount in row.get("Mounts") or []
+        if mount.get("Destination") == CONTAINER_RUNTIME_DIR and mount.get("Source")
+    ]
 
 
 def abandoned_containers() -> list[str]:
@@ -253,11 +276,7 @@ def _abandoned(row: dict[str, Any]) -> bool:
         return _gone(data_dir)
     if LABEL_POOL in labels:
         return False
-    return any(
-        _gone(mount["Source"])
-        for mount in row.get("Mounts") or []
-        if mount.get("Destination") == CONTAINER_RUNTIME_DIR and mount.get("Source")
-    )
+    return any(_gone(source) for source in _runtime_sources(row))
 
 
 def _gone(path: str) -> bool:

@@ -3,8 +3,9 @@
 A cold kernel start costs a container start plus the kernel's own imports (seconds). The
 pool keeps ``size`` kernels started with the broker's default limits, each already answering
 ``kernel_info``. A session whose options match those defaults claims one: the pool renames
-the kernel's workspace and runtime directories to the session's paths (bind mounts follow
-a renamed directory, so the kernel notices nothing) and refills in the background.
+the kernel's workspace to the session's (bind mounts follow a renamed directory, so the
+kernel notices nothing) and refills in the background. The kernel keeps its runtime
+directory, whose random name says nothing of a slot or a session (rundirs).
 
 Rules (docs/security.md H-26): a container is handed out once and removed when its session
 ends; it is never returned to the pool. Its labels cannot change after creation, so a
@@ -14,8 +15,8 @@ the session it went to is recorded in that session's provisioner info. The kerne
 container is renamed from ``interp-pool-<slot>-<hex>`` to ``interp-<session>-<hex>`` just
 after the claim, so ``docker ps`` tells a session's kernel from a warm one.
 
-Layout: ``<root>/<slot>/ws`` (workspace) and ``<root>/<slot>/run`` (ipc directory), root
-``<data_dir>/pool`` by default. Claims need the session's directories on the same
+Layout: ``<root>/<slot>/ws`` (workspace), root ``<data_dir>/pool`` by default, and
+``<run_root>/<random>`` (ipc directory). Claims need the session's workspace on the same
 filesystem as the root (a rename); otherwise the session simply starts cold.
 
 With a workspace disk quota (``disk_mb``, interpreter.quota) a slot's workspace is its own
@@ -44,7 +45,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from interpreter import quota
 from interpreter.backends.base import LaunchOptions
-from interpreter.backends.docker import ipc
+from interpreter.backends.docker import ipc, rundirs
 from interpreter.backends.docker.config import (
     NORMAL_CPU_SHARES,
     container_name,
@@ -114,7 +115,9 @@ class ContainerPool:
             ``extra["broker_id"]`` (containers are labelled with it). Its session id,
             owner and paths are ignored.
         data_dir: the broker's data directory; the pool lives in ``<data_dir>/pool``.
-        root: a different pool directory, e.g. on the filesystem of the runtime dirs.
+        root: a different pool directory, e.g. on the filesystem of the workspaces.
+        run_root: where the kernels' runtime directories go (the broker's directory of
+            them, rundirs); ``<data_dir>/run`` by default.
         argv: the kernelspec's argv (``{connection_file}`` is substituted).
         start_timeout_s: how long one pool kernel may take to answer ``kernel_info``.
     """
@@ -126,6 +129,7 @@ class ContainerPool:
         data_dir: Path,
         *,
         root: Path | None = None,
+        run_root: Path | None = None,
         argv: Sequence[str] = DEFAULT_ARGV,
         start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
@@ -134,6 +138,7 @@ class ContainerPool:
         self.size = size
         self.template = template
         self.root = (root or data_dir / "pool").absolute()
+        self.run_root = (run_root or data_dir / "run").absolute()
         self.command = kernel_command(argv)
         self.start_timeout_s = start_timeout_s
         self.broker_id = str(template.extra.get("broker_id", ""))
@@ -191,7 +196,7 @@ class ContainerPool:
             KernelStartFailed: the pool directory is too deep for unix socket paths.
             BackendUnavailable: the Docker engine cannot be reached.
         """
-        ipc.check_path_length(self.root / "0123456789abcdef" / "run")
+        ipc.check_path_length(rundirs.new_kernel_dir(self.run_root))
         await asyncio.to_thread(self._remove_leftovers)
         if self.size > 0:
             self._wanted.set()
@@ -204,8 +209,7 @@ class ContainerPool:
 
         Called by ``DockerProvisioner.launch_kernel`` on a session's first launch. None
         when the pool is closed or empty, the options differ from the template, the
-        session's workspace or runtime directory already holds something, or they are on
-        another filesystem.
+        session's workspace already holds something, or it is on another filesystem.
 
         Args:
             options: the session's launch options.
@@ -216,12 +220,11 @@ class ContainerPool:
         if command is not None and list(command) != self.command:
             return None
         options = absolute_options(options)
-        targets = (options.workspace, options.runtime_dir)
         if not self._ready:
             return None
         # The targets' check and the first kernel's liveness check (an engine call) overlap.
         usable: asyncio.Future[bool] | None = asyncio.ensure_future(
-            asyncio.to_thread(self._targets_usable, *targets, options.disk_mb)
+            asyncio.to_thread(self._target_usable, options.workspace, options.disk_mb)
         )
         while self._ready:
             kernel = self._ready.popleft()
@@ -255,7 +258,6 @@ class ContainerPool:
             except (OSError, InterpreterError):
                 log.warning("could not hand pooled kernel %s over", kernel.name, exc_info=True)
                 await discard_container(kernel.container_id, kernel.runtime_dir)
-                await asyncio.to_thread(ipc.remove_tree, options.runtime_dir)
                 await asyncio.to_thread(_remove_slot, kernel.workspace.parent)
                 if options.disk_mb:  # the cold start needs the session's own quota back
                     await asyncio.to_thread(
@@ -276,9 +278,7 @@ class ContainerPool:
                 task = asyncio.create_task(step)
                 self._promotions.add(task)
                 task.add_done_callback(self._promotions.discard)
-            return dataclasses.replace(
-                kernel, name=name, workspace=targets[0], runtime_dir=targets[1]
-            )
+            return dataclasses.replace(kernel, name=name, workspace=options.workspace)
         if usable is not None:
             await usable
         return None
@@ -386,7 +386,7 @@ class ContainerPool:
             owner="",
             session_dir=slot_dir,
             workspace=slot_dir / "ws",
-            runtime_dir=slot_dir / "run",
+            runtime_dir=rundirs.new_kernel_dir(self.run_root),
         )
         await asyncio.to_thread(self._make_slot_dir, slot_dir)
         try:
@@ -463,9 +463,9 @@ class ContainerPool:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         slot_dir.mkdir(mode=0o700)
 
-    def _targets_usable(self, workspace: Path, runtime_dir: Path, disk_mb: int | None) -> bool:
-        """Both targets absent or empty directories, on the pool's filesystem (with a quota,
-        the workspace may be the session's own fresh quota: the claim replaces it)."""
+    def _target_usable(self, workspace: Path, disk_mb: int | None) -> bool:
+        """The workspace absent or an empty directory, on the pool's filesystem (with a
+        quota, it may be the session's own fresh quota: the claim replaces it)."""
         try:
             pool_dev = os.stat(self.root).st_dev
         except FileNotFoundError:
@@ -474,36 +474,29 @@ class ContainerPool:
             if any(workspace.iterdir()):
                 return False
             workspace = workspace.parent / ".unused"  # only its parent's device counts
-        for target in (workspace, runtime_dir):
-            try:
-                st = os.lstat(target)
-            except FileNotFoundError:
-                parent = _nearest_existing(target.parent)
-                if os.stat(parent).st_dev != pool_dev:
-                    return False
-                continue
-            if not stat.S_ISDIR(st.st_mode) or st.st_dev != pool_dev or any(target.iterdir()):
-                return False
-        return True
+        try:
+            st = os.lstat(workspace)
+        except FileNotFoundError:
+            return os.stat(_nearest_existing(workspace.parent)).st_dev == pool_dev
+        return stat.S_ISDIR(st.st_mode) and st.st_dev == pool_dev and not any(workspace.iterdir())
 
     def _hand_over(self, kernel: KernelContainer, options: LaunchOptions) -> None:
-        """Move the kernel's directories to the session's and check its sockets there."""
+        """Move the kernel's workspace to the session's and check its sockets."""
         self._move(kernel, options)
-        ipc.verify_sockets(options.runtime_dir, self._user)
+        ipc.verify_sockets(kernel.runtime_dir, self._user)
 
     @staticmethod
     def _move(kernel: KernelContainer, options: LaunchOptions) -> None:
-        moves = [(kernel.workspace, options.workspace), (kernel.runtime_dir, options.runtime_dir)]
+        slot_dir = kernel.workspace.parent
         if quota.is_mounted(kernel.workspace):
-            slot_dir = kernel.workspace.parent
             quota.move(slot_dir, kernel.workspace, options.session_dir, options.workspace)
-            moves = moves[1:]
-        for source, target in moves:
+        else:
+            target = options.workspace
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 target.rmdir()  # only ever an empty directory (checked before)
-            os.rename(source, target)
-        ipc.remove_tree(kernel.workspace.parent)  # the now empty slot directory
+            os.rename(kernel.workspace, target)
+        ipc.remove_tree(slot_dir)  # the now empty slot directory
 
     def _remove_leftovers(self) -> None:
         """Remove the unclaimed containers and directories an earlier broker process left.
@@ -518,6 +511,8 @@ class ContainerPool:
                 slot = summary.pool_slot
                 if slot is not None and _SLOT.fullmatch(slot) and (self.root / slot).exists():
                     remove_container(summary.id)
+                    if summary.runtime_dir and rundirs.owns(self.run_root, summary.runtime_dir):
+                        ipc.remove_tree(Path(summary.runtime_dir))
         self._remove_root()
 
     def _remove_root(self) -> None:

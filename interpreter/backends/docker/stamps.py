@@ -1,7 +1,8 @@
 """The broker's side of the kernels' orphan watchdog: stamps that say "a broker is here".
 
 While a Docker broker runs, it touches ``broker-alive`` in every kernel runtime directory
-of its data directory (sessions and warm-pool kernels alike) every ``interval_s`` seconds.
+in its directory of them (sessions' and warm-pool kernels' alike, rundirs) every
+``interval_s`` seconds.
 A kernel whose stamp goes stale for ``orphan_kernel_timeout_s`` ends itself
 (``interpreter_kernel.watchdog``), so a container kept for a broker that never comes back
 does not run forever.
@@ -20,33 +21,24 @@ from interpreter.backends.docker.config import BROKER_STAMP
 log = logging.getLogger(__name__)
 
 
-def runtime_dirs(data_dir: Path) -> list[str]:
-    """The kernel runtime directories under ``data_dir``: sessions' (``run/<id>``) and
-    warm-pool kernels' (``pool/<slot>/run``). Symlinks are not followed."""
-    found = []
-    for parent, child in ((data_dir / "run", None), (data_dir / "pool", "run")):
-        try:
-            entries = list(os.scandir(parent))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            path = entry.path if child is None else os.path.join(entry.path, child)
-            if child is None or (os.path.isdir(path) and not os.path.islink(path)):
-                found.append(path)
-    return found
+def runtime_dirs(root: Path) -> list[str]:
+    """The kernel runtime directories in ``root`` (the broker's directory of them).
+    Symlinks are not followed."""
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
 
 
-def stamp_all(data_dir: Path) -> int:
-    """Touch the stamp in each kernel runtime directory under ``data_dir``; returns how
-    many.
+def stamp_all(root: Path) -> int:
+    """Touch the stamp in each kernel runtime directory in ``root``; returns how many.
 
     Never follows a symlink: a kernel may own its runtime directory (a broker that is not
     root cannot take it back), and must not be able to redirect the broker's write.
     """
     count = 0
-    for directory in runtime_dirs(data_dir):
+    for directory in runtime_dirs(root):
         path = os.path.join(directory, BROKER_STAMP)
         try:
             try:
@@ -60,11 +52,11 @@ def stamp_all(data_dir: Path) -> int:
     return count
 
 
-async def stamp_forever(data_dir: Path, interval_s: float) -> None:
+async def stamp_forever(root: Path, interval_s: float) -> None:
     """Stamp every ``interval_s`` seconds until cancelled (file work off the loop)."""
     while True:
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(stamp_all, data_dir)
+            await asyncio.to_thread(stamp_all, root)
         await asyncio.sleep(interval_s)
 
 
