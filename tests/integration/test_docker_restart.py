@@ -155,7 +155,7 @@ def test_a_session_from_the_warm_pool_keeps_its_variables_across_restarts(
     def start() -> str:
         proc, url = spawn_serve(
             "--backend", "docker", "--data-dir", str(data_dir), "--api-key", KEY,
-            "--pool-size", "1",
+            "--pool-size", "1", "--runtime-dir", str(data_dir.parent / "rt"),
         )  # fmt: skip
         procs.append(proc)
         return url
@@ -174,6 +174,14 @@ def test_a_session_from_the_warm_pool_keeps_its_variables_across_restarts(
                 time.sleep(0.1)
             sid = api.post("/v1/sessions").json()["id"]
             run(api, sid, "x = 'still here'")
+            # A claimed kernel's runtime directory was renamed to <data-dir>/run/<end of
+            # the session id>, a path it read in its mountinfo (docs/security.md H-30).
+            seen = run(api, sid, "open('/proc/self/mountinfo').read()")
+            mountinfo = seen["outputs"][0]["data"]["text/plain"]
+            assert "/run/interp " in mountinfo and str(data_dir) not in mountinfo
+            assert sid[-8:] not in mountinfo
+            # In the runtime directory it was given, where each restart finds it again.
+            assert runtime_dir_of(data_dir, sid).parent.parent == data_dir.parent / "rt"
         db = sqlite3.connect(data_dir / "state.db")
         ((info, status, generation, kernel),) = db.execute(
             "SELECT provisioner_json, status, generation, kernel_json FROM sessions WHERE id = ?",

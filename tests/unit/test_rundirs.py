@@ -67,3 +67,38 @@ def test_the_sweep_keeps_what_is_mounted_or_handed_out_and_what_came_after_the_l
     assert mounted.is_dir() and handed.is_dir() and later.is_dir() and not stale.exists()
     assert (outside / "keep").exists()  # a link is removed, never followed
     assert rundirs.owns(mine, str(later)) and not rundirs.owns(mine, str(outside / "keep"))
+
+
+def test_the_default_is_the_users_runtime_directory_else_the_temporary_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert rundirs.default_root() == tmp_path / "interp"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert rundirs.default_root().name == f"interp-{os.geteuid()}"
+    if os.geteuid() == 0:  # sudo passes on the invoking user's runtime directory
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 12345, 12345)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(theirs))
+        assert rundirs.default_root().name == "interp-0"
+
+
+def test_other_brokers_entries_go_only_when_unmounted_and_old(tmp_path: Path) -> None:
+    root = tmp_path / "rt"
+    mine = rundirs.broker_dir(root, tmp_path / "mine")
+    gone = rundirs.broker_dir(root, tmp_path / "deleted")  # its data directory is gone
+    live = rundirs.broker_dir(root, tmp_path / "live")
+    old_unmounted, old_mounted = rundirs.new_kernel_dir(gone), rundirs.new_kernel_dir(live)
+    fresh, my_old = rundirs.new_kernel_dir(live), rundirs.new_kernel_dir(mine)
+    for path in (old_unmounted, old_mounted, fresh, my_old):
+        path.mkdir()
+    for path in (old_unmounted, old_mounted, my_old, gone):
+        os.utime(path, (1.0, 1.0))
+    count = rundirs.sweep_others(root, mine, {str(old_mounted)}, older_than_s=60)
+    assert count == 1 and not old_unmounted.exists()
+    assert old_mounted.exists() and fresh.exists()
+    assert my_old.exists()  # its own entries are the sweep's (which knows what it handed out)
+    os.utime(gone, (1.0, 1.0))  # emptied just now: goes at the next start
+    rundirs.sweep_others(root, mine, set(), older_than_s=60)
+    assert not gone.exists() and live.exists() and (root / rundirs.KEY_FILE).exists()

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 #: Seconds an answer of the engine to ``reachable`` is reused, and how long one waits.
 REACH_CACHE_S = 5.0
 REACH_TIMEOUT_S = 2.0
+#: How old an unmounted runtime directory of another data directory's broker must be for
+#: this broker to remove it at its start (made for a container, it is mounted in seconds).
+STALE_AFTER_S = 3600.0
 
 
 def configuration_problem(settings: Settings) -> str | None:
@@ -142,9 +145,12 @@ class DockerBackend:
         listed = await asyncio.to_thread(rundirs.entries, self.run_root)
         mounted = await asyncio.to_thread(mounted_runtime_dirs)
         handed, self._handed = self._handed or set(), None
-        removed = await asyncio.to_thread(rundirs.sweep, listed, mounted | handed)
+        removed = len(await asyncio.to_thread(rundirs.sweep, listed, mounted | handed))
+        removed += await asyncio.to_thread(
+            rundirs.sweep_others, self.run_root.parent, self.run_root, mounted, STALE_AFTER_S
+        )
         if removed:
-            log.info("removed %d stale kernel runtime directories", len(removed))
+            log.info("removed %d stale kernel runtime directories", removed)
         orphan_after = self.settings.orphan_kernel_timeout_s
         if orphan_after > 0:
             self._stamping = asyncio.create_task(
@@ -153,8 +159,9 @@ class DockerBackend:
             )
         if self.settings.pool_size <= 0:
             return
-        # The pool lives in <data_dir>/pool, on the same filesystem as the sessions'
-        # directories (a claim renames directories).
+        # The pool's workspaces live in <data_dir>/pool, on the same filesystem as the
+        # sessions' (a claim renames a workspace); its kernels' runtime directories beside
+        # the sessions' ones.
         pool = ContainerPool(
             self.settings.pool_size,
             template,

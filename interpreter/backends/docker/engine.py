@@ -258,8 +258,8 @@ def abandoned_containers() -> list[str]:
 
     A container names its data directory in a label. One started before that label
     existed is judged by its runtime directory's bind mount instead, unless it came from
-    the warm pool: a claim renames that directory, and a claimed kernel still runs for its
-    session after its mount's source path is gone.
+    the warm pool: a claim renamed that directory then, and a claimed kernel still ran for
+    its session after its mount's source path was gone.
 
     Raises:
         BackendUnavailable: the engine cannot be reached.

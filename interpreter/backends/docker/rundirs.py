@@ -17,7 +17,8 @@ name a user, e.g. ``/home/alice/...``) and its name says nothing of the session:
 
 The full path of each kernel's directory is recorded with its session (provisioner info),
 so a restarted broker finds a live kernel's directory there; at startup it removes the
-entries of its own ``broker`` directory that no container mounts any more (:func:`sweep`).
+entries of its own ``broker`` directory that no container mounts any more (:func:`sweep`),
+and those of other brokers' that none mounts and that are old (:func:`sweep_others`).
 
 Everything here blocks on the filesystem; async callers run it in a thread.
 """
@@ -31,6 +32,7 @@ import os
 import secrets
 import stat
 import tempfile
+import time
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
@@ -48,11 +50,13 @@ class RuntimeRootUnusable(Exception):
 
 
 def default_root() -> Path:
-    """``$XDG_RUNTIME_DIR/interp`` when that is set (an absolute path), else
-    ``interp-<uid>`` in the system's temporary directory."""
+    """``$XDG_RUNTIME_DIR/interp`` when that is set (an absolute path, a directory of this
+    user: ``sudo`` may pass on another user's), else ``interp-<uid>`` in the system's
+    temporary directory."""
     xdg = os.environ.get("XDG_RUNTIME_DIR", "")
-    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg):
-        return Path(xdg) / "interp"
+    with contextlib.suppress(OSError):
+        if os.path.isabs(xdg) and os.path.isdir(xdg) and os.stat(xdg).st_uid == os.geteuid():
+            return Path(xdg) / "interp"
     return Path(tempfile.gettempdir()) / f"interp-{os.geteuid()}"
 
 
@@ -130,6 +134,28 @@ def sweep(listed: Iterable[str], keep: Collection[str]) -> list[str]:
                 os.unlink(path)
         removed.append(path)
     return removed
+
+
+def sweep_others(root: Path, mine: Path, mounted: Collection[str], older_than_s: float) -> int:
+    """Remove what brokers of other data directories left in ``root`` (a data directory
+    deleted with its broker's kernels, say): their entries no container mounts that have
+    not changed for ``older_than_s`` seconds (a directory is mounted within seconds of its
+    making), then their directories left empty. Returns how many entries went."""
+    cutoff = time.time() - older_than_s
+    count = 0
+    for broker in entries(root):
+        if broker == str(mine) or os.path.islink(broker) or not os.path.isdir(broker):
+            continue
+        old = []
+        for path in entries(Path(broker)):
+            with contextlib.suppress(FileNotFoundError):
+                if path not in mounted and os.lstat(path).st_mtime < cutoff:
+                    old.append(path)
+        count += len(sweep(old, ()))
+        with contextlib.suppress(OSError):  # not empty: still some broker's
+            if os.lstat(broker).st_mtime < cutoff:
+                os.rmdir(broker)
+    return count
 
 
 def owns(broker: Path, path: str | Path) -> bool:
