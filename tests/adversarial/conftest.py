@@ -213,6 +213,8 @@ def remove_leftovers(broker: Broker) -> None:
 
         for container in list_broker_containers(broker.broker_id):
             remove_container(container.id)
+            if container.runtime_dir:  # outside the data directory (H-30)
+                shutil.rmtree(container.runtime_dir, ignore_errors=True)
     for target in sorted(mounts_under(broker.data_dir), reverse=True):
         subprocess.run(["umount", "-l", target], capture_output=True)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -206,6 +207,8 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     if docker_available():
         for container in list_broker_containers(broker_id_for(path)):
             remove_container(container.id)
+            if container.runtime_dir:  # outside the data directory (H-30)
+                shutil.rmtree(container.runtime_dir, ignore_errors=True)
     # Kept sessions keep their workspace quota mounted (for the next broker): release them.
     from interpreter import quota
 

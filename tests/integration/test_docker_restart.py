@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -42,6 +43,8 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     # Whatever a test left must not outlive it.
     for container in list_broker_containers(broker_id_for(path)):
         remove_container(container.id)
+        if container.runtime_dir:  # outside the data directory (H-30)
+            shutil.rmtree(container.runtime_dir, ignore_errors=True)
     # Kept sessions keep their workspace quota mounted (for the next broker): release them.
     quota.sweep(path / "sessions", set())
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import threading
 import time
@@ -144,6 +145,8 @@ def test_an_engine_outage_leaves_the_session_open_and_says_why_cells_did_not_run
         stop_serve(proc)
         for container in list_broker_containers(broker_id_for(data)):
             remove_container(container.id)
+            if container.runtime_dir:  # outside the data directory (H-30)
+                shutil.rmtree(container.runtime_dir, ignore_errors=True)
         # A session left open keeps its workspace quota mounted: released, so that
         # pytest can remove the directory.
         quota.sweep(data / "sessions", set())
