@@ -2,8 +2,12 @@
 
 A broker started as its own process under a 1024-descriptor limit is held by 1100 stalled
 connections (each sent one byte, ``G``); ``/healthz`` and a canary session of another key
-answer within 2 s throughout and after. Also: stalled headers time out, and uploads past
-the concurrency cap get 503 with Retry-After while the others finish.
+answer throughout and after: each probe, on a fresh connection, succeeds, and the canary
+runs again and again while the flood is held (not only once it is let go). No clock bounds
+a probe: on a loaded machine a healthy answer can take seconds, while a broker locked out
+by the flood answers nothing until the stalled connections close. Also: stalled headers
+time out, and uploads past the concurrency cap get 503 with Retry-After while the others
+finish.
 """
 
 from __future__ import annotations
@@ -83,17 +87,16 @@ def test_1100_stalled_connections_leave_healthz_and_a_canary_answering(
             started = time.monotonic()
             try:
                 # A fresh connection each time: it has to get past the flood.
-                health = httpx.get(url + "/healthz", timeout=2)
-                probes.append(("healthz", time.monotonic() - started, str(health.status_code)))
+                health = httpx.get(url + "/healthz", timeout=60)
+                probes.append(("healthz", time.monotonic(), str(health.status_code)))
                 count += 1
-                started = time.monotonic()
                 with httpx.Client(
-                    base_url=url, headers={"Authorization": f"Bearer {OTHER_KEY}"}, timeout=2
+                    base_url=url, headers={"Authorization": f"Bearer {OTHER_KEY}"}, timeout=60
                 ) as fresh:
                     ran = fresh.post(
                         f"/v1/sessions/{sid}/execute", json={"code": "n += 1\nprint(n)"}
                     )
-                probes.append(("canary", time.monotonic() - started, ran.json()["stdout"]))
+                probes.append(("canary", time.monotonic(), ran.json()["stdout"]))
             except httpx.HTTPError as exc:
                 probes.append(("error", time.monotonic() - started, repr(exc)))
 
@@ -114,21 +117,32 @@ def test_1100_stalled_connections_leave_healthz_and_a_canary_answering(
             stalled.append(sock)
             if len(stalled) % 100 == 0:
                 peak_fds = max(peak_fds, _open_fds(proc.pid))
-        # Hold them all for a while, probing.
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
+        # Hold them all for 8 s and until the canary has run twice more past them (a bound
+        # of 120 s is for a broker the flood locks out: it fails below).
+        held = time.monotonic()
+
+        def canaries_since_held() -> int:
+            return sum(1 for p in list(probes) if p[0] == "canary" and p[1] >= held)
+
+        while time.monotonic() < held + 8 or (
+            canaries_since_held() < 2 and time.monotonic() < held + 120
+        ):
             peak_fds = max(peak_fds, _open_fds(proc.pid))
             time.sleep(0.5)
     finally:
-        stop.set()
-        prober.join(30)
+        # The flood is let go only now: what the probes got until here, they got past it.
         during = list(probes)
+        stop.set()
+        prober.join(120)
         for sock in stalled:
             sock.close()
     assert proc.poll() is None, "the broker died"
-    errors = [p for p in during if p[0] == "error" or p[1] > 2]
+    errors = [p for p in during if p[0] in ("error", "healthz") and p[2] != "200"]
     assert len(stalled) == STALLED
     assert not errors, errors[:5]
+    # The canary ran while every stalled connection was open and held, not just once they
+    # were let go (``during`` was taken before the stalled connections closed).
+    assert sum(1 for p in during if p[0] == "canary" and p[1] >= held) >= 2, (held, during)
     assert sum(1 for p in during if p[0] == "canary") >= 3, during
     counts = [int(p[2]) for p in during if p[0] == "canary"]
     assert counts == sorted(counts) and counts[0] >= 1  # state kept, each run counted once
@@ -136,7 +150,9 @@ def test_1100_stalled_connections_leave_healthz_and_a_canary_answering(
     # After: everything still answers, and the descriptors went back down.
     assert httpx.get(url + "/healthz", timeout=2).status_code == 200
     again = canary.post(f"/v1/sessions/{sid}/execute", json={"code": "print(n)"}, timeout=10)
-    assert again.json()["stdout"] == f"{counts[-1]}\n"
+    # The probe under way when the flood was let go may have run the canary once more.
+    last = [int(p[2]) for p in probes if p[0] == "canary"][-1]
+    assert again.json()["stdout"] == f"{last}\n"
     print(f"peak broker descriptors {peak_fds}, probes {len(during)}")
     canary.delete(f"/v1/sessions/{sid}")
     canary.close()
