@@ -18,10 +18,11 @@ this module decides what a client and a model see of them:
   restart on request, the session's close) ends with the broker's error, whose traceback
   says so (:mod:`interpreter.endings`; the kernel itself never reported it);
 * once the session's notebook holds ``max_notebook_bytes`` of output, an output whose
-  large values do not fit is written to the notebook with those values set aside: only
-  their artifacts hold them, and a note in its ``text/plain`` names them
-  (:mod:`interpreter.notebook_budget`). The finished cell's recorder then holds the
-  notebook's form too, so the broker keeps no such value once its cell has ended.
+  values do not fit is written to the notebook with those values set aside: only their
+  artifacts or, for small values, the execution's record hold them, and a note in its
+  ``text/plain`` names them (:mod:`interpreter.notebook_budget`). The finished cell's
+  recorder then holds the notebook's form too, so the broker keeps no such value once its
+  cell has ended.
 
 Artifact writes run in a worker thread; everything else is plain computation.
 """
@@ -51,7 +52,7 @@ from interpreter.execution import (
 from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
 from interpreter.mime import INLINE_MIMES, is_binary, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output, StreamOffsets
-from interpreter.notebook_budget import NotebookBudget, SetAside, set_aside_form, value_size
+from interpreter.notebook_budget import NotebookBudget, SetAside, budget_form, value_size
 from interpreter.spill import Spilled, StopReason, StreamSpill
 
 log = logging.getLogger(__name__)
@@ -414,10 +415,10 @@ class OutputCapture:
         return nb_outputs
 
     def _within_budget(self, ex: Execution, rec: ExecutionRecorder) -> None:
-        """Set aside, in ``rec``, the large values of each output of a finished ``ex`` that
-        do not fit in the notebook's budget (all of an output's or none). An output's
-        decision is kept (``_kept``: the size kept; ``_set_aside``) until a display update
-        replaces it."""
+        """Set aside, in ``rec``, the values of each output of a finished ``ex`` that do not
+        fit in the notebook's budget (all of an output's or none; small ones too:
+        :func:`~interpreter.notebook_budget.budget_form`). An output's decision is kept
+        (``_kept``: the size kept; ``_set_aside``) until a display update replaces it."""
         indexes = rec.rich_indexes()
         if not self.budget.limit or len(indexes) != len(ex.outputs):
             return
@@ -429,28 +430,22 @@ class OutputCapture:
             if "_kept" in item:
                 kept += item["_kept"]
                 continue
-            sizes = {mime: value_size(value) for mime, value in item["data"].items()}
             stored = [
                 mime
                 for mime, value in item["data"].items()
-                if placement(mime, value, self.inline_bytes, sizes[mime]) is not Placement.INLINE
+                if placement(mime, value, self.inline_bytes) is not Placement.INLINE
             ]
             if len(stored) != len(out.artifacts):
                 continue  # not the values its artifacts were made of: left as it is
-            large = [
-                SetAside.of(mime, ref)
+            artifacts = {
+                mime: SetAside.of(mime, ref)
                 for mime, ref in zip(stored, out.artifacts, strict=True)
-                if sizes[mime] > self.inline_bytes
-            ]
-            size = sum(sizes[v.mime] for v in large)
-            if not large or self.budget.fits(ex.id, kept + size):
+            }
+            size, form = budget_form(item, artifacts)
+            if form is None or self.budget.fits(ex.id, kept + size):
                 item["_kept"] = size
                 kept += size
                 continue
-            plain = item["data"].get("text/plain")
-            if plain is not None and any(v.mime == "text/plain" for v in large):
-                plain = cut_middle(str(plain), self.inline_bytes)
-            form = set_aside_form(item, large, None if plain is None else str(plain))
             # New objects, not changes in place: the values may be shared with other
             # outputs of the same display id, and the old ones are freed with this.
             item["data"], item["metadata"] = form["data"], form["metadata"]

@@ -7,7 +7,7 @@ loads a session's notebook (to reattach it, or to close it), it appends those ce
 the store: code, streams, rich outputs (images read back from their artifacts) and the
 error, marked ``restored_from: "store"``, in the order the earlier broker wrote them: the
 store keeps that order (:func:`layout_of`) beside each execution. Past the session's output budget
-(:mod:`interpreter.notebook_budget`) large values are written back set aside, as the
+(:mod:`interpreter.notebook_budget`) values are written back set aside, as the
 earlier broker wrote them: the restored cell then gives the digest the chain recorded.
 """
 
@@ -23,7 +23,7 @@ from interpreter.audit import cell_digest
 from interpreter.mime import BINARY_MIMES
 from interpreter.models import TERMINAL_STATUSES, Execution, Output
 from interpreter.notebook import NOTE_KEY, NotebookRecorder
-from interpreter.notebook_budget import NotebookBudget, SetAside, set_aside_form, value_size
+from interpreter.notebook_budget import NotebookBudget, SetAside, budget_form
 from interpreter.notes import commented_rerun
 from interpreter.store import in_flight
 
@@ -284,9 +284,10 @@ def _error_output(ex: Execution, older: bool = False) -> dict[str, Any] | None:
 def within_budget(
     outputs: list[dict[str, Any]], ex: Execution, inline_bytes: int, budget: NotebookBudget
 ) -> list[dict[str, Any]]:
-    """``outputs`` (from :func:`outputs_of`) with the large values that do not fit in
-    ``budget`` set aside, as ``OutputCapture`` sets them aside (all of an output's or
-    none; a value is large past ``inline_bytes``)."""
+    """``outputs`` (from :func:`outputs_of`) with the values that do not fit in ``budget``
+    set aside, as ``OutputCapture`` sets them aside (all of an output's or none, by
+    :func:`~interpreter.notebook_budget.budget_form`). ``inline_bytes`` is no longer needed
+    to tell them (every value counts), and kept for the callers."""
     rich = iter(ex.outputs)
     result: list[dict[str, Any]] = []
     kept = 0
@@ -294,21 +295,15 @@ def within_budget(
         if output["output_type"] not in ("display_data", "execute_result"):
             result.append(output)
             continue
-        data = output["data"]
         refs = next(rich).artifacts
-        large = [
-            (SetAside.of(ref.mime, ref), value_size(data[ref.mime]))
-            for ref in refs
-            if ref.mime in data and value_size(data[ref.mime]) > inline_bytes
-        ]
-        size = sum(n for _, n in large)
-        if not large or budget.fits(ex.id, kept + size):
+        data = output["data"]
+        artifacts = {ref.mime: SetAside.of(ref.mime, ref) for ref in refs if ref.mime in data}
+        size, form = budget_form(output, artifacts)
+        if form is None or budget.fits(ex.id, kept + size):
             kept += size
             result.append(output)
             continue
-        plain = data.get("text/plain")
-        values = [v for v, _ in large]
-        result.append(set_aside_form(output, values, None if plain is None else str(plain)))
+        result.append(form)
     return result
 
 

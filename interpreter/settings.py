@@ -248,8 +248,9 @@ class Settings(BaseSettings):
         64 << 20,
         ge=0,
         description="Output a session's notebook holds (characters of its cells' outputs) "
-        "before rich values larger than inline_rich_bytes are kept only as their artifacts, "
-        "the notebook naming each with a note. 0: no budget (every value in the notebook).",
+        "before rich values are left out of it (kept as their artifacts, or small ones in "
+        "the execution's record), the notebook naming each with a note. 0: no budget "
+        "(every value in the notebook).",
     )
     max_kernel_message_bytes: int = Field(
         32 << 20,

@@ -28,8 +28,9 @@ Outputs are compared in a normal form, not byte for byte:
 * rich outputs are compared in order, MIME type by MIME type, for the types the recording
   has (a newer kernel may add representations; it may not drop one); a value the
   recording's notebook set aside for its output budget (``interpreter/notebook_budget.py``:
-  only its artifact holds it) must be there again, but its value is not compared, and the
-  note the broker put in front of ``text/plain`` is not part of the output;
+  only its artifact, or the execution's record, holds it) must be there again, but its
+  value is not compared, and the note the broker put in front of ``text/plain`` is not
+  part of the output;
 * JSON values are compared structurally, their numbers as above;
 * raster images by decoded size and a perceptual tolerance on downscaled pixels (Pillow),
   SVG as text without its generated ids;

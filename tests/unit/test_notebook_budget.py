@@ -18,6 +18,8 @@ from interpreter.execution import ExecutionRecorder
 from interpreter.models import Execution
 from interpreter.notebook import NotebookRecorder
 from interpreter.notebook_budget import (
+    PLAIN_KEPT,
+    LeftOut,
     NotebookBudget,
     SetAside,
     note,
@@ -60,10 +62,10 @@ def cell(cap: OutputCapture, n: int, *messages: dict[str, Any]) -> tuple[Executi
     return ex, rec, outputs
 
 
-def capture(tmp_path: Path, notebook_bytes: int) -> OutputCapture:
+def capture(tmp_path: Path, notebook_bytes: int, inline: int = INLINE) -> OutputCapture:
     store = ArtifactStore(tmp_path / "artifacts", "s_test")
     return OutputCapture(
-        store, inline_bytes=INLINE, output_bytes=100_000, notebook_bytes=notebook_bytes
+        store, inline_bytes=inline, output_bytes=100_000, notebook_bytes=notebook_bytes
     )
 
 
@@ -127,14 +129,15 @@ def test_an_output_keeps_all_its_large_values_or_none(tmp_path: Path) -> None:
     _, _, outputs = cell(cap, 1, display({"text/html": html(1), "text/plain": plain}))
     [output] = outputs
     # Both large values together do not fit: neither is kept (JupyterLab would show the
-    # lesser form as if it were whole), and text/plain is cut as the API has it.
+    # lesser form as if it were whole); the note names both artifacts, text/plain's too.
     assert "text/html" not in output["data"]
     assert [v["mime"] for v in output["metadata"]["interp"]["set_aside"]] == [
         "text/html",
         "text/plain",
     ]
+    assert output["metadata"]["interp"]["text_plain"] == "added"
     text = output["data"]["text/plain"]
-    assert len(text) < 2 * INLINE and "characters omitted" in text
+    assert len(text) < 2 * INLINE and text.endswith("]\n") and "row" not in text
     valid(outputs)
 
 
@@ -274,3 +277,109 @@ def test_a_cell_restored_from_the_store_is_set_aside_as_its_broker_wrote_it(
         "text/plain",
     ]
     assert small["data"] == {"text/html": "<i/>"}
+
+
+#: A small value (no artifact) in the tests with an inline limit of 4 * INLINE.
+SMALL = 4 * INLINE - 10
+
+
+def test_past_the_budget_small_values_are_left_out_and_the_note_counts_them(
+    tmp_path: Path,
+) -> None:
+    # F11: small values (no artifacts) were always kept, so each cell added its displays'
+    # values to the notebook past the budget (2,000 of 63 KB each: 64 MB per cell).
+    cap = capture(tmp_path, notebook_bytes=4 * SMALL + 100, inline=4 * INLINE)
+    _, _, first = cell(cap, 1, *(display({"text/html": html(n, SMALL)}) for n in range(3)))
+    assert [o["data"]["text/html"] for o in first] == [html(n, SMALL) for n in range(3)]
+    flood = [
+        display({"text/html": html(n, SMALL), "text/plain": f"<{n}>" + "p" * (n % 2) * PLAIN_KEPT})
+        for n in range(50)
+    ]
+    ex, rec, later = cell(cap, 2, *flood)
+    valid(later)
+    # The first output fits; the rest are set aside, the budget's total stays within the
+    # notes' size beyond the limit, and the recorder holds no value past it.
+    assert later[0]["data"]["text/html"] == html(0, SMALL)
+    for n, output in enumerate(later[1:], start=1):
+        entry = output["metadata"]["interp"]
+        assert entry["set_aside"] == []
+        plain = output["data"]["text/plain"]
+        assert "text/html" not in output["data"]
+        assert f"  text/html, {SMALL} characters" in plain and "execution record" in plain
+        if n % 2:  # a long text/plain is left out too, a short one follows the note
+            assert entry["left_out"] == [
+                {"mime": "text/html", "size": SMALL},
+                {"mime": "text/plain", "size": len(f"<{n}>") + PLAIN_KEPT},
+            ]
+            assert entry["text_plain"] == "added" and "ppp" not in plain
+        else:
+            assert entry["left_out"] == [{"mime": "text/html", "size": SMALL}]
+            assert plain.endswith(f"]\n<{n}>") and entry["text_plain"] == "prefixed"
+        assert len(plain) < 400
+    assert held_by(rec) < SMALL + 50 * 500
+    assert cap.budget.total < 4 * SMALL + 50 * 500
+    # The API's answer (and so the record) is as without a budget: every value inline.
+    assert [o.data["text/html"] for o in ex.outputs] == [html(n, SMALL) for n in range(50)]
+    # What replay compares: the bundle as far as the notebook has it, and what it lacks.
+    assert recorded_form(later[1]) == ({}, ["text/html", "text/plain"])
+    assert recorded_form(later[2]) == ({"text/plain": "<2>"}, ["text/html"])
+
+
+def test_past_the_budget_a_small_image_is_named_by_its_artifact(tmp_path: Path) -> None:
+    cap = capture(tmp_path, notebook_bytes=1)
+    png = "iVBORw0KGgo" + "A" * 100
+    ex, _, [output] = cell(cap, 1, display({"image/png": png, "text/plain": "<Figure>"}))
+    [ref] = ex.outputs[0].artifacts
+    assert output["data"]["text/plain"].endswith(f"{ref.url}]\n<Figure>")
+    assert output["metadata"]["interp"]["set_aside"][0]["id"] == ref.id
+    assert "left_out" not in output["metadata"]["interp"]
+
+
+def test_a_short_text_plain_alone_is_kept_past_the_budget(tmp_path: Path) -> None:
+    cap = capture(tmp_path, notebook_bytes=1)
+    _, _, [output] = cell(cap, 1, display({"text/plain": "42"}))
+    assert output["data"] == {"text/plain": "42"} and output["metadata"] == {}
+
+
+def test_the_note_of_values_left_out_names_each_after_the_artifacts() -> None:
+    text = note([SetAside("image/png", 7, "b" * 64, "/u/b")], [LeftOut("text/html", 9)])
+    assert text.endswith(
+        "and kept only in this cell's execution record "
+        "(GET /v1/sessions/{id}/executions/{eid}, eid the cell's "
+        "execution_id):\n  text/html, 9 characters]\n"
+    )
+    alone = note([], [LeftOut("application/json", 3)])
+    assert alone.startswith(
+        "[Not in this notebook, which reached its output budget "
+        "(max_notebook_bytes); kept only in this cell's execution record"
+    )
+
+
+def test_small_values_restored_from_the_store_are_left_out_as_written(tmp_path: Path) -> None:
+    cap = capture(tmp_path, notebook_bytes=2 * SMALL, inline=4 * INLINE)
+    written = []
+    for n in (1, 2):
+        ex, _, outputs = cell(
+            cap,
+            n,
+            display({"text/html": html(n, SMALL), "text/plain": "x" * (2 * PLAIN_KEPT)}),
+            display({"application/json": {"n": n}, "text/plain": str(n)}),
+        )
+        ex.started_at = datetime(2026, 1, 1, tzinfo=UTC)
+        written.append((ex, cell_digest(ex.code, outputs)))
+    assert "left_out" in outputs[0]["metadata"]["interp"]
+    nb = NotebookRecorder.create(
+        tmp_path / "nb.ipynb", session_id="s_test", kernel_name="python3", backend="local"
+    )
+    executions = [ex for ex, _ in written]
+    digests = {ex.id: digest for ex, digest in written}
+    restore(
+        nb,
+        executions,
+        cap.artifacts.root,
+        digests,
+        inline_bytes=4 * INLINE,
+        notebook_bytes=2 * SMALL,
+    )
+    for saved, (_, digest) in zip(nb.nb.cells, written, strict=True):
+        assert saved.metadata["interp"]["audit_sha256"] == digest
