@@ -45,8 +45,9 @@ MAX_METADATA_CHARS = 64 << 10
 #: outputs' metadata is dropped, their values kept, with a notice): a thousand displays of
 #: 60,000 characters of metadata each were 60 MB per cell, kept for the session's life.
 MAX_CELL_METADATA_CHARS = 1 << 20
-#: Characters of rich output one execution holds at once at most (images are also
-#: artifacts): what it shows now, not what it showed. A value cleared (``clear_output``) or
+#: Characters of rich output one execution holds at once at most by default (the
+#: broker's is ``settings.max_rich_output_bytes``; images are also artifacts): what it
+#: shows now, not what it showed. A value cleared (``clear_output``) or
 #: replaced (``update_display_data``, a display with a known id) gives its characters back,
 #: so a redraw loop keeps its last frame however many frames it drew.
 RICH_LIMIT = 64 << 20

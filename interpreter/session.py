@@ -43,7 +43,7 @@ from interpreter.errors import (
     SessionRunning,
     StorageFull,
 )
-from interpreter.execution import RICH_LIMIT, CutText, ExecutionRecorder, split_cut
+from interpreter.execution import CutText, ExecutionRecorder, split_cut
 from interpreter.fifo import ExecutionQueue
 from interpreter.handle import ApprovalRequired, ExecutionHandle, Saved
 from interpreter.ids import new_id
@@ -906,7 +906,7 @@ class LiveSession(KernelLifecycle, MessageRouting, PolicyStage):
         rec = ExecutionRecorder(
             msg_id,
             hard_limit=settings.max_output_hard_bytes,
-            rich_limit=RICH_LIMIT,
+            rich_limit=settings.max_rich_output_bytes,
             overflow=spill,
         )
         handle.recorder, handle.spill = rec, spill

@@ -244,6 +244,14 @@ class Settings(BaseSettings):
     inline_rich_bytes: int = Field(
         64_000, ge=1000, description="Rich text outputs larger than this become artifacts."
     )
+    max_rich_output_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="Characters of rich output (display values and their metadata) one "
+        "execution holds at once, in its answer, its record and its notebook cell; past it "
+        "further displays are left out, its stderr saying once how many. A cleared or "
+        "replaced display gives its characters back.",
+    )
     max_notebook_bytes: int = Field(
         64 << 20,
         ge=0,

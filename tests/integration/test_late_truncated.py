@@ -7,7 +7,7 @@ after it.
   and a literal ``...`` for the artifact URL, and the notebook another form.
 * A redraw loop past the cell's rich budget (``clear_output(wait=True)`` then
   ``display``, or ``handle.update``) lost its final frame: the budget counted every frame
-  drawn. The budget is lowered here (``interpreter.session.RICH_LIMIT``) so that a few
+  drawn. The budget is lowered here (``max_rich_output_bytes``) so that a few
   megabytes of frames go past it.
 
 No clock is asserted on: the late line is waited for, with a deadline.
@@ -34,9 +34,8 @@ FRAME_CHARS = 600_000
 
 
 @pytest.fixture
-def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    monkeypatch.setattr("interpreter.session.RICH_LIMIT", RICH_BUDGET)
-    server = start_server("local", tmp_path / "data")
+def srv(tmp_path: Path) -> Iterator[Server]:
+    server = start_server("local", tmp_path / "data", max_rich_output_bytes=RICH_BUDGET)
     yield server
     server.thread.stop()
 

@@ -1,11 +1,13 @@
 """A session's notebook output budget against a real broker (A5: twelve cells of four
 ~15 MB HTML displays grew the broker to 2.1 GB and the notebook to 704 MB).
 
-One broker subprocess (local backend, ``--max-notebook-bytes`` 8 MiB), so that its memory
-is its own to read. Past the budget a large rich value is kept only as its artifact, the
-notebook naming it in a note: the notebook stays within the budget, the broker's memory
-does not follow the outputs, every value downloads whole, and what reads notebooks (the
-audit chain, replay, a rebuild, the HTML export) still works.
+One broker subprocess (local backend, ``--max-notebook-bytes`` 8 MiB,
+``--max-rich-output-bytes`` 24 MiB), so that its memory is its own to read. Past the
+budget a large rich value is kept only as its artifact, and a small one only in the
+execution's record, the notebook naming each in a note: the notebook stays within the
+budget and the notes, the broker's memory does not follow the outputs, every value
+downloads whole, and what reads notebooks (the audit chain, replay, a rebuild, the HTML
+export) still works.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from tests.conftest import run, spawn_serve, stop_serve
 pytestmark = pytest.mark.timeout(600)
 
 BUDGET = 8 << 20
+#: The broker's max_rich_output_bytes: a cell's rich output held at once.
+RICH_CAP = 24 << 20
 #: Bytes of each value before base64: about 5.2 million characters of text/html.
 VALUE_BYTES = 3_900_000
 VALUE_CHARS = len(base64.b64encode(bytes(VALUE_BYTES)))
@@ -83,7 +87,7 @@ def broker() -> Iterator[Broker]:
     data = Path(tempfile.mkdtemp(prefix="interp-nb-budget-"))
     proc, url = spawn_serve(
         *("--backend", "local", "--data-dir", str(data), "--pool-size", "0"),
-        *("--max-notebook-bytes", str(BUDGET)),
+        *("--max-notebook-bytes", str(BUDGET), "--max-rich-output-bytes", str(RICH_CAP)),
     )
     try:
         yield Broker(proc.pid, url, data)
@@ -153,7 +157,7 @@ MIXED = [
     "    return base64.b64encode(random.Random(seed).randbytes(size)).decode()\n"
     "display({'text/html': big(1, 6_000_000)}, raw=True)\n"
     f"display({{'text/html': big(2, {VALUE_BYTES}), 'text/plain': '<Table 2>'}}, raw=True)",
-    # A large text/plain alone: stored whole, in the notebook cut (as the API has it).
+    # A large text/plain alone: stored whole, in the notebook named by its artifact.
     "display({'text/plain': ''.join(f'row {i}\\n' for i in range(100_000))}, raw=True)",
     # A large PNG (a figure of noise).
     "import matplotlib.pyplot as plt, numpy as np\n"
@@ -197,3 +201,70 @@ def test_a_notebook_past_its_budget_verifies_replays_rebuilds_and_renders(
     page = notebook_to_html(json.loads(json.dumps(nb)))
     for entry in notes_of(nb):
         assert entry["url"] in page
+
+
+#: Displays of small values (no artifacts) in a cell: about 21,000 characters each, more
+#: than RICH_CAP holds.
+SMALL_DISPLAYS = 1400
+SMALL_CELL = (
+    "from IPython.display import display\n"
+    f"for i in range({SMALL_DISPLAYS}):\n"
+    "    display({'text/html': '<p>' + 'h' * 19_990 + f'{i}</p>',\n"
+    "             'text/plain': f'<Row {i}>' + 'p' * 2000 * (i % 2)}, raw=True)\n"
+)
+DROPPED = re.compile(
+    r"\[output dropped: (\d+) rich outputs, \d+ characters in all; this cell's rich outputs "
+    rf"went past the broker's limit of {RICH_CAP} characters\]"
+)
+
+
+def test_a_flood_of_small_values_is_bounded_in_the_answer_the_record_and_the_notebook(
+    broker: Broker,
+) -> None:
+    # F11: small values were always kept in the notebook, so each cell of 2,000 displays
+    # of 63 KB added 67 MB to the notebook (and the broker) past its budget.
+    with broker.client() as api:
+        sid = api.post("/v1/sessions", json={}).json()["id"]
+        answers = []
+        for _ in range(2):
+            resp = api.post(f"/v1/sessions/{sid}/execute", json={"code": SMALL_CELL})
+            assert resp.status_code == 200, resp.text
+            # The answer holds at most the cell's rich budget, and says what it dropped.
+            assert len(resp.content) < RICH_CAP + (2 << 20), len(resp.content)
+            answer = resp.json()
+            assert answer["status"] == "ok" and answer["truncated"] is True, answer["stderr"]
+            [dropped] = DROPPED.findall(answer["stderr"])
+            assert len(answer["outputs"]) + int(dropped) == SMALL_DISPLAYS
+            # The record says the same.
+            record = api.get(f"/v1/sessions/{sid}/executions/{answer['id']}").json()
+            assert record["outputs"] == answer["outputs"]
+            assert record["stderr"] == answer["stderr"]
+            answers.append(answer)
+        nb = api.get(f"/v1/sessions/{sid}/notebook").json()
+        assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    nbformat.validate(nbformat.from_dict(nb))
+    for cell, answer in zip(nb["cells"], answers, strict=True):
+        rich = [o for o in cell["outputs"] if o["output_type"] == "display_data"]
+        assert len(rich) == len(answer["outputs"])
+        stderr = "".join(o["text"] for o in cell["outputs"] if o.get("name") == "stderr")
+        assert DROPPED.search(stderr)
+        # Each output is whole or names each value it lacks: the record has them.
+        for output, out in zip(rich, answer["outputs"], strict=True):
+            if "text/html" in output["data"]:
+                assert output["data"] == out["data"]
+                continue
+            entry = output["metadata"]["interp"]
+            named = {v["mime"]: v["size"] for v in entry["left_out"]}
+            assert named["text/html"] == len(out["data"]["text/html"])
+            plain = output["data"]["text/plain"]
+            assert plain.startswith("[Not in this notebook") and "execution record" in plain
+            if "text/plain" in named:
+                assert named["text/plain"] == len(out["data"]["text/plain"])
+            else:
+                assert plain.endswith("]\n" + out["data"]["text/plain"])
+    # The file (written whole as the session closed) holds the budget and the notes: each
+    # cell held about 24 MB of values.
+    size = (broker.data / "sessions" / sid / "notebook.ipynb").stat().st_size
+    assert size < BUDGET + 2 * SMALL_DISPLAYS * 600, size
+    audit = verify(broker.data, sid)
+    assert audit.ok, [str(p) for p in audit.problems]
