@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from interpreter.execution import ExecutionRecorder, RichEvent
-from interpreter.handle import ExecutionHandle
+from interpreter.handle import KEPT_CHARS, ExecutionHandle, held_chars
 from interpreter.outputs import OutputCapture
 
 #: Finished executions with display ids whose outputs later cells may still update.
@@ -44,15 +44,25 @@ class EarlierDisplays:
     def __init__(self, capture: OutputCapture) -> None:
         self.capture = capture
         self._handles: dict[str, ExecutionHandle] = {}
+        #: Their :func:`~interpreter.handle.held_chars` as they were kept.
+        self._chars: dict[str, int] = {}
 
     def remember(self, handle: ExecutionHandle) -> None:
         """Keep a finished execution if it showed a display with an id."""
         rec = handle.recorder
         if rec is None or not _display_ids(rec):
             return
-        self._handles[handle.execution.id] = handle
-        while len(self._handles) > KEPT_EXECUTIONS:
-            del self._handles[next(iter(self._handles))]
+        newest = handle.execution.id
+        self._handles.pop(newest, None)
+        self._handles[newest] = handle
+        self._chars[newest] = held_chars(handle.execution)
+        # The last KEPT_EXECUTIONS, as far as they hold KEPT_CHARS (the newest whatever
+        # its size): a display id in every cell of many small values held them all.
+        for key in list(self._handles):
+            if len(self._handles) <= KEPT_EXECUTIONS and sum(self._chars.values()) <= KEPT_CHARS:
+                break
+            if key != newest:
+                del self._handles[key], self._chars[key]
 
     async def apply(
         self, msg: dict[str, Any], current: ExecutionHandle | None

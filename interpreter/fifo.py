@@ -14,7 +14,7 @@ import asyncio
 import collections
 import itertools
 
-from interpreter.handle import ExecutionHandle
+from interpreter.handle import KEPT_CHARS, ExecutionHandle, held_chars
 from interpreter.models import TERMINAL_STATUSES
 
 #: Finished handles kept in memory for lookups by id (the store has them all).
@@ -34,6 +34,11 @@ class ExecutionQueue:
         self._arrived = asyncio.Event()
         self._holds = 0
         self._by_id: dict[str, ExecutionHandle] = {}
+        #: :func:`held_chars` of each ended handle in ``_by_id``, as it ended, and their sum.
+        self._chars: dict[str, int] = {}
+        self._kept_chars = 0
+        #: The ``logged_chars`` of the handles in ``_logged``, summed.
+        self._logged_chars = 0
         #: Handles out of the queue, oldest first, whose event log may still be held.
         self._logged: collections.deque[ExecutionHandle] = collections.deque()
         self.current: ExecutionHandle | None = None
@@ -111,20 +116,45 @@ class ExecutionQueue:
         Only the oldest handles are looked at: it used to scan every kept handle (up to
         65) after each cell, 8.5 us against 2 us now (measured alone, issue 10).
         """
-        if self.current is not None:
-            self._logged.append(self.current)
+        newest = self.current
+        if newest is not None:
+            self._logged.append(newest)
+            size = held_chars(newest.execution)
+            self._kept_chars += size - self._chars.get(newest.execution.id, 0)
+            self._chars[newest.execution.id] = size
+            self._logged_chars += size - newest.logged_chars
+            newest.logged_chars = size
         self.current = None
-        while len(self._logged) > KEPT_EVENT_LOGS:
+        # A log holds its execution's outputs as published: the logs kept hold at most
+        # KEPT_CHARS of them too (the newest's whatever its size).
+        while len(self._logged) > KEPT_EVENT_LOGS or (
+            self._logged_chars > KEPT_CHARS and self._logged and self._logged[0] is not newest
+        ):
             # One not finished yet (a drained cell being ended) keeps its log for now; past
             # KEPT_HANDLES it is let go here and its log goes when the handle is forgotten.
             if not self._logged[0].finished.is_set() and len(self._logged) <= KEPT_HANDLES:
                 break
-            self._logged.popleft().release_log()
+            oldest = self._logged.popleft()
+            oldest.release_log()
+            self._logged_chars -= oldest.logged_chars
+            oldest.logged_chars = 0
         excess = len(self._by_id) - KEPT_HANDLES
         if excess > 0:
             for key in list(itertools.islice(self._by_id, excess)):
                 if self._by_id[key].finished.is_set():
-                    del self._by_id[key]
+                    self._forget(key)
+        if self._kept_chars > KEPT_CHARS:
+            for key in [k for k in self._by_id if k in self._chars]:
+                if self._kept_chars <= KEPT_CHARS:
+                    break
+                handle = self._by_id[key]
+                if handle is not newest and handle.finished.is_set():
+                    self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        """Let a finished handle go: a lookup reads its record from the store."""
+        del self._by_id[key]
+        self._kept_chars -= self._chars.pop(key, 0)
 
     def withdraw(self, handle: ExecutionHandle) -> bool:
         """Take ``handle`` out of the queue if it still waits there (True); False when the

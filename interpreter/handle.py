@@ -31,6 +31,7 @@ from typing import Any, Literal, NamedTuple
 from interpreter.errors import EventIdAhead, EventsExpired
 from interpreter.execution import ExecutionRecorder
 from interpreter.models import Approval, ErrorInfo, Execution, Output
+from interpreter.notebook_budget import value_size
 from interpreter.policy.approvals import PendingApproval
 from interpreter.spill import StreamSpill
 
@@ -106,6 +107,23 @@ class Saved(NamedTuple):
         return Execution.model_validate_json(self.execution_json)
 
 
+#: Characters of output (:func:`held_chars`) the finished handles one holder keeps (for
+#: lookups, late output, later display updates) hold in all at most; past it the oldest
+#: are let go (the newest stays, whatever its size). Counted only, 64 cells of small
+#: displays, each answer 67 MB, held 4 GB of the broker's memory per session.
+KEPT_CHARS = 64 << 20
+
+
+def held_chars(execution: Execution) -> int:
+    """Characters an execution's record holds in memory: its stdout and stderr, and its
+    outputs' inline values and metadata (artifacts are on disk)."""
+    size = len(execution.stdout) + len(execution.stderr)
+    for out in execution.outputs:
+        size += sum(value_size(value) for value in out.data.values())
+        size += value_size(out.metadata) if out.metadata else 0
+    return size
+
+
 @dataclass
 class ExecutionHandle:
     """One execution from submission to its final record.
@@ -147,6 +165,8 @@ class ExecutionHandle:
     #: An interrupt's watch for code that ignores it was started (one per execution).
     ignored_told: bool = False
     last_iopub_at: float = 0.0
+    #: Its :func:`held_chars` as it ended, while its queue keeps its event log.
+    logged_chars: int = 0
     stream: Subscription | None = None
     request_id: str | None = None
     resumed: bool = False

@@ -49,7 +49,15 @@ from interpreter.execution import (
     cut_around,
     cut_middle,
 )
-from interpreter.handle import ErrorRaised, ExecutionHandle, OutputAdded, OutputCleared, StreamText
+from interpreter.handle import (
+    KEPT_CHARS,
+    ErrorRaised,
+    ExecutionHandle,
+    OutputAdded,
+    OutputCleared,
+    StreamText,
+    held_chars,
+)
 from interpreter.mime import INLINE_MIMES, is_binary, is_image
 from interpreter.models import ArtifactRef, ErrorInfo, Execution, Output, StreamOffsets
 from interpreter.notebook_budget import NotebookBudget, SetAside, budget_form, value_size
@@ -290,6 +298,8 @@ class OutputCapture:
         self.budget = NotebookBudget(notebook_bytes)
         #: Recently finished cells by their request's msg_id (see :meth:`remember`).
         self._finished: dict[str, ExecutionHandle] = {}
+        #: Their :func:`~interpreter.handle.held_chars` as they finished.
+        self._finished_chars: dict[str, int] = {}
 
     async def output(self, rec: ExecutionRecorder, index: int) -> Output:
         """The API form of the rich output at ``index``: binaries and big values stored."""
@@ -452,10 +462,20 @@ class OutputCapture:
             item["_set_aside"] = True
 
     def remember(self, msg_id: str, handle: ExecutionHandle) -> None:
-        """Keep a finished cell (by its request's msg_id) for output that arrives late."""
+        """Keep a finished cell (by its request's msg_id) for output that arrives late: the
+        last :data:`LATE_OUTPUT_CELLS`, as far as they hold :data:`KEPT_CHARS` (the newest
+        whatever its size)."""
+        self._finished.pop(msg_id, None)
         self._finished[msg_id] = handle
-        while len(self._finished) > LATE_OUTPUT_CELLS:
-            del self._finished[next(iter(self._finished))]
+        self._finished_chars[msg_id] = held_chars(handle.execution)
+        for key in list(self._finished):
+            if (
+                len(self._finished) <= LATE_OUTPUT_CELLS
+                and sum(self._finished_chars.values()) <= KEPT_CHARS
+            ):
+                break
+            if key != msg_id:
+                del self._finished[key], self._finished_chars[key]
 
     def finished_cell(self, msg_id: str | None) -> ExecutionHandle | None:
         """A recently finished cell whose request had ``msg_id``, if kept."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from interpreter.fifo import KEPT_EVENT_LOGS, KEPT_HANDLES, ExecutionQueue
-from interpreter.handle import ExecutionHandle
-from interpreter.models import Execution
+from interpreter.handle import KEPT_CHARS, ExecutionHandle
+from interpreter.models import Execution, Output
 
 
 def handle(n: int) -> ExecutionHandle:
@@ -144,3 +144,36 @@ def test_withdraw_takes_a_waiting_execution_out_before_the_worker_can() -> None:
     assert asyncio.run(queue.next()) is first
     assert queue.withdraw(first) is False  # taken by the worker: it runs
     assert queue.waiting == 0
+
+
+async def test_finished_cells_are_kept_only_as_far_as_their_output_fits() -> None:
+    """F11: 64 finished cells were kept by count alone, each answer of small displays up to
+    67 MB, and 8 event logs holding the same outputs: 4 GB of the broker per session. Past
+    KEPT_CHARS the oldest go (a lookup reads the store); the newest stays, however big."""
+    queue = ExecutionQueue(4)
+    value = "v" * 60_000
+    per_cell = 200 * len(value)  # 12 MB of small values
+    handles = [handle(n) for n in range(12)]
+    for h in handles:
+        queue.put(h)
+        assert await queue.next() is h
+        h.execution.outputs = [Output(type="display_data", data={"text/html": value})] * 200
+        h.finish()
+        queue.done()
+    kept = [h for h in handles if queue.get(h.execution.id) is not None]
+    logged = [h for h in handles if h._log is not None]
+    assert len(kept) * per_cell <= KEPT_CHARS and kept == handles[-len(kept) :]
+    assert len(logged) * per_cell <= KEPT_CHARS and logged == handles[-len(logged) :]
+    assert len(kept) == KEPT_CHARS // per_cell
+    # One cell larger than the bound is kept alone.
+    big = handle(99)
+    queue.put(big)
+    assert await queue.next() is big
+    big.execution.outputs = [Output(type="display_data", data={"text/html": value})] * (
+        KEPT_CHARS // len(value) + 1
+    )
+    big.finish()
+    queue.done()
+    assert queue.get("ex_99") is big and big._log is not None
+    assert all(queue.get(h.execution.id) is None for h in handles)
+    assert all(h._log is None for h in handles)
