@@ -286,8 +286,8 @@ def within_budget(
 ) -> list[dict[str, Any]]:
     """``outputs`` (from :func:`outputs_of`) with the values that do not fit in ``budget``
     set aside, as ``OutputCapture`` sets them aside (all of an output's or none, by
-    :func:`~interpreter.notebook_budget.budget_form`). ``inline_bytes`` is no longer needed
-    to tell them (every value counts), and kept for the callers."""
+    :func:`~interpreter.notebook_budget.budget_form`: every value counts, whatever its
+    size, so ``inline_bytes`` no longer decides which)."""
     rich = iter(ex.outputs)
     result: list[dict[str, Any]] = []
     kept = 0
