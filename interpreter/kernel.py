@@ -67,6 +67,19 @@ UNRESPONSIVE = "kernel_unresponsive"
 MessageCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
+def _release_manager_context(km: AsyncKernelManager) -> None:
+    """Close the ZMQ context jupyter_client's manager made for its control socket, if it
+    made one, with no linger. Left to the garbage collector, the context's ``__del__``
+    waits (``term``, in C, on whichever thread lets go of it last: the event loop) until
+    every socket made in it has sent what it holds; one holding a request for a kernel
+    that is gone never does, and the broker would hang there."""
+    with contextlib.suppress(Exception):
+        km._close_control_socket()
+    made = km._trait_values.get("context")
+    if isinstance(made, zmq.Context) and not made.closed:
+        made.destroy(linger=0)
+
+
 async def _ignore(channel: str, msg: dict[str, Any]) -> None:
     """The message callback of a closed kernel: nobody listens any more."""
 
@@ -263,6 +276,8 @@ class Kernel:
                     raise _start_failed(exc) from exc
 
     async def _start_once(self, launched: Callable[[], None] | None = None) -> None:
+        if self.km is not None:
+            _release_manager_context(self.km)  # an earlier attempt's, or generation's
         self.km = self._new_manager()
         try:
             async with asyncio.timeout(self.start_timeout_s):
@@ -373,6 +388,8 @@ class Kernel:
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
             self._ctx = None
+        if self.km is not None:
+            _release_manager_context(self.km)
         self.on_message = _ignore
         self.on_unresponsive = None
 
