@@ -328,7 +328,11 @@ def stop_serve(proc: subprocess.Popen[str], wait_s: float = 60) -> None:
 def runtime_dir_of(data_dir: Path, sid: str) -> Path:
     """Where the session's kernel keeps its ipc sockets: recorded for a docker kernel (a
     random path outside the data directory, docs/security.md H-30), derived for a local one."""
-    with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
+    row = None
+    # (A data directory with no store yet, or none of the session's, has it derived.)
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(
+        sqlite3.connect(data_dir / "state.db")
+    ) as db:
         row = db.execute("SELECT provisioner_json FROM sessions WHERE id = ?", (sid,)).fetchone()
     saved = json.loads(row[0]) if row and row[0] else {}
     recorded = (saved.get("docker") or {}).get("runtime_dir")

@@ -21,7 +21,7 @@ from interpreter.audit_verify import format_report, verify
 from interpreter.models import Execution
 from interpreter.notebook import LiveNotebook, NotebookRecorder
 from interpreter.notebook_repair import KEPT, original_outputs
-from tests.unit.test_audit import T0, new_store
+from tests.unit.test_audit import new_store
 
 GOOD = {"output_type": "stream", "name": "stdout", "text": "fine\n"}
 BAD_OUTPUTS = {
@@ -183,7 +183,10 @@ def test_audit_verify_checks_a_repaired_cell_against_its_original_outputs(
     tmp_path: Path,
 ) -> None:
     store = new_store(tmp_path)
-    ex = Execution(id="ex_a", session_id="s_1", status="ok", code="x", started_at=T0)
+    # The record says what the cell's metadata says (audit verify compares them too).
+    ex = Execution(
+        id="ex_a", session_id="s_1", status="ok", code="x", execution_count=1, duration_ms=1.0
+    )
     outputs = [GOOD, BAD_OUTPUTS["number as text/plain"]]
     digest = cell_digest("x", outputs)
     store.save_execution(1, ex, notebook_sha256=digest)
