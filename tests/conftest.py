@@ -330,9 +330,10 @@ def runtime_dir_of(data_dir: Path, sid: str) -> Path:
     random path outside the data directory, docs/security.md H-30), derived for a local one."""
     row = None
     # (A data directory with no store yet, or none of the session's, has it derived.)
-    with contextlib.suppress(sqlite3.Error), contextlib.closing(
-        sqlite3.connect(data_dir / "state.db")
-    ) as db:
+    with (
+        contextlib.suppress(sqlite3.Error),
+        contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db,
+    ):
         row = db.execute("SELECT provisioner_json FROM sessions WHERE id = ?", (sid,)).fetchone()
     saved = json.loads(row[0]) if row and row[0] else {}
     recorded = (saved.get("docker") or {}).get("runtime_dir")
