@@ -1212,7 +1212,7 @@ def _omitted_lost(count: int, artifact: str | None) -> str:
 
 def _omitted_unstored(count: int, why: str) -> str:
     """The notice of ``count`` characters cut from a text whose full-text artifact could not
-    be stored, because ``why`` (the data disk was full)."""
+    be stored, because ``why`` (the data disk was full, or refused the write)."""
     return f"[... {count} characters omitted; no artifact holds the full text: {why}]"
 
 

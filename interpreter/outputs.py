@@ -526,22 +526,26 @@ class OutputCapture:
         if cut:
             ex.truncated = True
             stored: dict[str, tuple[int, ArtifactRef]] = {}
-            # Spilled text the disk had no room to copy into its artifact (characters).
+            # Spilled text the disk had no room to copy into its artifact (characters), and
+            # why (the disk was full, or refused the write).
             uncopied = 0
+            uncopied_why: StopReason = "disk_full"
             for name, text in (("stdout", stdout), ("stderr", stderr)):
                 path = spilled.files.get(name) if spilled is not None else None
                 more = spilled.chars[name] if spilled is not None and path is not None else 0
                 if (not text and path is None) or name in lost:
                     continue
                 ref = await self._put_full_text(ex, name, text, path)
-                if ref is None and path is not None:
-                    # The copy did not fit: the kept text alone, and the notice says so.
+                if isinstance(ref, str) and path is not None:
+                    # The copy failed: the kept text alone, and the notice says so.
                     uncopied, more = uncopied + more, 0
+                    if ref == storage_floor.UNSTORED_REFUSED:
+                        uncopied_why = "disk_error"
                     if text:
                         ref = await self._put_full_text(ex, name, text, None)
-                if ref is None:
+                if isinstance(ref, str):
                     # Not even that: its cut says that no artifact holds its full text.
-                    rec.unstored_text[name] = storage_floor.UNSTORED_BECAUSE
+                    rec.unstored_text[name] = ref
                     continue
                 ex.artifacts.append(ref)
                 stored[name] = (len(text) + more, ref)
@@ -577,7 +581,7 @@ class OutputCapture:
                 stderr = cut_middle(stderr, share_err, url_err, notice_err)
             rec.final_streams = (stdout, stderr)
             if rec.overflowing:
-                rec.streams.notice = self._notice(rec, spilled, stored, uncopied)
+                rec.streams.notice = self._notice(rec, spilled, stored, uncopied, uncopied_why)
                 stderr += rec.streams.notice
         ex.stdout, ex.stderr = stdout, stderr
         return cut
@@ -588,27 +592,30 @@ class OutputCapture:
         spilled: Spilled | None,
         stored: dict[str, tuple[int, ArtifactRef]],
         uncopied: int,
+        uncopied_why: StopReason,
     ) -> str:
         if spilled is None:
             why = LOST_NO_SPILL if rec.cut_before else NO_SPILL
             return limit_notice(stored, rec.streams.dropped, why)
-        why = _DROPPED_BECAUSE["disk_full" if uncopied else spilled.stopped]
+        why = _DROPPED_BECAUSE[uncopied_why if uncopied else spilled.stopped]
         return limit_notice(stored, rec.streams.dropped + spilled.dropped + uncopied, why)
 
     async def _put_full_text(
         self, ex: Execution, name: str, text: str, spilled: Path | None
-    ) -> ArtifactRef | None:
-        """Store stream ``name``'s full-text artifact (:meth:`_put_text`); None when the data
-        disk has no room for it: the cell ran, and its record and notebook cell are made
-        without it (a failure there ended the cell as the broker's error, with no output
-        in its record and a notebook cell naming an artifact that did not exist)."""
+    ) -> ArtifactRef | str:
+        """Store stream ``name``'s full-text artifact (:meth:`_put_text`); when the data disk
+        has no room for it or refuses the write, why not (for the cut's notice): the cell
+        ran, and its record and notebook cell are made without it (a failure there ended
+        the cell as the broker's error, with no output in its record and a notebook cell
+        naming an artifact that did not exist)."""
         try:
             return await asyncio.to_thread(self._put_text, text, spilled)
         except OSError as exc:
-            if storage_floor.failure_reason(exc) != "storage_full":
-                raise
-            log.warning("no room for the %s artifact of %s on the data disk", name, ex.id)
-            return None
+            if storage_floor.failure_reason(exc) == "storage_full":
+                log.warning("no room for the %s artifact of %s on the data disk", name, ex.id)
+                return storage_floor.UNSTORED_BECAUSE
+            log.error("the %s artifact of %s could not be stored: %s", name, ex.id, exc)
+            return storage_floor.UNSTORED_REFUSED
 
     def _put_text(self, text: str, spilled: Path | None) -> ArtifactRef:
         """Store a stream's kept text, followed by its spill file if it has one."""

@@ -106,6 +106,9 @@ _FULL_TEXT: dict[Ran, str] = {
 
 #: Why a stream's full-text artifact was not stored, when it did not fit.
 UNSTORED_BECAUSE = "the service's data disk was full"
+#: Why, when the data disk refused its write for another reason (an I/O error, a directory
+#: made read-only or replaced under the broker).
+UNSTORED_REFUSED = "the service's data disk refused the write"
 
 
 def failure_error(reason: str, ran: Ran = "not_run") -> ErrorInfo:

@@ -88,3 +88,61 @@ def test_a_cell_whose_picture_cannot_be_stored_keeps_its_notebook_cell(tmp_path:
     [checked] = report.sessions
     assert (checked.records, checked.cells, checked.cells_not_chained) == (2, 2, 0)
     shutil.rmtree(data_dir, ignore_errors=True)
+
+
+CUT_CELL = """
+import os, time
+print("x" * 5000)
+open("started", "w").close()
+for _ in range(600):
+    if os.path.exists("go"):
+        break
+    time.sleep(0.05)
+print("last line")
+"""
+
+
+def test_a_cut_output_whose_full_text_cannot_be_stored_keeps_its_output(tmp_path: Path) -> None:
+    """The same fault under a stream's full-text artifact (any refusal, not only a full
+    disk): the cell ran, so it ends as it ran, with its cut output in its answer, its
+    record and its notebook cell, and a notice that no artifact holds the full text."""
+    data_dir = tmp_path / "data"
+    srv = start_server("local", data_dir, default_disk_mb=0, max_output_bytes=1000)
+    try:
+        with srv.client() as api:
+            sid = api.post("/v1/sessions").json()["id"]
+            session_dir = data_dir / "sessions" / sid
+            workspace, artifacts = session_dir / "workspace", session_dir / "artifacts"
+            answer: list[dict[str, Any]] = []
+            runner = threading.Thread(
+                target=lambda: answer.append(
+                    api.post(f"/v1/sessions/{sid}/execute", json={"code": CUT_CELL}).json()
+                )
+            )
+            runner.start()
+            wait_for(lambda: (workspace / "started").exists(), 60, "the cell to start")
+            artifacts.rename(session_dir / "artifacts-away")
+            artifacts.write_text("not a directory")
+            (workspace / "go").touch()
+            runner.join(60)
+            [ended] = answer
+            artifacts.unlink()
+            (session_dir / "artifacts-away").rename(artifacts)
+
+            assert (ended["status"], ended["reason"]) == ("ok", None), ended
+            assert ended["truncated"] and ended["artifacts"] == []
+            notice = "no artifact holds the full text: the service's data disk refused the write"
+            assert ended["stdout"].startswith("xxx") and notice in ended["stdout"]
+            assert ended["stdout"].endswith("last line\n")
+            stored = api.get(f"/v1/sessions/{sid}/executions/{ended['id']}").json()
+            assert stored["stdout"] == ended["stdout"]
+            [cell] = [
+                c for c in api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
+                if c["cell_type"] == "code"
+            ]  # fmt: skip
+            assert "".join(o["text"] for o in cell["outputs"]) == ended["stdout"]
+    finally:
+        srv.thread.stop()
+    report = verify(data_dir)
+    assert report.ok, [str(p) for s in report.sessions for p in s.problems]
+    shutil.rmtree(data_dir, ignore_errors=True)
