@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from interpreter.audit_verify import verify
 from tests.conftest import start_server
 from tests.faults.conftest import wait_for
@@ -37,31 +39,39 @@ display(Image(data={PNG!r}))
 """
 
 
+def run_while_artifacts_refused(api: httpx.Client, session_dir: Path, code: str) -> dict[str, Any]:
+    """Run ``code`` (which waits for a file ``go``) in the session at ``session_dir``; its
+    artifact directory is replaced by a file while the cell waits, and put back after the
+    answer. The answer."""
+    sid = session_dir.name
+    workspace, artifacts = session_dir / "workspace", session_dir / "artifacts"
+    answer: list[dict[str, Any]] = []
+    runner = threading.Thread(
+        target=lambda: answer.append(
+            api.post(f"/v1/sessions/{sid}/execute", json={"code": code}).json()
+        )
+    )
+    runner.start()
+    wait_for(lambda: (workspace / "started").exists(), 60, "the cell to start")
+    artifacts.rename(session_dir / "artifacts-away")
+    artifacts.write_text("not a directory")
+    (workspace / "go").touch()
+    runner.join(60)
+    artifacts.unlink()
+    (session_dir / "artifacts-away").rename(artifacts)
+    [ended] = answer
+    return ended
+
+
 def test_a_cell_whose_picture_cannot_be_stored_keeps_its_notebook_cell(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     srv = start_server("local", data_dir, default_disk_mb=0)
     try:
         with srv.client() as api:
             sid = api.post("/v1/sessions").json()["id"]
-            session_dir = data_dir / "sessions" / sid
-            workspace, artifacts = session_dir / "workspace", session_dir / "artifacts"
-            answer: list[dict[str, Any]] = []
-            runner = threading.Thread(
-                target=lambda: answer.append(
-                    api.post(f"/v1/sessions/{sid}/execute", json={"code": CELL}).json()
-                )
-            )
-            runner.start()
-            wait_for(lambda: (workspace / "started").exists(), 60, "the cell to start")
-            artifacts.rename(session_dir / "artifacts-away")
-            artifacts.write_text("not a directory")
-            (workspace / "go").touch()
-            runner.join(60)
-            [ended] = answer
+            ended = run_while_artifacts_refused(api, data_dir / "sessions" / sid, CELL)
             eid = ended["id"]
             assert (ended["status"], ended["reason"]) == ("error", "broker_error")
-            artifacts.unlink()
-            (session_dir / "artifacts-away").rename(artifacts)
 
             cells = [
                 c for c in api.get(f"/v1/sessions/{sid}/notebook").json()["cells"]
@@ -111,24 +121,7 @@ def test_a_cut_output_whose_full_text_cannot_be_stored_keeps_its_output(tmp_path
     try:
         with srv.client() as api:
             sid = api.post("/v1/sessions").json()["id"]
-            session_dir = data_dir / "sessions" / sid
-            workspace, artifacts = session_dir / "workspace", session_dir / "artifacts"
-            answer: list[dict[str, Any]] = []
-            runner = threading.Thread(
-                target=lambda: answer.append(
-                    api.post(f"/v1/sessions/{sid}/execute", json={"code": CUT_CELL}).json()
-                )
-            )
-            runner.start()
-            wait_for(lambda: (workspace / "started").exists(), 60, "the cell to start")
-            artifacts.rename(session_dir / "artifacts-away")
-            artifacts.write_text("not a directory")
-            (workspace / "go").touch()
-            runner.join(60)
-            [ended] = answer
-            artifacts.unlink()
-            (session_dir / "artifacts-away").rename(artifacts)
-
+            ended = run_while_artifacts_refused(api, data_dir / "sessions" / sid, CUT_CELL)
             assert (ended["status"], ended["reason"]) == ("ok", None), ended
             assert ended["truncated"] and ended["artifacts"] == []
             notice = "no artifact holds the full text: the service's data disk refused the write"
