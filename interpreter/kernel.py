@@ -40,6 +40,7 @@ from interpreter.kernelspecs import kernel_spec_manager
 from interpreter.models import KernelInfo
 from interpreter.readiness import wait_ready, wait_subscribed
 from interpreter.wire import BrokerSession
+from interpreter.zmqctx import Context
 
 log = logging.getLogger(__name__)
 
@@ -499,7 +500,7 @@ class Kernel:
     async def _connect(self, *, busy_ok: bool = False) -> None:
         assert self.km is not None
         if self._ctx is None:
-            ctx = zmq.asyncio.Context()
+            ctx = Context()
             # Hold few messages here: under a flood the rest wait in the kernel, whose send
             # queue then holds the printing code up rather than drop or pile up messages
             # (interpreter_kernel.backpressure), not in the broker's memory (issue 12).

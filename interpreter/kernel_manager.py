@@ -8,6 +8,8 @@
 * Waiting for a stopped kernel to be gone polled every 100 ms, so closing a session took
   at least that long after the kill; here the first checks come after 5, 10, 20 ms, ...
   up to the same 100 ms.
+* The context it makes for its control socket is a :class:`~interpreter.zmqctx.Context`: a
+  manager dropped with its control socket open no longer hangs the thread that collects it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import default
+
+from interpreter.zmqctx import Context
 
 #: The first wait before checking again whether a stopped kernel is gone (then doubling).
 FIRST_POLL_S = 0.005
@@ -23,6 +29,11 @@ FIRST_POLL_S = 0.005
 
 class KernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` whose ``start_kernel`` does not pause after the start."""
+
+    @default("context")
+    def _context_default(self) -> zmq.asyncio.Context:
+        self._created_context = True
+        return Context()
 
     # The sync base class types start_kernel as sync; AsyncKernelManager's is async too.
     async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]

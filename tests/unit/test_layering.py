@@ -110,6 +110,7 @@ MODULES: list[tuple[str, str]] = [
     ("interpreter.fifo", "runtime"),
     ("interpreter.heartbeat", "base"),
     ("interpreter.channels", "base"),
+    ("interpreter.zmqctx", "base"),
     ("interpreter.channel_reader", "base"),
     ("interpreter.release", "runtime"),
     ("interpreter.retention", "runtime"),

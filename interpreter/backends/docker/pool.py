@@ -74,6 +74,7 @@ from interpreter.channels import stop_channels
 from interpreter.errors import InterpreterError, KernelStartFailed
 from interpreter.heartbeat import echoes, hb_url
 from interpreter.readiness import wait_ready
+from interpreter.zmqctx import Context
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ class ContainerPool:
     def _zmq(self) -> zmq.asyncio.Context:
         """The pool's ZMQ context: its handshakes and its claims' heartbeat pings."""
         if self._ctx is None:
-            self._ctx = zmq.asyncio.Context()
+            self._ctx = Context()
         return self._ctx
 
     # -- filling ------------------------------------------------------------------------
