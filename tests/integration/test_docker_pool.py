@@ -13,8 +13,9 @@ import pytest
 import zmq.asyncio
 from jupyter_client.channels import HBChannel
 
+import interpreter.backends.docker.pool as pool_module
 import interpreter.kernel
-from interpreter import quota, readiness
+from interpreter import quota, readiness, zmqctx
 from interpreter.backends.docker.backend import DockerBackend
 from interpreter.backends.docker.engine import docker_client, list_broker_containers
 from interpreter.backends.docker.pool import ContainerPool
@@ -385,13 +386,15 @@ async def test_a_pooled_kernels_handshake_needs_no_heartbeat_thread_nor_context(
         heartbeats.append(self)
         real_hb_init(self, *args, **kwargs)
 
-    class CountedContext(zmq.asyncio.Context):
+    class CountedContext(zmqctx.Context):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             contexts.append(self)
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(HBChannel, "__init__", counted_hb)
+    # Any context made, jupyter_client's default one or the broker's own.
     monkeypatch.setattr(zmq.asyncio, "Context", CountedContext)
+    monkeypatch.setattr(pool_module, "Context", CountedContext)
     pool = ContainerPool(1, lab.options(), lab.base, root=lab.base / "pool")
     await pool.start()
     try:
