@@ -48,6 +48,7 @@ from .ipythondir import private_ipython_dir
 from .kernel import InterpreterKernel
 from .nodebugger import debugger_hidden
 from .textsafe import install
+from .warmup import warm_up
 from .watchdog import start_from_environment
 
 #: The signal that has the kernel write its threads' stacks to stderr (faulthandler).
@@ -168,7 +169,9 @@ class InterpreterKernelApp(IPKernelApp):
             sys.path.append(cwd)
 
     def init_code(self) -> None:
-        """Set the shell up, then run the configured ``exec_lines``/``exec_files`` (if any)."""
+        """Set the shell up, run the configured ``exec_lines``/``exec_files`` (if any),
+        then do the first cell's one-time work before any client waits for a cell
+        (:mod:`interpreter_kernel.warmup`)."""
         try:
             if self.shell is not None:
                 setup(self.shell)
@@ -176,6 +179,8 @@ class InterpreterKernelApp(IPKernelApp):
             # A kernel without rich capture is still far more useful than no kernel.
             self.log.exception("interpreter setup failed; continuing without it")
         super().init_code()  # type: ignore[no-untyped-call]
+        if self.shell is not None:
+            warm_up(self.shell)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -326,6 +326,38 @@ async def test_planted_startup_files_never_run(kernel: Kernel) -> None:
     assert not Path(ipython_dir).is_relative_to(kernel.home)
 
 
+#: Asked as a new kernel's first cell: did the warm-up run, and did it leave a trace?
+FIRST_CELL_FINDS = """\
+import json, linecache
+from interpreter_kernel.warmup import WARM_UP_CELL
+print(json.dumps({
+    "warmed": any(e[2] == [WARM_UP_CELL + "\\n"] for e in linecache.cache.values()),
+    "inputs": len(In),
+    "outputs": len(Out),
+    "last_value": repr(globals().get("_")),
+}))
+"""
+
+
+async def test_a_new_kernel_is_warmed_up_before_its_first_cell_without_a_trace(
+    tmp_path: Path,
+) -> None:
+    """The kernel does IPython's first-cell work while it starts (its silent cell is in
+    IPython's cell cache), so a claimed warm kernel's first cell does not wait for it
+    (issue 10; ``tests/unit/test_kernel_warmup.py``), and nothing of it is visible: the
+    first cell is still number 1 and the first input, and no value came before it."""
+    async with start_kernel(tmp_path, {}) as kernel:
+        run = await kernel.run(FIRST_CELL_FINDS)
+    assert run.reply["content"]["status"] == "ok", run.messages
+    assert run.reply["content"]["execution_count"] == 1
+    assert json.loads(run.stdout) == {
+        "warmed": True,
+        "inputs": 2,  # IPython's empty entry 0, then this cell
+        "outputs": 0,
+        "last_value": "''",
+    }
+
+
 async def test_the_kernel_starts_without_the_debugger_no_kernelspec_offers(
     kernel: Kernel,
 ) -> None:
