@@ -163,8 +163,13 @@ def _docker_build(
 
 
 def _remove_quietly(client: Any, image_id: str) -> None:
-    # The previous build is now untagged; drop it unless a container still uses it.
+    """Drop the previous build, which the new one untagged, unless a container still uses
+    it or another tag still names it. The engine removes an image by id together with all
+    its tags in one repository, so a tag of the user's own (``interp-kernel:v1``, kept to
+    go back to) went with it."""
     with contextlib.suppress(docker.errors.DockerException):
+        if client.api.inspect_image(image_id).get("RepoTags"):
+            return
         client.api.remove_image(image_id, force=False, noprune=False)
 
 

@@ -24,6 +24,7 @@ from interpreter.image import (
     AptSource,
     ImageBuildError,
     ImageStatus,
+    build,
     cache_dir,
     debian_mirror,
     inputs_hash,
@@ -438,3 +439,35 @@ def test_image_runs_offline_as_non_root_without_setuid_files() -> None:
     assert report["setuid"] == []
     labels = images.image_status(DEFAULT_IMAGE).packages
     assert report["packages"] == labels
+
+
+def _tiny_image(client: docker.DockerClient, tmp_path: Path, tag: str | None) -> str:
+    """An image of one label FROM scratch (builds offline in a moment); its id."""
+    (tmp_path / "Dockerfile").write_text(f"FROM scratch\nLABEL interp.test={tmp_path.name}\n")
+    image, _ = client.images.build(path=str(tmp_path), tag=tag, rm=True)
+    image_id: str = image.id
+    return image_id
+
+
+@pytest.mark.docker
+def test_a_rebuild_drops_the_previous_build_but_not_a_tag_the_user_kept(tmp_path: Path) -> None:
+    """After a build the previous image, untagged, is removed. The engine removes an image
+    by id with all its tags of one repository, so a tag the user had put on it
+    (``interp-kernel:v1``, to go back to) went with it."""
+    require_docker()
+    repo = f"interp-test-rebuild-{os.getpid()}"
+    client = docker.from_env()
+    try:
+        (tmp_path / "kept").mkdir()
+        (tmp_path / "dangling").mkdir()
+        kept = _tiny_image(client, tmp_path / "kept", f"{repo}:v1")
+        dangling = _tiny_image(client, tmp_path / "dangling", None)
+        build._remove_quietly(client, kept)
+        build._remove_quietly(client, dangling)
+        assert client.images.get(kept).tags == [f"{repo}:v1"]
+        with pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(dangling)
+    finally:
+        for image in client.images.list(name=repo):
+            client.images.remove(image.id, force=True)
+        client.close()
