@@ -14,17 +14,17 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from interpreter_kernel.configure import setup
 from interpreter_kernel.warmup import warm_up
 
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    """A plain IPython shell set up as the kernel sets its own up (no history file)."""
+    """A plain IPython shell without a history file, as the kernel's (not set up as the
+    kernel's with ``configure.setup``: that would install import hooks and a matplotlib
+    backend in this test process)."""
     config = Config()
     config.HistoryManager.enabled = False
     shell = InteractiveShell(config=config)
-    setup(shell)
     yield shell
     shell.cleanup()
     InteractiveShell.clear_instance()
@@ -54,9 +54,10 @@ def visible_state(shell: InteractiveShell) -> dict[str, Any]:
 def test_after_the_warm_up_the_first_cell_costs_what_the_next_ones_do(
     shell: InteractiveShell,
 ) -> None:
-    """Without it the first ``1+1`` made some 18,000 Python calls against 1,040 for each
-    one after (the display formatters, the logger's import, the compile path built on first
-    use): a claimed warm kernel's first cell paid for them while its agent waited."""
+    """Without it a kernel's first ``1+1`` made some 18,000 Python calls against 1,040 for
+    each one after (a shell set up as the kernel's, in a process of its own): the display
+    formatters, the logger's import and the compile path are built on first use, and a
+    claimed warm kernel's first cell paid for them while its agent waited."""
     warm_up(shell)
     first, second, third = (python_calls(shell, "1+1") for _ in range(3))
     assert second == third
