@@ -164,6 +164,10 @@ def chart_summary(chart: dict[str, Any]) -> str:
         labels = [f"{name}={ax[key]!r}" for name, key in named if ax.get(key)]
         if labels:
             desc += " (" + ", ".join(labels) + ")"
+        scaled = (("x", "xscale"), ("y", "yscale"))
+        scales = [f"{name} on a {ax[key]} scale" for name, key in scaled if ax.get(key)]
+        if scales:
+            desc += ", " + ", ".join(scales)
         if isinstance(ax.get("twin_of"), int):
             desc += f", twin axes over plot {ax['twin_of'] + 1} (same x, own y axis)"
         grid = ax.get("grid")

@@ -86,8 +86,20 @@ def _describe_axes(ax: Any, max_points: int) -> dict[str, Any]:
         "title": _text(" | ".join(title for title in titles if title)),
         "xlabel": _text(ax.get_xlabel()),
         "ylabel": _text(ax.get_ylabel()),
+        **_scales(ax),
         "series": series,
     }
+
+
+def _scales(ax: Any) -> dict[str, str]:
+    """``xscale``/``yscale`` of an axis that is not linear (``log``, ``symlog``, ``logit``,
+    ...): a log axis read as a linear one is a wrong reading of every value on it."""
+    scales = {}
+    for name, get in (("xscale", ax.get_xscale), ("yscale", ax.get_yscale)):
+        scale = get()
+        if isinstance(scale, str) and scale != "linear":
+            scales[name] = scale
+    return scales
 
 
 def _describe_3d(ax: Any, max_points: int) -> dict[str, Any]:

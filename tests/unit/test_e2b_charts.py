@@ -100,6 +100,13 @@ def test_units_come_from_labels_and_scales_from_values() -> None:
     points = {"type": "scatter", "label": None, "x": [1, 2], "y": ["low", "high"]}
     assert decoded(axes("scatter", points)).y_scale == "categorical"
     assert decoded(axes("scatter", points)).x_unit is None
+    numbers = {"type": "line", "label": "e^x", "x": [0, 1, 2], "y": [1.0, 2.7, 7.4]}
+    log_y = decoded({**axes("line", numbers), "yscale": "log"})
+    assert (log_y.x_scale, log_y.y_scale) == ("linear", "log")
+    # Our description writes whole numbers as integers; E2B's points are floats.
+    assert log_y.elements[0].points == [(0.0, 1.0), (1.0, 2.7), (2.0, 7.4)]
+    assert all(isinstance(v, float) for point in log_y.elements[0].points for v in point)
+    assert decoded(axes("line", line)).elements[0].points[0] == ("2023-09-01", 1.0)
 
 
 def test_string_results_lose_their_quotes_and_frames_give_columns() -> None:

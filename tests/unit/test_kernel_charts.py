@@ -132,6 +132,27 @@ def test_twin_axes_and_subplots() -> None:
     assert twin["twin_of"] == 0 and "grid" not in twin
 
 
+def test_an_axis_that_is_not_linear_says_its_scale() -> None:
+    """A log axis described without its scale read as linear: every value on it misread
+    (E2B's suite asks for its chart's ``y_scale`` to be ``log``)."""
+    fig = Figure()
+    log_y, symlog_x, linear = fig.subplots(1, 3)
+    log_y.plot([1, 2, 3], [10, 100, 1000])
+    log_y.set_yscale("log")
+    symlog_x.plot([-10, 0, 10], [1, 2, 3])
+    symlog_x.set_xscale("symlog")
+    linear.plot([1, 2], [3, 4])
+    first, second, third = axes_of(fig)
+    assert (first.get("xscale"), first["yscale"]) == (None, "log")
+    assert (second["xscale"], second.get("yscale")) == ("symlog", None)
+    assert "xscale" not in third and "yscale" not in third
+    plots = chart_summary({"axes": [first, second, third]}).splitlines()
+    plots = [line for line in plots if line.startswith("plot ")]
+    assert ", y on a log scale" in plots[0] and "x on" not in plots[0]
+    assert ", x on a symlog scale" in plots[1] and "y on" not in plots[1]
+    assert "scale" not in plots[2]
+
+
 def test_a_large_series_carries_statistics_of_all_its_points() -> None:
     fig = Figure()
     fig.subplots().plot(np.arange(5000) % 100)

@@ -46,7 +46,10 @@ def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
         elements = [
             {
                 "label": s.get("label") or "",
-                "points": [list(p) for p in zip(s.get("x") or [], s.get("y") or [], strict=False)],
+                "points": [
+                    [_coordinate(x), _coordinate(y)]
+                    for x, y in zip(s.get("x") or [], s.get("y") or [], strict=False)
+                ],
             }
             for s in series
         ]
@@ -56,10 +59,10 @@ def _axes_chart(axes: dict[str, Any]) -> dict[str, Any]:
             "type": kind,
             "x_ticks": [],
             "x_tick_labels": [],
-            "x_scale": _scale([v for s in series for v in s.get("x") or []]),
+            "x_scale": _scale(axes.get("xscale"), [v for s in series for v in s.get("x") or []]),
             "y_ticks": [],
             "y_tick_labels": [],
-            "y_scale": _scale([v for s in series for v in s.get("y") or []]),
+            "y_scale": _scale(axes.get("yscale"), [v for s in series for v in s.get("y") or []]),
             "elements": elements,
         }
     if kind in ("bar", "barh"):
@@ -118,15 +121,26 @@ def _box(group: object) -> dict[str, Any] | None:
     }
 
 
+def _coordinate(value: object) -> object:
+    """A point's coordinate as E2B gives it: a number is a float (our description writes
+    whole numbers as integers, ``0`` for ``0.0``); dates and categories stay text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def _unit(label: object) -> str | None:
     """The unit an axis label ends with in parentheses, as E2B reads it."""
     match = UNIT.search(label) if isinstance(label, str) else None
     return match.group(1).strip() if match else None
 
 
-def _scale(values: list[Any]) -> str:
-    """``datetime`` for ISO dates (a date axis), ``categorical`` for other text, else
-    ``linear`` (a log axis is not in our description, so it reads as linear)."""
+def _scale(described: object, values: list[Any]) -> str:
+    """The axis's scale where the description names one (``log``, ``symlog``, ... E2B
+    has the same names as matplotlib), else ``datetime`` for ISO dates (a date axis),
+    ``categorical`` for other text, ``linear`` for numbers."""
+    if isinstance(described, str) and described:
+        return described
     texts = [v for v in values if isinstance(v, str)]
     if not texts or len(texts) < len(values):
         return "linear"
