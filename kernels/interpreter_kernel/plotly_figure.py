@@ -144,6 +144,10 @@ def redraw(fig_dict: dict[str, Any]) -> Any:
             ax.set_title(panel.title)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
+        if panel.xscale:
+            ax.set_xscale(panel.xscale)
+        if panel.yscale:
+            ax.set_yscale(panel.yscale)
         if panel.hide_xticks:
             ax.tick_params(labelbottom=False)
         if panel.hide_yticks:

@@ -39,6 +39,9 @@ class Panel:
     matches_y: str = ""
     hide_xticks: bool = False
     hide_yticks: bool = False
+    #: ``"log"`` for an axis plotly draws on a log scale, else empty (linear, dates, ...).
+    xscale: str = ""
+    yscale: str = ""
     #: Index of the panel this one is drawn over (a secondary y axis), and which axis the
     #: two share: ``"x"`` (a second y axis) or ``"y"``.
     overlays: int | None = None
@@ -123,6 +126,8 @@ def _panel(key: tuple[Any, ...], layout: dict[str, Any]) -> Panel:
         matches_y=str(y_layout.get("matches") or ""),
         hide_xticks=x_layout.get("showticklabels") is False,
         hide_yticks=y_layout.get("showticklabels") is False,
+        xscale="log" if x_layout.get("type") == "log" else "",
+        yscale="log" if y_layout.get("type") == "log" else "",
     )
 
 

@@ -151,6 +151,10 @@ def test_an_axis_that_is_not_linear_says_its_scale() -> None:
     assert ", y on a log scale" in plots[0] and "x on" not in plots[0]
     assert ", x on a symlog scale" in plots[1] and "y on" not in plots[1]
     assert "scale" not in plots[2]
+    # A plotly figure's log axis too (its redraw is on the same scale).
+    growth = px.line(x=[1, 2, 3], y=[10, 100, 1000], log_y=True).to_dict()
+    [redrawn] = figure_bundle(growth)[CHART_MIME]["axes"]
+    assert (redrawn.get("xscale"), redrawn["yscale"]) == (None, "log")
 
 
 def test_a_large_series_carries_statistics_of_all_its_points() -> None:
