@@ -7,7 +7,7 @@ characters in names, Unicode names normalised once, sparse giants, uploads racin
 from __future__ import annotations
 
 import ast
-import contextlib
+import select
 import socket
 import time
 import unicodedata
@@ -61,15 +61,21 @@ def _chunked_post(server: Server, total: int, *, end: bool) -> tuple[bytes, int]
         chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
         sent = 0
         answer = b""
-        sock.settimeout(0.001)
+        # Each send waits for the broker to read (a busy machine can keep it from reading
+        # for a while); only a closed connection stops the sending. A send given 1 ms took a
+        # slow read for a close: the body stopped short of the drain window, unended, and the
+        # broker rightly went on waiting for the rest (a CI failure, 10 s without an answer).
         while sent < total and not answer:
+            if select.select([sock], [], [], 0)[0]:
+                answer = sock.recv(65536)
+                if not answer:
+                    break  # closed without an answer
+                continue
             try:
                 sock.sendall(chunk)
             except OSError:
-                break
+                break  # closed (reset, broken pipe) or stalled for the whole socket timeout
             sent += len(piece)
-            with contextlib.suppress(TimeoutError):
-                answer = sock.recv(65536)
         if end and not answer:
             sock.sendall(b"0\r\n\r\n")
         sock.settimeout(10)
